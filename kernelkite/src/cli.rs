@@ -1,0 +1,158 @@
+//! Command-line definitions (clap derive). `--help`, shell completions and the man page
+//! are all generated from these types.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// Where does my program's time go? kernelkite explains a process tree's time as latency
+/// classes (on_cpu, runqueue, io_wait, lock_wait, syscall_blocked, unknown_wait) with eBPF
+/// when it may, or by sampling /proc without privileges.
+#[derive(Debug, Parser)]
+#[command(name = "kernelkite", version, propagate_version = true)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: GlobalArgs,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Flags accepted before or after the subcommand.
+#[derive(Debug, Args, Clone)]
+pub struct GlobalArgs {
+    /// Sampling (proc) or snapshot (ebpf) interval in milliseconds.
+    #[arg(long, global = true, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
+    pub interval_ms: u64,
+    /// Free-text label stored in the bundle and shown in reports.
+    #[arg(long, global = true)]
+    pub label: Option<String>,
+    /// Also record host-wide /proc/net/dev counters (not attributable to the profiled processes).
+    #[arg(long, global = true)]
+    pub network: bool,
+    /// Print machine-readable JSON instead of text (summary, compare, tree, trace, doctor).
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// Which collector to use: auto picks eBPF when privileged, else /proc.
+    #[arg(long, global = true, value_enum, default_value_t = BackendChoice::Auto)]
+    pub backend: BackendChoice,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BackendChoice {
+    /// eBPF when it can be used here, otherwise /proc (with one line saying why).
+    Auto,
+    /// Sample /proc (no privileges needed).
+    Proc,
+    /// eBPF tracepoints; fails with the reason when it cannot be used.
+    Ebpf,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Launch a command, profile it and all its descendants, write a bundle, exit with its status.
+    Run(RunArgs),
+    /// Attach to running processes with eBPF and explain where their time goes (needs root).
+    Trace(TraceArgs),
+    /// Turn a fixture into a bundle, byte for byte the same every time.
+    Replay(ReplayArgs),
+    /// Totals, latency classes and syscalls of one bundle.
+    Summary(SummaryArgs),
+    /// Compare two bundles; optionally fail when a metric regresses past a threshold.
+    Compare(CompareArgs),
+    /// The observed process tree with command names.
+    Tree(TreeArgs),
+    /// Write a timeline document (JSON) of a bundle for other tools.
+    Viewer(ViewerArgs),
+    /// Write a self-contained HTML report of a bundle.
+    Report(ReportArgs),
+    /// Say which backend would be used here, and why.
+    Doctor,
+    /// Print shell completions.
+    Completions(CompletionsArgs),
+    /// Print the man page (roff).
+    Man,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Where to write the bundle (atomically; also when interrupted).
+    pub bundle: PathBuf,
+    /// The command to profile, after `--`.
+    #[arg(last = true, required = true, num_args = 1..)]
+    pub command: Vec<String>,
+    /// Stop recording new frames after this many (the last frame keeps being refreshed so
+    /// totals stay exact; the bundle and reports say the cap was hit).
+    #[arg(long, default_value_t = 100_000)]
+    pub max_frames: u64,
+}
+
+#[derive(Debug, Args)]
+pub struct TraceArgs {
+    /// Process to trace (every thread); repeatable.
+    #[arg(long = "pid", required = true, num_args = 1)]
+    pub pids: Vec<i32>,
+    /// Also trace future children of the traced processes.
+    #[arg(long)]
+    pub follow: bool,
+    /// Stop after this many seconds (default: until Ctrl-C or every target exits).
+    #[arg(long)]
+    pub duration: Option<f64>,
+    /// Write the bundle here.
+    #[arg(short = 'o', long = "output")]
+    pub output: Option<PathBuf>,
+    /// Break the latency classes down per thread.
+    #[arg(long)]
+    pub threads: bool,
+    /// Stream single syscalls at least this slow (microseconds) into the bundle.
+    #[arg(long, default_value_t = 10_000)]
+    pub min_latency_us: u64,
+}
+
+#[derive(Debug, Args)]
+pub struct ReplayArgs {
+    /// Fixture (JSON) to replay.
+    pub input: PathBuf,
+    /// Where to write the bundle.
+    pub bundle: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct SummaryArgs {
+    pub bundle: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct CompareArgs {
+    pub before: PathBuf,
+    pub after: PathBuf,
+    /// Exit non-zero when a metric crosses a threshold, e.g. 'cpu_seconds>+10%',
+    /// 'peak_rss_bytes>+50MiB', 'duration_ms>+0'. Repeatable.
+    #[arg(long = "fail-on", value_name = "RULE")]
+    pub fail_on: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct TreeArgs {
+    pub bundle: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct ViewerArgs {
+    pub bundle: PathBuf,
+    /// Output file (default: standard output).
+    pub output: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    pub bundle: PathBuf,
+    /// Output HTML file.
+    #[arg(short = 'o', long = "output", required = true)]
+    pub output: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
+}

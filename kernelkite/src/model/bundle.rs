@@ -1,0 +1,404 @@
+//! Bundle types. Field order is the serialization order and is part of the format:
+//! add fields at the end of a struct, with `#[serde(default)]`, and bump
+//! [`BUNDLE_FORMAT_VERSION`] only for changes old readers cannot ignore.
+
+use std::fmt;
+
+use kernelkite_common::{LatencyClass, NUM_CLASSES};
+use serde::{Deserialize, Serialize};
+
+/// The value of [`Bundle::format`]; anything else is not a kernelkite bundle.
+pub const BUNDLE_FORMAT: &str = "kernelkite-bundle";
+/// The bundle format version this build writes and reads.
+pub const BUNDLE_FORMAT_VERSION: u32 = 1;
+
+/// One profiling session.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Bundle {
+    /// Always [`BUNDLE_FORMAT`].
+    pub format: String,
+    /// Always [`BUNDLE_FORMAT_VERSION`] for bundles this build writes.
+    pub format_version: u32,
+    /// Which collector produced the frames.
+    pub backend: Backend,
+    /// Free text from `--label`.
+    pub label: Option<String>,
+    /// Facts about the machine needed to interpret the raw counters.
+    pub host: HostConstants,
+    /// The requested sampling/snapshot interval.
+    pub interval_ms: u64,
+    /// The pids the session was pointed at (`run`: the launched command; `trace`: `--pid`).
+    pub root_pids: Vec<i32>,
+    /// The command `run` launched, with its exit status and exact rusage.
+    pub launched: Option<LaunchedCommand>,
+    /// Snapshots in time order.
+    pub frames: Vec<Frame>,
+    /// Whether a cap on the number of frames was hit, and how many frames it dropped.
+    pub frame_cap: FrameCap,
+    /// Ring-buffer records and map entries the BPF programs could not store, as counted
+    /// in the kernel. `None` when the backend has no such loss (the /proc sampler).
+    pub events_lost: Option<u64>,
+    /// Process lifecycle events seen by the kernel (eBPF backend), in time order.
+    pub lifecycle: Vec<LifecycleEvent>,
+    /// Per-process syscall latency histograms (eBPF backend), cumulative over the session.
+    pub syscalls: Vec<SyscallHistogram>,
+    /// Single syscalls slower than the trace's `--min-latency-us` (eBPF backend).
+    pub slow_syscalls: Vec<SlowSyscall>,
+    /// Name of the fixture or recording file this bundle was replayed from, if any.
+    pub replayed_from: Option<String>,
+}
+
+/// Which collector produced a bundle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Backend {
+    /// Sampling /proc (unprivileged): on_cpu and runqueue exact, other classes estimated.
+    Proc,
+    /// BPF programs on scheduler and syscall tracepoints: every class exact.
+    Ebpf,
+}
+
+impl Backend {
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Proc => "proc",
+            Backend::Ebpf => "ebpf",
+        }
+    }
+
+    /// Whether this backend measures every latency class (rather than estimating the
+    /// four sleep classes from sampled thread states).
+    pub fn latency_classes_exact(self) -> bool {
+        matches!(self, Backend::Ebpf)
+    }
+}
+
+impl fmt::Display for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Constants of the machine the bundle was recorded on.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostConstants {
+    /// `sysconf(_SC_CLK_TCK)`: the unit of utime/stime/starttime in /proc/<pid>/stat.
+    pub clock_ticks_per_sec: u64,
+    /// `sysconf(_SC_PAGESIZE)`: the unit of rss in /proc/<pid>/stat.
+    pub page_size_bytes: u64,
+    /// Online CPUs when the session started.
+    pub num_cpus: u32,
+    /// `uname -r`, if known.
+    pub kernel_release: Option<String>,
+    /// Machine architecture (`x86_64`, `aarch64`): syscall numbers are per architecture.
+    pub arch: String,
+}
+
+/// One snapshot of every observed process.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Frame {
+    /// Nanoseconds since the session's start (CLOCK_MONOTONIC).
+    pub t_ns: u64,
+    /// Processes alive at this instant, sorted by pid.
+    pub processes: Vec<ProcessSample>,
+    /// Host-wide /proc/net/dev counters (`--network`), sorted by interface.
+    pub network: Option<Vec<NetDevCounters>>,
+}
+
+/// One process at one instant: raw cumulative counters from /proc/<pid>/{stat,io}.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProcessSample {
+    /// /proc/<pid>/stat field 1.
+    pub pid: i32,
+    /// /proc/<pid>/stat field 4.
+    pub ppid: i32,
+    /// /proc/<pid>/stat field 2, without the parentheses (may contain spaces and parens).
+    pub comm: String,
+    /// /proc/<pid>/stat field 3: R, S, D, Z, T, t, X, I, ...
+    pub state: String,
+    /// /proc/<pid>/stat field 22, in clock ticks since boot: with `pid` it identifies a
+    /// process across pid reuse.
+    pub start_time_ticks: u64,
+    /// /proc/<pid>/stat field 14, clock ticks.
+    pub utime_ticks: u64,
+    /// /proc/<pid>/stat field 15, clock ticks.
+    pub stime_ticks: u64,
+    /// /proc/<pid>/stat field 16: CPU of waited-for children, clock ticks.
+    pub cutime_ticks: u64,
+    /// /proc/<pid>/stat field 17: CPU of waited-for children, clock ticks.
+    pub cstime_ticks: u64,
+    /// /proc/<pid>/stat field 24, pages.
+    pub rss_pages: u64,
+    /// /proc/<pid>/stat field 20.
+    pub num_threads: u64,
+    /// /proc/<pid>/io; `None` when it was not readable (another user's process).
+    pub io: Option<IoCounters>,
+    /// Per-thread samples (sorted by tid); empty when threads were not sampled.
+    pub threads: Vec<ThreadSample>,
+}
+
+/// /proc/<pid>/io, bytes and call counts, cumulative.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IoCounters {
+    /// `rchar`: bytes passed to read-like syscalls (includes cache hits and pipes).
+    pub rchar_bytes: u64,
+    /// `wchar`: bytes passed to write-like syscalls.
+    pub wchar_bytes: u64,
+    /// `syscr`: read-like syscalls.
+    pub read_syscalls: u64,
+    /// `syscw`: write-like syscalls.
+    pub write_syscalls: u64,
+    /// `read_bytes`: bytes fetched from the storage layer.
+    pub read_bytes: u64,
+    /// `write_bytes`: bytes sent to the storage layer.
+    pub write_bytes: u64,
+    /// `cancelled_write_bytes`: bytes whose writeback was cancelled (truncated files).
+    pub cancelled_write_bytes: u64,
+}
+
+/// One thread at one instant.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ThreadSample {
+    pub tid: i32,
+    /// /proc/<pid>/task/<tid>/comm (thread name).
+    pub comm: String,
+    /// /proc/<pid>/task/<tid>/stat field 3.
+    pub state: String,
+    /// /proc/<pid>/task/<tid>/schedstat; `None` when unreadable (no CONFIG_SCHEDSTATS).
+    pub schedstat: Option<Schedstat>,
+    /// First field of /proc/<pid>/task/<tid>/syscall: the syscall number the thread is
+    /// blocked in, -1 when it is blocked outside a syscall; `None` when the thread was
+    /// running or the file was not readable.
+    pub syscall_nr: Option<i64>,
+    /// Exact cumulative nanoseconds per latency class inside the session (eBPF backend).
+    pub class_ns: Option<ClassTimes>,
+}
+
+/// /proc/<pid>/task/<tid>/schedstat, cumulative since the thread started.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Schedstat {
+    /// Field 1: time spent on the CPU, ns.
+    pub on_cpu_ns: u64,
+    /// Field 2: time spent runnable waiting on a run queue, ns.
+    pub runqueue_ns: u64,
+    /// Field 3: timeslices run on this CPU.
+    pub timeslices: u64,
+}
+
+/// Nanoseconds per latency class. Serialized as an object keyed by class name.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClassTimes {
+    pub on_cpu: u64,
+    pub runqueue: u64,
+    pub io_wait: u64,
+    pub lock_wait: u64,
+    pub syscall_blocked: u64,
+    pub unknown_wait: u64,
+}
+
+impl ClassTimes {
+    pub fn from_array(ns: [u64; NUM_CLASSES]) -> ClassTimes {
+        ClassTimes {
+            on_cpu: ns[0],
+            runqueue: ns[1],
+            io_wait: ns[2],
+            lock_wait: ns[3],
+            syscall_blocked: ns[4],
+            unknown_wait: ns[5],
+        }
+    }
+
+    pub fn to_array(self) -> [u64; NUM_CLASSES] {
+        [
+            self.on_cpu,
+            self.runqueue,
+            self.io_wait,
+            self.lock_wait,
+            self.syscall_blocked,
+            self.unknown_wait,
+        ]
+    }
+
+    pub fn get(&self, class: LatencyClass) -> u64 {
+        self.to_array()[class.id() as usize]
+    }
+
+    pub fn add(&mut self, class: LatencyClass, ns: u64) {
+        let mut all = self.to_array();
+        all[class.id() as usize] = all[class.id() as usize].saturating_add(ns);
+        *self = ClassTimes::from_array(all);
+    }
+
+    pub fn total_ns(&self) -> u64 {
+        self.to_array().iter().fold(0u64, |a, b| a.saturating_add(*b))
+    }
+
+    pub fn off_cpu_ns(&self) -> u64 {
+        self.total_ns().saturating_sub(self.on_cpu)
+    }
+
+    /// Element-wise `self - earlier`, or `None` if any counter went backwards.
+    pub fn checked_sub(&self, earlier: &ClassTimes) -> Option<ClassTimes> {
+        let (a, b) = (self.to_array(), earlier.to_array());
+        let mut out = [0u64; NUM_CLASSES];
+        for i in 0..NUM_CLASSES {
+            out[i] = a[i].checked_sub(b[i])?;
+        }
+        Some(ClassTimes::from_array(out))
+    }
+
+    pub fn saturating_add(&self, other: &ClassTimes) -> ClassTimes {
+        let (a, b) = (self.to_array(), other.to_array());
+        let mut out = [0u64; NUM_CLASSES];
+        for i in 0..NUM_CLASSES {
+            out[i] = a[i].saturating_add(b[i]);
+        }
+        ClassTimes::from_array(out)
+    }
+}
+
+/// One /proc/net/dev row (host-wide: not attributable to the profiled processes).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NetDevCounters {
+    pub interface: String,
+    pub rx_bytes: u64,
+    pub rx_packets: u64,
+    pub tx_bytes: u64,
+    pub tx_packets: u64,
+}
+
+/// The command `kernelkite run` launched.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LaunchedCommand {
+    pub argv: Vec<String>,
+    pub pid: i32,
+    /// Exit code when it exited normally.
+    pub exit_code: Option<i32>,
+    /// Signal number when a signal killed it.
+    pub signal: Option<i32>,
+    /// `getrusage(RUSAGE_CHILDREN)` after the command and every descendant (kernelkite is
+    /// their subreaper) were reaped: exact CPU of the whole tree, however short-lived.
+    pub rusage: Option<Rusage>,
+}
+
+/// The fields of `struct rusage` kernelkite uses.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Rusage {
+    /// `ru_utime`, microseconds.
+    pub user_us: u64,
+    /// `ru_stime`, microseconds.
+    pub system_us: u64,
+    /// `ru_maxrss`: the largest resident set of any single process, KiB.
+    pub max_rss_kib: u64,
+    /// `ru_minflt`.
+    pub minor_faults: u64,
+    /// `ru_majflt`.
+    pub major_faults: u64,
+    /// `ru_nvcsw`.
+    pub voluntary_switches: u64,
+    /// `ru_nivcsw`.
+    pub involuntary_switches: u64,
+}
+
+/// Whether frames were dropped because the session hit `max_frames`. When the cap is
+/// hit the sampler keeps replacing the last frame, so final counters stay exact.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FrameCap {
+    pub max_frames: u64,
+    pub frames_dropped: u64,
+}
+
+/// A process lifecycle event from the kernel.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LifecycleEvent {
+    /// Nanoseconds since the session's start.
+    pub t_ns: u64,
+    pub kind: LifecycleKind,
+    /// Process (tgid) the event is about.
+    pub pid: i32,
+    /// Thread the event is about (equals `pid` for the main thread).
+    pub tid: i32,
+    /// Parent process (fork: the forking process).
+    pub ppid: i32,
+    /// Command name after the event.
+    pub comm: String,
+    /// Exit: the exit code (`exit_code >> 8`) of a normal exit.
+    pub exit_code: Option<i32>,
+    /// Exit: the thread's exact latency-class times over its whole traced life.
+    pub class_ns: Option<ClassTimes>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LifecycleKind {
+    Fork,
+    Exec,
+    Exit,
+}
+
+/// Latency histogram of one syscall in one process. Buckets follow
+/// `kernelkite_common::hist`; percentiles are derived at analysis time.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SyscallHistogram {
+    pub pid: i32,
+    /// Syscall number on `host.arch`.
+    pub nr: u32,
+    /// Its name on `host.arch` (from the `syscalls` crate when recorded).
+    pub name: String,
+    pub count: u64,
+    pub total_ns: u64,
+    pub max_ns: u64,
+    /// Non-empty buckets as `[bucket_index, count]`, ascending.
+    pub buckets: Vec<(u32, u64)>,
+}
+
+/// One syscall slower than the threshold, as streamed over the ring buffer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SlowSyscall {
+    /// Start, nanoseconds since the session's start.
+    pub t_ns: u64,
+    pub pid: i32,
+    pub tid: i32,
+    pub nr: u32,
+    pub name: String,
+    pub duration_ns: u64,
+    pub ret: i64,
+}
+
+impl Bundle {
+    /// An empty bundle for a new session.
+    pub fn new(backend: Backend, host: HostConstants, interval_ms: u64) -> Bundle {
+        Bundle {
+            format: BUNDLE_FORMAT.to_string(),
+            format_version: BUNDLE_FORMAT_VERSION,
+            backend,
+            label: None,
+            host,
+            interval_ms,
+            root_pids: Vec::new(),
+            launched: None,
+            frames: Vec::new(),
+            frame_cap: FrameCap::default(),
+            events_lost: None,
+            lifecycle: Vec::new(),
+            syscalls: Vec::new(),
+            slow_syscalls: Vec::new(),
+            replayed_from: None,
+        }
+    }
+}

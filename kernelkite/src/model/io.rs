@@ -1,0 +1,120 @@
+//! Reading and writing bundles: validated loads, atomic writes.
+
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use super::bundle::Bundle;
+use super::validate::validate;
+
+/// Why a bundle (or another input document) could not be loaded. Every variant renders
+/// as one line that names the file.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path} is not valid JSON for this document: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("{path} is invalid: {message}")]
+    Invalid { path: PathBuf, message: String },
+}
+
+/// Load and validate a bundle.
+pub fn load_bundle(path: &Path) -> Result<Bundle, LoadError> {
+    let bytes = fs::read(path).map_err(|source| LoadError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    parse_bundle(&bytes).map_err(|e| match e {
+        ParseFailure::Json(message) => LoadError::Parse {
+            path: path.to_path_buf(),
+            message,
+        },
+        ParseFailure::Invalid(message) => LoadError::Invalid {
+            path: path.to_path_buf(),
+            message,
+        },
+    })
+}
+
+enum ParseFailure {
+    Json(String),
+    Invalid(String),
+}
+
+fn parse_bundle(bytes: &[u8]) -> Result<Bundle, ParseFailure> {
+    // Check the header first so a future version says so, rather than failing on
+    // whichever new field serde meets first.
+    let value: serde_json::Value =
+        serde_json::from_slice(bytes).map_err(|e| ParseFailure::Json(e.to_string()))?;
+    super::validate::check_header(&value).map_err(ParseFailure::Invalid)?;
+    let bundle: Bundle =
+        serde_json::from_value(value).map_err(|e| ParseFailure::Json(e.to_string()))?;
+    validate(&bundle).map_err(ParseFailure::Invalid)?;
+    Ok(bundle)
+}
+
+/// Serialize a bundle: pretty JSON with a trailing newline, deterministic for equal input.
+pub fn bundle_to_bytes(bundle: &Bundle) -> Vec<u8> {
+    let mut out = serde_json::to_vec_pretty(bundle).expect("bundle serializes");
+    out.push(b'\n');
+    out
+}
+
+/// Write a bundle atomically (see [`write_atomically`]).
+pub fn write_bundle(path: &Path, bundle: &Bundle) -> std::io::Result<()> {
+    write_atomically(path, &bundle_to_bytes(bundle))
+}
+
+/// Write `bytes` to `path` through a temporary file in the same directory and a rename,
+/// so readers see either the old file or the complete new one, never a partial file.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let file_name = path.file_name().ok_or_else(|| {
+        std::io::Error::new(std::io::ErrorKind::InvalidInput, "output path has no file name")
+    })?;
+    let mut tmp_name = std::ffi::OsString::from(".");
+    tmp_name.push(file_name);
+    tmp_name.push(format!(".tmp-{}", std::process::id()));
+    let tmp = dir.join(tmp_name);
+    let result = (|| {
+        let mut f = fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        fs::rename(&tmp, path)
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn atomic_write_replaces_and_leaves_no_temp_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("out.json");
+        write_atomically(&path, b"one").unwrap();
+        write_atomically(&path, b"two").unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"two");
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn atomic_write_into_missing_directory_fails_cleanly() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("missing").join("out.json");
+        assert!(write_atomically(&path, b"x").is_err());
+        assert!(!path.exists());
+    }
+}

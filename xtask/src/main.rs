@@ -1,0 +1,31 @@
+//! `cargo xtask <task>`: project automation. Nothing here is needed at run time.
+
+mod bench;
+mod build_ebpf;
+mod ci;
+mod samples;
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Result};
+
+fn main() -> Result<()> {
+    let mut args = std::env::args().skip(1);
+    let task = args.next().unwrap_or_default();
+    let rest: Vec<String> = args.collect();
+    match task.as_str() {
+        "ci" => ci::run(&rest),
+        "build-ebpf" => build_ebpf::run(&rest),
+        "samples" => samples::run(&rest),
+        "bench" => bench::run(&rest),
+        _ => bail!("usage: cargo xtask <ci|build-ebpf|samples|bench> [args]"),
+    }
+}
+
+/// The workspace root (xtask lives one level below it).
+pub fn workspace_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask has a parent directory")
+        .to_path_buf()
+}
