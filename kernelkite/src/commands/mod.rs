@@ -7,12 +7,28 @@ use clap::CommandFactory;
 
 use crate::cli::{Cli, Command};
 
+pub mod compare;
 pub mod doctor;
+pub mod replay;
+pub mod report;
+pub mod run;
+pub mod summary;
+pub mod trace;
+pub mod tree;
+pub mod viewer;
 
 /// Run the parsed command line.
 pub fn dispatch(cli: Cli) -> Result<ExitCode> {
     let global = cli.global;
     match cli.command {
+        Command::Run(args) => run::execute(&global, &args),
+        Command::Trace(args) => trace::execute(&global, &args),
+        Command::Replay(args) => replay::execute(&global, &args),
+        Command::Summary(args) => summary::execute(&global, &args),
+        Command::Compare(args) => compare::execute(&global, &args),
+        Command::Tree(args) => tree::execute(&global, &args),
+        Command::Viewer(args) => viewer::execute(&global, &args),
+        Command::Report(args) => report::execute(&global, &args),
         Command::Doctor => doctor::execute(&global),
         Command::Completions(args) => {
             let mut cmd = Cli::command();
@@ -24,6 +40,5 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode> {
             man.render(&mut std::io::stdout())?;
             Ok(ExitCode::SUCCESS)
         }
-        other => anyhow::bail!("{other:?} is not built yet"),
     }
 }

@@ -1,1 +1,1 @@
-//! placeholder
+//! Renderers: pure functions from analyses to bytes (text, JSON, HTML), one file per format.

@@ -1,0 +1,1 @@
+//! eBPF collector.

@@ -1,0 +1,1 @@
+//! /proc sampler (see issue: foundation).
