@@ -1,1 +1,946 @@
 //! Pure functions from a bundle to derived numbers. Nothing here reads the system.
+//!
+//! The entry point is [`analyze`]: `&Bundle → Analysis`. Every number of every report
+//! (text, JSON, HTML, viewer) comes from an [`Analysis`]; `docs/PROFILE.md` names the
+//! kernel field behind each one. `analyze` never panics, whatever the bundle holds
+//! (validation rejects inconsistent bundles on load, but analysis does not rely on it):
+//! counters that go backwards contribute nothing for that step, sums saturate.
+//!
+//! # Session-relative rules used throughout
+//!
+//! * **Window**: the session is the span from the first frame's `t_ns` to the last's.
+//! * **Started inside the session**: when the bundle has a launched command that appears
+//!   in the frames, its `start_time_ticks` is the session start and a process started
+//!   inside iff its `start_time_ticks` ≥ that. Otherwise (`trace` bundles) a process
+//!   started inside iff it is absent from the first frame.
+//! * **Baseline** of a cumulative counter: 0 for a process (thread) that started inside
+//!   the session — everything it ever counted belongs to the session — else its first
+//!   sample. A counter's session total is `(first − baseline) + Σ max(0, next − prev)`,
+//!   which is `last − baseline` for well-formed data and never underflows.
+
+pub mod syscall_names;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use kernelkite_common::hist::{bucket_lower, bucket_upper, NUM_BUCKETS};
+use kernelkite_common::{LatencyClass, NUM_CLASSES};
+use serde::Serialize;
+
+use crate::model::{Backend, Bundle, ClassTimes, FrameCap, LifecycleKind};
+
+pub use syscall_names::{sample_class, syscall_name, syscall_number, IO_SYSCALLS, LOCK_SYSCALLS};
+
+/// Identity of a process across pid reuse: `(pid, start_time_ticks)`.
+pub type ProcessKey = (i32, u64);
+
+/// Everything the reports show about one bundle.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Analysis {
+    /// `Bundle::label`.
+    pub label: Option<String>,
+    /// `Bundle::backend`.
+    pub backend: Backend,
+    /// `Bundle::replayed_from`.
+    pub replayed_from: Option<String>,
+    /// `Bundle::interval_ms`: the requested sampling interval.
+    pub interval_ms: u64,
+    /// Last frame's `t_ns` − first frame's, nanoseconds.
+    pub duration_ns: u64,
+    /// [`Analysis::duration_ns`] in milliseconds as `f64` (`duration_ns / 1e6`), so
+    /// sub-millisecond sessions are not reported as 0.
+    pub duration_ms: f64,
+    /// Number of frames in the bundle.
+    pub frames: u64,
+    /// `Bundle::frame_cap`: whether frames were dropped.
+    pub frame_cap: FrameCap,
+    /// Distinct `(pid, start_time_ticks)` processes in the frames, plus (eBPF) pids that
+    /// only appear in lifecycle events.
+    pub distinct_pids: u64,
+    /// CPU seconds of the profiled tree: exact from `launched.rusage` when present,
+    /// else [`Analysis::sampled_cpu_seconds`].
+    pub cpu_seconds: f64,
+    /// Where [`Analysis::cpu_seconds`] came from.
+    pub cpu_source: CpuSource,
+    /// Σ over processes of the utime+stime ticks seen in the samples, in seconds.
+    pub sampled_cpu_seconds: f64,
+    /// `sampled_cpu_seconds / cpu_seconds` when the exact rusage total is known (and
+    /// non-zero): how much of the CPU the per-process rows account for. `None` otherwise.
+    pub cpu_coverage: Option<f64>,
+    /// Peak over frames of Σ rss_pages × page_size of the processes in that frame.
+    pub peak_rss_bytes: u64,
+    /// `t_ns` of the frame where [`Analysis::peak_rss_bytes`] was reached.
+    pub peak_rss_t_ns: u64,
+    /// Largest resident set of any single process: `launched.rusage.max_rss_kib × 1024`
+    /// when present, else the largest single-process sample.
+    pub max_single_rss_bytes: u64,
+    /// Where [`Analysis::max_single_rss_bytes`] came from.
+    pub max_single_rss_source: RssSource,
+    /// Σ over processes of /proc/<pid>/io `read_bytes` (session total, see module docs).
+    pub read_bytes: u64,
+    /// Σ over processes of /proc/<pid>/io `write_bytes`.
+    pub write_bytes: u64,
+    /// Processes whose /proc/<pid>/io was never readable (their I/O is not counted).
+    pub processes_without_io: u64,
+    /// Σ over threads of their latency classes within the window (ns).
+    pub latency_classes: ClassTimes,
+    /// `backend.latency_classes_exact()`: false means io_wait, lock_wait,
+    /// syscall_blocked and unknown_wait are estimates.
+    pub latency_classes_exact: bool,
+    /// `Bundle::events_lost` (`None` for the /proc sampler, which has no event loss).
+    pub events_lost: Option<u64>,
+    /// Per-syscall statistics aggregated over processes, sorted by total time
+    /// (descending), then name.
+    pub syscalls: Vec<SyscallStats>,
+    /// Worst-case relative error of the syscall percentiles (bucket midpoints).
+    pub histogram_relative_error: f64,
+    /// One row per process, sorted by first appearance, then pid.
+    pub processes: Vec<ProcessRow>,
+    /// One row per thread, sorted by pid, process start, tid.
+    pub threads: Vec<ThreadRow>,
+    /// The observed process tree: roots (processes whose parent was never observed),
+    /// sorted by first appearance then pid.
+    pub tree: Vec<TreeNode>,
+    /// Host-wide /proc/net/dev deltas when the frames carry network counters.
+    pub network: Option<NetworkTotals>,
+    /// The launched command (`run` bundles).
+    pub launched: Option<LaunchedSummary>,
+}
+
+/// Source of [`Analysis::cpu_seconds`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CpuSource {
+    /// `getrusage(RUSAGE_CHILDREN)`: exact, including processes shorter than a frame.
+    Rusage,
+    /// Per-process utime+stime samples: misses CPU of processes never sampled and CPU
+    /// after a process's last sample.
+    Samples,
+}
+
+/// Source of [`Analysis::max_single_rss_bytes`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RssSource {
+    /// `ru_maxrss` of the reaped tree.
+    Rusage,
+    /// Largest rss sample of a single process.
+    Samples,
+}
+
+/// The command a `run` bundle launched.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct LaunchedSummary {
+    pub argv: Vec<String>,
+    pub pid: i32,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+}
+
+/// One syscall, aggregated over every process that made it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct SyscallStats {
+    pub name: String,
+    /// Processes with a histogram for this syscall.
+    pub processes: u64,
+    pub count: u64,
+    pub total_ns: u64,
+    /// Percentiles: midpoint of the histogram bucket holding that rank, ≤ `max_ns`.
+    pub p50_ns: u64,
+    pub p95_ns: u64,
+    pub p99_ns: u64,
+    /// Exact maximum.
+    pub max_ns: u64,
+}
+
+/// One process over the session.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ProcessRow {
+    pub pid: i32,
+    /// Parent pid of the first sample (or fork event).
+    pub ppid: i32,
+    /// Command name of the last sample.
+    pub comm: String,
+    pub start_time_ticks: u64,
+    /// Whether it started inside the session (its counters' baseline is 0).
+    pub started_in_session: bool,
+    /// `t_ns` of its first and last frame (lifecycle-only processes: event times).
+    pub first_seen_ns: u64,
+    pub last_seen_ns: u64,
+    /// Number of frames it appears in (0: seen in lifecycle events only).
+    pub frames: u64,
+    /// Session utime+stime from its samples, seconds.
+    pub cpu_seconds: f64,
+    /// Largest rss sample, bytes.
+    pub peak_rss_bytes: u64,
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+    /// Whether /proc/<pid>/io was readable in at least one sample.
+    pub io_visible: bool,
+    /// Σ of its threads' classes.
+    pub classes: ClassTimes,
+    /// Distinct threads observed.
+    pub threads: u64,
+}
+
+/// One thread over its window in the session.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ThreadRow {
+    pub pid: i32,
+    pub process_start_time_ticks: u64,
+    pub tid: i32,
+    pub comm: String,
+    /// Window start (see `docs/PROFILE.md`), ns since session start.
+    pub window_start_ns: u64,
+    /// `t_ns` of the thread's last sample.
+    pub window_end_ns: u64,
+    /// Wall time attributed to the thread; the six classes add up to exactly this.
+    /// `max(window_end − window_start, on_cpu + runqueue)` from /proc, or the sum of
+    /// the exact classes from eBPF.
+    pub wall_ns: u64,
+    pub classes: ClassTimes,
+    /// True when the classes came from the kernel (`class_ns`), false when the sleep
+    /// classes were estimated from sampled states.
+    pub exact: bool,
+    /// Number of samples of this thread.
+    pub samples: u64,
+}
+
+/// A node of the observed process tree.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct TreeNode {
+    pub pid: i32,
+    pub ppid: i32,
+    pub comm: String,
+    pub start_time_ticks: u64,
+    pub first_seen_ns: u64,
+    pub last_seen_ns: u64,
+    pub cpu_seconds: f64,
+    pub peak_rss_bytes: u64,
+    pub children: Vec<TreeNode>,
+}
+
+/// Host-wide network counters over the session (not attributable to the profiled tree).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct NetworkTotals {
+    /// Σ rx_bytes deltas of every interface except `lo`.
+    pub rx_bytes: u64,
+    /// Σ tx_bytes deltas of every interface except `lo`.
+    pub tx_bytes: u64,
+    pub interfaces: Vec<InterfaceDelta>,
+}
+
+/// Last − first of one interface's counters (0 when a counter went backwards).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct InterfaceDelta {
+    pub interface: String,
+    pub rx_bytes: u64,
+    pub rx_packets: u64,
+    pub tx_bytes: u64,
+    pub tx_packets: u64,
+}
+
+impl Analysis {
+    /// The class share of the total, 0..=1 (0 when no class time was observed).
+    pub fn class_share(&self, class: LatencyClass) -> f64 {
+        let total = self.latency_classes.total_ns();
+        if total == 0 {
+            0.0
+        } else {
+            self.latency_classes.get(class) as f64 / total as f64
+        }
+    }
+
+    /// Whether `class` is measured exactly in this analysis (on_cpu and runqueue always
+    /// are; the four sleep classes only when [`Analysis::latency_classes_exact`]).
+    pub fn class_is_exact(&self, class: LatencyClass) -> bool {
+        self.latency_classes_exact || matches!(class, LatencyClass::OnCpu | LatencyClass::Runqueue)
+    }
+
+    /// The process row of `key`, if observed.
+    pub fn process(&self, pid: i32, start_time_ticks: u64) -> Option<&ProcessRow> {
+        self.processes
+            .iter()
+            .find(|p| p.pid == pid && p.start_time_ticks == start_time_ticks)
+    }
+}
+
+/// A cumulative counter's session total: `(first − baseline) + Σ max(0, next − prev)`.
+#[derive(Clone, Copy, Debug, Default)]
+struct Counter {
+    total: u64,
+    prev: Option<u64>,
+}
+
+impl Counter {
+    fn push(&mut self, value: u64, baseline_zero: bool) {
+        match self.prev {
+            None => {
+                if baseline_zero {
+                    self.total = value;
+                }
+            }
+            Some(prev) => self.total = self.total.saturating_add(value.saturating_sub(prev)),
+        }
+        self.prev = Some(value);
+    }
+}
+
+#[derive(Default)]
+struct ProcAcc {
+    ppid: i32,
+    comm: String,
+    first_frame: usize,
+    last_frame: usize,
+    frames: u64,
+    in_session: bool,
+    cpu: Counter,
+    read: Counter,
+    write: Counter,
+    io_visible: bool,
+    peak_rss: u64,
+    threads: BTreeSet<i32>,
+}
+
+struct ThreadAcc {
+    comm: String,
+    first_frame: usize,
+    last_frame: usize,
+    samples: u64,
+    baseline_zero: bool,
+    on_cpu: Counter,
+    runqueue: Counter,
+    has_schedstat: bool,
+    votes: [u64; NUM_CLASSES],
+    class_first: Option<ClassTimes>,
+    class_last: Option<ClassTimes>,
+    class_broken: bool,
+}
+
+/// Derive every reported number from a bundle. Pure and deterministic.
+pub fn analyze(bundle: &Bundle) -> Analysis {
+    let frames = &bundle.frames;
+    let first_t = frames.first().map_or(0, |f| f.t_ns);
+    let last_t = frames.last().map_or(0, |f| f.t_ns);
+    let duration_ns = last_t.saturating_sub(first_t);
+    let hz = bundle.host.clock_ticks_per_sec.max(1);
+    let page = bundle.host.page_size_bytes;
+    let arch = bundle.host.arch.as_str();
+
+    // Session start in clock ticks: the launched command's start time, if it was sampled.
+    let session_start_ticks = bundle.launched.as_ref().and_then(|l| {
+        frames
+            .iter()
+            .flat_map(|f| f.processes.iter())
+            .find(|p| p.pid == l.pid)
+            .map(|p| p.start_time_ticks)
+    });
+    let first_frame_keys: BTreeSet<ProcessKey> = frames
+        .first()
+        .map(|f| {
+            f.processes
+                .iter()
+                .map(|p| (p.pid, p.start_time_ticks))
+                .collect()
+        })
+        .unwrap_or_default();
+    let started_inside = |key: ProcessKey| match session_start_ticks {
+        Some(s) => key.1 >= s,
+        None => !first_frame_keys.contains(&key),
+    };
+
+    let mut procs: BTreeMap<ProcessKey, ProcAcc> = BTreeMap::new();
+    let mut threads: BTreeMap<(i32, u64, i32), ThreadAcc> = BTreeMap::new();
+    let mut peak_rss_bytes = 0u64;
+    let mut peak_rss_t_ns = first_t;
+    let mut max_sample_rss = 0u64;
+
+    for (fi, frame) in frames.iter().enumerate() {
+        let mut frame_rss = 0u64;
+        for p in &frame.processes {
+            let key = (p.pid, p.start_time_ticks);
+            let rss = p.rss_pages.saturating_mul(page);
+            frame_rss = frame_rss.saturating_add(rss);
+            max_sample_rss = max_sample_rss.max(rss);
+            let acc = procs.entry(key).or_insert_with(|| ProcAcc {
+                ppid: p.ppid,
+                first_frame: fi,
+                in_session: started_inside(key),
+                ..ProcAcc::default()
+            });
+            let zero = acc.in_session;
+            acc.comm = p.comm.clone();
+            acc.last_frame = fi;
+            acc.frames += 1;
+            acc.cpu
+                .push(p.utime_ticks.saturating_add(p.stime_ticks), zero);
+            if let Some(io) = p.io {
+                acc.io_visible = true;
+                acc.read.push(io.read_bytes, zero);
+                acc.write.push(io.write_bytes, zero);
+            }
+            acc.peak_rss = acc.peak_rss.max(rss);
+            let proc_first_frame = acc.first_frame;
+            for t in &p.threads {
+                acc.threads.insert(t.tid);
+                let tacc = threads
+                    .entry((p.pid, p.start_time_ticks, t.tid))
+                    .or_insert_with(|| ThreadAcc {
+                        comm: String::new(),
+                        first_frame: fi,
+                        last_frame: fi,
+                        samples: 0,
+                        // A thread is new in the session if its process is, or if it appeared
+                        // after its process's first frame.
+                        baseline_zero: zero || fi > proc_first_frame,
+                        on_cpu: Counter::default(),
+                        runqueue: Counter::default(),
+                        has_schedstat: false,
+                        votes: [0; NUM_CLASSES],
+                        class_first: None,
+                        class_last: None,
+                        class_broken: false,
+                    });
+                tacc.comm = t.comm.clone();
+                tacc.last_frame = fi;
+                tacc.samples += 1;
+                if let Some(s) = t.schedstat {
+                    tacc.has_schedstat = true;
+                    tacc.on_cpu.push(s.on_cpu_ns, tacc.baseline_zero);
+                    tacc.runqueue.push(s.runqueue_ns, tacc.baseline_zero);
+                }
+                match sample_class(arch, &t.state, t.syscall_nr) {
+                    Some(class) => tacc.votes[class.id() as usize] += 1,
+                    None => tacc.votes[LatencyClass::OnCpu.id() as usize] += 1,
+                }
+                if let Some(c) = t.class_ns {
+                    if tacc.class_first.is_none() {
+                        tacc.class_first = Some(c);
+                    }
+                    if let Some(prev) = tacc.class_last {
+                        if c.checked_sub(&prev).is_none() {
+                            tacc.class_broken = true;
+                        }
+                    }
+                    tacc.class_last = Some(c);
+                }
+            }
+        }
+        if frame_rss > peak_rss_bytes {
+            peak_rss_bytes = frame_rss;
+            peak_rss_t_ns = frame.t_ns;
+        }
+    }
+
+    // Window start of a process that started inside the session: its start time when
+    // the session start in ticks is known, clamped between the frame before its first
+    // frame and its first frame; without it, the frame before its first frame.
+    let frame_t = |i: usize| frames.get(i).map_or(0, |f| f.t_ns);
+    let window_start_of_new = |first_frame: usize, start_ticks: Option<u64>| -> u64 {
+        let lo = if first_frame == 0 {
+            first_t.min(frame_t(0))
+        } else {
+            frame_t(first_frame - 1)
+        };
+        let hi = frame_t(first_frame);
+        let est = match (session_start_ticks, start_ticks) {
+            (Some(s), Some(start_ticks)) if first_frame > 0 => {
+                let ns = (start_ticks.saturating_sub(s) as u128 * 1_000_000_000u128 / hz as u128)
+                    .min(u64::MAX as u128) as u64;
+                ns.clamp(lo, hi.max(lo))
+            }
+            _ => lo,
+        };
+        est.max(lo)
+    };
+
+    // Exit events with exact class times (eBPF) complete threads that exited between
+    // snapshots, and add threads that were never in a snapshot.
+    let mut exit_classes: BTreeMap<(i32, i32), (ClassTimes, String)> = BTreeMap::new();
+    for ev in &bundle.lifecycle {
+        if ev.kind == LifecycleKind::Exit {
+            if let Some(c) = ev.class_ns {
+                exit_classes.insert((ev.pid, ev.tid), (c, ev.comm.clone()));
+            }
+        }
+    }
+
+    let mut thread_rows = Vec::new();
+    let mut proc_classes: BTreeMap<ProcessKey, ClassTimes> = BTreeMap::new();
+    let mut seen_exit: BTreeSet<(i32, i32)> = BTreeSet::new();
+    for (&(pid, start, tid), t) in &threads {
+        let proc_acc = &procs[&(pid, start)];
+        let window_start = if t.baseline_zero {
+            if t.first_frame == proc_acc.first_frame && proc_acc.in_session {
+                window_start_of_new(t.first_frame, Some(start))
+            } else {
+                window_start_of_new(t.first_frame, None)
+            }
+        } else {
+            frame_t(t.first_frame)
+        };
+        let window_end = frame_t(t.last_frame).max(window_start);
+        let exit = exit_classes.get(&(pid, tid)).map(|(c, _)| *c);
+        let (classes, exact) = if let (Some(first), Some(last), false) =
+            (t.class_first, t.class_last, t.class_broken)
+        {
+            let last = match exit {
+                Some(e) if e.checked_sub(&last).is_some() => {
+                    seen_exit.insert((pid, tid));
+                    e
+                }
+                _ => last,
+            };
+            let c = if t.baseline_zero {
+                last
+            } else {
+                last.checked_sub(&first).unwrap_or_default()
+            };
+            (c, true)
+        } else {
+            (
+                estimate_classes(
+                    window_end - window_start,
+                    t.on_cpu.total,
+                    t.runqueue.total,
+                    t.has_schedstat,
+                    &t.votes,
+                ),
+                false,
+            )
+        };
+        let wall_ns = classes.total_ns();
+        let pc = proc_classes.entry((pid, start)).or_default();
+        *pc = pc.saturating_add(&classes);
+        thread_rows.push(ThreadRow {
+            pid,
+            process_start_time_ticks: start,
+            tid,
+            comm: t.comm.clone(),
+            window_start_ns: window_start,
+            window_end_ns: window_end,
+            wall_ns,
+            classes,
+            exact,
+            samples: t.samples,
+        });
+    }
+
+    // Lifecycle-only processes (eBPF): pids in events that never appeared in a frame.
+    let frame_pids: BTreeSet<i32> = procs.keys().map(|k| k.0).collect();
+    let mut lifecycle_only: BTreeMap<i32, (i32, String, u64, u64)> = BTreeMap::new();
+    for ev in &bundle.lifecycle {
+        if frame_pids.contains(&ev.pid) {
+            continue;
+        }
+        let e = lifecycle_only
+            .entry(ev.pid)
+            .or_insert_with(|| (ev.ppid, ev.comm.clone(), ev.t_ns, ev.t_ns));
+        if ev.kind != LifecycleKind::Fork || e.1.is_empty() {
+            e.1 = ev.comm.clone();
+        }
+        e.2 = e.2.min(ev.t_ns);
+        e.3 = e.3.max(ev.t_ns);
+    }
+    // Exact classes of threads that exited without ever being in a snapshot.
+    for (&(pid, tid), (c, comm)) in &exit_classes {
+        let in_frames = threads.keys().any(|&(p, _, t)| p == pid && t == tid);
+        if in_frames || seen_exit.contains(&(pid, tid)) {
+            continue;
+        }
+        let start = if frame_pids.contains(&pid) {
+            procs
+                .keys()
+                .filter(|k| k.0 == pid)
+                .map(|k| k.1)
+                .next_back()
+                .unwrap_or(0)
+        } else {
+            0
+        };
+        let pc = proc_classes.entry((pid, start)).or_default();
+        *pc = pc.saturating_add(c);
+        let end = bundle
+            .lifecycle
+            .iter()
+            .filter(|e| e.pid == pid && e.tid == tid && e.kind == LifecycleKind::Exit)
+            .map(|e| e.t_ns)
+            .next_back()
+            .unwrap_or(last_t);
+        thread_rows.push(ThreadRow {
+            pid,
+            process_start_time_ticks: start,
+            tid,
+            comm: comm.clone(),
+            window_start_ns: end.saturating_sub(c.total_ns()),
+            window_end_ns: end,
+            wall_ns: c.total_ns(),
+            classes: *c,
+            exact: true,
+            samples: 0,
+        });
+    }
+    thread_rows.sort_by_key(|t| (t.pid, t.process_start_time_ticks, t.tid));
+
+    let mut latency_classes = ClassTimes::default();
+    for t in &thread_rows {
+        latency_classes = latency_classes.saturating_add(&t.classes);
+    }
+
+    // Process rows.
+    let mut processes: Vec<ProcessRow> = procs
+        .iter()
+        .map(|(&(pid, start), a)| ProcessRow {
+            pid,
+            ppid: a.ppid,
+            comm: a.comm.clone(),
+            start_time_ticks: start,
+            started_in_session: a.in_session,
+            first_seen_ns: frame_t(a.first_frame),
+            last_seen_ns: frame_t(a.last_frame),
+            frames: a.frames,
+            cpu_seconds: a.cpu.total as f64 / hz as f64,
+            peak_rss_bytes: a.peak_rss,
+            read_bytes: a.read.total,
+            write_bytes: a.write.total,
+            io_visible: a.io_visible,
+            classes: proc_classes.get(&(pid, start)).copied().unwrap_or_default(),
+            threads: a.threads.len() as u64,
+        })
+        .collect();
+    for (&pid, (ppid, comm, first, last)) in &lifecycle_only {
+        let threads_seen = exit_classes.keys().filter(|k| k.0 == pid).count() as u64;
+        processes.push(ProcessRow {
+            pid,
+            ppid: *ppid,
+            comm: comm.clone(),
+            start_time_ticks: 0,
+            started_in_session: true,
+            first_seen_ns: *first,
+            last_seen_ns: *last,
+            frames: 0,
+            cpu_seconds: 0.0,
+            peak_rss_bytes: 0,
+            read_bytes: 0,
+            write_bytes: 0,
+            io_visible: false,
+            classes: proc_classes.get(&(pid, 0)).copied().unwrap_or_default(),
+            threads: threads_seen,
+        });
+    }
+    processes.sort_by_key(|p| (p.first_seen_ns, p.pid, p.start_time_ticks));
+
+    let sampled_ticks = procs
+        .values()
+        .fold(0u64, |a, p| a.saturating_add(p.cpu.total));
+    let sampled_cpu_seconds = sampled_ticks as f64 / hz as f64;
+    let rusage = bundle.launched.as_ref().and_then(|l| l.rusage);
+    let (cpu_seconds, cpu_source, cpu_coverage) = match rusage {
+        Some(r) => {
+            let exact = r.user_us.saturating_add(r.system_us) as f64 / 1e6;
+            let coverage = if exact > 0.0 {
+                Some(sampled_cpu_seconds / exact)
+            } else {
+                None
+            };
+            (exact, CpuSource::Rusage, coverage)
+        }
+        None => (sampled_cpu_seconds, CpuSource::Samples, None),
+    };
+    let (max_single_rss_bytes, max_single_rss_source) = match rusage {
+        Some(r) => (r.max_rss_kib.saturating_mul(1024), RssSource::Rusage),
+        None => (max_sample_rss, RssSource::Samples),
+    };
+
+    let read_bytes = procs
+        .values()
+        .fold(0u64, |a, p| a.saturating_add(p.read.total));
+    let write_bytes = procs
+        .values()
+        .fold(0u64, |a, p| a.saturating_add(p.write.total));
+    let processes_without_io = procs.values().filter(|p| !p.io_visible).count() as u64;
+
+    let tree = build_tree(&processes);
+
+    Analysis {
+        label: bundle.label.clone(),
+        backend: bundle.backend,
+        replayed_from: bundle.replayed_from.clone(),
+        interval_ms: bundle.interval_ms,
+        duration_ns,
+        duration_ms: duration_ns as f64 / 1e6,
+        frames: frames.len() as u64,
+        frame_cap: bundle.frame_cap,
+        distinct_pids: (procs.len() + lifecycle_only.len()) as u64,
+        cpu_seconds,
+        cpu_source,
+        sampled_cpu_seconds,
+        cpu_coverage,
+        peak_rss_bytes,
+        peak_rss_t_ns,
+        max_single_rss_bytes,
+        max_single_rss_source,
+        read_bytes,
+        write_bytes,
+        processes_without_io,
+        latency_classes,
+        latency_classes_exact: bundle.backend.latency_classes_exact(),
+        events_lost: bundle.events_lost,
+        syscalls: aggregate_syscalls(bundle),
+        histogram_relative_error: kernelkite_common::hist::MIDPOINT_RELATIVE_ERROR,
+        processes,
+        threads: thread_rows,
+        tree,
+        network: network_totals(bundle),
+        launched: bundle.launched.as_ref().map(|l| LaunchedSummary {
+            argv: l.argv.clone(),
+            pid: l.pid,
+            exit_code: l.exit_code,
+            signal: l.signal,
+        }),
+    }
+}
+
+/// The /proc estimate of one thread's classes over a window of `window_ns`.
+///
+/// `on_cpu` and `runqueue` are the schedstat deltas (exact). The rest of the wall time,
+/// `max(0, window − on_cpu − runqueue)`, is split among the four sleep classes in
+/// proportion to `votes` (one per off-CPU sample, see [`sample_class`]); integer
+/// rounding leftovers go to the class with the most votes (ties: lowest class id); with
+/// no off-CPU vote the remainder is `unknown_wait`. Without schedstat, running samples
+/// (`votes[on_cpu]`) take part in the split as `on_cpu`. The six classes add up to
+/// `max(window, on_cpu + runqueue)`.
+pub fn estimate_classes(
+    window_ns: u64,
+    on_cpu_ns: u64,
+    runqueue_ns: u64,
+    has_schedstat: bool,
+    votes: &[u64; NUM_CLASSES],
+) -> ClassTimes {
+    let mut out = [0u64; NUM_CLASSES];
+    let remainder;
+    let mut weights = *votes;
+    weights[LatencyClass::Runqueue.id() as usize] = 0;
+    if has_schedstat {
+        out[LatencyClass::OnCpu.id() as usize] = on_cpu_ns;
+        out[LatencyClass::Runqueue.id() as usize] = runqueue_ns;
+        remainder = window_ns.saturating_sub(on_cpu_ns.saturating_add(runqueue_ns));
+        weights[LatencyClass::OnCpu.id() as usize] = 0;
+    } else {
+        remainder = window_ns;
+    }
+    let total_votes: u64 = weights.iter().sum();
+    if total_votes == 0 {
+        out[LatencyClass::UnknownWait.id() as usize] += remainder;
+        return ClassTimes::from_array(out);
+    }
+    let mut given = 0u64;
+    for i in 0..NUM_CLASSES {
+        let share = (remainder as u128 * weights[i] as u128 / total_votes as u128) as u64;
+        out[i] += share;
+        given += share;
+    }
+    let mut best = 0;
+    for i in 0..NUM_CLASSES {
+        if weights[i] > weights[best] {
+            best = i;
+        }
+    }
+    out[best] += remainder - given;
+    ClassTimes::from_array(out)
+}
+
+/// The value reported for percentile `p` (0..=100) of a histogram: the midpoint of the
+/// bucket holding rank `ceil(p/100 × count)` (at least 1), never above `max_ns`.
+/// Returns 0 for an empty histogram.
+pub fn percentile_ns(buckets: &[(u32, u64)], count: u64, max_ns: u64, p: f64) -> u64 {
+    if count == 0 {
+        return 0;
+    }
+    let rank = ((p / 100.0 * count as f64).ceil() as u64).clamp(1, count);
+    let mut seen = 0u64;
+    for &(idx, n) in buckets {
+        seen = seen.saturating_add(n);
+        if seen >= rank {
+            let idx = (idx as usize).min(NUM_BUCKETS - 1);
+            let lo = bucket_lower(idx);
+            let mid = lo + (bucket_upper(idx) - lo) / 2;
+            return mid.min(max_ns);
+        }
+    }
+    max_ns
+}
+
+fn aggregate_syscalls(bundle: &Bundle) -> Vec<SyscallStats> {
+    struct Acc {
+        processes: BTreeSet<i32>,
+        count: u64,
+        total_ns: u64,
+        max_ns: u64,
+        buckets: BTreeMap<u32, u64>,
+    }
+    let mut by_name: BTreeMap<String, Acc> = BTreeMap::new();
+    for h in &bundle.syscalls {
+        let name = if h.name.is_empty() {
+            syscall_name(&bundle.host.arch, h.nr as i64)
+                .map(str::to_string)
+                .unwrap_or_else(|| format!("syscall_{}", h.nr))
+        } else {
+            h.name.clone()
+        };
+        let a = by_name.entry(name).or_insert_with(|| Acc {
+            processes: BTreeSet::new(),
+            count: 0,
+            total_ns: 0,
+            max_ns: 0,
+            buckets: BTreeMap::new(),
+        });
+        a.processes.insert(h.pid);
+        a.total_ns = a.total_ns.saturating_add(h.total_ns);
+        a.max_ns = a.max_ns.max(h.max_ns);
+        for &(idx, n) in &h.buckets {
+            let b = a.buckets.entry(idx).or_default();
+            *b = b.saturating_add(n);
+            a.count = a.count.saturating_add(n);
+        }
+    }
+    let mut out: Vec<SyscallStats> = by_name
+        .into_iter()
+        .map(|(name, a)| {
+            let buckets: Vec<(u32, u64)> = a.buckets.into_iter().collect();
+            SyscallStats {
+                name,
+                processes: a.processes.len() as u64,
+                count: a.count,
+                total_ns: a.total_ns,
+                p50_ns: percentile_ns(&buckets, a.count, a.max_ns, 50.0),
+                p95_ns: percentile_ns(&buckets, a.count, a.max_ns, 95.0),
+                p99_ns: percentile_ns(&buckets, a.count, a.max_ns, 99.0),
+                max_ns: a.max_ns,
+            }
+        })
+        .collect();
+    out.sort_by(|a, b| {
+        b.total_ns
+            .cmp(&a.total_ns)
+            .then_with(|| a.name.cmp(&b.name))
+    });
+    out
+}
+
+fn network_totals(bundle: &Bundle) -> Option<NetworkTotals> {
+    let mut first: BTreeMap<&str, &crate::model::NetDevCounters> = BTreeMap::new();
+    let mut last: BTreeMap<&str, &crate::model::NetDevCounters> = BTreeMap::new();
+    let mut any = false;
+    for f in &bundle.frames {
+        if let Some(net) = &f.network {
+            any = true;
+            for c in net {
+                first.entry(c.interface.as_str()).or_insert(c);
+                last.insert(c.interface.as_str(), c);
+            }
+        }
+    }
+    if !any {
+        return None;
+    }
+    let interfaces: Vec<InterfaceDelta> = last
+        .iter()
+        .map(|(name, l)| {
+            let f = first[name];
+            InterfaceDelta {
+                interface: name.to_string(),
+                rx_bytes: l.rx_bytes.saturating_sub(f.rx_bytes),
+                rx_packets: l.rx_packets.saturating_sub(f.rx_packets),
+                tx_bytes: l.tx_bytes.saturating_sub(f.tx_bytes),
+                tx_packets: l.tx_packets.saturating_sub(f.tx_packets),
+            }
+        })
+        .collect();
+    let non_lo = interfaces.iter().filter(|i| i.interface != "lo");
+    let rx_bytes = non_lo
+        .clone()
+        .fold(0u64, |a, i| a.saturating_add(i.rx_bytes));
+    let tx_bytes = non_lo.fold(0u64, |a, i| a.saturating_add(i.tx_bytes));
+    Some(NetworkTotals {
+        rx_bytes,
+        tx_bytes,
+        interfaces,
+    })
+}
+
+/// Build the observed tree from process rows: a process's parent is the process with pid
+/// `ppid` that was seen no later than it (the latest such, across pid reuse); without
+/// one it is a root. Children and roots are sorted by first appearance, then pid.
+pub fn build_tree(processes: &[ProcessRow]) -> Vec<TreeNode> {
+    let mut order: Vec<usize> = (0..processes.len()).collect();
+    order.sort_by_key(|&i| {
+        let p = &processes[i];
+        (p.first_seen_ns, p.pid, p.start_time_ticks)
+    });
+    let mut parent: Vec<Option<usize>> = vec![None; processes.len()];
+    for &i in &order {
+        let child = &processes[i];
+        let mut best: Option<usize> = None;
+        for &j in &order {
+            let cand = &processes[j];
+            if j == i || cand.pid != child.ppid || cand.first_seen_ns > child.first_seen_ns {
+                continue;
+            }
+            if best.is_none_or(|b| processes[b].first_seen_ns <= cand.first_seen_ns) {
+                best = Some(j);
+            }
+        }
+        parent[i] = best;
+    }
+    // Break any cycle (impossible in real data): a node whose ancestor chain returns to
+    // itself becomes a root.
+    for i in 0..processes.len() {
+        let mut cur = parent[i];
+        let mut steps = 0;
+        while let Some(c) = cur {
+            if c == i || steps > processes.len() {
+                parent[i] = None;
+                break;
+            }
+            cur = parent[c];
+            steps += 1;
+        }
+    }
+    fn node(
+        i: usize,
+        processes: &[ProcessRow],
+        order: &[usize],
+        parent: &[Option<usize>],
+        depth: usize,
+    ) -> TreeNode {
+        let p = &processes[i];
+        let children = if depth > processes.len() {
+            Vec::new()
+        } else {
+            order
+                .iter()
+                .filter(|&&c| parent[c] == Some(i))
+                .map(|&c| node(c, processes, order, parent, depth + 1))
+                .collect()
+        };
+        TreeNode {
+            pid: p.pid,
+            ppid: p.ppid,
+            comm: p.comm.clone(),
+            start_time_ticks: p.start_time_ticks,
+            first_seen_ns: p.first_seen_ns,
+            last_seen_ns: p.last_seen_ns,
+            cpu_seconds: p.cpu_seconds,
+            peak_rss_bytes: p.peak_rss_bytes,
+            children,
+        }
+    }
+    order
+        .iter()
+        .filter(|&&i| parent[i].is_none())
+        .map(|&i| node(i, processes, &order, &parent, 0))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests;

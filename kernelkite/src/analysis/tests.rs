@@ -1,0 +1,447 @@
+use super::*;
+use crate::model::*;
+
+fn host() -> HostConstants {
+    HostConstants {
+        clock_ticks_per_sec: 100,
+        page_size_bytes: 4096,
+        num_cpus: 4,
+        kernel_release: None,
+        arch: "x86_64".into(),
+    }
+}
+
+fn proc_(pid: i32, ppid: i32, start: u64, cpu: u64, rss: u64, rd: u64, wr: u64) -> ProcessSample {
+    ProcessSample {
+        pid,
+        ppid,
+        comm: format!("p{pid}"),
+        state: "S".into(),
+        start_time_ticks: start,
+        utime_ticks: cpu,
+        stime_ticks: 0,
+        cutime_ticks: 0,
+        cstime_ticks: 0,
+        rss_pages: rss,
+        num_threads: 1,
+        io: Some(IoCounters {
+            read_bytes: rd,
+            write_bytes: wr,
+            ..IoCounters::default()
+        }),
+        threads: Vec::new(),
+    }
+}
+
+fn thread(tid: i32, state: &str, on: u64, rq: u64, nr: Option<i64>) -> ThreadSample {
+    ThreadSample {
+        tid,
+        comm: format!("t{tid}"),
+        state: state.into(),
+        schedstat: Some(Schedstat {
+            on_cpu_ns: on,
+            runqueue_ns: rq,
+            timeslices: 0,
+        }),
+        syscall_nr: nr,
+        class_ns: None,
+    }
+}
+
+fn frame(t_ms: u64, processes: Vec<ProcessSample>) -> Frame {
+    Frame {
+        t_ns: t_ms * 1_000_000,
+        processes,
+        network: None,
+    }
+}
+
+fn bundle(frames: Vec<Frame>) -> Bundle {
+    let mut b = Bundle::new(Backend::Proc, host(), 100);
+    b.frames = frames;
+    b
+}
+
+#[test]
+fn empty_bundle_does_not_panic() {
+    let a = analyze(&bundle(Vec::new()));
+    assert_eq!(a.frames, 0);
+    assert_eq!(a.duration_ns, 0);
+    assert_eq!(a.distinct_pids, 0);
+    assert!(a.tree.is_empty());
+}
+
+#[test]
+fn baselines_follow_the_session_start_rule() {
+    // No launched command: processes in the first frame pre-existed (baseline = first
+    // sample); process 20 appears later (baseline 0).
+    let b = bundle(vec![
+        frame(0, vec![proc_(10, 1, 50, 100, 10, 1000, 500)]),
+        frame(
+            100,
+            vec![
+                proc_(10, 1, 50, 110, 20, 1500, 700),
+                proc_(20, 10, 900, 5, 5, 300, 0),
+            ],
+        ),
+        frame(
+            200,
+            vec![
+                proc_(10, 1, 50, 130, 15, 2000, 900),
+                proc_(20, 10, 900, 9, 30, 400, 100),
+            ],
+        ),
+    ]);
+    let a = analyze(&b);
+    assert_eq!(a.duration_ns, 200_000_000);
+    assert_eq!(a.duration_ms, 200.0);
+    assert_eq!(a.distinct_pids, 2);
+    // (130 - 100) + 9 ticks = 39 ticks = 0.39 s
+    assert!((a.cpu_seconds - 0.39).abs() < 1e-12);
+    assert_eq!(a.cpu_source, CpuSource::Samples);
+    assert_eq!(a.cpu_coverage, None);
+    assert_eq!(a.read_bytes, 1000 + 400);
+    assert_eq!(a.write_bytes, 400 + 100);
+    // Frame 2: 15 + 30 pages; frame 1: 25 pages.
+    assert_eq!(a.peak_rss_bytes, 45 * 4096);
+    assert_eq!(a.peak_rss_t_ns, 200_000_000);
+    assert_eq!(a.max_single_rss_bytes, 30 * 4096);
+    assert_eq!(a.max_single_rss_source, RssSource::Samples);
+    assert!(a.process(20, 900).unwrap().started_in_session);
+    assert!(!a.process(10, 50).unwrap().started_in_session);
+}
+
+#[test]
+fn launched_command_sets_session_start_and_rusage_is_exact() {
+    let mut b = bundle(vec![
+        frame(0, vec![proc_(10, 1, 500, 3, 10, 100, 0)]),
+        frame(
+            100,
+            vec![
+                proc_(10, 1, 500, 10, 10, 200, 0),
+                proc_(11, 10, 505, 4, 10, 0, 0),
+            ],
+        ),
+    ]);
+    b.launched = Some(LaunchedCommand {
+        argv: vec!["x".into()],
+        pid: 10,
+        exit_code: Some(0),
+        signal: None,
+        rusage: Some(Rusage {
+            user_us: 150_000,
+            system_us: 50_000,
+            max_rss_kib: 64,
+            ..Rusage::default()
+        }),
+    });
+    let a = analyze(&b);
+    // Launched process started at the session start: baseline 0.
+    assert!((a.sampled_cpu_seconds - 0.14).abs() < 1e-12);
+    assert!((a.cpu_seconds - 0.2).abs() < 1e-12);
+    assert_eq!(a.cpu_source, CpuSource::Rusage);
+    assert!((a.cpu_coverage.unwrap() - 0.7).abs() < 1e-12);
+    assert_eq!(a.max_single_rss_bytes, 64 * 1024);
+    assert_eq!(a.read_bytes, 200);
+}
+
+#[test]
+fn counters_going_backwards_never_underflow() {
+    let b = bundle(vec![
+        frame(0, vec![proc_(10, 1, 50, 100, 10, 1000, 500)]),
+        frame(100, vec![proc_(10, 1, 50, 40, 10, 10, 0)]),
+        frame(200, vec![proc_(10, 1, 50, 45, 10, 20, 5)]),
+    ]);
+    let a = analyze(&b);
+    assert!((a.cpu_seconds - 0.05).abs() < 1e-12);
+    assert_eq!(a.read_bytes, 10);
+    assert_eq!(a.write_bytes, 5);
+}
+
+#[test]
+fn unsorted_times_do_not_panic() {
+    let b = bundle(vec![
+        frame(200, vec![proc_(1, 0, 1, 5, 1, 0, 0)]),
+        frame(100, vec![]),
+    ]);
+    let a = analyze(&b);
+    assert_eq!(a.duration_ns, 0);
+}
+
+#[test]
+fn proc_estimate_splits_the_remainder_by_votes_and_adds_up() {
+    // One thread, pre-existing, sampled 5 times over 400 ms.
+    let mut frames = Vec::new();
+    let states = [
+        ("R", None),
+        ("S", Some(0)),   // read → io_wait
+        ("S", Some(202)), // futex → lock_wait
+        ("S", Some(202)),
+        ("S", Some(-1)), // unknown_wait
+    ];
+    for (i, (st, nr)) in states.iter().enumerate() {
+        let mut p = proc_(10, 1, 50, i as u64, 1, 0, 0);
+        p.threads = vec![thread(
+            10,
+            st,
+            1_000_000 + i as u64 * 50_000_000,
+            i as u64 * 10_000_000,
+            *nr,
+        )];
+        frames.push(frame(i as u64 * 100, vec![p]));
+    }
+    let a = analyze(&bundle(frames));
+    let t = &a.threads[0];
+    assert!(!t.exact);
+    assert_eq!(t.window_start_ns, 0);
+    assert_eq!(t.window_end_ns, 400_000_000);
+    assert_eq!(t.wall_ns, 400_000_000);
+    assert_eq!(t.classes.on_cpu, 200_000_000);
+    assert_eq!(t.classes.runqueue, 40_000_000);
+    // 160 ms remainder over 4 votes: io 1, lock 2, unknown 1.
+    assert_eq!(t.classes.io_wait, 40_000_000);
+    assert_eq!(t.classes.lock_wait, 80_000_000);
+    assert_eq!(t.classes.unknown_wait, 40_000_000);
+    assert_eq!(t.classes.syscall_blocked, 0);
+    assert_eq!(t.classes.total_ns(), t.wall_ns);
+    assert_eq!(a.latency_classes, t.classes);
+    assert!(!a.latency_classes_exact);
+    assert!(a.class_is_exact(LatencyClass::OnCpu));
+    assert!(!a.class_is_exact(LatencyClass::IoWait));
+}
+
+#[test]
+fn estimate_always_adds_up_to_the_window() {
+    let cases: &[(u64, u64, u64, bool, [u64; 6])] = &[
+        (1_000, 300, 100, true, [0, 0, 1, 1, 1, 0]),
+        (1_000, 300, 100, true, [5, 0, 0, 0, 0, 0]),
+        (1_000, 900, 400, true, [0, 0, 1, 0, 0, 0]),
+        (999_999_937, 17, 3, true, [0, 0, 3, 7, 11, 13]),
+        (1_000, 0, 0, false, [2, 0, 1, 0, 0, 0]),
+        (0, 0, 0, true, [0, 0, 0, 0, 0, 0]),
+        (u64::MAX, 1, 1, true, [0, 0, u64::MAX / 4, 1, 1, 1]),
+    ];
+    for &(window, on, rq, has, votes) in cases {
+        let c = estimate_classes(window, on, rq, has, &votes);
+        let expected = if has { window.max(on + rq) } else { window };
+        assert_eq!(c.total_ns(), expected, "{window} {on} {rq} {votes:?}");
+        if has {
+            assert_eq!(c.on_cpu, on);
+            assert_eq!(c.runqueue, rq);
+        }
+    }
+}
+
+#[test]
+fn new_thread_window_starts_at_the_previous_frame() {
+    let mut p0 = proc_(10, 1, 50, 0, 1, 0, 0);
+    p0.threads = vec![thread(10, "S", 0, 0, Some(7))];
+    let mut p1 = p0.clone();
+    p1.threads = vec![
+        thread(10, "S", 0, 0, Some(7)),
+        thread(11, "R", 30_000_000, 0, None),
+    ];
+    let mut p2 = p0.clone();
+    p2.threads = vec![
+        thread(10, "S", 0, 0, Some(7)),
+        thread(11, "D", 50_000_000, 5_000_000, None),
+    ];
+    let a = analyze(&bundle(vec![
+        frame(0, vec![p0]),
+        frame(100, vec![p1]),
+        frame(200, vec![p2]),
+    ]));
+    let t11 = a.threads.iter().find(|t| t.tid == 11).unwrap();
+    assert_eq!(t11.window_start_ns, 0);
+    assert_eq!(t11.wall_ns, 200_000_000);
+    assert_eq!(t11.classes.on_cpu, 50_000_000);
+    assert_eq!(t11.classes.runqueue, 5_000_000);
+    assert_eq!(t11.classes.io_wait, 145_000_000);
+    let t10 = a.threads.iter().find(|t| t.tid == 10).unwrap();
+    assert_eq!(t10.classes.syscall_blocked, 200_000_000);
+    for t in &a.threads {
+        assert_eq!(t.classes.total_ns(), t.wall_ns);
+    }
+}
+
+#[test]
+fn ebpf_class_ns_is_exact_and_uses_exit_events() {
+    let ct = |on, io| ClassTimes {
+        on_cpu: on,
+        io_wait: io,
+        ..ClassTimes::default()
+    };
+    let mut t = thread(10, "S", 0, 0, None);
+    t.class_ns = Some(ct(100, 50));
+    let mut p0 = proc_(10, 1, 50, 0, 1, 0, 0);
+    p0.threads = vec![t.clone()];
+    let mut p1 = p0.clone();
+    p1.threads[0].class_ns = Some(ct(300, 80));
+    let mut b = bundle(vec![frame(0, vec![p0]), frame(100, vec![p1])]);
+    b.backend = Backend::Ebpf;
+    b.events_lost = Some(3);
+    b.lifecycle = vec![
+        LifecycleEvent {
+            t_ns: 150_000_000,
+            kind: LifecycleKind::Exit,
+            pid: 10,
+            tid: 10,
+            ppid: 1,
+            comm: "p10".into(),
+            exit_code: Some(0),
+            class_ns: Some(ct(350, 90)),
+        },
+        LifecycleEvent {
+            t_ns: 50_000_000,
+            kind: LifecycleKind::Fork,
+            pid: 30,
+            tid: 30,
+            ppid: 10,
+            comm: "child".into(),
+            exit_code: None,
+            class_ns: None,
+        },
+        LifecycleEvent {
+            t_ns: 60_000_000,
+            kind: LifecycleKind::Exit,
+            pid: 30,
+            tid: 30,
+            ppid: 10,
+            comm: "child".into(),
+            exit_code: Some(0),
+            class_ns: Some(ct(7, 3)),
+        },
+    ];
+    let a = analyze(&b);
+    assert!(a.latency_classes_exact);
+    assert_eq!(a.events_lost, Some(3));
+    assert_eq!(a.distinct_pids, 2);
+    let t10 = a.threads.iter().find(|t| t.tid == 10).unwrap();
+    assert!(t10.exact);
+    assert_eq!(t10.classes, ct(250, 40));
+    assert_eq!(a.latency_classes, ct(257, 43));
+    assert_eq!(a.tree.len(), 1);
+    assert_eq!(a.tree[0].children[0].pid, 30);
+}
+
+#[test]
+fn percentiles_are_bucket_midpoints_clamped_to_max() {
+    use kernelkite_common::hist::bucket_index;
+    let values = [1_000u64, 1_000, 1_000, 2_000, 50_000];
+    let mut buckets: BTreeMap<u32, u64> = BTreeMap::new();
+    for v in values {
+        *buckets.entry(bucket_index(v) as u32).or_default() += 1;
+    }
+    let b: Vec<(u32, u64)> = buckets.into_iter().collect();
+    let p50 = percentile_ns(&b, 5, 50_000, 50.0);
+    let i = bucket_index(1_000);
+    assert_eq!(
+        p50,
+        bucket_lower(i) + (bucket_upper(i) - bucket_lower(i)) / 2
+    );
+    assert!((p50 as f64 - 1000.0).abs() / 1000.0 <= 0.0625);
+    assert_eq!(
+        percentile_ns(&b, 5, 50_000, 99.0),
+        50_000.min(percentile_ns(&b, 5, u64::MAX, 99.0))
+    );
+    assert!(percentile_ns(&b, 5, 50_000, 99.0) <= 50_000);
+    assert_eq!(percentile_ns(&b, 5, 40_000, 99.0), 40_000);
+    assert_eq!(percentile_ns(&[], 0, 0, 50.0), 0);
+    assert_eq!(percentile_ns(&[(3, 2)], 2, 9, 50.0), 3);
+}
+
+#[test]
+fn syscalls_aggregate_across_pids() {
+    let mut b = bundle(vec![frame(0, vec![proc_(1, 0, 1, 0, 0, 0, 0)])]);
+    b.syscalls = vec![
+        SyscallHistogram {
+            pid: 1,
+            nr: 0,
+            name: "read".into(),
+            count: 2,
+            total_ns: 2_000,
+            max_ns: 1_100,
+            buckets: vec![(kernelkite_common::hist::bucket_index(1_000) as u32, 2)],
+        },
+        SyscallHistogram {
+            pid: 2,
+            nr: 0,
+            name: "read".into(),
+            count: 1,
+            total_ns: 9_000,
+            max_ns: 9_000,
+            buckets: vec![(kernelkite_common::hist::bucket_index(9_000) as u32, 1)],
+        },
+        SyscallHistogram {
+            pid: 2,
+            nr: 1,
+            name: "write".into(),
+            count: 1,
+            total_ns: 10,
+            max_ns: 10,
+            buckets: vec![(kernelkite_common::hist::bucket_index(10) as u32, 1)],
+        },
+    ];
+    let a = analyze(&b);
+    assert_eq!(a.syscalls.len(), 2);
+    let r = &a.syscalls[0];
+    assert_eq!(
+        (r.name.as_str(), r.count, r.total_ns, r.max_ns, r.processes),
+        ("read", 3, 11_000, 9_000, 2)
+    );
+    assert!(r.p99_ns <= 9_000 && r.p99_ns > 8_000);
+    assert!(r.p50_ns < 1_100);
+}
+
+#[test]
+fn tree_follows_ppid_and_pid_reuse() {
+    let b = bundle(vec![
+        frame(0, vec![proc_(1, 0, 10, 0, 0, 0, 0)]),
+        frame(
+            100,
+            vec![proc_(1, 0, 10, 0, 0, 0, 0), proc_(2, 1, 20, 0, 0, 0, 0)],
+        ),
+        frame(
+            200,
+            vec![proc_(1, 0, 10, 0, 0, 0, 0), proc_(3, 2, 30, 0, 0, 0, 0)],
+        ),
+        frame(
+            300,
+            vec![proc_(2, 1, 40, 0, 0, 0, 0), proc_(3, 2, 30, 0, 0, 0, 0)],
+        ),
+    ]);
+    let a = analyze(&b);
+    assert_eq!(a.distinct_pids, 4);
+    assert_eq!(a.tree.len(), 1);
+    let root = &a.tree[0];
+    assert_eq!(root.pid, 1);
+    assert_eq!(
+        root.children
+            .iter()
+            .map(|c| c.start_time_ticks)
+            .collect::<Vec<_>>(),
+        vec![20, 40]
+    );
+    assert_eq!(root.children[0].children[0].pid, 3);
+    assert!(root.children[1].children.is_empty());
+}
+
+#[test]
+fn network_is_host_wide_delta_without_loopback() {
+    let nd = |name: &str, rx, tx| NetDevCounters {
+        interface: name.into(),
+        rx_bytes: rx,
+        rx_packets: 1,
+        tx_bytes: tx,
+        tx_packets: 1,
+    };
+    let mut f0 = frame(0, vec![]);
+    f0.network = Some(vec![nd("eth0", 100, 50), nd("lo", 0, 0)]);
+    let mut f1 = frame(100, vec![]);
+    f1.network = Some(vec![nd("eth0", 1100, 80), nd("lo", 500, 500)]);
+    let a = analyze(&bundle(vec![f0, f1]));
+    let n = a.network.unwrap();
+    assert_eq!((n.rx_bytes, n.tx_bytes), (1000, 30));
+    assert_eq!(n.interfaces.len(), 2);
+    assert_eq!(analyze(&bundle(vec![frame(0, vec![])])).network, None);
+}
