@@ -1,11 +1,191 @@
-//! `kernelkite run`.
+//! `kernelkite run <bundle> -- <cmd> [args...]`: launch a command, sample it and every
+//! descendant from /proc until the whole tree has exited, write the bundle, and exit
+//! with the command's own status (128 + N when signal N killed it).
 
 use std::process::ExitCode;
 
 use anyhow::Result;
 
-use crate::cli::{RunArgs, GlobalArgs};
+use crate::cli::{GlobalArgs, RunArgs};
 
-pub fn execute(_global: &GlobalArgs, _args: &RunArgs) -> Result<ExitCode> {
-    anyhow::bail!("run is not built yet")
+pub fn execute(global: &GlobalArgs, args: &RunArgs) -> Result<ExitCode> {
+    #[cfg(target_os = "linux")]
+    {
+        linux::execute(global, args)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = (global, args);
+        anyhow::bail!("kernelkite run needs Linux")
+    }
+}
+
+#[cfg(target_os = "linux")]
+mod linux {
+    use std::collections::BTreeSet;
+    use std::fs;
+    use std::path::Path;
+    use std::process::ExitCode;
+    use std::time::{Duration, Instant};
+
+    use anyhow::{bail, Context, Result};
+
+    use crate::cli::{BackendChoice, GlobalArgs, RunArgs};
+    use crate::model::{self, Backend, Bundle, Frame, LaunchedCommand};
+    use crate::source::host::current_host;
+    use crate::source::launch::{children_rusage, give_to_user, signal_child, Exit, Launcher};
+    use crate::source::procfs::{
+        FrameRecorder, Sampler, SamplerOptions, Schedule, Scope, PROC_ROOT,
+    };
+
+    pub(super) fn execute(global: &GlobalArgs, args: &RunArgs) -> Result<ExitCode> {
+        if global.backend == BackendChoice::Ebpf {
+            bail!("the eBPF backend for run is not available yet");
+        }
+        if args.max_frames == 0 {
+            bail!("--max-frames must be at least 1");
+        }
+        check_writable(&args.bundle)?;
+        let options = SamplerOptions {
+            threads: true,
+            network: global.network,
+        };
+        let mut sampler =
+            Sampler::new(Path::new(PROC_ROOT), options).context("cannot sample /proc")?;
+        let host = current_host();
+        let mut launcher = Launcher::prepare().context("cannot prepare to launch the command")?;
+
+        let start = Instant::now();
+        let pid = launcher
+            .spawn(&args.command)
+            .with_context(|| format!("cannot run {}", args.command[0]))?;
+        let me = std::process::id() as i32;
+        let mut schedule = Schedule::new(start, Duration::from_millis(global.interval_ms));
+        let mut recorder = FrameRecorder::new(args.max_frames);
+        let mut take_frame = |recorder: &mut FrameRecorder, schedule: &Schedule| {
+            let now = Instant::now();
+            // The whole tree is below kernelkite, its subreaper; only a vanished /proc
+            // can fail here, and then the tick is skipped.
+            if let Ok(frame) = sampler.sample(Scope::DescendantsOf(me), schedule.t_ns(now)) {
+                recorder.push(frame);
+            }
+        };
+
+        take_frame(&mut recorder, &schedule);
+        loop {
+            launcher.wait_until(schedule.next_deadline());
+            if let Some(sig) = launcher.take_signal_for_orphans() {
+                signal_orphans(recorder.frames().last(), me, sig);
+            }
+            if launcher.child_exited() {
+                // Sample while the exited children are zombies: their /proc entries
+                // still hold their final counters. The root's exit is the final frame
+                // unless orphans outlive it.
+                take_frame(&mut recorder, &schedule);
+                if !launcher.reap().context("cannot wait for the command")? {
+                    break;
+                }
+                continue;
+            }
+            let now = Instant::now();
+            if now >= schedule.next_deadline() {
+                take_frame(&mut recorder, &schedule);
+                schedule.advance(now);
+            }
+        }
+        // Everything is reaped: RUSAGE_CHILDREN now covers the whole tree exactly.
+        let rusage = children_rusage();
+        let exit = launcher.exit();
+
+        let mut bundle = Bundle::new(Backend::Proc, host, global.interval_ms);
+        bundle.label = global.label.clone();
+        bundle.root_pids = vec![pid];
+        bundle.launched = Some(LaunchedCommand {
+            argv: args.command.clone(),
+            pid,
+            exit_code: match exit {
+                Some(Exit::Code(c)) => Some(c),
+                _ => None,
+            },
+            signal: match exit {
+                Some(Exit::Signal(s)) => Some(s),
+                _ => None,
+            },
+            rusage: Some(rusage),
+        });
+        let (mut frames, frame_cap) = recorder.into_parts();
+        if frames.is_empty() {
+            // Only if /proc failed every time; a bundle needs a frame.
+            frames.push(Frame {
+                t_ns: schedule.t_ns(Instant::now()),
+                processes: Vec::new(),
+                network: None,
+            });
+        }
+        bundle.frames = frames;
+        bundle.frame_cap = frame_cap;
+        bundle.events_lost = None;
+
+        model::write_bundle(&args.bundle, &bundle)
+            .with_context(|| format!("cannot write bundle {}", args.bundle.display()))?;
+        if let Some(user) = launcher.invoking_user() {
+            give_to_user(&args.bundle, user);
+        }
+        eprintln!(
+            "kernelkite: wrote {} ({} frames, {} processes)",
+            args.bundle.display(),
+            bundle.frames.len(),
+            distinct_processes(&bundle)
+        );
+        Ok(ExitCode::from(exit.map_or(1, Exit::shell_status)))
+    }
+
+    /// Fail before launching when the bundle could not be written: create and remove a
+    /// probe file beside it (the atomic write needs the directory to be writable).
+    fn check_writable(path: &Path) -> Result<()> {
+        if path.is_dir() {
+            bail!("cannot write bundle {}: it is a directory", path.display());
+        }
+        let Some(name) = path.file_name() else {
+            bail!("cannot write bundle {}: no file name", path.display());
+        };
+        let dir = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        let mut probe_name = std::ffi::OsString::from(".");
+        probe_name.push(name);
+        probe_name.push(format!(".probe-{}", std::process::id()));
+        let probe = dir.join(probe_name);
+        fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&probe)
+            .with_context(|| format!("cannot write bundle {}", path.display()))?;
+        let _ = fs::remove_file(&probe);
+        Ok(())
+    }
+
+    /// Pass a signal on to the processes that were reparented to kernelkite after the
+    /// command itself exited.
+    fn signal_orphans(last: Option<&Frame>, me: i32, sig: i32) {
+        for p in last
+            .into_iter()
+            .flat_map(|f| &f.processes)
+            .filter(|p| p.ppid == me)
+        {
+            signal_child(p.pid, sig);
+        }
+    }
+
+    /// Processes seen, counting a reused pid again.
+    fn distinct_processes(bundle: &Bundle) -> usize {
+        let set: BTreeSet<(i32, u64)> = bundle
+            .frames
+            .iter()
+            .flat_map(|f| &f.processes)
+            .map(|p| (p.pid, p.start_time_ticks))
+            .collect();
+        set.len()
+    }
 }

@@ -6,3 +6,5 @@ pub mod host;
 pub mod procfs;
 #[cfg(target_os = "linux")]
 pub mod ebpf;
+#[cfg(target_os = "linux")]
+pub mod launch;

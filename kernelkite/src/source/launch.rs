@@ -1,0 +1,450 @@
+//! Launching the command `kernelkite run` profiles, as the parent of its whole tree:
+//! kernelkite becomes a child subreaper (orphaned descendants are reparented to it),
+//! forwards SIGINT and SIGTERM to the command instead of dying from them, drops root
+//! privileges to the invoking user under sudo, reaps every descendant it inherits, and
+//! reads the tree's exact CPU from `getrusage(RUSAGE_CHILDREN)` once all are reaped.
+//!
+//! Process-wide state: signal handlers and a blocked SIGCHLD. Only one [`Launcher`] may
+//! exist per process.
+
+use std::ffi::{CStr, CString, OsString};
+use std::io;
+use std::os::unix::ffi::OsStringExt;
+use std::os::unix::process::CommandExt;
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::time::Instant;
+
+use crate::model::Rusage;
+
+/// The launched command's pid while it can receive signals; 0 before it started and
+/// once it exited (so a reused pid is never signalled).
+static COMMAND_PID: AtomicI32 = AtomicI32::new(0);
+/// A signal that arrived while there was no command to forward it to.
+static PENDING_SIGNAL: AtomicI32 = AtomicI32::new(0);
+static LAUNCHER_EXISTS: AtomicBool = AtomicBool::new(false);
+
+/// How the command ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Exit {
+    /// It called exit with this code.
+    Code(i32),
+    /// This signal killed it.
+    Signal(i32),
+}
+
+impl Exit {
+    fn from_wait_status(status: libc::c_int) -> Exit {
+        if libc::WIFSIGNALED(status) {
+            Exit::Signal(libc::WTERMSIG(status))
+        } else {
+            Exit::Code(libc::WEXITSTATUS(status))
+        }
+    }
+
+    /// The status a shell would report: the exit code, or 128 + the signal number.
+    pub fn shell_status(self) -> u8 {
+        match self {
+            Exit::Code(c) => (c & 0xff) as u8,
+            Exit::Signal(s) => (128 + s).clamp(0, 255) as u8,
+        }
+    }
+}
+
+/// The user who ran `sudo kernelkite ...`, whom the command runs as.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InvokingUser {
+    pub uid: u32,
+    pub gid: u32,
+    pub name: String,
+    pub home: Option<OsString>,
+    /// Supplementary groups (getgrouplist), including `gid`.
+    pub groups: Vec<u32>,
+}
+
+/// Under sudo as root (SUDO_UID and SUDO_GID set, effective uid 0): the invoking user.
+pub fn invoking_user() -> io::Result<Option<InvokingUser>> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Ok(None);
+    }
+    let parse = |var: &str| {
+        std::env::var(var)
+            .ok()
+            .and_then(|v| v.trim().parse::<u32>().ok())
+    };
+    let (Some(uid), Some(gid)) = (parse("SUDO_UID"), parse("SUDO_GID")) else {
+        return Ok(None);
+    };
+    let (name, home) = passwd_entry(uid)?
+        .unwrap_or_else(|| (std::env::var("SUDO_USER").unwrap_or_default(), None));
+    let groups = if name.is_empty() {
+        vec![gid]
+    } else {
+        group_list(&name, gid)?
+    };
+    Ok(Some(InvokingUser {
+        uid,
+        gid,
+        name,
+        home,
+        groups,
+    }))
+}
+
+fn passwd_entry(uid: u32) -> io::Result<Option<(String, Option<OsString>)>> {
+    let mut buf = vec![0u8; 4096];
+    loop {
+        // SAFETY: all-zero is a valid passwd (null pointers); getpwuid_r fills it from buf.
+        let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
+        let mut result: *mut libc::passwd = std::ptr::null_mut();
+        // SAFETY: buf outlives the call and its length is passed; result is checked.
+        let rc = unsafe {
+            libc::getpwuid_r(
+                uid,
+                &mut pwd,
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                &mut result,
+            )
+        };
+        if rc == libc::ERANGE && buf.len() < 1 << 20 {
+            buf.resize(buf.len() * 2, 0);
+            continue;
+        }
+        if rc != 0 {
+            return Err(io::Error::from_raw_os_error(rc));
+        }
+        if result.is_null() {
+            return Ok(None);
+        }
+        // SAFETY: on success pw_name and pw_dir point to NUL-terminated strings in buf.
+        let name = unsafe { CStr::from_ptr(pwd.pw_name) }
+            .to_string_lossy()
+            .into_owned();
+        let home = (!pwd.pw_dir.is_null())
+            .then(|| OsString::from_vec(unsafe { CStr::from_ptr(pwd.pw_dir) }.to_bytes().to_vec()));
+        return Ok(Some((name, home)));
+    }
+}
+
+fn group_list(name: &str, gid: u32) -> io::Result<Vec<u32>> {
+    let c_name = CString::new(name)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "user name has a NUL"))?;
+    let mut groups: Vec<libc::gid_t> = vec![0; 64];
+    loop {
+        let mut n = groups.len() as libc::c_int;
+        // SAFETY: groups has room for n entries; getgrouplist updates n.
+        let rc = unsafe { libc::getgrouplist(c_name.as_ptr(), gid, groups.as_mut_ptr(), &mut n) };
+        if rc >= 0 {
+            groups.truncate(n.max(0) as usize);
+            return Ok(groups);
+        }
+        // Too small: n now holds the needed size.
+        let needed = (n.max(0) as usize).max(groups.len() * 2);
+        if needed > 65_536 {
+            return Err(io::Error::other("getgrouplist: too many groups"));
+        }
+        groups.resize(needed, 0);
+    }
+}
+
+/// The parent side of a launched command and everything below it.
+#[derive(Debug)]
+pub struct Launcher {
+    pid: Option<i32>,
+    exit: Option<Exit>,
+    user: Option<InvokingUser>,
+    chld: libc::sigset_t,
+}
+
+impl Launcher {
+    /// Make this process a subreaper, install the SIGINT/SIGTERM forwarders and block
+    /// SIGCHLD (it is waited for with a timeout). Call before spawning.
+    pub fn prepare() -> io::Result<Launcher> {
+        if LAUNCHER_EXISTS.swap(true, Ordering::SeqCst) {
+            return Err(io::Error::other(
+                "only one command can be launched per process",
+            ));
+        }
+        // SAFETY: prctl with PR_SET_CHILD_SUBREAPER takes one integer argument.
+        if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1 as libc::c_ulong, 0, 0, 0) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: sigset operations on a local set; sigaction with a valid handler.
+        let chld = unsafe {
+            // An inherited SIG_IGN for SIGCHLD would make the kernel reap children itself
+            // and lose their rusage.
+            libc::signal(libc::SIGCHLD, libc::SIG_DFL);
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, libc::SIGCHLD);
+            let rc = libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+            if rc != 0 {
+                return Err(io::Error::from_raw_os_error(rc));
+            }
+            for sig in [libc::SIGINT, libc::SIGTERM] {
+                let mut action: libc::sigaction = std::mem::zeroed();
+                action.sa_sigaction = forward_signal as *const () as libc::sighandler_t;
+                action.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+                libc::sigemptyset(&mut action.sa_mask);
+                if libc::sigaction(sig, &action, std::ptr::null_mut()) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+            }
+            set
+        };
+        Ok(Launcher {
+            pid: None,
+            exit: None,
+            user: invoking_user()?,
+            chld,
+        })
+    }
+
+    /// The user the command runs as under sudo.
+    pub fn invoking_user(&self) -> Option<&InvokingUser> {
+        self.user.as_ref()
+    }
+
+    /// Start the command. Under sudo it runs as the invoking user, with their groups,
+    /// HOME, USER and LOGNAME.
+    pub fn spawn(&mut self, argv: &[String]) -> io::Result<i32> {
+        let (program, args) = argv
+            .split_first()
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no command given"))?;
+        if self.pid.is_some() {
+            return Err(io::Error::other("the command was already launched"));
+        }
+        let mut cmd = Command::new(program);
+        cmd.args(args);
+        if let Some(user) = &self.user {
+            if let Some(home) = &user.home {
+                cmd.env("HOME", home);
+            }
+            if !user.name.is_empty() {
+                cmd.env("USER", &user.name).env("LOGNAME", &user.name);
+            }
+            let (uid, gid, groups) = (user.uid, user.gid, user.groups.clone());
+            // SAFETY: the hook only makes async-signal-safe system calls on data prepared
+            // before fork.
+            unsafe {
+                cmd.pre_exec(move || {
+                    if libc::setgroups(groups.len(), groups.as_ptr()) != 0
+                        || libc::setgid(gid) != 0
+                        || libc::setuid(uid) != 0
+                    {
+                        return Err(io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
+        let child = cmd.spawn()?;
+        let pid = child.id() as i32;
+        // Reaped through waitpid below, not through `child`; dropping it neither waits
+        // nor kills.
+        drop(child);
+        self.pid = Some(pid);
+        COMMAND_PID.store(pid, Ordering::SeqCst);
+        // A signal that came in before the command existed is for it.
+        let pending = PENDING_SIGNAL.swap(0, Ordering::SeqCst);
+        if pending != 0 {
+            // SAFETY: kill has no memory-safety preconditions; pid is our unreaped child.
+            unsafe { libc::kill(pid, pending) };
+        }
+        Ok(pid)
+    }
+
+    /// The launched command's pid.
+    pub fn pid(&self) -> Option<i32> {
+        self.pid
+    }
+
+    /// How the command ended, once it was reaped.
+    pub fn exit(&self) -> Option<Exit> {
+        self.exit
+    }
+
+    /// Sleep until `deadline`, or less when a child changed state or a signal arrived.
+    pub fn wait_until(&self, deadline: Instant) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return;
+        }
+        let timeout = libc::timespec {
+            tv_sec: left.as_secs().min(i32::MAX as u64) as libc::time_t,
+            tv_nsec: left.subsec_nanos() as libc::c_long,
+        };
+        // SAFETY: chld is an initialized set; a null siginfo is allowed. EAGAIN (timeout)
+        // and EINTR (a forwarded signal) both just return.
+        unsafe { libc::sigtimedwait(&self.chld, std::ptr::null_mut(), &timeout) };
+    }
+
+    /// Whether some child has exited and is not reaped yet (its /proc entry, with its
+    /// final counters, is still there).
+    pub fn child_exited(&self) -> bool {
+        // SAFETY: waitid fills info; WNOWAIT leaves the child unreaped.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        let rc = unsafe {
+            libc::waitid(
+                libc::P_ALL,
+                0,
+                &mut info,
+                libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+            )
+        };
+        // SAFETY: si_pid is valid to read after waitid succeeded (0 when none exited).
+        rc == 0 && unsafe { info.si_pid() } != 0
+    }
+
+    /// Reap every child that has exited. Returns whether any child is still alive.
+    pub fn reap(&mut self) -> io::Result<bool> {
+        if let (Some(pid), None) = (self.pid, self.exit) {
+            // Stop forwarding to the command before its pid can be reused.
+            if exited_unreaped(pid) {
+                COMMAND_PID.store(0, Ordering::SeqCst);
+                let mut status = 0;
+                // SAFETY: status is a valid out pointer; a null rusage is allowed.
+                let rc = unsafe { libc::wait4(pid, &mut status, 0, std::ptr::null_mut()) };
+                if rc == pid {
+                    self.exit = Some(Exit::from_wait_status(status));
+                }
+            }
+        }
+        loop {
+            let mut status = 0;
+            // SAFETY: as above.
+            let rc = unsafe { libc::wait4(-1, &mut status, libc::WNOHANG, std::ptr::null_mut()) };
+            if rc > 0 {
+                continue;
+            }
+            if rc == 0 {
+                return Ok(true);
+            }
+            let err = io::Error::last_os_error();
+            match err.raw_os_error() {
+                Some(libc::EINTR) => continue,
+                Some(libc::ECHILD) => return Ok(false),
+                _ => return Err(err),
+            }
+        }
+    }
+
+    /// A SIGINT or SIGTERM that arrived after the command exited, for the orphans it
+    /// left behind (taken once).
+    pub fn take_signal_for_orphans(&self) -> Option<i32> {
+        // Before the launch, a pending signal is for the command (see `spawn`).
+        self.pid?;
+        match PENDING_SIGNAL.swap(0, Ordering::SeqCst) {
+            0 => None,
+            sig => Some(sig),
+        }
+    }
+}
+
+/// Send `sig` to `pid` only if it is still an unreaped child of this process, so a pid
+/// reused since some earlier sample is never hit.
+pub fn signal_child(pid: i32, sig: i32) {
+    // SAFETY: as in child_exited; WNOWAIT with every state leaves the child untouched.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    let flags = libc::WEXITED | libc::WSTOPPED | libc::WCONTINUED | libc::WNOHANG | libc::WNOWAIT;
+    if unsafe { libc::waitid(libc::P_PID, pid as libc::id_t, &mut info, flags) } == 0 {
+        // SAFETY: kill has no memory-safety preconditions.
+        unsafe { libc::kill(pid, sig) };
+    }
+}
+
+fn exited_unreaped(pid: i32) -> bool {
+    // SAFETY: as in child_exited.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    let rc = unsafe {
+        libc::waitid(
+            libc::P_PID,
+            pid as libc::id_t,
+            &mut info,
+            libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+        )
+    };
+    rc == 0 && unsafe { info.si_pid() } == pid
+}
+
+/// The handler for SIGINT and SIGTERM: pass the signal on to the command. A Ctrl-C
+/// typed at the terminal was already delivered by the kernel to every process of the
+/// foreground group, so it is only passed on when the command left that group.
+extern "C" fn forward_signal(
+    sig: libc::c_int,
+    info: *mut libc::siginfo_t,
+    _ctx: *mut libc::c_void,
+) {
+    // SAFETY: only async-signal-safe calls; errno is saved and restored.
+    unsafe {
+        let errno = *libc::__errno_location();
+        let pid = COMMAND_PID.load(Ordering::SeqCst);
+        if pid > 0 {
+            let from_terminal = !info.is_null() && (*info).si_code == libc::SI_KERNEL;
+            if !from_terminal || libc::getpgid(pid) != libc::getpgrp() {
+                libc::kill(pid, sig);
+            }
+        } else {
+            PENDING_SIGNAL.store(sig, Ordering::SeqCst);
+        }
+        *libc::__errno_location() = errno;
+    }
+}
+
+/// `getrusage(RUSAGE_CHILDREN)`: every reaped descendant whose parent waited for it.
+pub fn children_rusage() -> Rusage {
+    // SAFETY: getrusage fills the zeroed struct.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru) };
+    let us = |tv: libc::timeval| (tv.tv_sec.max(0) as u64) * 1_000_000 + tv.tv_usec.max(0) as u64;
+    let n = |v: libc::c_long| v.max(0) as u64;
+    Rusage {
+        user_us: us(ru.ru_utime),
+        system_us: us(ru.ru_stime),
+        max_rss_kib: n(ru.ru_maxrss),
+        minor_faults: n(ru.ru_minflt),
+        major_faults: n(ru.ru_majflt),
+        voluntary_switches: n(ru.ru_nvcsw),
+        involuntary_switches: n(ru.ru_nivcsw),
+    }
+}
+
+/// Hand a file written as root back to the invoking user (best effort).
+pub fn give_to_user(path: &std::path::Path, user: &InvokingUser) {
+    use std::os::unix::ffi::OsStrExt;
+    if let Ok(c_path) = CString::new(path.as_os_str().as_bytes()) {
+        // SAFETY: c_path is NUL-terminated.
+        unsafe { libc::chown(c_path.as_ptr(), user.uid, user.gid) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shell_status() {
+        assert_eq!(Exit::Code(0).shell_status(), 0);
+        assert_eq!(Exit::Code(7).shell_status(), 7);
+        assert_eq!(Exit::Signal(libc::SIGINT).shell_status(), 130);
+        assert_eq!(Exit::Signal(libc::SIGKILL).shell_status(), 137);
+    }
+
+    #[test]
+    fn wait_status_decoding() {
+        // Encoded as the kernel does: code << 8 for exits, the signal in the low bits.
+        assert_eq!(Exit::from_wait_status(3 << 8), Exit::Code(3));
+        assert_eq!(
+            Exit::from_wait_status(libc::SIGTERM),
+            Exit::Signal(libc::SIGTERM)
+        );
+    }
+
+    #[test]
+    fn group_list_includes_the_primary_group() {
+        let groups = group_list("root", 0).unwrap();
+        assert!(groups.contains(&0), "{groups:?}");
+    }
+}

@@ -1,1 +1,0 @@
-//! /proc sampler (see issue: foundation).

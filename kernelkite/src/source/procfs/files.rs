@@ -1,0 +1,216 @@
+//! The sampler's one door to the kernel: reads of files under a procfs root (normally
+//! `/proc`, a synthetic tree in tests). Every path is opened relative to a directory fd
+//! held open for the sampler's life, into buffers reused across ticks, so a tick costs
+//! open + read + close per file and no allocation once the buffers have grown.
+
+use std::ffi::CString;
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+/// An open procfs root.
+#[derive(Debug)]
+pub(crate) struct ProcDir {
+    path: PathBuf,
+    fd: OwnedFd,
+    /// Reused NUL-terminated relative path.
+    name: Vec<u8>,
+}
+
+impl ProcDir {
+    pub(crate) fn open(path: &Path) -> io::Result<ProcDir> {
+        let c_path = CString::new(path.as_os_str().as_bytes()).map_err(|_| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "procfs root contains a NUL byte",
+            )
+        })?;
+        // SAFETY: c_path is a valid NUL-terminated string; the fd is checked below.
+        let fd = unsafe {
+            libc::open(
+                c_path.as_ptr(),
+                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            let err = io::Error::last_os_error();
+            return Err(io::Error::new(
+                err.kind(),
+                format!("cannot open {}: {err}", path.display()),
+            ));
+        }
+        Ok(ProcDir {
+            path: path.to_path_buf(),
+            // SAFETY: fd is a freshly opened descriptor nobody else owns.
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+            name: Vec::with_capacity(64),
+        })
+    }
+
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Read the whole file at `rel` (relative to the root) into `buf`, replacing its
+    /// contents.
+    pub(crate) fn read(
+        &mut self,
+        rel: std::fmt::Arguments<'_>,
+        buf: &mut Vec<u8>,
+    ) -> io::Result<()> {
+        let mut file = self.open_at(rel, libc::O_RDONLY)?;
+        buf.clear();
+        loop {
+            if buf.capacity() - buf.len() < 1024 {
+                buf.reserve(4096);
+            }
+            let spare = buf.capacity() - buf.len();
+            let start = buf.len();
+            buf.resize(buf.capacity(), 0);
+            let n = match file.read(&mut buf[start..]) {
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {
+                    buf.truncate(start);
+                    continue;
+                }
+                Err(e) => {
+                    buf.truncate(start);
+                    return Err(e);
+                }
+            };
+            buf.truncate(start + n);
+            // procfs seq files and regular files both return a short read only at the end,
+            // so a short read saves the extra read(2) that would return 0.
+            if n == 0 || n < spare {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Whether a directory exists at `rel`.
+    pub(crate) fn dir_exists(&mut self, rel: std::fmt::Arguments<'_>) -> bool {
+        self.open_at(rel, libc::O_RDONLY | libc::O_DIRECTORY)
+            .is_ok()
+    }
+
+    /// List the numeric entries of the directory at `rel` (pids or tids) with their inode
+    /// numbers, into `out` (cleared first).
+    pub(crate) fn list_numeric(
+        &mut self,
+        rel: std::fmt::Arguments<'_>,
+        out: &mut Vec<(i32, u64)>,
+    ) -> io::Result<()> {
+        out.clear();
+        let dir = self.open_at(rel, libc::O_RDONLY | libc::O_DIRECTORY)?;
+        // fdopendir takes ownership of the descriptor; closedir closes it.
+        let fd = OwnedFd::from(dir);
+        // SAFETY: fd is a valid open directory descriptor; ownership passes to the DIR.
+        let dirp = unsafe { libc::fdopendir(fd.as_raw_fd()) };
+        if dirp.is_null() {
+            return Err(io::Error::last_os_error());
+        }
+        std::mem::forget(fd);
+        let result = (|| loop {
+            // SAFETY: errno is thread-local; dirp is a valid DIR* until closedir below.
+            unsafe { *libc::__errno_location() = 0 };
+            let entry = unsafe { libc::readdir(dirp) };
+            if entry.is_null() {
+                let errno = io::Error::last_os_error();
+                return match errno.raw_os_error() {
+                    Some(0) | None => Ok(()),
+                    _ => Err(errno),
+                };
+            }
+            // SAFETY: readdir returned a valid entry that stays valid until the next call.
+            // ino_t is u32 on some 32-bit targets.
+            #[allow(clippy::useless_conversion)]
+            let (name, ino) = unsafe {
+                let e = &*entry;
+                (
+                    std::ffi::CStr::from_ptr(e.d_name.as_ptr()).to_bytes(),
+                    u64::from(e.d_ino),
+                )
+            };
+            if let Some(n) = parse_decimal(name) {
+                out.push((n, ino));
+            }
+        })();
+        // SAFETY: dirp came from fdopendir and is closed exactly once.
+        unsafe { libc::closedir(dirp) };
+        result
+    }
+
+    fn open_at(&mut self, rel: std::fmt::Arguments<'_>, flags: libc::c_int) -> io::Result<File> {
+        self.name.clear();
+        self.name.write_fmt(rel)?;
+        self.name.push(0);
+        // SAFETY: self.name is NUL-terminated (pushed above) and the root fd is open.
+        let fd = unsafe {
+            libc::openat(
+                self.fd.as_raw_fd(),
+                self.name.as_ptr().cast(),
+                flags | libc::O_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: fd is a freshly opened descriptor nobody else owns.
+        Ok(unsafe { File::from_raw_fd(fd) })
+    }
+}
+
+/// A pid-like directory name: ASCII digits only, fits an i32, positive.
+fn parse_decimal(name: &[u8]) -> Option<i32> {
+    if name.is_empty() || name.len() > 10 || !name.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(name)
+        .ok()?
+        .parse::<i32>()
+        .ok()
+        .filter(|&n| n > 0)
+}
+
+/// Whether an error means the process or thread is gone (rather than unreadable).
+pub(crate) fn is_gone(err: &io::Error) -> bool {
+    matches!(
+        err.raw_os_error(),
+        Some(libc::ENOENT) | Some(libc::ESRCH) | Some(libc::ENOTDIR)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decimal_names_only() {
+        assert_eq!(parse_decimal(b"123"), Some(123));
+        assert_eq!(parse_decimal(b"self"), None);
+        assert_eq!(parse_decimal(b"12a"), None);
+        assert_eq!(parse_decimal(b""), None);
+        assert_eq!(parse_decimal(b"0"), None);
+        assert_eq!(parse_decimal(b"99999999999"), None);
+    }
+
+    #[test]
+    fn reads_files_larger_than_one_chunk() {
+        let dir = tempfile::tempdir().unwrap();
+        let big: Vec<u8> = (0..20_000u32).map(|i| (i % 251) as u8).collect();
+        std::fs::write(dir.path().join("big"), &big).unwrap();
+        std::fs::write(dir.path().join("small"), b"abc").unwrap();
+        let mut proc_dir = ProcDir::open(dir.path()).unwrap();
+        let mut buf = Vec::new();
+        proc_dir.read(format_args!("big"), &mut buf).unwrap();
+        assert_eq!(buf, big);
+        proc_dir.read(format_args!("small"), &mut buf).unwrap();
+        assert_eq!(buf, b"abc");
+        let err = proc_dir
+            .read(format_args!("missing"), &mut buf)
+            .unwrap_err();
+        assert!(is_gone(&err));
+    }
+}

@@ -1,0 +1,27 @@
+//! The unprivileged /proc sampler: each tick, find the profiled subtree from the ppid
+//! links in /proc/<pid>/stat and record every process's stat and io counters and every
+//! thread's state, schedstat and blocked syscall as a [`Frame`](crate::model::Frame).
+//!
+//! One door to the kernel: a [`Sampler`] reads only below the procfs root it was given,
+//! so tests point it at a synthetic tree ([`synthetic`]).
+//!
+//! Modules: `files` (reading below the root), `parse` (procfs crate types to model
+//! types), `tree` (which processes are in the subtree), `sampler` (one frame),
+//! `recorder` (frame cap and sampling schedule).
+
+mod files;
+mod parse;
+mod recorder;
+mod sampler;
+pub mod synthetic;
+mod tree;
+
+#[cfg(test)]
+mod tests;
+
+pub use recorder::{FrameRecorder, Schedule};
+pub use sampler::{Sampler, SamplerOptions};
+pub use tree::Scope;
+
+/// The real procfs root.
+pub const PROC_ROOT: &str = "/proc";

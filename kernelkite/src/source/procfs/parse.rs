@@ -1,0 +1,107 @@
+//! From /proc file contents to model types. The `procfs` crate does the parsing; this
+//! module only maps its types onto the bundle's (and parses the one file it lacks,
+//! `/proc/<pid>/task/<tid>/syscall`).
+
+use procfs::net::InterfaceDeviceStatus;
+use procfs::process::{Io, Schedstat as ProcSchedstat, Stat};
+use procfs::FromRead;
+
+use crate::model::{IoCounters, NetDevCounters, Schedstat};
+
+/// `PF_KTHREAD` in /proc/<pid>/stat field 9 (flags).
+const PF_KTHREAD: u32 = 0x0020_0000;
+/// kthreadd: the parent of every kernel thread.
+const KTHREADD_PID: i32 = 2;
+
+pub(crate) fn stat(bytes: &[u8]) -> Option<Stat> {
+    Stat::from_read(bytes).ok()
+}
+
+/// Kernel threads are never part of a profiled tree.
+pub(crate) fn is_kernel_thread(stat: &Stat) -> bool {
+    stat.flags & PF_KTHREAD != 0 || stat.pid == KTHREADD_PID || stat.ppid == KTHREADD_PID
+}
+
+pub(crate) fn io(bytes: &[u8]) -> Option<IoCounters> {
+    let io = Io::from_read(bytes).ok()?;
+    Some(IoCounters {
+        rchar_bytes: io.rchar,
+        wchar_bytes: io.wchar,
+        read_syscalls: io.syscr,
+        write_syscalls: io.syscw,
+        read_bytes: io.read_bytes,
+        write_bytes: io.write_bytes,
+        cancelled_write_bytes: io.cancelled_write_bytes,
+    })
+}
+
+pub(crate) fn schedstat(bytes: &[u8]) -> Option<Schedstat> {
+    let s = ProcSchedstat::from_read(bytes).ok()?;
+    Some(Schedstat {
+        on_cpu_ns: s.sum_exec_runtime,
+        runqueue_ns: s.run_delay,
+        timeslices: s.pcount,
+    })
+}
+
+/// The first field of /proc/<pid>/task/<tid>/syscall: the syscall number the thread is
+/// blocked in, or -1 when it is blocked outside a syscall; "running" (and anything else)
+/// is `None`.
+pub(crate) fn syscall_nr(bytes: &[u8]) -> Option<i64> {
+    let text = std::str::from_utf8(bytes).ok()?;
+    text.split_ascii_whitespace().next()?.parse().ok()
+}
+
+/// /proc/net/dev rows, sorted by interface.
+pub(crate) fn net_dev(bytes: &[u8]) -> Option<Vec<NetDevCounters>> {
+    let InterfaceDeviceStatus(map) = InterfaceDeviceStatus::from_read(bytes).ok()?;
+    let mut rows: Vec<NetDevCounters> = map
+        .into_values()
+        .map(|d| NetDevCounters {
+            interface: d.name,
+            rx_bytes: d.recv_bytes,
+            rx_packets: d.recv_packets,
+            tx_bytes: d.sent_bytes,
+            tx_packets: d.sent_packets,
+        })
+        .collect();
+    rows.sort_by(|a, b| a.interface.cmp(&b.interface));
+    Some(rows)
+}
+
+/// Counters the kernel prints as signed (`cutime`, `num_threads`) are never negative;
+/// clamp instead of wrapping if a synthetic file says otherwise.
+pub(crate) fn non_negative(v: i64) -> u64 {
+    v.max(0) as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn syscall_first_field() {
+        assert_eq!(
+            syscall_nr(b"0 0x3 0x7ffd 0x1 0x0 0x0 0x0 0x7ffd 0x7f00\n"),
+            Some(0)
+        );
+        assert_eq!(syscall_nr(b"230 0x1 0x0\n"), Some(230));
+        assert_eq!(syscall_nr(b"-1 0x7ffc 0x401000\n"), Some(-1));
+        assert_eq!(syscall_nr(b"running\n"), None);
+        assert_eq!(syscall_nr(b""), None);
+    }
+
+    #[test]
+    fn net_dev_sorted_by_interface() {
+        let text = "Inter-|   Receive                                                |  Transmit\n \
+face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed\n\
+  wlan0: 1000 10 0 0 0 0 0 0 2000 20 0 0 0 0 0 0\n\
+    lo: 300 3 0 0 0 0 0 0 300 3 0 0 0 0 0 0\n\
+  eth0: 5 1 0 0 0 0 0 0 7 2 0 0 0 0 0 0\n";
+        let rows = net_dev(text.as_bytes()).unwrap();
+        let names: Vec<&str> = rows.iter().map(|r| r.interface.as_str()).collect();
+        assert_eq!(names, ["eth0", "lo", "wlan0"]);
+        assert_eq!(rows[2].rx_bytes, 1000);
+        assert_eq!(rows[2].tx_packets, 20);
+    }
+}
