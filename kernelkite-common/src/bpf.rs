@@ -1,4 +1,180 @@
-//! Map keys, map values and ring-buffer events shared with `kernelkite-ebpf`.
+//! Map keys, map values, globals and ring-buffer records shared with `kernelkite-ebpf`.
 //!
 //! Every type is `#[repr(C)]` with explicit padding so both sides agree on the layout
 //! byte for byte; the size assertions at the bottom fail the build if they drift.
+
+use crate::hist::NUM_BUCKETS;
+use crate::NUM_CLASSES;
+
+/// `ThreadState::run_state`: where the thread is, as far as the BPF programs know.
+pub mod run_state {
+    /// Running on a CPU since `since_ns`.
+    pub const ON_CPU: u32 = 0;
+    /// Runnable (preempted, or woken) since `since_ns`, waiting for a CPU.
+    pub const RUNNABLE: u32 = 1;
+    /// Asleep since `since_ns`; the sleep's class is `sleep_class`.
+    pub const SLEEPING: u32 = 2;
+    /// Inserted by userspace at attach time; `sleep_class` holds the class read from
+    /// /proc, used if the thread's first event is a wakeup or a switch-in. A first
+    /// switch-out means the thread was on a CPU all along.
+    pub const INITIAL: u32 = 3;
+    /// Exited, but its exit record could not be sent: userspace reads and removes it.
+    pub const EXITED: u32 = 4;
+}
+
+/// `ThreadState::sys_nr` when the thread is not inside a syscall.
+pub const NO_SYSCALL: u32 = u32::MAX;
+
+/// Values of the `SYSCALL_KIND` array map (indexed by syscall number): how a sleep
+/// inside that syscall is classified.
+pub mod syscall_kind {
+    /// Any other syscall: a sleep inside it is `syscall_blocked`.
+    pub const OTHER: u8 = 0;
+    /// File or block I/O: a sleep in D state inside it is `io_wait`.
+    pub const IO: u8 = 1;
+    /// `futex`: a lock wait only for the WAIT/LOCK operations (decided at sys_enter).
+    pub const FUTEX: u8 = 2;
+    /// Always a lock wait (`futex_waitv`, `futex_wait`).
+    pub const LOCK: u8 = 3;
+}
+
+/// Size of the `SYSCALL_KIND` array: syscall numbers at or above it count as OTHER.
+pub const MAX_SYSCALL_NR: u32 = 1024;
+
+/// Per-thread state, the value of the `THREADS` hash map (key: tid as u32). The BPF
+/// programs update it in place, so a syscall costs lookups, never an insert or delete.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ThreadState {
+    /// The thread's process id.
+    pub tgid: u32,
+    /// One of [`run_state`].
+    pub run_state: u32,
+    /// CLOCK_MONOTONIC ns when `run_state` was entered.
+    pub since_ns: u64,
+    /// Class id of the current sleep (SLEEPING, INITIAL).
+    pub sleep_class: u32,
+    /// Syscall in progress, or [`NO_SYSCALL`].
+    pub sys_nr: u32,
+    /// CLOCK_MONOTONIC ns at sys_enter of the syscall in progress.
+    pub sys_enter_ns: u64,
+    /// 1 when the syscall in progress is a lock wait (futex WAIT/LOCK ops, futex_waitv).
+    pub sys_is_lock: u32,
+    /// Exit code (`task_struct.exit_code`) once the thread exited (EXITED only).
+    pub exit_code: u32,
+    /// Nanoseconds per latency class, by class id, completed intervals only.
+    pub class_ns: [u64; NUM_CLASSES],
+    /// CLOCK_MONOTONIC ns when tracking of this thread started (attach or fork).
+    pub start_ns: u64,
+}
+
+/// Key of the per-(process, syscall) latency histogram map.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SyscallKey {
+    pub tgid: u32,
+    pub nr: u32,
+}
+
+/// Value of the per-CPU latency histogram map; userspace sums the CPUs.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SyscallHist {
+    pub count: u64,
+    pub total_ns: u64,
+    pub max_ns: u64,
+    pub buckets: [u64; NUM_BUCKETS],
+}
+
+impl Default for SyscallHist {
+    fn default() -> Self {
+        SyscallHist {
+            count: 0,
+            total_ns: 0,
+            max_ns: 0,
+            buckets: [0; NUM_BUCKETS],
+        }
+    }
+}
+
+/// Indices of the per-CPU `LOST` counter array.
+pub mod lost {
+    /// A ring-buffer reservation failed (the buffer was full): an event was dropped.
+    pub const RINGBUF_FULL: u32 = 0;
+    /// A new thread could not be tracked because `THREADS` was full.
+    pub const THREADS_FULL: u32 = 1;
+    /// A syscall latency could not be counted because the histogram map was full.
+    pub const HIST_FULL: u32 = 2;
+    /// Number of counters.
+    pub const COUNT: u32 = 3;
+}
+
+/// Ring-buffer record kinds (the first u32 of every record).
+pub mod record_kind {
+    pub const FORK: u32 = 1;
+    pub const EXEC: u32 = 2;
+    pub const EXIT: u32 = 3;
+    pub const SLOW_SYSCALL: u32 = 4;
+}
+
+/// Length of `task_struct.comm`.
+pub const COMM_LEN: usize = 16;
+
+/// A process lifecycle event (fork, exec, exit) as sent over the ring buffer.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LifecycleRecord {
+    /// [`record_kind`] FORK, EXEC or EXIT.
+    pub kind: u32,
+    /// Process the event is about (fork: the child's tgid).
+    pub tgid: u32,
+    /// Thread the event is about (fork: the child's tid).
+    pub tid: u32,
+    /// Fork: the forking process's tgid; otherwise 0.
+    pub parent_tgid: u32,
+    /// CLOCK_MONOTONIC ns.
+    pub ts_ns: u64,
+    /// Exit: `task_struct.exit_code`.
+    pub exit_code: u32,
+    /// Explicit padding; always 0.
+    pub _pad: u32,
+    /// Exit: the thread's class times over its traced life.
+    pub class_ns: [u64; NUM_CLASSES],
+    /// Exit: CLOCK_MONOTONIC ns when tracking of the thread started.
+    pub start_ns: u64,
+    /// `task_struct.comm` (current for exec/exit, the parent's for fork), NUL-padded.
+    pub comm: [u8; COMM_LEN],
+}
+
+/// One syscall slower than the `MIN_LATENCY_NS` global.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SlowSyscallRecord {
+    /// [`record_kind::SLOW_SYSCALL`].
+    pub kind: u32,
+    pub tgid: u32,
+    pub tid: u32,
+    pub nr: u32,
+    /// CLOCK_MONOTONIC ns at sys_enter.
+    pub start_ns: u64,
+    pub duration_ns: u64,
+    /// The syscall's return value.
+    pub ret: i64,
+}
+
+const _: () = assert!(core::mem::size_of::<ThreadState>() == 96);
+const _: () = assert!(core::mem::size_of::<SyscallKey>() == 8);
+const _: () = assert!(core::mem::size_of::<SyscallHist>() == 24 + 8 * NUM_BUCKETS);
+const _: () = assert!(core::mem::size_of::<LifecycleRecord>() == 104);
+const _: () = assert!(core::mem::size_of::<SlowSyscallRecord>() == 40);
+
+#[cfg(feature = "user")]
+mod pod {
+    // SAFETY: each type is repr(C), has no padding beyond explicit fields, and every bit
+    // pattern is a valid value.
+    unsafe impl aya::Pod for super::ThreadState {}
+    unsafe impl aya::Pod for super::SyscallKey {}
+    unsafe impl aya::Pod for super::SyscallHist {}
+    unsafe impl aya::Pod for super::LifecycleRecord {}
+    unsafe impl aya::Pod for super::SlowSyscallRecord {}
+}

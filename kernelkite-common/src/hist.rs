@@ -101,7 +101,10 @@ mod tests {
             assert!(bucket_lower(i) <= v && v < bucket_upper(i), "v={v} i={i}");
             // Width bound that the reports quote.
             let width = bucket_upper(i) - bucket_lower(i);
-            assert!(v < SUB_COUNT || width * SUB_COUNT <= bucket_lower(i), "v={v}");
+            assert!(
+                v < SUB_COUNT || width * SUB_COUNT <= bucket_lower(i),
+                "v={v}"
+            );
             v = v * 9 / 8 + 1;
         }
         assert_eq!(bucket_index(u64::MAX), NUM_BUCKETS - 1);

@@ -1,11 +1,180 @@
-//! `kernelkite trace`.
+//! `kernelkite trace --pid N`: attach eBPF programs to running processes and explain
+//! where their time goes.
 
+use std::io::Write;
 use std::process::ExitCode;
+use std::time::{Duration, Instant};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 
-use crate::cli::{TraceArgs, GlobalArgs};
+use crate::cli::{BackendChoice, GlobalArgs, TraceArgs};
 
-pub fn execute(_global: &GlobalArgs, _args: &TraceArgs) -> Result<ExitCode> {
-    anyhow::bail!("trace is not built yet")
+pub fn execute(global: &GlobalArgs, args: &TraceArgs) -> Result<ExitCode> {
+    if global.backend == BackendChoice::Proc {
+        anyhow::bail!(
+            "trace needs the eBPF backend; use `kernelkite run` to profile a command from /proc"
+        );
+    }
+    if let Some(d) = args.duration {
+        if !(d.is_finite() && d > 0.0) {
+            anyhow::bail!("--duration must be a positive number of seconds, got {d}");
+        }
+    }
+    platform::execute(global, args)
+}
+
+#[cfg(not(target_os = "linux"))]
+mod platform {
+    use super::*;
+    pub fn execute(_global: &GlobalArgs, _args: &TraceArgs) -> Result<ExitCode> {
+        anyhow::bail!("kernelkite trace needs Linux")
+    }
+}
+
+#[cfg(target_os = "linux")]
+mod platform {
+    use tokio::io::unix::AsyncFd;
+    use tokio::signal::unix::{signal, SignalKind};
+
+    use super::*;
+    use crate::analysis::analyze;
+    use crate::model::write_bundle;
+    use crate::report::summary::summary_json;
+    use crate::report::trace::trace_text;
+    use crate::source::ebpf::availability::Availability;
+    use crate::source::ebpf::session::{Session, TraceOptions};
+
+    pub fn execute(global: &GlobalArgs, args: &TraceArgs) -> Result<ExitCode> {
+        if let Some(reason) = Availability::probe().unavailable_reason() {
+            anyhow::bail!("eBPF is not available: {reason}");
+        }
+        if let Some(out) = &args.output {
+            check_writable(out)?;
+        }
+        let options = TraceOptions {
+            pids: args.pids.clone(),
+            follow: args.follow,
+            min_latency_ns: args.min_latency_us.saturating_mul(1000),
+            interval: Duration::from_millis(global.interval_ms),
+            max_frames: 100_000,
+            network: global.network,
+            label: global.label.clone(),
+        };
+        let mut session = Session::start(options)?;
+        eprintln!(
+            "kernelkite: tracing pid {} with eBPF ({} hooks live in {:.0} ms); Ctrl-C to stop",
+            args.pids
+                .iter()
+                .map(|p| p.to_string())
+                .collect::<Vec<_>>()
+                .join(","),
+            session.hooks().len(),
+            session.attach_ms()
+        );
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("starting the event loop")?;
+        let stop = runtime.block_on(event_loop(&mut session, global, args))?;
+        eprintln!("\rkernelkite: stopped: {stop}{:40}", "");
+        let bundle = session.finish()?;
+        let analysis = analyze(&bundle);
+        if global.json {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&summary_json(&analysis))?
+            );
+        } else {
+            print!("{}", trace_text(&analysis, args.threads));
+        }
+        if let Some(out) = &args.output {
+            write_bundle(out, &bundle).with_context(|| format!("writing {}", out.display()))?;
+            eprintln!("kernelkite: wrote {}", out.display());
+        }
+        Ok(ExitCode::SUCCESS)
+    }
+
+    /// Fail before attaching if the bundle could not be written at the end.
+    fn check_writable(path: &std::path::Path) -> Result<()> {
+        let dir = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => std::path::Path::new("."),
+        };
+        if !dir.is_dir() {
+            anyhow::bail!(
+                "cannot write {}: {} is not a directory",
+                path.display(),
+                dir.display()
+            );
+        }
+        Ok(())
+    }
+
+    /// Drain the ring buffer as records arrive and snapshot the counters every interval,
+    /// until the duration passes, a signal arrives, or every target has exited.
+    async fn event_loop(
+        session: &mut Session,
+        global: &GlobalArgs,
+        args: &TraceArgs,
+    ) -> Result<&'static str> {
+        // SAFETY: the RingBuf owns its map fd, keeps it open and returns the same fd
+        // until the AsyncFd that owns it is dropped.
+        let mut ring = unsafe { AsyncFd::register(session.take_ring()?) }
+            .map_err(|e| anyhow::anyhow!("polling the ring buffer: {}", e.into_parts().1))?;
+        let mut tick = tokio::time::interval(Duration::from_millis(global.interval_ms));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tick.tick().await;
+        let mut sigint = signal(SignalKind::interrupt())?;
+        let mut sigterm = signal(SignalKind::terminate())?;
+        let deadline = args
+            .duration
+            .map(|d| Instant::now() + Duration::from_secs_f64(d));
+        let started = Instant::now();
+        let mut last_status = Instant::now() - Duration::from_secs(1);
+        let stop = loop {
+            let until_deadline = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            tokio::select! {
+                guard = ring.readable_mut() => {
+                    let mut guard = guard?;
+                    let rb = guard.get_inner_mut();
+                    while let Some(item) = rb.next() {
+                        session.handle_record(&item);
+                    }
+                    guard.clear_ready();
+                }
+                _ = tick.tick() => {
+                    session.snapshot()?;
+                    if last_status.elapsed() >= Duration::from_millis(500) {
+                        last_status = Instant::now();
+                        eprint!(
+                            "\r  {:.1} s  frames {}  events lost {}   ",
+                            started.elapsed().as_secs_f64(),
+                            session.frames(),
+                            session.events_lost()
+                        );
+                        let _ = std::io::stderr().flush();
+                    }
+                    if !session.any_target_alive() {
+                        break "every traced process exited";
+                    }
+                }
+                _ = sigint.recv() => break "interrupted",
+                _ = sigterm.recv() => break "terminated",
+                _ = sleep_opt(until_deadline) => break "duration reached",
+            }
+        };
+        // Whatever is still queued belongs to the session.
+        let rb = ring.get_mut();
+        while let Some(item) = rb.next() {
+            session.handle_record(&item);
+        }
+        Ok(stop)
+    }
+
+    async fn sleep_opt(d: Option<Duration>) {
+        match d {
+            Some(d) => tokio::time::sleep(d).await,
+            None => std::future::pending().await,
+        }
+    }
 }

@@ -1,0 +1,150 @@
+//! Process lifecycle: fork (track new threads; with FOLLOW also new processes), exec
+//! and exit (send the thread's final class times, then forget it).
+
+use aya_ebpf::bindings::BPF_NOEXIST;
+use aya_ebpf::helpers::{
+    bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_task, bpf_ktime_get_ns,
+};
+use aya_ebpf::macros::btf_tracepoint;
+use aya_ebpf::programs::BtfTracePointContext;
+use kernelkite_common::bpf::{
+    lost, record_kind, run_state, LifecycleRecord, ThreadState, COMM_LEN, NO_SYSCALL,
+};
+use kernelkite_common::LatencyClass;
+
+use crate::maps::{count_lost, is_target, set_target, thread, EVENTS, THREADS};
+use crate::sched::close_interval;
+use crate::task;
+
+/// 1 when `--follow`: new processes forked by targets become targets.
+#[unsafe(no_mangle)]
+static FOLLOW: u32 = 0;
+
+#[inline(always)]
+fn comm() -> [u8; COMM_LEN] {
+    bpf_get_current_comm().unwrap_or([0; COMM_LEN])
+}
+
+#[inline(always)]
+fn send(record: LifecycleRecord) -> bool {
+    match EVENTS.reserve::<LifecycleRecord>(0) {
+        Some(mut entry) => {
+            entry.write(record);
+            entry.submit(0);
+            true
+        }
+        None => {
+            count_lost(lost::RINGBUF_FULL);
+            false
+        }
+    }
+}
+
+#[btf_tracepoint(function = "sched_process_fork")]
+pub fn sched_process_fork(ctx: BtfTracePointContext) -> i32 {
+    // Runs in the forking thread.
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let parent_tgid = (pid_tgid >> 32) as u32;
+    if !is_target(parent_tgid) || thread(pid_tgid as u32).is_none() {
+        return 0;
+    }
+    let child: *const u8 = ctx.arg(1);
+    // SAFETY: child is the tracepoint's task_struct.
+    let (child_tid, child_tgid) = unsafe { (task::pid(child), task::tgid(child)) };
+    let new_process = child_tgid != parent_tgid;
+    if new_process && unsafe { core::ptr::read_volatile(&FOLLOW) } == 0 {
+        return 0;
+    }
+    // SAFETY: helper call without preconditions.
+    let now = unsafe { bpf_ktime_get_ns() };
+    let state = ThreadState {
+        tgid: child_tgid,
+        // wake_up_new_task() puts the child on a run queue right after this hook.
+        run_state: run_state::RUNNABLE,
+        since_ns: now,
+        sleep_class: LatencyClass::UnknownWait as u32,
+        sys_nr: NO_SYSCALL,
+        sys_enter_ns: 0,
+        sys_is_lock: 0,
+        exit_code: 0,
+        class_ns: [0; 6],
+        start_ns: now,
+    };
+    if THREADS
+        .insert(&child_tid, &state, BPF_NOEXIST as u64)
+        .is_err()
+    {
+        count_lost(lost::THREADS_FULL);
+        return 0;
+    }
+    if new_process {
+        set_target(child_tgid);
+        send(LifecycleRecord {
+            kind: record_kind::FORK,
+            tgid: child_tgid,
+            tid: child_tid,
+            parent_tgid,
+            ts_ns: now,
+            comm: comm(),
+            ..Default::default()
+        });
+    }
+    0
+}
+
+#[btf_tracepoint(function = "sched_process_exec")]
+pub fn sched_process_exec(_ctx: BtfTracePointContext) -> i32 {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let tgid = (pid_tgid >> 32) as u32;
+    if !is_target(tgid) || thread(pid_tgid as u32).is_none() {
+        return 0;
+    }
+    send(LifecycleRecord {
+        kind: record_kind::EXEC,
+        tgid,
+        tid: pid_tgid as u32,
+        // SAFETY: helper call without preconditions.
+        ts_ns: unsafe { bpf_ktime_get_ns() },
+        comm: comm(),
+        ..Default::default()
+    });
+    0
+}
+
+#[btf_tracepoint(function = "sched_process_exit")]
+pub fn sched_process_exit(_ctx: BtfTracePointContext) -> i32 {
+    // Runs in the exiting thread, which is on a CPU.
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let tgid = (pid_tgid >> 32) as u32;
+    let tid = pid_tgid as u32;
+    if !is_target(tgid) {
+        return 0;
+    }
+    let Some(t) = thread(tid) else {
+        return 0;
+    };
+    // SAFETY: helper call without preconditions.
+    let now = unsafe { bpf_ktime_get_ns() };
+    close_interval(t, LatencyClass::OnCpu, now);
+    // SAFETY: the current task pointer is valid while it runs this hook.
+    let exit_code = unsafe { task::exit_code(bpf_get_current_task() as *const u8) };
+    let sent = send(LifecycleRecord {
+        kind: record_kind::EXIT,
+        tgid,
+        tid,
+        ts_ns: now,
+        exit_code,
+        class_ns: t.class_ns,
+        start_ns: t.start_ns,
+        comm: comm(),
+        ..Default::default()
+    });
+    if sent {
+        let _ = THREADS.remove(&tid);
+    } else {
+        // Keep the final counters for userspace to collect; the loss is counted.
+        t.exit_code = exit_code;
+        t.run_state = run_state::EXITED;
+    }
+    0
+}

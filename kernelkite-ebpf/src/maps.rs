@@ -1,0 +1,73 @@
+//! Every map the programs share with userspace, declared in one place.
+
+use aya_ebpf::macros::map;
+use aya_ebpf::maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, RingBuf};
+use kernelkite_common::bpf::{lost, SyscallHist, SyscallKey, ThreadState, MAX_SYSCALL_NR};
+
+/// Bit per tgid: set for every traced process. 2^22 bits cover the largest pid_max.
+pub const TARGET_BITMAP_WORDS: u32 = (1 << 22) / 64;
+
+#[map]
+pub static TARGETS: Array<u64> = Array::with_max_entries(TARGET_BITMAP_WORDS, 0);
+
+/// Per-thread state and class counters, keyed by tid.
+#[map]
+pub static THREADS: HashMap<u32, ThreadState> = HashMap::with_max_entries(65_536, 0);
+
+/// Per-(tgid, syscall) latency histograms, summed over CPUs by userspace. Allocated on
+/// first use (no prealloc): most (tgid, nr) pairs never occur.
+#[map]
+pub static SYSCALL_HISTS: PerCpuHashMap<SyscallKey, SyscallHist> =
+    PerCpuHashMap::with_max_entries(4096, aya_ebpf::bindings::BPF_F_NO_PREALLOC);
+
+/// How a sleep inside each syscall number is classified (`syscall_kind`), filled by
+/// userspace from the `syscalls` crate for the running architecture.
+#[map]
+pub static SYSCALL_KIND: Array<u8> = Array::with_max_entries(MAX_SYSCALL_NR, 0);
+
+/// Lifecycle and slow-syscall records.
+#[map]
+pub static EVENTS: RingBuf = RingBuf::with_byte_size(1 << 22, 0);
+
+/// Counters of everything dropped, per CPU (`lost::*`).
+#[map]
+pub static LOST: PerCpuArray<u64> = PerCpuArray::with_max_entries(lost::COUNT, 0);
+
+#[inline(always)]
+pub fn count_lost(which: u32) {
+    if let Some(p) = LOST.get_ptr_mut(which) {
+        // SAFETY: per-CPU slot, no concurrent writer on this CPU while we run.
+        unsafe { *p += 1 };
+    }
+}
+
+#[inline(always)]
+pub fn is_target(tgid: u32) -> bool {
+    let word = tgid >> 6;
+    match TARGETS.get(word) {
+        Some(bits) => (*bits >> (tgid & 63)) & 1 == 1,
+        None => false,
+    }
+}
+
+#[inline(always)]
+pub fn set_target(tgid: u32) {
+    if let Some(p) = TARGETS.get_ptr_mut(tgid >> 6) {
+        let bit = 1u64 << (tgid & 63);
+        // SAFETY: p points into the array map's value. An atomic OR (BPF_ATOMIC|BPF_OR)
+        // keeps concurrent forks on other CPUs from losing each other's bits; core's
+        // AtomicU64 has no fetch_or on this target, so use the intrinsic directly.
+        unsafe {
+            core::intrinsics::atomic_or::<u64, u64, { core::intrinsics::AtomicOrdering::Relaxed }>(
+                p, bit,
+            )
+        };
+    }
+}
+
+#[inline(always)]
+pub fn thread(tid: u32) -> Option<&'static mut ThreadState> {
+    // SAFETY: a thread's entry is only written by events of that thread (on its CPU) or
+    // by its wakeup, which the scheduler orders after its switch-out.
+    THREADS.get_ptr_mut(tid).map(|p| unsafe { &mut *p })
+}

@@ -1,0 +1,152 @@
+//! raw_syscalls sys_enter/sys_exit: remember the syscall in progress (for the class of
+//! a sleep inside it) and count its latency into a per-(tgid, nr) histogram.
+
+use aya_ebpf::bindings::BPF_NOEXIST;
+use aya_ebpf::helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel};
+use aya_ebpf::macros::{btf_tracepoint, map};
+use aya_ebpf::maps::Array;
+use aya_ebpf::programs::BtfTracePointContext;
+use kernelkite_common::bpf::{
+    lost, record_kind, syscall_kind, SlowSyscallRecord, SyscallHist, SyscallKey, NO_SYSCALL,
+};
+use kernelkite_common::hist::bucket_index;
+
+use crate::maps::{count_lost, is_target, thread, EVENTS, SYSCALL_HISTS, SYSCALL_KIND};
+
+/// Calls at least this slow are streamed as `SlowSyscallRecord`s; 0 disables.
+#[unsafe(no_mangle)]
+static MIN_LATENCY_NS: u64 = 0;
+/// Offset of the second syscall argument in `struct pt_regs` (x86_64: `si`).
+#[unsafe(no_mangle)]
+static PT_REGS_ARG1_OFFSET: u32 = 0;
+
+/// A zeroed histogram to insert from: a SyscallHist does not fit on the BPF stack.
+#[map]
+static ZERO_HIST: Array<SyscallHist> = Array::with_max_entries(1, 0);
+
+// futex(2) operations that wait (FUTEX_CMD_MASK applied).
+const FUTEX_WAIT: u64 = 0;
+const FUTEX_LOCK_PI: u64 = 6;
+const FUTEX_WAIT_BITSET: u64 = 9;
+const FUTEX_WAIT_REQUEUE_PI: u64 = 11;
+const FUTEX_LOCK_PI2: u64 = 13;
+const FUTEX_CMD_MASK: u64 = !(128 | 256);
+
+#[inline(always)]
+fn is_lock_wait(nr: u32, regs: *const u8) -> u32 {
+    let Some(kind) = SYSCALL_KIND.get(nr) else {
+        return 0;
+    };
+    match *kind {
+        syscall_kind::LOCK => 1,
+        syscall_kind::FUTEX => {
+            // SAFETY: regs is the tracepoint's pt_regs; the offset comes from BTF.
+            let off = unsafe { core::ptr::read_volatile(&PT_REGS_ARG1_OFFSET) } as usize;
+            let op =
+                unsafe { bpf_probe_read_kernel(regs.add(off) as *const u64) }.unwrap_or(u64::MAX);
+            match op & FUTEX_CMD_MASK {
+                FUTEX_WAIT
+                | FUTEX_WAIT_BITSET
+                | FUTEX_LOCK_PI
+                | FUTEX_LOCK_PI2
+                | FUTEX_WAIT_REQUEUE_PI => 1,
+                _ => 0,
+            }
+        }
+        _ => 0,
+    }
+}
+
+#[btf_tracepoint(function = "sys_enter")]
+pub fn sys_enter(ctx: BtfTracePointContext) -> i32 {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    if !is_target((pid_tgid >> 32) as u32) {
+        return 0;
+    }
+    let Some(t) = thread(pid_tgid as u32) else {
+        return 0;
+    };
+    let regs: *const u8 = ctx.arg(0);
+    let nr = ctx.arg::<i64>(1) as u32;
+    t.sys_nr = nr;
+    t.sys_is_lock = is_lock_wait(nr, regs);
+    // SAFETY: helper call without preconditions.
+    t.sys_enter_ns = unsafe { bpf_ktime_get_ns() };
+    0
+}
+
+#[btf_tracepoint(function = "sys_exit")]
+pub fn sys_exit(ctx: BtfTracePointContext) -> i32 {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let tgid = (pid_tgid >> 32) as u32;
+    if !is_target(tgid) {
+        return 0;
+    }
+    let Some(t) = thread(pid_tgid as u32) else {
+        return 0;
+    };
+    let nr = t.sys_nr;
+    if nr == NO_SYSCALL {
+        // Entered before we attached (or a fork child returning): no start time.
+        return 0;
+    }
+    // SAFETY: helper call without preconditions.
+    let now = unsafe { bpf_ktime_get_ns() };
+    let start_ns = t.sys_enter_ns;
+    let latency_ns = now.saturating_sub(start_ns);
+    t.sys_nr = NO_SYSCALL;
+    t.sys_is_lock = 0;
+    count_latency(SyscallKey { tgid, nr }, latency_ns);
+
+    let min = unsafe { core::ptr::read_volatile(&MIN_LATENCY_NS) };
+    if min != 0 && latency_ns >= min {
+        match EVENTS.reserve::<SlowSyscallRecord>(0) {
+            Some(mut entry) => {
+                entry.write(SlowSyscallRecord {
+                    kind: record_kind::SLOW_SYSCALL,
+                    tgid,
+                    tid: pid_tgid as u32,
+                    nr,
+                    start_ns,
+                    duration_ns: latency_ns,
+                    ret: ctx.arg::<i64>(1),
+                });
+                entry.submit(0);
+            }
+            None => count_lost(lost::RINGBUF_FULL),
+        }
+    }
+    0
+}
+
+#[inline(always)]
+fn count_latency(key: SyscallKey, latency_ns: u64) {
+    let hist = match SYSCALL_HISTS.get_ptr_mut(&key) {
+        Some(h) => h,
+        None => {
+            let Some(zero) = ZERO_HIST.get(0) else {
+                return;
+            };
+            // Another CPU may insert the same key first: NOEXIST then fails harmlessly
+            // and the lookup below finds its entry.
+            let _ = SYSCALL_HISTS.insert(&key, zero, BPF_NOEXIST as u64);
+            match SYSCALL_HISTS.get_ptr_mut(&key) {
+                Some(h) => h,
+                None => {
+                    count_lost(lost::HIST_FULL);
+                    return;
+                }
+            }
+        }
+    };
+    // SAFETY: per-CPU value of a map entry; only this CPU writes it while we run.
+    let hist = unsafe { &mut *hist };
+    hist.count += 1;
+    hist.total_ns += latency_ns;
+    if latency_ns > hist.max_ns {
+        hist.max_ns = latency_ns;
+    }
+    if let Some(b) = hist.buckets.get_mut(bucket_index(latency_ns)) {
+        *b += 1;
+    }
+}

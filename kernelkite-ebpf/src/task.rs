@@ -1,0 +1,67 @@
+//! Reading `struct task_struct` fields at offsets userspace found in the kernel's BTF.
+
+use aya_ebpf::helpers::bpf_probe_read_kernel;
+
+/// Offsets set by userspace at load time (`EbpfLoader::set_global`).
+#[unsafe(no_mangle)]
+static TASK_PID_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+static TASK_TGID_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+static TASK_STATE_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+static TASK_EXIT_CODE_OFFSET: u32 = 0;
+/// Byte holding the `in_iowait` bitfield, and the bit's mask within it.
+#[unsafe(no_mangle)]
+static TASK_IN_IOWAIT_BYTE: u32 = 0;
+#[unsafe(no_mangle)]
+static TASK_IN_IOWAIT_MASK: u32 = 0;
+
+#[inline(always)]
+fn global(v: &'static u32) -> u32 {
+    // SAFETY: reading our own static; volatile so the value patched in by the loader is
+    // used instead of the compile-time 0.
+    unsafe { core::ptr::read_volatile(v) }
+}
+
+#[inline(always)]
+unsafe fn read_at<T: Copy + Default>(task: *const u8, offset: u32) -> T {
+    // SAFETY: `task` is a task_struct pointer handed to us by the tracepoint; a failed
+    // read yields the default.
+    unsafe { bpf_probe_read_kernel(task.add(offset as usize) as *const T).unwrap_or_default() }
+}
+
+/// `task->pid` (the thread id).
+#[inline(always)]
+pub unsafe fn pid(task: *const u8) -> u32 {
+    unsafe { read_at::<i32>(task, global(&TASK_PID_OFFSET)) as u32 }
+}
+
+/// `task->tgid` (the process id).
+#[inline(always)]
+pub unsafe fn tgid(task: *const u8) -> u32 {
+    unsafe { read_at::<i32>(task, global(&TASK_TGID_OFFSET)) as u32 }
+}
+
+/// `task->__state` (`state` before 5.14).
+#[inline(always)]
+pub unsafe fn state(task: *const u8) -> u32 {
+    unsafe { read_at::<u32>(task, global(&TASK_STATE_OFFSET)) }
+}
+
+/// `task->exit_code`.
+#[inline(always)]
+pub unsafe fn exit_code(task: *const u8) -> u32 {
+    unsafe { read_at::<i32>(task, global(&TASK_EXIT_CODE_OFFSET)) as u32 }
+}
+
+/// `task->in_iowait`: set by io_schedule() for the duration of an I/O sleep.
+#[inline(always)]
+pub unsafe fn in_iowait(task: *const u8) -> bool {
+    let mask = global(&TASK_IN_IOWAIT_MASK);
+    if mask == 0 {
+        return false;
+    }
+    let byte = unsafe { read_at::<u8>(task, global(&TASK_IN_IOWAIT_BYTE)) };
+    (byte as u32) & mask != 0
+}

@@ -1,0 +1,102 @@
+//! The text `trace` prints when it stops: per-process (or per-thread) latency classes,
+//! the top syscalls by total time, and events lost.
+
+use kernelkite_common::LatencyClass;
+
+use super::{columns, fmt_ns, fmt_share};
+use crate::analysis::Analysis;
+use crate::model::ClassTimes;
+
+/// How many syscalls `trace` lists.
+pub const TRACE_TOP_SYSCALLS: usize = 10;
+
+fn class_cells(c: &ClassTimes) -> Vec<String> {
+    let wall = c.total_ns().max(1) as f64;
+    LatencyClass::ALL
+        .iter()
+        .map(|class| {
+            let ns = c.get(*class);
+            format!("{} {}", fmt_ns(ns as f64), fmt_share(ns as f64 / wall))
+        })
+        .collect()
+}
+
+fn class_header(first: &[&str]) -> Vec<String> {
+    let mut h: Vec<String> = first.iter().map(|s| s.to_string()).collect();
+    h.extend(LatencyClass::ALL.iter().map(|c| c.name().to_string()));
+    h
+}
+
+/// Render the end-of-trace report.
+pub fn trace_text(a: &Analysis, per_thread: bool) -> String {
+    let mut out = String::new();
+    let exact = if a.latency_classes_exact {
+        "exact"
+    } else {
+        "estimated"
+    };
+    out.push_str(&format!(
+        "traced {} process(es) for {} with {} ({} latency classes)\n\n",
+        a.distinct_pids,
+        fmt_ns(a.duration_ns as f64),
+        a.backend,
+        exact
+    ));
+    if per_thread {
+        let mut rows = vec![class_header(&["PID", "TID", "THREAD", "WALL"])];
+        for t in &a.threads {
+            let mut row = vec![
+                t.pid.to_string(),
+                t.tid.to_string(),
+                t.comm.clone(),
+                fmt_ns(t.wall_ns as f64),
+            ];
+            row.extend(class_cells(&t.classes));
+            rows.push(row);
+        }
+        out.push_str("latency classes per thread (time and share of the thread's wall time):\n");
+        out.push_str(&columns(&rows, &[0, 1, 3, 4, 5, 6, 7, 8, 9]));
+    } else {
+        let mut rows = vec![class_header(&["PID", "COMM", "THREADS"])];
+        for p in &a.processes {
+            let mut row = vec![p.pid.to_string(), p.comm.clone(), p.threads.to_string()];
+            row.extend(class_cells(&p.classes));
+            rows.push(row);
+        }
+        out.push_str("latency classes per process (time summed over threads, and share):\n");
+        out.push_str(&columns(&rows, &[0, 2, 3, 4, 5, 6, 7, 8]));
+    }
+    out.push('\n');
+    if a.syscalls.is_empty() {
+        out.push_str("no syscalls completed inside the trace\n");
+    } else {
+        let mut syscalls: Vec<_> = a.syscalls.iter().collect();
+        syscalls.sort_by(|x, y| y.total_ns.cmp(&x.total_ns).then(x.name.cmp(&y.name)));
+        let mut rows = vec![["SYSCALL", "COUNT", "TOTAL", "P50", "P95", "P99", "MAX"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect::<Vec<_>>()];
+        for s in syscalls.iter().take(TRACE_TOP_SYSCALLS) {
+            rows.push(vec![
+                s.name.clone(),
+                s.count.to_string(),
+                fmt_ns(s.total_ns as f64),
+                fmt_ns(s.p50_ns as f64),
+                fmt_ns(s.p95_ns as f64),
+                fmt_ns(s.p99_ns as f64),
+                fmt_ns(s.max_ns as f64),
+            ]);
+        }
+        out.push_str(&format!(
+            "top syscalls by total time (percentiles within ±{:.2}%, never above max):\n",
+            a.histogram_relative_error * 100.0
+        ));
+        out.push_str(&columns(&rows, &[1, 2, 3, 4, 5, 6]));
+    }
+    out.push('\n');
+    match a.events_lost {
+        Some(n) => out.push_str(&format!("events lost: {n} (counted in the kernel)\n")),
+        None => out.push_str("events lost: n/a (proc sampler)\n"),
+    }
+    out
+}

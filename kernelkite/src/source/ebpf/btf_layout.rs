@@ -1,0 +1,166 @@
+//! Kernel struct layout read from the running kernel's BTF (/sys/kernel/btf/vmlinux):
+//! the BPF programs read `task_struct` and `pt_regs` fields at these offsets, so one
+//! object file works across kernel versions without CO-RE relocations.
+
+use std::path::Path;
+
+use btf_rs::{Btf, Type};
+
+/// Where the fields the BPF programs read live on this kernel.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KernelLayout {
+    pub task_pid_offset: u32,
+    pub task_tgid_offset: u32,
+    /// `__state` (5.14+) or `state`.
+    pub task_state_offset: u32,
+    pub task_exit_code_offset: u32,
+    /// Byte and mask of the `in_iowait` bitfield; `None` if the kernel has no such field.
+    pub task_in_iowait: Option<(u32, u8)>,
+    /// Offset of the second syscall argument in `struct pt_regs`.
+    pub pt_regs_arg1_offset: u32,
+    /// Whether `sched_switch` passes `prev_state` as a fourth argument (5.18+).
+    pub switch_has_prev_state: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LayoutError {
+    #[error("cannot read kernel BTF at {path}: {message}")]
+    Btf { path: String, message: String },
+    #[error("kernel BTF has no {0}")]
+    Missing(String),
+}
+
+/// Read the layout from a BTF file (normally `/sys/kernel/btf/vmlinux`).
+pub fn read_layout(path: &Path) -> Result<KernelLayout, LayoutError> {
+    let btf = Btf::from_file(path).map_err(|e| LayoutError::Btf {
+        path: path.display().to_string(),
+        message: e.to_string(),
+    })?;
+    let field = |s: &str, f: &str| -> Result<(u32, Option<u32>), LayoutError> {
+        member_bit_offset(&btf, s, f)?.ok_or_else(|| LayoutError::Missing(format!("{s}.{f}")))
+    };
+    let byte = |s: &str, f: &str| -> Result<u32, LayoutError> { Ok(field(s, f)?.0 / 8) };
+
+    let task_state_offset = match member_bit_offset(&btf, "task_struct", "__state")? {
+        Some((bits, _)) => bits / 8,
+        None => byte("task_struct", "state")?,
+    };
+    let task_in_iowait = member_bit_offset(&btf, "task_struct", "in_iowait")?
+        .map(|(bits, _)| (bits / 8, 1u8 << (bits % 8)));
+    let pt_regs_arg1_offset = match std::env::consts::ARCH {
+        "x86_64" => byte("pt_regs", "si")?,
+        // struct user_pt_regs regs[31]: the second argument is regs[1].
+        "aarch64" => byte("pt_regs", "regs")? + 8,
+        other => {
+            return Err(LayoutError::Missing(format!(
+                "pt_regs argument layout for {other}"
+            )))
+        }
+    };
+    Ok(KernelLayout {
+        task_pid_offset: byte("task_struct", "pid")?,
+        task_tgid_offset: byte("task_struct", "tgid")?,
+        task_state_offset,
+        task_exit_code_offset: byte("task_struct", "exit_code")?,
+        task_in_iowait,
+        pt_regs_arg1_offset,
+        switch_has_prev_state: tracepoint_arg_count(&btf, "sched_switch")? >= 5,
+    })
+}
+
+/// Bit offset (and bitfield width) of `field` in `struct name`, looking through
+/// anonymous struct/union members.
+fn member_bit_offset(
+    btf: &Btf,
+    name: &str,
+    field: &str,
+) -> Result<Option<(u32, Option<u32>)>, LayoutError> {
+    let types = btf
+        .resolve_types_by_name(name)
+        .map_err(|_| LayoutError::Missing(format!("struct {name}")))?;
+    let st = types
+        .iter()
+        .find_map(|t| match t {
+            Type::Struct(s) if !s.members.is_empty() => Some(s),
+            _ => None,
+        })
+        .ok_or_else(|| LayoutError::Missing(format!("struct {name}")))?;
+    Ok(find_member(btf, st, field, 0))
+}
+
+fn find_member(
+    btf: &Btf,
+    st: &btf_rs::Struct,
+    field: &str,
+    base_bits: u32,
+) -> Option<(u32, Option<u32>)> {
+    for m in &st.members {
+        let name = btf.resolve_name(m).unwrap_or_default();
+        if name == field {
+            return Some((base_bits + m.bit_offset(), m.bitfield_size()));
+        }
+        if name.is_empty() {
+            // Anonymous struct or union: search inside it.
+            let mut ty = btf.resolve_chained_type(m).ok()?;
+            loop {
+                match ty {
+                    Type::Struct(ref inner) | Type::Union(ref inner) => {
+                        if let Some(hit) =
+                            find_member(btf, inner, field, base_bits + m.bit_offset())
+                        {
+                            return Some(hit);
+                        }
+                        break;
+                    }
+                    Type::Const(_) | Type::Volatile(_) | Type::Typedef(_) | Type::TypeTag(_) => {
+                        let Some(bt) = ty.as_btf_type() else { break };
+                        ty = btf.resolve_chained_type(bt).ok()?;
+                    }
+                    _ => break,
+                }
+            }
+        }
+    }
+    None
+}
+
+/// Number of parameters of `btf_trace_<tp>` (including the leading `void *`).
+fn tracepoint_arg_count(btf: &Btf, tp: &str) -> Result<usize, LayoutError> {
+    let name = format!("btf_trace_{tp}");
+    let missing = || LayoutError::Missing(format!("typedef {name}"));
+    let types = btf.resolve_types_by_name(&name).map_err(|_| missing())?;
+    let mut ty = types.into_iter().next().ok_or_else(missing)?;
+    for _ in 0..4 {
+        match ty {
+            Type::FuncProto(proto) => return Ok(proto.parameters.len()),
+            Type::Typedef(_) | Type::Ptr(_) | Type::Const(_) => {
+                let bt = ty.as_btf_type().ok_or_else(missing)?;
+                ty = btf.resolve_chained_type(bt).map_err(|_| missing())?;
+            }
+            _ => break,
+        }
+    }
+    Err(missing())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_this_kernels_layout_when_btf_is_present() {
+        let path = Path::new("/sys/kernel/btf/vmlinux");
+        if !path.exists() {
+            eprintln!("skipped: no kernel BTF at {}", path.display());
+            return;
+        }
+        let layout = read_layout(path).expect("layout");
+        // pid and tgid are adjacent pid_t fields in every kernel since 2.6.
+        assert_eq!(layout.task_tgid_offset, layout.task_pid_offset + 4);
+        assert!(layout.task_state_offset < layout.task_pid_offset);
+        if std::env::consts::ARCH == "x86_64" {
+            // r15 r14 r13 r12 bp bx r11 r10 r9 r8 ax cx dx si: si is the 14th u64.
+            assert_eq!(layout.pt_regs_arg1_offset, 13 * 8);
+        }
+    }
+}

@@ -1,0 +1,162 @@
+//! Loading the embedded BPF object, patching in the kernel layout and options, and
+//! attaching every program. Dropping [`Probes`] detaches and unloads everything.
+
+use std::path::Path;
+use std::time::Instant;
+
+use aya::maps::{Array, MapData};
+use aya::programs::BtfTracePoint;
+use aya::{Btf, Ebpf, EbpfLoader};
+
+use super::btf_layout::{read_layout, KernelLayout};
+use super::syscall_table;
+
+/// The BPF object built from `kernelkite-ebpf` by `cargo xtask build-ebpf` and committed,
+/// so building kernelkite needs only stable Rust. `cargo xtask ci` rebuilds it and fails
+/// if the committed bytes differ.
+pub static BPF_OBJECT: &[u8] = aya::include_bytes_aligned!("../../../bpf/kernelkite.bpf.o");
+
+/// Where the running kernel's BTF lives.
+pub const KERNEL_BTF_PATH: &str = "/sys/kernel/btf/vmlinux";
+
+/// Options the programs are loaded with.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ProbeOptions {
+    /// Track processes forked by targets too.
+    pub follow: bool,
+    /// Stream calls at least this slow over the ring buffer; 0 disables.
+    pub min_latency_ns: u64,
+}
+
+/// The loaded, attached programs and their maps.
+pub struct Probes {
+    pub ebpf: Ebpf,
+    pub layout: KernelLayout,
+    /// `program (tracepoint)` for every attached hook, in attach order.
+    pub hooks: Vec<String>,
+    /// Time from starting the load to the last program attached.
+    pub attach_ms: f64,
+}
+
+/// Why the eBPF backend could not be started. Rendered as one line.
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    #[error("reading kernel layout: {0}")]
+    Layout(#[from] super::btf_layout::LayoutError),
+    #[error("loading BPF object: {0}")]
+    Load(String),
+    #[error("BPF program {program} rejected or not attachable: {message}")]
+    Program { program: String, message: String },
+    #[error("BPF map {0}: {1}")]
+    Map(&'static str, String),
+}
+
+/// (program name in the object, tracepoint) in attach order: lifecycle first so no
+/// fork is missed once the scheduler hooks run.
+fn program_plan(layout: &KernelLayout) -> [(&'static str, &'static str); 8] {
+    let switch = if layout.switch_has_prev_state {
+        "sched_switch"
+    } else {
+        "sched_switch_legacy"
+    };
+    [
+        ("sched_process_fork", "sched_process_fork"),
+        ("sched_process_exec", "sched_process_exec"),
+        ("sched_process_exit", "sched_process_exit"),
+        ("sched_wakeup", "sched_wakeup"),
+        ("sched_wakeup_new", "sched_wakeup_new"),
+        (switch, "sched_switch"),
+        ("sys_enter", "sys_enter"),
+        ("sys_exit", "sys_exit"),
+    ]
+}
+
+/// Load and attach every program.
+pub fn load(options: ProbeOptions) -> Result<Probes, ProbeError> {
+    let started = Instant::now();
+    let layout = read_layout(Path::new(KERNEL_BTF_PATH))?;
+    let btf = Btf::from_sys_fs().map_err(|e| ProbeError::Load(format!("kernel BTF: {e}")))?;
+    raise_memlock_limit();
+
+    let (iowait_byte, iowait_mask) = layout.task_in_iowait.map_or((0, 0), |(b, m)| (b, m as u32));
+    let follow = u32::from(options.follow);
+    let mut loader = EbpfLoader::new();
+    loader
+        .override_global("TASK_PID_OFFSET", &layout.task_pid_offset, true)
+        .override_global("TASK_TGID_OFFSET", &layout.task_tgid_offset, true)
+        .override_global("TASK_STATE_OFFSET", &layout.task_state_offset, true)
+        .override_global("TASK_EXIT_CODE_OFFSET", &layout.task_exit_code_offset, true)
+        .override_global("TASK_IN_IOWAIT_BYTE", &iowait_byte, true)
+        .override_global("TASK_IN_IOWAIT_MASK", &iowait_mask, true)
+        .override_global("PT_REGS_ARG1_OFFSET", &layout.pt_regs_arg1_offset, true)
+        .override_global("MIN_LATENCY_NS", &options.min_latency_ns, true)
+        .override_global("FOLLOW", &follow, true);
+    let mut ebpf = loader
+        .load(BPF_OBJECT)
+        .map_err(|e| ProbeError::Load(error_chain(&e)))?;
+
+    {
+        let map = ebpf
+            .map_mut("SYSCALL_KIND")
+            .ok_or_else(|| ProbeError::Map("SYSCALL_KIND", "missing from object".into()))?;
+        let mut kinds: Array<&mut MapData, u8> =
+            Array::try_from(map).map_err(|e| ProbeError::Map("SYSCALL_KIND", e.to_string()))?;
+        for (nr, kind) in syscall_table::kind_table() {
+            kinds
+                .set(nr, kind, 0)
+                .map_err(|e| ProbeError::Map("SYSCALL_KIND", e.to_string()))?;
+        }
+    }
+
+    let mut hooks = Vec::new();
+    for (program, tracepoint) in program_plan(&layout) {
+        let fail = |message: String| ProbeError::Program {
+            program: program.to_string(),
+            message,
+        };
+        let prog: &mut BtfTracePoint = ebpf
+            .program_mut(program)
+            .ok_or_else(|| fail("missing from object".into()))?
+            .try_into()
+            .map_err(|e: aya::programs::ProgramError| fail(error_chain(&e)))?;
+        prog.load(tracepoint, &btf)
+            .map_err(|e| fail(error_chain(&e)))?;
+        prog.attach().map_err(|e| fail(error_chain(&e)))?;
+        hooks.push(format!("{program} (tp_btf/{tracepoint})"));
+    }
+    Ok(Probes {
+        ebpf,
+        layout,
+        hooks,
+        attach_ms: started.elapsed().as_secs_f64() * 1e3,
+    })
+}
+
+/// Kernels before 5.11 charge BPF maps to RLIMIT_MEMLOCK; lift it (best effort).
+fn raise_memlock_limit() {
+    let rlim = libc::rlimit {
+        rlim_cur: libc::RLIM_INFINITY,
+        rlim_max: libc::RLIM_INFINITY,
+    };
+    // SAFETY: setrlimit reads the struct we pass; failure is harmless here.
+    unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &rlim) };
+}
+
+/// An error and its sources on one line (verifier logs are cut to their last line).
+fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut out = err.to_string();
+    let mut source = err.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        let last = text
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("")
+            .trim();
+        out.push_str(": ");
+        out.push_str(last);
+        source = s.source();
+    }
+    out
+}

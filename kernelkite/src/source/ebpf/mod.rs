@@ -1,0 +1,11 @@
+//! The eBPF collector: BPF programs on scheduler, syscall and lifecycle tracepoints
+//! aggregate exact latency classes and syscall histograms in the kernel; this module
+//! loads them, tells them what to trace, and folds their maps and ring-buffer records
+//! into bundle frames.
+
+pub mod availability;
+pub mod btf_layout;
+pub mod loader;
+pub mod records;
+pub mod session;
+pub mod syscall_table;

@@ -1,0 +1,456 @@
+//! One eBPF tracing session: point the loaded programs at the target threads, take
+//! snapshots of their in-kernel counters as frames, and fold ring-buffer records into
+//! lifecycle events. The result is an ordinary [`Bundle`] with `backend: ebpf`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::time::Duration;
+
+use aya::maps::{Array, HashMap, MapData, PerCpuArray, PerCpuHashMap, RingBuf};
+use kernelkite_common::bpf::{
+    lost, record_kind, run_state, SyscallHist, SyscallKey, ThreadState, NO_SYSCALL,
+};
+use kernelkite_common::LatencyClass;
+
+use super::loader::{self, ProbeError, ProbeOptions, Probes};
+use super::records::{comm_string, decode, Record};
+use super::syscall_table;
+use crate::model::{
+    Backend, Bundle, ClassTimes, Frame, LifecycleEvent, LifecycleKind, SlowSyscall,
+    SyscallHistogram, ThreadSample,
+};
+use crate::source::host::current_host;
+use crate::source::procfs::{FrameRecorder, Sampler, SamplerOptions, Scope, PROC_ROOT};
+
+/// What to trace.
+#[derive(Clone, Debug)]
+pub struct TraceOptions {
+    pub pids: Vec<i32>,
+    pub follow: bool,
+    pub min_latency_ns: u64,
+    pub interval: Duration,
+    pub max_frames: u64,
+    pub network: bool,
+    pub label: Option<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    #[error("no process with pid {0}")]
+    NoSuchProcess(i32),
+    #[error(transparent)]
+    Probe(#[from] ProbeError),
+    #[error("BPF map {0}: {1}")]
+    Map(&'static str, String),
+    #[error("reading /proc: {0}")]
+    Proc(#[from] std::io::Error),
+}
+
+/// A running session. Dropping it detaches every program.
+pub struct Session {
+    probes: Probes,
+    threads: HashMap<MapData, u32, ThreadState>,
+    hists: PerCpuHashMap<MapData, SyscallKey, SyscallHist>,
+    lost: PerCpuArray<MapData, u64>,
+    sampler: Sampler,
+    options: TraceOptions,
+    start_mono_ns: u64,
+    recorder: FrameRecorder,
+    lifecycle: Vec<LifecycleEvent>,
+    slow: Vec<SlowSyscall>,
+    undecodable_records: u64,
+    /// Exited threads whose exit record arrived, so a later snapshot doesn't count them.
+    exited: BTreeSet<u32>,
+}
+
+/// CLOCK_MONOTONIC in ns: the clock `bpf_ktime_get_ns` reads.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes into the timespec we own.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+fn take_map<T>(probes: &mut Probes, name: &'static str) -> Result<T, SessionError>
+where
+    T: TryFrom<aya::maps::Map, Error = aya::maps::MapError>,
+{
+    let map = probes
+        .ebpf
+        .take_map(name)
+        .ok_or_else(|| SessionError::Map(name, "missing from object".into()))?;
+    T::try_from(map).map_err(|e| SessionError::Map(name, e.to_string()))
+}
+
+impl Session {
+    /// Check the targets exist, load and attach the programs, and start tracking every
+    /// thread of the targets (with `follow`, of their existing descendants too).
+    pub fn start(options: TraceOptions) -> Result<Session, SessionError> {
+        for &pid in &options.pids {
+            if pid <= 0 || !Path::new(PROC_ROOT).join(pid.to_string()).exists() {
+                return Err(SessionError::NoSuchProcess(pid));
+            }
+        }
+        let mut probes = loader::load(ProbeOptions {
+            follow: options.follow,
+            min_latency_ns: options.min_latency_ns,
+        })?;
+        let threads = take_map(&mut probes, "THREADS")?;
+        let hists = take_map(&mut probes, "SYSCALL_HISTS")?;
+        let lost = take_map(&mut probes, "LOST")?;
+        let sampler = Sampler::new(
+            Path::new(PROC_ROOT),
+            SamplerOptions {
+                threads: true,
+                network: options.network,
+            },
+        )?;
+        let mut session = Session {
+            probes,
+            threads,
+            hists,
+            lost,
+            sampler,
+            recorder: FrameRecorder::new(options.max_frames),
+            options,
+            start_mono_ns: monotonic_ns(),
+            lifecycle: Vec::new(),
+            slow: Vec::new(),
+            undecodable_records: 0,
+            exited: BTreeSet::new(),
+        };
+        session.add_initial_targets()?;
+        let first = session.snapshot_frame()?;
+        session.recorder.push(first);
+        Ok(session)
+    }
+
+    /// Hooks attached, for status lines and doctor.
+    pub fn hooks(&self) -> &[String] {
+        &self.probes.hooks
+    }
+
+    /// Milliseconds from starting the load to every hook attached.
+    pub fn attach_ms(&self) -> f64 {
+        self.probes.attach_ms
+    }
+
+    /// The ring buffer, for the caller to poll (it moves out of the session).
+    pub fn take_ring(&mut self) -> Result<RingBuf<MapData>, SessionError> {
+        take_map(&mut self.probes, "EVENTS")
+    }
+
+    fn scope_pids(&self) -> Vec<i32> {
+        self.options.pids.clone()
+    }
+
+    /// Insert every existing thread as INITIAL (classified from its /proc state until
+    /// its first event), then set the target bits. Repeat once to catch threads created
+    /// between the /proc read and the bits being set (later ones go through the fork hook).
+    fn add_initial_targets(&mut self) -> Result<(), SessionError> {
+        let roots = self.scope_pids();
+        for _ in 0..2 {
+            let frame = self.sampler.sample(Scope::Subtrees(&roots), 0)?;
+            let now = monotonic_ns().max(self.start_mono_ns);
+            let mut tgids = BTreeSet::new();
+            for p in &frame.processes {
+                if !self.options.follow && !roots.contains(&p.pid) {
+                    continue;
+                }
+                tgids.insert(p.pid as u32);
+                for t in &p.threads {
+                    let state = ThreadState {
+                        tgid: p.pid as u32,
+                        run_state: run_state::INITIAL,
+                        since_ns: self.start_mono_ns,
+                        sleep_class: initial_class(&t.state, t.syscall_nr) as u32,
+                        sys_nr: NO_SYSCALL,
+                        start_ns: self.start_mono_ns,
+                        ..Default::default()
+                    };
+                    // NOEXIST: never overwrite an entry the fork hook already made.
+                    let _ = self.threads.insert(t.tid as u32, state, 1);
+                }
+            }
+            let _ = now;
+            self.set_target_bits(&tgids)?;
+        }
+        Ok(())
+    }
+
+    fn set_target_bits(&mut self, tgids: &BTreeSet<u32>) -> Result<(), SessionError> {
+        let map = self
+            .probes
+            .ebpf
+            .map_mut("TARGETS")
+            .ok_or_else(|| SessionError::Map("TARGETS", "missing from object".into()))?;
+        let mut targets: Array<&mut MapData, u64> =
+            Array::try_from(map).map_err(|e| SessionError::Map("TARGETS", e.to_string()))?;
+        for &tgid in tgids {
+            let word = tgid >> 6;
+            let bits = targets
+                .get(&word, 0)
+                .map_err(|e| SessionError::Map("TARGETS", e.to_string()))?;
+            targets
+                .set(word, bits | (1u64 << (tgid & 63)), 0)
+                .map_err(|e| SessionError::Map("TARGETS", e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    fn t_ns(&self, mono_ns: u64) -> u64 {
+        mono_ns.saturating_sub(self.start_mono_ns)
+    }
+
+    /// Fold one ring-buffer record into the session.
+    pub fn handle_record(&mut self, bytes: &[u8]) {
+        let record = match decode(bytes) {
+            Ok(r) => r,
+            Err(_) => {
+                self.undecodable_records += 1;
+                return;
+            }
+        };
+        match record {
+            Record::Lifecycle(r) => {
+                let kind = match r.kind {
+                    record_kind::FORK => LifecycleKind::Fork,
+                    record_kind::EXEC => LifecycleKind::Exec,
+                    _ => LifecycleKind::Exit,
+                };
+                let exit = kind == LifecycleKind::Exit;
+                if exit {
+                    self.exited.insert(r.tid);
+                }
+                self.lifecycle.push(LifecycleEvent {
+                    t_ns: self.t_ns(r.ts_ns),
+                    kind,
+                    pid: r.tgid as i32,
+                    tid: r.tid as i32,
+                    ppid: r.parent_tgid as i32,
+                    comm: comm_string(&r.comm),
+                    exit_code: exit.then_some((r.exit_code >> 8) as i32 & 0xff),
+                    class_ns: exit.then_some(ClassTimes::from_array(r.class_ns)),
+                });
+            }
+            Record::SlowSyscall(r) => self.slow.push(SlowSyscall {
+                t_ns: self.t_ns(r.start_ns),
+                pid: r.tgid as i32,
+                tid: r.tid as i32,
+                nr: r.nr,
+                name: syscall_table::name(r.nr),
+                duration_ns: r.duration_ns,
+                ret: r.ret,
+            }),
+        }
+    }
+
+    /// Take a snapshot frame and keep it.
+    pub fn snapshot(&mut self) -> Result<(), SessionError> {
+        let frame = self.snapshot_frame()?;
+        self.recorder.push(frame);
+        Ok(())
+    }
+
+    /// Number of frames kept so far.
+    pub fn frames(&self) -> usize {
+        self.recorder.frames().len()
+    }
+
+    /// Whether any traced thread is still alive.
+    pub fn any_target_alive(&self) -> bool {
+        self.threads
+            .iter()
+            .filter_map(Result::ok)
+            .any(|(tid, s)| s.run_state != run_state::EXITED && !self.exited.contains(&tid))
+    }
+
+    /// Events lost so far, as counted by the BPF programs (plus records we could not
+    /// decode).
+    pub fn events_lost(&self) -> u64 {
+        let mut total = self.undecodable_records;
+        for i in 0..lost::COUNT {
+            if let Ok(per_cpu) = self.lost.get(&i, 0) {
+                total += per_cpu.iter().sum::<u64>();
+            }
+        }
+        total
+    }
+
+    fn snapshot_frame(&mut self) -> Result<Frame, SessionError> {
+        let now = monotonic_ns();
+        let t_ns = self.t_ns(now);
+        // Read the map first: a thread's counters are then never ahead of its /proc row.
+        let mut by_tgid: BTreeMap<u32, BTreeMap<u32, ThreadState>> = BTreeMap::new();
+        let mut lost_exits = Vec::new();
+        for (tid, state) in self.threads.iter().filter_map(Result::ok) {
+            if state.run_state == run_state::EXITED {
+                lost_exits.push((tid, state));
+                continue;
+            }
+            by_tgid.entry(state.tgid).or_default().insert(tid, state);
+        }
+        // Exits whose record was lost (ring buffer full): collect the final counters
+        // from the map, so no measured time is lost with the record.
+        for (tid, state) in lost_exits {
+            if self.exited.insert(tid) {
+                self.lifecycle.push(LifecycleEvent {
+                    t_ns,
+                    kind: LifecycleKind::Exit,
+                    pid: state.tgid as i32,
+                    tid: tid as i32,
+                    ppid: 0,
+                    comm: String::new(),
+                    exit_code: Some((state.exit_code >> 8) as i32 & 0xff),
+                    class_ns: Some(ClassTimes::from_array(state.class_ns)),
+                });
+            }
+            let _ = self.threads.remove(&tid);
+        }
+        let roots: Vec<i32> = by_tgid.keys().map(|&t| t as i32).collect();
+        let mut frame = self.sampler.sample(Scope::Subtrees(&roots), t_ns)?;
+        frame
+            .processes
+            .retain(|p| by_tgid.contains_key(&(p.pid as u32)));
+        for p in &mut frame.processes {
+            let Some(states) = by_tgid.get(&(p.pid as u32)) else {
+                continue;
+            };
+            let mut proc_threads: BTreeMap<i32, ThreadSample> = std::mem::take(&mut p.threads)
+                .into_iter()
+                .map(|t| (t.tid, t))
+                .collect();
+            p.threads = states
+                .iter()
+                .map(|(&tid, state)| {
+                    let mut sample =
+                        proc_threads
+                            .remove(&(tid as i32))
+                            .unwrap_or_else(|| ThreadSample {
+                                tid: tid as i32,
+                                comm: String::new(),
+                                state: "?".into(),
+                                schedstat: None,
+                                syscall_nr: None,
+                                class_ns: None,
+                            });
+                    sample.class_ns = Some(class_times_at(state, now));
+                    sample
+                })
+                .collect();
+        }
+        Ok(frame)
+    }
+
+    /// Stop: one last drain-free snapshot, the histograms, and the bundle.
+    pub fn finish(mut self) -> Result<Bundle, SessionError> {
+        // The final frame also closes INITIAL threads that never had an event.
+        let mut last = self.snapshot_frame()?;
+        let now = monotonic_ns();
+        for p in &mut last.processes {
+            for t in &mut p.threads {
+                if let Ok(state) = self.threads.get(&(t.tid as u32), 0) {
+                    if state.run_state == run_state::INITIAL {
+                        t.class_ns = Some(class_times_final(&state, now));
+                    }
+                }
+            }
+        }
+        self.recorder.push(last);
+        let events_lost = self.events_lost();
+        let mut syscalls = Vec::new();
+        for (key, per_cpu) in self.hists.iter().filter_map(Result::ok) {
+            let mut h = SyscallHistogram {
+                pid: key.tgid as i32,
+                nr: key.nr,
+                name: syscall_table::name(key.nr),
+                count: 0,
+                total_ns: 0,
+                max_ns: 0,
+                buckets: Vec::new(),
+            };
+            let mut buckets = vec![0u64; kernelkite_common::hist::NUM_BUCKETS];
+            for cpu in per_cpu.iter() {
+                h.count += cpu.count;
+                h.total_ns += cpu.total_ns;
+                h.max_ns = h.max_ns.max(cpu.max_ns);
+                for (i, c) in cpu.buckets.iter().enumerate() {
+                    buckets[i] += c;
+                }
+            }
+            h.buckets = buckets
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| **c > 0)
+                .map(|(i, c)| (i as u32, *c))
+                .collect();
+            syscalls.push(h);
+        }
+        syscalls.sort_by_key(|h| (h.pid, h.nr));
+        self.lifecycle.sort_by_key(|e| (e.t_ns, e.pid, e.tid));
+        self.slow.sort_by_key(|s| (s.t_ns, s.tid));
+
+        let mut bundle = Bundle::new(
+            Backend::Ebpf,
+            current_host(),
+            self.options.interval.as_millis() as u64,
+        );
+        bundle.label = self.options.label.clone();
+        bundle.root_pids = self.options.pids.clone();
+        let (frames, cap) =
+            std::mem::replace(&mut self.recorder, FrameRecorder::new(1)).into_parts();
+        bundle.frames = frames;
+        bundle.frame_cap = cap;
+        bundle.events_lost = Some(events_lost);
+        bundle.lifecycle = std::mem::take(&mut self.lifecycle);
+        bundle.syscalls = syscalls;
+        bundle.slow_syscalls = std::mem::take(&mut self.slow);
+        Ok(bundle)
+    }
+}
+
+/// The class a thread found asleep at attach time is assumed to be in until its first
+/// event: from its /proc state and the syscall it is blocked in.
+fn initial_class(state: &str, syscall_nr: Option<i64>) -> LatencyClass {
+    let name = syscall_nr
+        .filter(|nr| *nr >= 0)
+        .map(|nr| syscall_table::name(nr as u32));
+    match (state, name.as_deref()) {
+        // Running or runnable: the BPF programs count a first switch-out as on_cpu and a
+        // first switch-in as runqueue.
+        ("R", _) => LatencyClass::OnCpu,
+        (_, Some("futex" | "futex_waitv" | "futex_wait")) => LatencyClass::LockWait,
+        ("D", _) => LatencyClass::IoWait,
+        (_, Some(_)) => LatencyClass::SyscallBlocked,
+        _ => LatencyClass::UnknownWait,
+    }
+}
+
+/// A thread's class times up to `now`: completed intervals plus the one in progress.
+/// INITIAL threads' first interval is not counted until it is known (see finish).
+fn class_times_at(state: &ThreadState, now: u64) -> ClassTimes {
+    let mut times = ClassTimes::from_array(state.class_ns);
+    let open = now.saturating_sub(state.since_ns);
+    let class = match state.run_state {
+        run_state::ON_CPU => Some(LatencyClass::OnCpu),
+        run_state::RUNNABLE => Some(LatencyClass::Runqueue),
+        run_state::SLEEPING => LatencyClass::from_id(state.sleep_class),
+        _ => None,
+    };
+    if let Some(class) = class {
+        times.add(class, open);
+    }
+    times
+}
+
+/// At the end of the session, a thread still INITIAL had no event at all: it spent the
+/// whole window in the state /proc showed at attach time.
+fn class_times_final(state: &ThreadState, now: u64) -> ClassTimes {
+    let mut times = ClassTimes::from_array(state.class_ns);
+    let class = LatencyClass::from_id(state.sleep_class).unwrap_or(LatencyClass::UnknownWait);
+    times.add(class, now.saturating_sub(state.since_ns));
+    times
+}

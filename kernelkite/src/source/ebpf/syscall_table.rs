@@ -1,0 +1,98 @@
+//! Syscall numbers of the running architecture (from the `syscalls` crate), and how a
+//! sleep inside each one is classified by the BPF programs.
+
+use kernelkite_common::bpf::{syscall_kind, MAX_SYSCALL_NR};
+use syscalls::Sysno;
+
+/// File and block I/O syscalls: a D-state sleep inside one is `io_wait`.
+const IO_SYSCALLS: &[&str] = &[
+    "read",
+    "write",
+    "pread64",
+    "pwrite64",
+    "readv",
+    "writev",
+    "preadv",
+    "pwritev",
+    "preadv2",
+    "pwritev2",
+    "fsync",
+    "fdatasync",
+    "sync_file_range",
+    "sync",
+    "syncfs",
+    "io_uring_enter",
+    "io_getevents",
+    "io_pgetevents",
+    "sendfile",
+    "splice",
+    "copy_file_range",
+    "fallocate",
+    "openat",
+    "open",
+    "close",
+    "truncate",
+    "ftruncate",
+    "msync",
+];
+
+/// Syscalls that are always a lock wait.
+const LOCK_SYSCALLS: &[&str] = &["futex_waitv", "futex_wait"];
+
+/// The `SYSCALL_KIND` map contents: one entry per syscall number below MAX_SYSCALL_NR.
+pub fn kind_table() -> Vec<(u32, u8)> {
+    Sysno::iter()
+        .filter_map(|s| {
+            let nr = u32::try_from(s.id())
+                .ok()
+                .filter(|nr| *nr < MAX_SYSCALL_NR)?;
+            let name = s.name();
+            let kind = if name == "futex" {
+                syscall_kind::FUTEX
+            } else if LOCK_SYSCALLS.contains(&name) {
+                syscall_kind::LOCK
+            } else if IO_SYSCALLS.contains(&name) {
+                syscall_kind::IO
+            } else {
+                syscall_kind::OTHER
+            };
+            (kind != syscall_kind::OTHER).then_some((nr, kind))
+        })
+        .collect()
+}
+
+/// The name of syscall `nr` on this architecture, or `syscall_<nr>`.
+pub fn name(nr: u32) -> String {
+    match Sysno::new(nr as usize) {
+        Some(s) => s.name().to_string(),
+        None => format!("syscall_{nr}"),
+    }
+}
+
+/// The number of the syscall called `name` on this architecture.
+pub fn number(name: &str) -> Option<u32> {
+    name.parse::<Sysno>()
+        .ok()
+        .and_then(|s| u32::try_from(s.id()).ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn futex_read_and_fsync_are_classified() {
+        let table = kind_table();
+        let kind_of = |n: &str| {
+            table
+                .iter()
+                .find(|(nr, _)| Some(*nr) == number(n))
+                .map(|(_, k)| *k)
+        };
+        assert_eq!(kind_of("futex"), Some(syscall_kind::FUTEX));
+        assert_eq!(kind_of("read"), Some(syscall_kind::IO));
+        assert_eq!(kind_of("fsync"), Some(syscall_kind::IO));
+        assert_eq!(kind_of("nanosleep"), None);
+        assert_eq!(name(number("read").unwrap()), "read");
+    }
+}
