@@ -18,6 +18,7 @@
 //!   sample. A counter's session total is `(first − baseline) + Σ max(0, next − prev)`,
 //!   which is `last − baseline` for well-formed data and never underflows.
 
+pub mod compare;
 pub mod syscall_names;
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -1,11 +1,45 @@
-//! `kernelkite compare`.
+//! `kernelkite compare`: deltas between two bundles, with `--fail-on` thresholds.
+//!
+//! Exit codes: 0 when every rule passes (or there are none), 1 when a rule fails (the
+//! failing rules are also printed to standard error), 2 for a malformed rule or an
+//! unreadable bundle.
 
 use std::process::ExitCode;
 
-use anyhow::Result;
+use anyhow::{anyhow, Result};
 
+use crate::analysis::analyze;
+use crate::analysis::compare::{compare, FailRule};
 use crate::cli::{CompareArgs, GlobalArgs};
+use crate::model::load_bundle;
+use crate::report::compare::{compare_json, compare_text};
 
-pub fn execute(_global: &GlobalArgs, _args: &CompareArgs) -> Result<ExitCode> {
-    anyhow::bail!("compare is not built yet")
+pub fn execute(global: &GlobalArgs, args: &CompareArgs) -> Result<ExitCode> {
+    // Rules first: a typo should not cost loading two bundles.
+    let rules = args
+        .fail_on
+        .iter()
+        .map(|r| FailRule::parse(r).map_err(|e| anyhow!(e)))
+        .collect::<Result<Vec<_>>>()?;
+    let before = analyze(&load_bundle(&args.before)?);
+    let after = analyze(&load_bundle(&args.after)?);
+    let cmp = compare(&before, &after);
+    let outcomes: Vec<_> = rules.iter().map(|r| r.evaluate(&cmp)).collect();
+    if global.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&compare_json(&cmp, &outcomes))?
+        );
+    } else {
+        print!("{}", compare_text(&cmp, &outcomes));
+    }
+    let failed: Vec<_> = outcomes.iter().filter(|o| o.failed).collect();
+    if failed.is_empty() {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        for f in failed {
+            eprintln!("kernelkite: fail-on: {}", f.message);
+        }
+        Ok(ExitCode::from(1))
+    }
 }

@@ -1,11 +1,19 @@
-//! `kernelkite replay`.
+//! `kernelkite replay`: fixture → bundle, byte for byte the same every time.
 
 use std::process::ExitCode;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 
-use crate::cli::{ReplayArgs, GlobalArgs};
+use crate::cli::{GlobalArgs, ReplayArgs};
+use crate::model::fixture::load_fixture;
+use crate::model::write_bundle;
 
-pub fn execute(_global: &GlobalArgs, _args: &ReplayArgs) -> Result<ExitCode> {
-    anyhow::bail!("replay is not built yet")
+pub fn execute(global: &GlobalArgs, args: &ReplayArgs) -> Result<ExitCode> {
+    let mut bundle = load_fixture(&args.input)?;
+    if let Some(label) = &global.label {
+        bundle.label = Some(label.clone());
+    }
+    write_bundle(&args.bundle, &bundle)
+        .with_context(|| format!("cannot write {}", args.bundle.display()))?;
+    Ok(ExitCode::SUCCESS)
 }

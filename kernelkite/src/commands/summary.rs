@@ -1,11 +1,24 @@
-//! `kernelkite summary`.
+//! `kernelkite summary`: totals, latency classes and syscalls of one bundle.
 
 use std::process::ExitCode;
 
 use anyhow::Result;
 
-use crate::cli::{SummaryArgs, GlobalArgs};
+use crate::analysis::analyze;
+use crate::cli::{GlobalArgs, SummaryArgs};
+use crate::model::load_bundle;
+use crate::report::summary::{summary_json, summary_text};
 
-pub fn execute(_global: &GlobalArgs, _args: &SummaryArgs) -> Result<ExitCode> {
-    anyhow::bail!("summary is not built yet")
+pub fn execute(global: &GlobalArgs, args: &SummaryArgs) -> Result<ExitCode> {
+    let bundle = load_bundle(&args.bundle)?;
+    let analysis = analyze(&bundle);
+    if global.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&summary_json(&analysis))?
+        );
+    } else {
+        print!("{}", summary_text(&analysis));
+    }
+    Ok(ExitCode::SUCCESS)
 }

@@ -1,11 +1,21 @@
-//! `kernelkite tree`.
+//! `kernelkite tree`: the observed process tree.
 
 use std::process::ExitCode;
 
 use anyhow::Result;
 
-use crate::cli::{TreeArgs, GlobalArgs};
+use crate::analysis::analyze;
+use crate::cli::{GlobalArgs, TreeArgs};
+use crate::model::load_bundle;
+use crate::report::tree::{tree_json, tree_text};
 
-pub fn execute(_global: &GlobalArgs, _args: &TreeArgs) -> Result<ExitCode> {
-    anyhow::bail!("tree is not built yet")
+pub fn execute(global: &GlobalArgs, args: &TreeArgs) -> Result<ExitCode> {
+    let bundle = load_bundle(&args.bundle)?;
+    let analysis = analyze(&bundle);
+    if global.json {
+        println!("{}", serde_json::to_string_pretty(&tree_json(&analysis))?);
+    } else {
+        print!("{}", tree_text(&analysis));
+    }
+    Ok(ExitCode::SUCCESS)
 }

@@ -6,6 +6,7 @@
 //! `analysis` when a report is made, so the maths can change without migrating files.
 
 pub mod bundle;
+pub mod fixture;
 pub mod io;
 pub mod validate;
 

@@ -1,0 +1,113 @@
+//! `compare` renderers: aligned text and the versioned JSON document (`docs/JSON.md`).
+
+use serde_json::{json, Value};
+
+use super::{columns, fmt_bytes_f, fmt_ms, fmt_ns};
+use crate::analysis::compare::{Comparison, Delta, MetricUnit, RuleOutcome};
+
+/// Version of the compare JSON document.
+pub const COMPARE_SCHEMA_VERSION: u32 = 1;
+
+fn json_number(unit: MetricUnit, v: f64) -> Value {
+    match unit {
+        MetricUnit::Bytes | MetricUnit::Count | MetricUnit::Nanoseconds if v.fract() == 0.0 => {
+            json!(v as i64)
+        }
+        _ => json!(v),
+    }
+}
+
+/// The compare JSON document: `deltas` in a fixed metric order and the `--fail-on`
+/// outcomes (`rules`, empty without rules).
+pub fn compare_json(cmp: &Comparison, rules: &[RuleOutcome]) -> Value {
+    let deltas: Vec<Value> = cmp
+        .deltas
+        .iter()
+        .map(|d| {
+            json!({
+                "metric": d.metric,
+                "unit": d.unit,
+                "before": json_number(d.unit, d.before),
+                "after": json_number(d.unit, d.after),
+                "change": json_number(d.unit, d.change),
+                "pct": d.pct,
+                "exact": d.exact,
+            })
+        })
+        .collect();
+    json!({
+        "schema_version": COMPARE_SCHEMA_VERSION,
+        "kind": "compare",
+        "before_label": cmp.before_label,
+        "after_label": cmp.after_label,
+        "deltas": deltas,
+        "rules": rules.iter().map(|r| json!({"rule": r.rule, "failed": r.failed, "message": r.message})).collect::<Vec<_>>(),
+        "failed": rules.iter().any(|r| r.failed),
+    })
+}
+
+fn fmt_value(unit: MetricUnit, v: f64, signed: bool) -> String {
+    let sign = if signed && v > 0.0 { "+" } else { "" };
+    let body = match unit {
+        MetricUnit::Milliseconds => fmt_ms(v),
+        MetricUnit::Seconds => format!("{v:.3} s"),
+        MetricUnit::Nanoseconds => fmt_ns(v),
+        MetricUnit::Bytes => fmt_bytes_f(v),
+        MetricUnit::Count => format!("{v:.0}"),
+    };
+    format!("{sign}{body}")
+}
+
+fn fmt_pct(d: &Delta) -> String {
+    match d.pct {
+        Some(p) if p.abs() < 0.05 => "0.0%".to_string(),
+        Some(p) => format!("{p:+.1}%"),
+        None => "new".to_string(),
+    }
+}
+
+/// The text comparison table, followed by one line per `--fail-on` rule.
+pub fn compare_text(cmp: &Comparison, rules: &[RuleOutcome]) -> String {
+    let mut out = String::new();
+    let label = |l: &Option<String>| l.clone().unwrap_or_else(|| "(no label)".to_string());
+    out.push_str(&format!(
+        "kernelkite compare: {} -> {}\n",
+        label(&cmp.before_label),
+        label(&cmp.after_label)
+    ));
+    let mut rows = vec![["metric", "before", "after", "change", "%"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect::<Vec<_>>()];
+    let mut any_estimated = false;
+    for d in &cmp.deltas {
+        let mut name = d.metric.clone();
+        if !d.exact {
+            name.push_str(" (estimated)");
+            any_estimated = true;
+        }
+        rows.push(vec![
+            name,
+            fmt_value(d.unit, d.before, false),
+            fmt_value(d.unit, d.after, false),
+            fmt_value(d.unit, d.change, true),
+            fmt_pct(d),
+        ]);
+    }
+    for line in columns(&rows, &[1, 2, 3, 4]).lines() {
+        out.push_str("  ");
+        out.push_str(line);
+        out.push('\n');
+    }
+    if any_estimated {
+        out.push_str("  (estimated): sleep classes estimated from sampled /proc thread states in at least one bundle\n");
+    }
+    if !rules.is_empty() {
+        out.push('\n');
+        out.push_str("fail-on rules\n");
+        for r in rules {
+            out.push_str(&format!("  {}\n", r.message));
+        }
+    }
+    out
+}

@@ -1,0 +1,345 @@
+//! `summary` renderers: aligned text and the versioned JSON document (`docs/JSON.md`).
+//! `trace` prints the same JSON contract through [`summary_json`].
+
+use kernelkite_common::LatencyClass;
+use serde_json::{json, Map, Value};
+
+use super::{columns, fmt_bytes, fmt_ms, fmt_ns, fmt_secs, fmt_share};
+use crate::analysis::{Analysis, CpuSource, RssSource};
+
+/// Version of the summary JSON document. Bump when a field changes meaning or is
+/// removed; adding fields does not bump it.
+pub const SUMMARY_SCHEMA_VERSION: u32 = 1;
+
+/// How many syscalls the text summary lists (the JSON lists all).
+pub const TOP_SYSCALLS: usize = 10;
+
+fn ns_to_ms(ns: u64) -> f64 {
+    ns as f64 / 1e6
+}
+
+/// The latency classes as a JSON object keyed by class name, values in ns.
+pub fn classes_json(c: &crate::model::ClassTimes) -> Value {
+    let mut m = Map::new();
+    for class in LatencyClass::ALL {
+        m.insert(class.name().to_string(), json!(c.get(class)));
+    }
+    Value::Object(m)
+}
+
+/// The summary JSON document of an analysis (schema [`SUMMARY_SCHEMA_VERSION`]).
+pub fn summary_json(a: &Analysis) -> Value {
+    let mut shares = Map::new();
+    for class in LatencyClass::ALL {
+        shares.insert(class.name().to_string(), json!(a.class_share(class)));
+    }
+    let estimated: Vec<&str> = LatencyClass::ALL
+        .iter()
+        .filter(|c| !a.class_is_exact(**c))
+        .map(|c| c.name())
+        .collect();
+    let syscalls: Vec<Value> = a
+        .syscalls
+        .iter()
+        .map(|s| {
+            json!({
+                "name": s.name,
+                "count": s.count,
+                "total_ns": s.total_ns,
+                "p50_ns": s.p50_ns,
+                "p95_ns": s.p95_ns,
+                "p99_ns": s.p99_ns,
+                "max_ns": s.max_ns,
+                "processes": s.processes,
+            })
+        })
+        .collect();
+    let processes: Vec<Value> = a
+        .processes
+        .iter()
+        .map(|p| {
+            json!({
+                "pid": p.pid,
+                "ppid": p.ppid,
+                "comm": p.comm,
+                "start_time_ticks": p.start_time_ticks,
+                "started_in_session": p.started_in_session,
+                "first_seen_ms": ns_to_ms(p.first_seen_ns),
+                "last_seen_ms": ns_to_ms(p.last_seen_ns),
+                "frames": p.frames,
+                "cpu_seconds": p.cpu_seconds,
+                "peak_rss_bytes": p.peak_rss_bytes,
+                "read_bytes": p.read_bytes,
+                "write_bytes": p.write_bytes,
+                "io_visible": p.io_visible,
+                "threads": p.threads,
+                "latency_classes": classes_json(&p.classes),
+            })
+        })
+        .collect();
+    let network = a.network.as_ref().map(|n| {
+        json!({
+            "host_wide": true,
+            "rx_bytes": n.rx_bytes,
+            "tx_bytes": n.tx_bytes,
+            "interfaces": n.interfaces.iter().map(|i| json!({
+                "interface": i.interface,
+                "rx_bytes": i.rx_bytes,
+                "rx_packets": i.rx_packets,
+                "tx_bytes": i.tx_bytes,
+                "tx_packets": i.tx_packets,
+            })).collect::<Vec<_>>(),
+        })
+    });
+    let launched = a.launched.as_ref().map(
+        |l| json!({"argv": l.argv, "pid": l.pid, "exit_code": l.exit_code, "signal": l.signal}),
+    );
+    json!({
+        "schema_version": SUMMARY_SCHEMA_VERSION,
+        "kind": "summary",
+        "label": a.label,
+        "backend": a.backend.name(),
+        "replayed_from": a.replayed_from,
+        "launched": launched,
+        "duration_ms": a.duration_ms,
+        "duration_ns": a.duration_ns,
+        "interval_ms": a.interval_ms,
+        "frames": a.frames,
+        "max_frames": a.frame_cap.max_frames,
+        "frames_dropped": a.frame_cap.frames_dropped,
+        "distinct_pids": a.distinct_pids,
+        "cpu_seconds": a.cpu_seconds,
+        "cpu_source": a.cpu_source,
+        "sampled_cpu_seconds": a.sampled_cpu_seconds,
+        "cpu_coverage": a.cpu_coverage,
+        "peak_rss_bytes": a.peak_rss_bytes,
+        "peak_rss_at_ms": ns_to_ms(a.peak_rss_t_ns),
+        "max_single_rss_bytes": a.max_single_rss_bytes,
+        "max_single_rss_source": a.max_single_rss_source,
+        "read_bytes": a.read_bytes,
+        "write_bytes": a.write_bytes,
+        "processes_without_io": a.processes_without_io,
+        "latency_classes": classes_json(&a.latency_classes),
+        "latency_class_shares": shares,
+        "latency_classes_exact": a.latency_classes_exact,
+        "estimated_classes": estimated,
+        "events_lost": a.events_lost,
+        "syscalls": syscalls,
+        "histogram_relative_error": a.histogram_relative_error,
+        "network": network,
+        "processes": processes,
+    })
+}
+
+/// The text summary.
+pub fn summary_text(a: &Analysis) -> String {
+    let mut out = String::new();
+    match &a.label {
+        Some(l) => out.push_str(&format!("kernelkite summary: {l}\n")),
+        None => out.push_str("kernelkite summary\n"),
+    }
+    let mut rows: Vec<Vec<String>> = Vec::new();
+    let mut row = |k: &str, v: String| rows.push(vec![k.to_string(), v]);
+    let backend = match a.backend {
+        crate::model::Backend::Proc => "proc (/proc sampler, unprivileged)",
+        crate::model::Backend::Ebpf => "ebpf (kernel tracepoints)",
+    };
+    row("backend", backend.to_string());
+    if let Some(r) = &a.replayed_from {
+        row("replayed from", r.clone());
+    }
+    if let Some(l) = &a.launched {
+        let status = match (l.exit_code, l.signal) {
+            (Some(c), _) => format!("exit {c}"),
+            (None, Some(s)) => format!("killed by signal {s}"),
+            _ => "status unknown".to_string(),
+        };
+        row(
+            "command",
+            format!("{} (pid {}, {status})", l.argv.join(" "), l.pid),
+        );
+    }
+    row(
+        "duration",
+        format!(
+            "{}  (first to last frame; interval {} ms)",
+            fmt_ms(a.duration_ms),
+            a.interval_ms
+        ),
+    );
+    row("frames", a.frames.to_string());
+    row("processes", format!("{} distinct pids", a.distinct_pids));
+    let cpu_note = match (a.cpu_source, a.cpu_coverage) {
+        (CpuSource::Rusage, Some(c)) => format!(
+            "  (exact, from rusage; per-process samples saw {} = {})",
+            fmt_secs(a.sampled_cpu_seconds),
+            fmt_share(c)
+        ),
+        (CpuSource::Rusage, None) => "  (exact, from rusage)".to_string(),
+        (CpuSource::Samples, _) => {
+            "  (from per-process samples; CPU of processes shorter than a frame is missed)"
+                .to_string()
+        }
+    };
+    row("CPU", format!("{}{cpu_note}", fmt_secs(a.cpu_seconds)));
+    row(
+        "peak RSS (tree)",
+        format!(
+            "{}  (largest sum over one frame, at {})",
+            fmt_bytes(a.peak_rss_bytes),
+            fmt_ms(ns_to_ms(a.peak_rss_t_ns))
+        ),
+    );
+    let rss_note = match a.max_single_rss_source {
+        RssSource::Rusage => "(ru_maxrss, exact)",
+        RssSource::Samples => "(largest sample)",
+    };
+    row(
+        "largest process",
+        format!("{}  {rss_note}", fmt_bytes(a.max_single_rss_bytes)),
+    );
+    let io_note = if a.processes_without_io > 0 {
+        format!(
+            "  ({} processes with unreadable /proc/<pid>/io not counted)",
+            a.processes_without_io
+        )
+    } else {
+        String::new()
+    };
+    row("disk read", format!("{}{io_note}", fmt_bytes(a.read_bytes)));
+    row(
+        "disk write",
+        format!("{}{io_note}", fmt_bytes(a.write_bytes)),
+    );
+    match a.events_lost {
+        Some(n) => row("events lost", n.to_string()),
+        None => row("events lost", "n/a (proc sampler)".to_string()),
+    }
+    if let Some(n) = &a.network {
+        row(
+            "network (host-wide)",
+            format!(
+                "rx {}, tx {}  (all interfaces except lo; not attributable to the profiled processes)",
+                fmt_bytes(n.rx_bytes),
+                fmt_bytes(n.tx_bytes)
+            ),
+        );
+    }
+    for line in columns(&rows, &[]).lines() {
+        out.push_str("  ");
+        out.push_str(line);
+        out.push('\n');
+    }
+    if a.frame_cap.frames_dropped > 0 {
+        out.push_str(&format!(
+            "  warning: frame cap of {} reached, {} frames dropped (the last frame kept being refreshed, so totals are exact; the timeline is truncated)\n",
+            a.frame_cap.max_frames, a.frame_cap.frames_dropped
+        ));
+    }
+
+    out.push('\n');
+    if a.latency_classes_exact {
+        out.push_str("latency classes (sum over threads; all exact)\n");
+    } else {
+        out.push_str(
+            "latency classes (sum over threads; on_cpu and runqueue exact from schedstat, the sleep classes estimated from sampled thread states)\n",
+        );
+    }
+    let total = a.latency_classes.total_ns();
+    let mut rows = vec![vec![
+        "class".to_string(),
+        "time".to_string(),
+        "share".to_string(),
+        String::new(),
+    ]];
+    for class in LatencyClass::ALL {
+        rows.push(vec![
+            class.name().to_string(),
+            fmt_ns(a.latency_classes.get(class) as f64),
+            fmt_share(a.class_share(class)),
+            if a.class_is_exact(class) {
+                String::new()
+            } else {
+                "(estimated)".to_string()
+            },
+        ]);
+    }
+    rows.push(vec![
+        "total".to_string(),
+        fmt_ns(total as f64),
+        fmt_share(if total > 0 { 1.0 } else { 0.0 }),
+        String::new(),
+    ]);
+    for line in columns(&rows, &[1, 2]).lines() {
+        out.push_str("  ");
+        out.push_str(line);
+        out.push('\n');
+    }
+
+    out.push('\n');
+    if a.syscalls.is_empty() {
+        out.push_str("syscalls: none recorded (syscall histograms come from the eBPF backend)\n");
+    } else {
+        out.push_str(&format!(
+            "top syscalls by total time (percentiles are histogram bucket midpoints, within ±{:.2}%)\n",
+            a.histogram_relative_error * 100.0
+        ));
+        let mut rows = vec![["syscall", "count", "total", "p50", "p95", "p99", "max"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect::<Vec<_>>()];
+        for s in a.syscalls.iter().take(TOP_SYSCALLS) {
+            rows.push(vec![
+                s.name.clone(),
+                s.count.to_string(),
+                fmt_ns(s.total_ns as f64),
+                fmt_ns(s.p50_ns as f64),
+                fmt_ns(s.p95_ns as f64),
+                fmt_ns(s.p99_ns as f64),
+                fmt_ns(s.max_ns as f64),
+            ]);
+        }
+        for line in columns(&rows, &[1, 2, 3, 4, 5, 6]).lines() {
+            out.push_str("  ");
+            out.push_str(line);
+            out.push('\n');
+        }
+        if a.syscalls.len() > TOP_SYSCALLS {
+            out.push_str(&format!(
+                "  ... {} more in --json\n",
+                a.syscalls.len() - TOP_SYSCALLS
+            ));
+        }
+    }
+
+    out.push('\n');
+    out.push_str("processes\n");
+    let mut rows = vec![[
+        "pid", "ppid", "comm", "seen", "cpu", "peak rss", "read", "write",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect::<Vec<_>>()];
+    for p in &a.processes {
+        rows.push(vec![
+            p.pid.to_string(),
+            p.ppid.to_string(),
+            p.comm.clone(),
+            format!(
+                "{}-{}",
+                fmt_ms(ns_to_ms(p.first_seen_ns)).trim_end_matches(" ms"),
+                fmt_ms(ns_to_ms(p.last_seen_ns))
+            ),
+            fmt_secs(p.cpu_seconds),
+            fmt_bytes(p.peak_rss_bytes),
+            fmt_bytes(p.read_bytes),
+            fmt_bytes(p.write_bytes),
+        ]);
+    }
+    for line in columns(&rows, &[0, 1, 4, 5, 6, 7]).lines() {
+        out.push_str("  ");
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
+}
