@@ -323,7 +323,7 @@ impl FailRule {
                 None => "+inf% (from 0)".to_string(),
             }
         } else {
-            format!("{:+}", round6(d.change))
+            format_value(d.unit, d.change, true)
         };
         let verdict = if failed { "FAILED" } else { "ok" };
         RuleOutcome {
@@ -333,15 +333,26 @@ impl FailRule {
                 "{}: {verdict}: {} changed {change} ({} -> {})",
                 self.text,
                 self.metric,
-                round6(d.before),
-                round6(d.after)
+                format_value(d.unit, d.before, false),
+                format_value(d.unit, d.after, false)
             ),
         }
     }
 }
 
-fn round6(v: f64) -> f64 {
-    (v * 1e6).round() / 1e6
+/// A metric value in its unit, human-readable (`943.00 MiB`, `2.790 s`, `1500 ms`);
+/// `signed` adds a `+` to positive values (for changes).
+pub fn format_value(unit: MetricUnit, v: f64, signed: bool) -> String {
+    use crate::report::{fmt_bytes_f, fmt_ms, fmt_ns};
+    let sign = if signed && v > 0.0 { "+" } else { "" };
+    let body = match unit {
+        MetricUnit::Milliseconds => fmt_ms(v),
+        MetricUnit::Seconds => format!("{v:.3} s"),
+        MetricUnit::Nanoseconds => fmt_ns(v),
+        MetricUnit::Bytes => fmt_bytes_f(v),
+        MetricUnit::Count => format!("{v:.0}"),
+    };
+    format!("{sign}{body}")
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@ use crate::analysis::analyze;
 use crate::analysis::compare::{compare, FailRule};
 use crate::cli::{CompareArgs, GlobalArgs};
 use crate::model::load_bundle;
+use crate::report::{json_text, write_stdout};
 use crate::report::compare::{compare_json, compare_text};
 
 pub fn execute(global: &GlobalArgs, args: &CompareArgs) -> Result<ExitCode> {
@@ -26,12 +27,9 @@ pub fn execute(global: &GlobalArgs, args: &CompareArgs) -> Result<ExitCode> {
     let cmp = compare(&before, &after);
     let outcomes: Vec<_> = rules.iter().map(|r| r.evaluate(&cmp)).collect();
     if global.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&compare_json(&cmp, &outcomes))?
-        );
+        write_stdout(&json_text(&compare_json(&cmp, &outcomes)))?;
     } else {
-        print!("{}", compare_text(&cmp, &outcomes));
+        write_stdout(&compare_text(&cmp, &outcomes))?;
     }
     let failed: Vec<_> = outcomes.iter().filter(|o| o.failed).collect();
     if failed.is_empty() {

@@ -7,18 +7,16 @@ use anyhow::Result;
 use crate::analysis::analyze;
 use crate::cli::{GlobalArgs, SummaryArgs};
 use crate::model::load_bundle;
+use crate::report::{json_text, write_stdout};
 use crate::report::summary::{summary_json, summary_text};
 
 pub fn execute(global: &GlobalArgs, args: &SummaryArgs) -> Result<ExitCode> {
     let bundle = load_bundle(&args.bundle)?;
     let analysis = analyze(&bundle);
     if global.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&summary_json(&analysis))?
-        );
+        write_stdout(&json_text(&summary_json(&analysis)))?;
     } else {
-        print!("{}", summary_text(&analysis));
+        write_stdout(&summary_text(&analysis))?;
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -7,15 +7,16 @@ use anyhow::Result;
 use crate::analysis::analyze;
 use crate::cli::{GlobalArgs, TreeArgs};
 use crate::model::load_bundle;
+use crate::report::{json_text, write_stdout};
 use crate::report::tree::{tree_json, tree_text};
 
 pub fn execute(global: &GlobalArgs, args: &TreeArgs) -> Result<ExitCode> {
     let bundle = load_bundle(&args.bundle)?;
     let analysis = analyze(&bundle);
     if global.json {
-        println!("{}", serde_json::to_string_pretty(&tree_json(&analysis))?);
+        write_stdout(&json_text(&tree_json(&analysis)))?;
     } else {
-        print!("{}", tree_text(&analysis));
+        write_stdout(&tree_text(&analysis))?;
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -2,8 +2,8 @@
 
 use serde_json::{json, Value};
 
-use super::{columns, fmt_bytes_f, fmt_ms, fmt_ns};
-use crate::analysis::compare::{Comparison, Delta, MetricUnit, RuleOutcome};
+use super::columns;
+use crate::analysis::compare::{format_value, Comparison, Delta, MetricUnit, RuleOutcome};
 
 /// Version of the compare JSON document.
 pub const COMPARE_SCHEMA_VERSION: u32 = 1;
@@ -46,18 +46,6 @@ pub fn compare_json(cmp: &Comparison, rules: &[RuleOutcome]) -> Value {
     })
 }
 
-fn fmt_value(unit: MetricUnit, v: f64, signed: bool) -> String {
-    let sign = if signed && v > 0.0 { "+" } else { "" };
-    let body = match unit {
-        MetricUnit::Milliseconds => fmt_ms(v),
-        MetricUnit::Seconds => format!("{v:.3} s"),
-        MetricUnit::Nanoseconds => fmt_ns(v),
-        MetricUnit::Bytes => fmt_bytes_f(v),
-        MetricUnit::Count => format!("{v:.0}"),
-    };
-    format!("{sign}{body}")
-}
-
 fn fmt_pct(d: &Delta) -> String {
     match d.pct {
         Some(p) if p.abs() < 0.05 => "0.0%".to_string(),
@@ -88,9 +76,9 @@ pub fn compare_text(cmp: &Comparison, rules: &[RuleOutcome]) -> String {
         }
         rows.push(vec![
             name,
-            fmt_value(d.unit, d.before, false),
-            fmt_value(d.unit, d.after, false),
-            fmt_value(d.unit, d.change, true),
+            format_value(d.unit, d.before, false),
+            format_value(d.unit, d.after, false),
+            format_value(d.unit, d.change, true),
             fmt_pct(d),
         ]);
     }

@@ -11,6 +11,24 @@ pub mod trace;
 pub mod tree;
 pub mod viewer;
 
+/// Write a rendered document to standard output. A closed pipe (`kernelkite summary x
+/// | head`) is not an error: the reader has what it wanted.
+pub fn write_stdout(text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other,
+    }
+}
+
+/// Pretty JSON with a trailing newline, as every `--json` command prints it.
+pub fn json_text(value: &serde_json::Value) -> String {
+    let mut s = serde_json::to_string_pretty(value).unwrap_or_else(|_| "null".to_string());
+    s.push('\n');
+    s
+}
+
 /// Bytes with a binary unit and two decimals (`943.00 MiB`); below 1 KiB, `512 B`.
 pub fn fmt_bytes(bytes: u64) -> String {
     fmt_bytes_f(bytes as f64)
@@ -125,5 +143,79 @@ mod tests {
             ),
             "a     1\nbbb  22\n"
         );
+    }
+}
+
+/// Snapshots of every text and JSON document for the shipped fixtures.
+#[cfg(test)]
+mod snapshot_tests {
+    use crate::analysis::compare::{compare, FailRule};
+    use crate::analysis::{analyze, Analysis};
+    use crate::model::fixture::fixture_to_bundle;
+
+    fn fixture(name: &str) -> Analysis {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../fixtures")
+            .join(name);
+        let bytes = std::fs::read(&path).unwrap();
+        analyze(&fixture_to_bundle(&bytes, name).unwrap())
+    }
+
+    #[test]
+    fn summary_before() {
+        let a = fixture("cargo-build-before.json");
+        insta::assert_snapshot!("summary_before_text", super::summary::summary_text(&a));
+        insta::assert_json_snapshot!("summary_before_json", super::summary::summary_json(&a));
+    }
+
+    #[test]
+    fn summary_after() {
+        let a = fixture("cargo-build-after.json");
+        insta::assert_snapshot!("summary_after_text", super::summary::summary_text(&a));
+        insta::assert_json_snapshot!("summary_after_json", super::summary::summary_json(&a));
+    }
+
+    #[test]
+    fn compare_before_after() {
+        let cmp = compare(
+            &fixture("cargo-build-before.json"),
+            &fixture("cargo-build-after.json"),
+        );
+        let rules: Vec<_> = ["cpu_seconds>+10%", "peak_rss_bytes<-50%"]
+            .iter()
+            .map(|r| FailRule::parse(r).unwrap().evaluate(&cmp))
+            .collect();
+        insta::assert_snapshot!("compare_text", super::compare::compare_text(&cmp, &rules));
+        insta::assert_json_snapshot!("compare_json", super::compare::compare_json(&cmp, &rules));
+    }
+
+    #[test]
+    fn tree_before() {
+        let a = fixture("cargo-build-before.json");
+        insta::assert_snapshot!("tree_before_text", super::tree::tree_text(&a));
+        insta::assert_json_snapshot!("tree_before_json", super::tree::tree_json(&a));
+    }
+
+    #[test]
+    fn fixture_numbers_are_exact() {
+        let b = fixture("cargo-build-before.json");
+        assert_eq!(b.duration_ms, 1500.0);
+        assert_eq!(b.frames, 7);
+        assert_eq!(b.distinct_pids, 4);
+        assert_eq!(super::fmt_secs(b.cpu_seconds), "2.790 s");
+        assert_eq!(super::fmt_bytes(b.peak_rss_bytes), "943.00 MiB");
+        assert_eq!(super::fmt_bytes(b.read_bytes), "3.34 MiB");
+        assert_eq!(super::fmt_bytes(b.write_bytes), "2.57 MiB");
+        for t in &b.threads {
+            assert_eq!(t.classes.total_ns(), t.wall_ns, "thread {}", t.tid);
+        }
+        let cmp = compare(&b, &fixture("cargo-build-after.json"));
+        let pct = |m: &str| format!("{:.1}", cmp.delta(m).unwrap().pct.unwrap());
+        assert_eq!(pct("duration_ms"), "-33.3");
+        assert_eq!(pct("cpu_seconds"), "-55.9");
+        assert_eq!(pct("peak_rss_bytes"), "-60.4");
+        assert_eq!(pct("distinct_pids"), "-25.0");
+        assert_eq!(pct("read_bytes"), "-57.0");
+        assert_eq!(pct("write_bytes"), "-55.6");
     }
 }
