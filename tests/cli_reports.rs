@@ -1,0 +1,303 @@
+//! End-to-end tests of `replay`, `summary`, `compare` and `tree` on the shipped fixtures:
+//! exact numbers, `--fail-on` exit codes, and every bad-input case.
+
+use std::path::{Path, PathBuf};
+
+use assert_cmd::Command;
+use predicates::prelude::*;
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures")
+}
+
+fn kk() -> Command {
+    let mut c = Command::cargo_bin("kernelkite").unwrap();
+    c.env_remove("RUST_BACKTRACE");
+    c
+}
+
+/// Replay both cargo-build fixtures into a temp dir.
+fn bundles() -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let before = dir.path().join("before.json");
+    let after = dir.path().join("after.json");
+    kk().arg("replay")
+        .arg(fixtures().join("cargo-build-before.json"))
+        .arg(&before)
+        .assert()
+        .success();
+    kk().arg("replay")
+        .arg(fixtures().join("cargo-build-after.json"))
+        .arg(&after)
+        .assert()
+        .success();
+    (dir, before, after)
+}
+
+fn stdout_of(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn json_of(cmd: &mut Command) -> serde_json::Value {
+    serde_json::from_str(&stdout_of(cmd)).unwrap()
+}
+
+/// A failure must be exactly one line on stderr, without a panic or backtrace.
+fn assert_one_line_error(stderr: &[u8]) -> String {
+    let s = String::from_utf8_lossy(stderr).into_owned();
+    assert_eq!(s.trim_end().lines().count(), 1, "stderr: {s:?}");
+    assert!(!s.contains("panicked"), "stderr: {s:?}");
+    assert!(s.starts_with("kernelkite: error: "), "stderr: {s:?}");
+    s
+}
+
+#[test]
+fn replay_is_byte_for_byte_deterministic() {
+    let (dir, before, _) = bundles();
+    let again = dir.path().join("again.json");
+    kk().arg("replay")
+        .arg(fixtures().join("cargo-build-before.json"))
+        .arg(&again)
+        .assert()
+        .success();
+    assert_eq!(
+        std::fs::read(&before).unwrap(),
+        std::fs::read(&again).unwrap()
+    );
+}
+
+#[test]
+fn summary_text_has_the_exact_fixture_numbers() {
+    let (_dir, before, _) = bundles();
+    let text = stdout_of(kk().arg("summary").arg(&before));
+    for expected in [
+        "duration             1500 ms",
+        "frames               7",
+        "processes            4 distinct pids",
+        "CPU                  2.790 s",
+        "peak RSS (tree)      943.00 MiB",
+        "disk read            3.34 MiB",
+        "disk write           2.57 MiB",
+        "events lost          n/a (proc sampler)",
+        "network (host-wide)",
+        "(estimated)",
+    ] {
+        assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
+    }
+    // on_cpu and runqueue are exact even from /proc.
+    for line in text.lines() {
+        let l = line.trim_start();
+        if l.starts_with("on_cpu ") || l.starts_with("runqueue ") {
+            assert!(!l.contains("estimated"), "{l}");
+        }
+    }
+}
+
+#[test]
+fn summary_json_contract() {
+    let (_dir, before, _) = bundles();
+    let v = json_of(kk().arg("summary").arg("--json").arg(&before));
+    assert_eq!(v["schema_version"], 1);
+    assert_eq!(v["label"], "cargo build (before)");
+    assert_eq!(v["backend"], "proc");
+    assert_eq!(v["duration_ms"], 1500.0);
+    assert_eq!(v["frames"], 7);
+    assert_eq!(v["distinct_pids"], 4);
+    assert_eq!(v["cpu_seconds"], 2.79);
+    assert_eq!(v["peak_rss_bytes"], 943u64 * 1024 * 1024);
+    assert_eq!(v["read_bytes"], 3_502_080);
+    assert_eq!(v["write_bytes"], 2_695_168);
+    assert_eq!(v["latency_classes_exact"], false);
+    assert_eq!(v["events_lost"], serde_json::Value::Null);
+    assert!(v["syscalls"].as_array().unwrap().is_empty());
+    let classes = v["latency_classes"].as_object().unwrap();
+    let keys: Vec<&str> = classes.keys().map(String::as_str).collect();
+    assert_eq!(
+        keys,
+        [
+            "on_cpu",
+            "runqueue",
+            "io_wait",
+            "lock_wait",
+            "syscall_blocked",
+            "unknown_wait"
+        ]
+    );
+    assert_eq!(v["latency_classes"]["on_cpu"], 2_720_000_000u64);
+}
+
+#[test]
+fn compare_reports_the_expected_changes() {
+    let (_dir, before, after) = bundles();
+    let v = json_of(kk().arg("--json").arg("compare").arg(&before).arg(&after));
+    assert_eq!(v["schema_version"], 1);
+    let pct = |m: &str| {
+        let d = v["deltas"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|d| d["metric"] == m)
+            .unwrap_or_else(|| panic!("no {m}"));
+        format!("{:.1}", d["pct"].as_f64().unwrap())
+    };
+    assert_eq!(pct("duration_ms"), "-33.3");
+    assert_eq!(pct("cpu_seconds"), "-55.9");
+    assert_eq!(pct("peak_rss_bytes"), "-60.4");
+    assert_eq!(pct("distinct_pids"), "-25.0");
+    assert_eq!(pct("read_bytes"), "-57.0");
+    assert_eq!(pct("write_bytes"), "-55.6");
+    for class in [
+        "on_cpu",
+        "runqueue",
+        "io_wait",
+        "lock_wait",
+        "syscall_blocked",
+        "unknown_wait",
+    ] {
+        pct(&format!("{class}_ns"));
+    }
+    let text = stdout_of(kk().arg("compare").arg(&before).arg(&after));
+    assert!(text.contains("-33.3%") && text.contains("-60.4%"), "{text}");
+}
+
+#[test]
+fn fail_on_exit_codes() {
+    let (_dir, before, after) = bundles();
+    // Passing rules: exit 0.
+    kk().args([
+        "compare",
+        "--fail-on",
+        "cpu_seconds>+10%",
+        "--fail-on",
+        "peak_rss_bytes>+50MiB",
+    ])
+    .arg(&before)
+    .arg(&after)
+    .assert()
+    .code(0);
+    // The reverse comparison regresses: exit 1 and the failed rules on stderr.
+    kk().args([
+        "compare",
+        "--fail-on",
+        "cpu_seconds>+10%",
+        "--fail-on",
+        "duration_ms>+100",
+    ])
+    .arg(&after)
+    .arg(&before)
+    .assert()
+    .code(1)
+    .stderr(predicate::str::contains("cpu_seconds>+10%: FAILED"))
+    .stderr(predicate::str::contains("duration_ms>+100: FAILED"));
+    // A metric that must not drop.
+    kk().args(["compare", "--fail-on", "distinct_pids<0"])
+        .arg(&before)
+        .arg(&after)
+        .assert()
+        .code(1);
+    // Malformed rules: exit 2, one line.
+    for bad in [
+        "cpu_seconds",
+        "cpu>+10%",
+        "cpu_seconds>+10parsecs",
+        "peak_rss_bytes>+5s",
+    ] {
+        let out = kk()
+            .args(["compare", "--fail-on", bad])
+            .arg(&before)
+            .arg(&after)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{bad}");
+        let e = assert_one_line_error(&out.stderr);
+        assert!(e.contains("invalid --fail-on rule"), "{e}");
+    }
+}
+
+#[test]
+fn tree_text_and_json() {
+    let (_dir, before, _) = bundles();
+    let text = stdout_of(kk().arg("tree").arg(&before));
+    let lines: Vec<&str> = text.lines().skip(2).map(str::trim).collect();
+    assert!(lines[0].starts_with("5000 cargo"), "{text}");
+    assert!(lines[1].starts_with("├── 5010 rustc"), "{text}");
+    assert!(lines[2].starts_with("│   └── 5020 ld"), "{text}");
+    assert!(lines[3].starts_with("└── 5011 rustc"), "{text}");
+    let v = json_of(kk().arg("tree").arg("--json").arg(&before));
+    let root = &v["roots"][0];
+    assert_eq!(root["pid"], 5000);
+    let kids: Vec<i64> = root["children"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["pid"].as_i64().unwrap())
+        .collect();
+    assert_eq!(kids, [5010, 5011]);
+    assert_eq!(root["children"][0]["children"][0]["pid"], 5020);
+    assert_eq!(v["roots"].as_array().unwrap().len(), 1);
+}
+
+#[test]
+fn bad_fixtures_fail_cleanly_without_output() {
+    let cases = [
+        ("truncated.json", "not valid JSON"),
+        ("unknown-version.json", "unsupported fixture version 2"),
+        ("misaligned-arrays.json", "misaligned arrays"),
+        ("counter-backwards.json", "goes backwards"),
+        ("unknown-backend.json", "unknown backend \"dtrace\""),
+    ];
+    for (file, expected) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let out_path = dir.path().join("out.json");
+        let out = kk()
+            .arg("replay")
+            .arg(fixtures().join("bad").join(file))
+            .arg(&out_path)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{file}");
+        let e = assert_one_line_error(&out.stderr);
+        assert!(e.contains(file), "{file}: {e}");
+        assert!(e.contains(expected), "{file}: {e}");
+        assert_eq!(
+            std::fs::read_dir(dir.path()).unwrap().count(),
+            0,
+            "{file} left a file"
+        );
+    }
+}
+
+#[test]
+fn unreadable_inputs_fail_with_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.json");
+    for cmd in ["summary", "tree"] {
+        let out = kk().arg(cmd).arg(&missing).output().unwrap();
+        assert_eq!(out.status.code(), Some(2));
+        assert!(assert_one_line_error(&out.stderr).contains("missing.json"));
+    }
+    // A fixture is not a bundle.
+    let out = kk()
+        .arg("summary")
+        .arg(fixtures().join("cargo-build-before.json"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert_one_line_error(&out.stderr);
+    // Replay into a directory that does not exist: error, nothing written.
+    let out = kk()
+        .arg("replay")
+        .arg(fixtures().join("cargo-build-before.json"))
+        .arg(dir.path().join("no/such/dir/out.json"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert_one_line_error(&out.stderr);
+    assert!(!dir.path().join("no").exists());
+}
