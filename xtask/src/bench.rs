@@ -1,5 +1,941 @@
-use anyhow::{bail, Result};
+//! `cargo xtask bench`: kernelkite's performance figures, measured (not timed tests: a
+//! slow machine prints a worse figure, it does not fail). Results are printed as a table
+//! with the targets from docs/PERFORMANCE.md, and appended to a file with `--append`.
+//!
+//! Groups (`--only GROUP[,GROUP]`, default all):
+//! - `sampler`: `kernelkite --backend proc run` on `kk-workload idle_tree` (100 idle
+//!   processes) at 100 ms and 10 ms. kernelkite's own CPU is read from
+//!   /proc/<pid>/stat utime+stime (its threads, not its children) after it exits and
+//!   before it is reaped (`waitid(WNOWAIT)`); reported as % of one core over the run and
+//!   as CPU per process sample (per process per frame).
+//! - `commands`: median wall time of `summary`, `summary --json`, `compare` and
+//!   `report` on a synthetic 100,000-frame bundle written by [`write_synthetic_bundle`].
+//! - `ebpf`: the untraced `read()` baseline for the tracing-overhead benchmark;
+//!   [`ebpf_benchmarks`] is where the eBPF backend's overhead figures go.
+//!
+//! Everything runs the release build (`cargo build --release` first) and needs nothing
+//! beyond the workspace.
 
-pub fn run(_args: &[String]) -> Result<()> {
-    bail!("xtask bench is not built yet")
+use std::fmt::Write as _;
+use std::fs::File;
+use std::io::{BufRead, BufReader, BufWriter, Read as _, Write as _};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+
+const USAGE: &str = "usage: cargo xtask bench [options]
+  --only GROUPS      comma-separated: sampler, commands, ebpf (default: all)
+  --runs N           timed runs per command benchmark; the median is reported (default 5)
+  --seconds S        length of each sampler run (default 10)
+  --procs N          idle processes profiled by the sampler benchmark (default 100)
+  --frames N         frames in the synthetic bundle (default 100000)
+  --append FILE      also append the results (markdown) to FILE
+  --no-build         use the existing target/release binaries";
+
+/// The sampler must cost at most this share of one core at 100 ms with 100 processes.
+const SAMPLER_TARGET_PERCENT: f64 = 1.0;
+/// `kernelkite summary` of a 100k-frame bundle must take less than this.
+const SUMMARY_TARGET_S: f64 = 1.0;
+
+struct Opts {
+    groups: Vec<String>,
+    runs: usize,
+    seconds: f64,
+    procs: u64,
+    frames: u64,
+    append: Option<PathBuf>,
+    build: bool,
+}
+
+fn parse_opts(args: &[String]) -> Result<Opts> {
+    let mut o = Opts {
+        groups: vec!["sampler".into(), "commands".into(), "ebpf".into()],
+        runs: 5,
+        seconds: 10.0,
+        procs: 100,
+        frames: 100_000,
+        append: None,
+        build: true,
+    };
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let mut value = |name: &str| {
+            it.next()
+                .cloned()
+                .with_context(|| format!("{name} needs a value\n{USAGE}"))
+        };
+        match a.as_str() {
+            "--only" => {
+                o.groups = value("--only")?.split(',').map(str::to_string).collect();
+                for g in &o.groups {
+                    if !["sampler", "commands", "ebpf"].contains(&g.as_str()) {
+                        bail!("unknown group {g:?}\n{USAGE}");
+                    }
+                }
+            }
+            "--runs" => o.runs = value("--runs")?.parse::<usize>()?.max(1),
+            "--seconds" => o.seconds = value("--seconds")?.parse()?,
+            "--procs" => o.procs = value("--procs")?.parse()?,
+            "--frames" => o.frames = value("--frames")?.parse::<u64>()?.max(1),
+            "--append" => o.append = Some(value("--append")?.into()),
+            "--no-build" => o.build = false,
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                std::process::exit(0);
+            }
+            other => bail!("unknown argument {other:?}\n{USAGE}"),
+        }
+    }
+    Ok(o)
+}
+
+/// Paths and options shared by the benchmarks.
+struct Ctx {
+    opts: Opts,
+    kernelkite: PathBuf,
+    workload: PathBuf,
+    /// Scratch directory: target/bench.
+    work: PathBuf,
+}
+
+/// One line of the results table. `value` is `Err(reason)` when the figure could not be
+/// measured (e.g. the command is not built yet).
+struct Row {
+    name: String,
+    value: std::result::Result<f64, String>,
+    unit: &'static str,
+    /// The figure passes when value <= target (lower is better for every benchmark).
+    target: Option<f64>,
+    /// How it was measured (command line).
+    command: String,
+}
+
+impl Row {
+    fn new(name: impl Into<String>, value: f64, unit: &'static str, command: &str) -> Row {
+        Row {
+            name: name.into(),
+            value: Ok(value),
+            unit,
+            target: None,
+            command: command.to_string(),
+        }
+    }
+
+    fn missing(name: impl Into<String>, why: impl Into<String>, command: &str) -> Row {
+        Row {
+            name: name.into(),
+            value: Err(why.into()),
+            unit: "",
+            target: None,
+            command: command.to_string(),
+        }
+    }
+
+    fn target(mut self, max: f64) -> Row {
+        self.target = Some(max);
+        self
+    }
+
+    fn value_text(&self) -> String {
+        match &self.value {
+            Ok(v) if *v >= 100.0 => format!("{v:.0} {}", self.unit),
+            Ok(v) if *v >= 1.0 => format!("{v:.2} {}", self.unit),
+            Ok(v) => format!("{v:.4} {}", self.unit),
+            Err(_) => "—".to_string(),
+        }
+    }
+
+    fn verdict(&self) -> String {
+        match (&self.value, self.target) {
+            (Err(why), _) => format!("not measured: {why}"),
+            (Ok(_), None) => String::new(),
+            (Ok(v), Some(t)) => {
+                let ratio = v / t;
+                let word = if *v <= t { "ok" } else { "OVER TARGET" };
+                format!("{word}: {ratio:.2}× of ≤ {t} {}", self.unit)
+            }
+        }
+    }
+}
+
+pub fn run(args: &[String]) -> Result<()> {
+    let opts = parse_opts(args)?;
+    let root = crate::workspace_root();
+    let target_dir =
+        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from);
+    if opts.build {
+        println!("==> cargo build --release -p kernelkite -p kernelkite-workloads");
+        let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+            .current_dir(&root)
+            .args([
+                "build",
+                "--release",
+                "-p",
+                "kernelkite",
+                "-p",
+                "kernelkite-workloads",
+            ])
+            .status()
+            .context("cannot run cargo build")?;
+        if !status.success() {
+            bail!("cargo build --release failed ({status})");
+        }
+    }
+    let work = target_dir.join("bench");
+    std::fs::create_dir_all(&work)?;
+    let ctx = Ctx {
+        kernelkite: target_dir.join("release").join("kernelkite"),
+        workload: target_dir.join("release").join("kk-workload"),
+        work,
+        opts,
+    };
+    for bin in [&ctx.kernelkite, &ctx.workload] {
+        if !bin.is_file() {
+            bail!("{} is missing (run without --no-build)", bin.display());
+        }
+    }
+
+    let mut rows = Vec::new();
+    let wants = |g: &str| ctx.opts.groups.iter().any(|x| x == g);
+    if wants("sampler") {
+        for interval in [100, 10] {
+            println!(
+                "==> sampler: {} idle processes at {interval} ms for {} s",
+                ctx.opts.procs, ctx.opts.seconds
+            );
+            rows.extend(sampler_benchmark(&ctx, interval)?);
+        }
+    }
+    if wants("commands") {
+        println!(
+            "==> commands on a synthetic {}-frame bundle",
+            ctx.opts.frames
+        );
+        rows.extend(command_benchmarks(&ctx)?);
+    }
+    if wants("ebpf") {
+        println!("==> eBPF tracing overhead");
+        rows.extend(ebpf_benchmarks(&ctx)?);
+    }
+
+    let table = render_table(&rows);
+    println!("\n{table}");
+    if let Some(path) = &ctx.opts.append {
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .with_context(|| format!("opening {}", path.display()))?;
+        f.write_all(render_markdown(&rows, &ctx).as_bytes())?;
+        println!("appended to {}", path.display());
+    }
+    Ok(())
+}
+
+fn render_table(rows: &[Row]) -> String {
+    let w = rows
+        .iter()
+        .map(|r| r.name.chars().count())
+        .max()
+        .unwrap_or(10)
+        .max(9);
+    let mut s = format!("{:<w$}  {:>16}  {}\n", "benchmark", "value", "target");
+    s.push_str(&format!("{}\n", "-".repeat(w + 40)));
+    for r in rows {
+        let _ = writeln!(s, "{:<w$}  {:>16}  {}", r.name, r.value_text(), r.verdict());
+    }
+    s
+}
+
+fn render_markdown(rows: &[Row], ctx: &Ctx) -> String {
+    let date = command_output("date", &["-u", "+%Y-%m-%d %H:%M UTC"]);
+    let rev = command_output("git", &["rev-parse", "--short", "HEAD"]);
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|c| {
+            c.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+        })
+        .unwrap_or_default();
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let kernel = command_output("uname", &["-r"]);
+    let mut s = format!(
+        "\n### {date}, commit {rev}\n\nMachine: {cpus} CPUs ({cpu}), kernel {kernel}. Command: `cargo xtask bench{}`.\n\n",
+        ctx.opts_text()
+    );
+    s.push_str("| benchmark | value | target | measured with |\n|---|---|---|---|\n");
+    for r in rows {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | `{}` |",
+            r.name,
+            r.value_text(),
+            r.verdict(),
+            r.command
+        );
+    }
+    s
+}
+
+impl Ctx {
+    fn opts_text(&self) -> String {
+        let o = &self.opts;
+        let mut s = String::new();
+        if o.groups.len() != 3 {
+            let _ = write!(s, " --only {}", o.groups.join(","));
+        }
+        let _ = write!(
+            s,
+            " --runs {} --seconds {} --procs {} --frames {}",
+            o.runs, o.seconds, o.procs, o.frames
+        );
+        s
+    }
+}
+
+fn command_output(cmd: &str, args: &[&str]) -> String {
+    Command::new(cmd)
+        .args(args)
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default()
+}
+
+// ----------------------------------------------------------------------------------
+// Measuring another process's own CPU.
+
+/// A finished child: wall time, its own CPU (all its threads, excluding its children)
+/// and its children's CPU, both from /proc/<pid>/stat read while it was a zombie.
+struct Measured {
+    status: ExitStatus,
+    wall: Duration,
+    self_cpu_s: f64,
+    children_cpu_s: f64,
+}
+
+/// Spawn `cmd`, wait for it to exit without reaping it, read its CPU from
+/// /proc/<pid>/stat (utime+stime: all its threads; cutime+cstime: its reaped children),
+/// then reap it. Resolution: one clock tick (10 ms at 100 Hz) over the whole run.
+fn run_measured(cmd: &mut Command) -> Result<Measured> {
+    let t0 = Instant::now();
+    let mut child = cmd
+        .spawn()
+        .with_context(|| format!("cannot start {cmd:?}"))?;
+    let pid = child.id();
+    // SAFETY: siginfo_t is plain data; waitid fills it. WNOWAIT leaves the zombie.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    loop {
+        let r = unsafe { libc::waitid(libc::P_PID, pid, &mut info, libc::WEXITED | libc::WNOWAIT) };
+        if r == 0 {
+            break;
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            let _ = child.kill();
+            bail!("waitid({pid}): {e}");
+        }
+    }
+    let wall = t0.elapsed();
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"));
+    let status = child.wait()?;
+    let stat = stat.with_context(|| format!("reading /proc/{pid}/stat of the exited process"))?;
+    let f = stat_fields(&stat).context("unparsable /proc/<pid>/stat")?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    Ok(Measured {
+        status,
+        wall,
+        self_cpu_s: (f[0] + f[1]) as f64 / hz,
+        children_cpu_s: (f[2] + f[3]) as f64 / hz,
+    })
+}
+
+/// utime, stime, cutime, cstime (fields 14-17) of a /proc/<pid>/stat line.
+fn stat_fields(stat: &str) -> Option<[u64; 4]> {
+    // comm (field 2) may contain spaces and parentheses: split after the last ')'.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // rest starts at field 3 (state), so field n is f[n - 3].
+    let get = |n: usize| f.get(n - 3)?.parse::<u64>().ok();
+    Some([get(14)?, get(15)?, get(16)?, get(17)?])
+}
+
+fn last_line(path: &Path) -> String {
+    std::fs::read_to_string(path)
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .rev()
+                .find(|l| !l.trim().is_empty())
+                .map(str::to_string)
+        })
+        .unwrap_or_else(|| "no output".into())
+}
+
+// ----------------------------------------------------------------------------------
+// (a) the /proc sampler's own cost.
+
+fn sampler_benchmark(ctx: &Ctx, interval_ms: u64) -> Result<Vec<Row>> {
+    let o = &ctx.opts;
+    let bundle = ctx.work.join(format!("sampler-{interval_ms}ms.json"));
+    let stderr_path = ctx.work.join(format!("sampler-{interval_ms}ms.stderr"));
+    let _ = std::fs::remove_file(&bundle);
+    let shown = format!(
+        "kernelkite --backend proc --interval-ms {interval_ms} run B -- kk-workload idle_tree --count {} --seconds {}",
+        o.procs, o.seconds
+    );
+    let name_cpu = format!("sampler CPU, {} procs @ {interval_ms} ms", o.procs);
+    let name_cost = format!("sampler CPU per process per frame @ {interval_ms} ms");
+    let mut cmd = Command::new(&ctx.kernelkite);
+    cmd.args([
+        "--backend",
+        "proc",
+        "--interval-ms",
+        &interval_ms.to_string(),
+        "run",
+    ])
+    .arg(&bundle)
+    .arg("--")
+    .arg(&ctx.workload)
+    .args([
+        "idle_tree",
+        "--count",
+        &o.procs.to_string(),
+        "--seconds",
+        &o.seconds.to_string(),
+    ])
+    .stdin(Stdio::null())
+    .stdout(Stdio::null())
+    .stderr(File::create(&stderr_path)?);
+    let m = run_measured(&mut cmd)?;
+    if !m.status.success() || !bundle.is_file() {
+        let why = format!("kernelkite run: {} ({})", last_line(&stderr_path), m.status);
+        return Ok(vec![
+            Row::missing(name_cpu, why.clone(), &shown),
+            Row::missing(name_cost, why, &shown),
+        ]);
+    }
+    let (frames, samples) = count_samples(&bundle)?;
+    println!(
+        "    {frames} frames, {samples} process samples, wall {:.2} s, kernelkite CPU {:.3} s (children {:.3} s, excluded)",
+        m.wall.as_secs_f64(),
+        m.self_cpu_s,
+        m.children_cpu_s
+    );
+    let percent = 100.0 * m.self_cpu_s / m.wall.as_secs_f64();
+    let mut cpu_row = Row::new(name_cpu, percent, "% of a core", &shown);
+    if interval_ms == 100 && o.procs == 100 {
+        cpu_row = cpu_row.target(SAMPLER_TARGET_PERCENT);
+    }
+    let per_sample_us = 1e6 * m.self_cpu_s / samples.max(1) as f64;
+    Ok(vec![
+        cpu_row,
+        Row::new(name_cost, per_sample_us, "µs", &shown),
+    ])
+}
+
+/// Frames and process samples (one process in one frame) in a bundle.
+fn count_samples(bundle: &Path) -> Result<(u64, u64)> {
+    let v: serde_json::Value = serde_json::from_reader(BufReader::new(File::open(bundle)?))
+        .with_context(|| format!("{} is not JSON", bundle.display()))?;
+    let frames = v["frames"]
+        .as_array()
+        .context("bundle has no frames array")?;
+    let samples = frames
+        .iter()
+        .map(|f| f["processes"].as_array().map_or(0, |p| p.len() as u64))
+        .sum();
+    Ok((frames.len() as u64, samples))
+}
+
+// ----------------------------------------------------------------------------------
+// (b) summary, compare and report on a big bundle.
+
+fn command_benchmarks(ctx: &Ctx) -> Result<Vec<Row>> {
+    let frames = ctx.opts.frames;
+    let a = ctx
+        .work
+        .join(format!("synthetic-v{SYNTHETIC_VERSION}-{frames}-a.json"));
+    let b = ctx
+        .work
+        .join(format!("synthetic-v{SYNTHETIC_VERSION}-{frames}-b.json"));
+    for (path, variant) in [(&a, 0), (&b, 1)] {
+        if !path.is_file() {
+            let t = Instant::now();
+            write_synthetic_bundle(path, frames, variant)?;
+            println!(
+                "    wrote {} ({:.0} MB) in {:.1} s",
+                path.display(),
+                std::fs::metadata(path)?.len() as f64 / 1e6,
+                t.elapsed().as_secs_f64()
+            );
+        }
+    }
+    let html = ctx.work.join("report.html");
+    let a_s = a.to_string_lossy().into_owned();
+    let b_s = b.to_string_lossy().into_owned();
+    let html_s = html.to_string_lossy().into_owned();
+    let cases: Vec<(String, Vec<&str>, Option<f64>)> = vec![
+        (
+            format!("summary, {frames} frames"),
+            vec!["summary", &a_s],
+            (frames == 100_000).then_some(SUMMARY_TARGET_S),
+        ),
+        (
+            format!("summary --json, {frames} frames"),
+            vec!["--json", "summary", &a_s],
+            None,
+        ),
+        (
+            format!("compare, 2 × {frames} frames"),
+            vec!["compare", &a_s, &b_s],
+            None,
+        ),
+        (
+            format!("report (HTML), {frames} frames"),
+            vec!["report", &a_s, "-o", &html_s],
+            None,
+        ),
+    ];
+    let mut rows = Vec::new();
+    for (name, args, target) in cases {
+        let shown = format!("kernelkite {}", args.join(" "))
+            .replace(&*ctx.work.to_string_lossy(), "target/bench");
+        match time_median(&ctx.kernelkite, &args, ctx.opts.runs) {
+            Ok((median, min, max)) => {
+                println!(
+                    "    {name}: median {median:.3} s (min {min:.3}, max {max:.3}, {} runs)",
+                    ctx.opts.runs
+                );
+                let mut row = Row::new(name, median, "s", &shown);
+                if let Some(t) = target {
+                    row = row.target(t);
+                }
+                rows.push(row);
+            }
+            Err(why) => {
+                println!("    {name}: not measured: {why}");
+                rows.push(Row::missing(name, why, &shown));
+            }
+        }
+    }
+    Ok(rows)
+}
+
+/// Run `bin args` once to warm the page cache, then `runs` times; (median, min, max)
+/// wall seconds. `Err` with the command's last stderr line when it fails.
+fn time_median(
+    bin: &Path,
+    args: &[&str],
+    runs: usize,
+) -> std::result::Result<(f64, f64, f64), String> {
+    let once = || -> std::result::Result<f64, String> {
+        let t = Instant::now();
+        let out = Command::new(bin)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .output()
+            .map_err(|e| e.to_string())?;
+        let secs = t.elapsed().as_secs_f64();
+        if !out.status.success() {
+            let err = String::from_utf8_lossy(&out.stderr);
+            let line = err
+                .lines()
+                .rev()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("");
+            return Err(format!("{} ({})", line.trim(), out.status));
+        }
+        Ok(secs)
+    };
+    once()?;
+    let mut times = (0..runs)
+        .map(|_| once())
+        .collect::<std::result::Result<Vec<f64>, String>>()?;
+    times.sort_by(f64::total_cmp);
+    Ok((median(&times), times[0], times[times.len() - 1]))
+}
+
+fn median(sorted: &[f64]) -> f64 {
+    let n = sorted.len();
+    if n % 2 == 1 {
+        sorted[n / 2]
+    } else {
+        (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
+    }
+}
+
+/// Bumped whenever [`write_synthetic_bundle`] changes, so cached files are rewritten.
+const SYNTHETIC_VERSION: u32 = 1;
+
+/// Processes in every synthetic frame (a root and its workers) and threads per process.
+const SYNTHETIC_PROCS: i32 = 3;
+const SYNTHETIC_THREADS: i32 = 2;
+
+/// Write a valid /proc-backend bundle of `frames` frames at 100 ms: a root process and
+/// two busy workers, two threads each, with monotonic counters. `variant` 1 gives the
+/// workers 10% more CPU (the "after" side of `compare`). Written as pretty JSON like
+/// kernelkite's own bundles, directly (no serde tree), so 100k frames take seconds.
+///
+/// Follows kernelkite/src/model/bundle.rs; `kernelkite summary` validates it, so a
+/// format change shows up as a "not measured: ... invalid" row.
+pub fn write_synthetic_bundle(path: &Path, frames: u64, variant: u64) -> Result<()> {
+    let tmp = path.with_extension("json.partial");
+    let mut out = BufWriter::with_capacity(1 << 20, File::create(&tmp)?);
+    let mut p = Pretty::default();
+    let cpu_pct = |worker: bool| {
+        if !worker {
+            1
+        } else if variant == 1 {
+            77
+        } else {
+            70
+        }
+    };
+    let last = frames - 1;
+    p.begin_obj(None);
+    p.str("format", "kernelkite-bundle");
+    p.num("format_version", 1);
+    p.str("backend", "proc");
+    p.str(
+        "label",
+        if variant == 1 {
+            "synthetic after"
+        } else {
+            "synthetic before"
+        },
+    );
+    p.begin_obj(Some("host"));
+    p.num("clock_ticks_per_sec", 100);
+    p.num("page_size_bytes", 4096);
+    p.num("num_cpus", 8);
+    p.str("kernel_release", "6.18.0-bench");
+    p.str("arch", "x86_64");
+    p.end_obj();
+    p.num("interval_ms", 100);
+    p.begin_arr(Some("root_pids"));
+    p.elem_num(1000);
+    p.end_arr();
+    p.begin_obj(Some("launched"));
+    p.begin_arr(Some("argv"));
+    p.elem_str("bench-root");
+    p.end_arr();
+    p.num("pid", 1000);
+    p.num("exit_code", 0);
+    p.null("signal");
+    p.begin_obj(Some("rusage"));
+    let total_ticks: u64 = (0..SYNTHETIC_PROCS)
+        .map(|i| last * cpu_pct(i > 0) / 10)
+        .sum();
+    p.num("user_us", total_ticks * 10_000 * 9 / 10);
+    p.num("system_us", total_ticks * 10_000 / 10);
+    p.num("max_rss_kib", 40_960);
+    p.num("minor_faults", 12_345);
+    p.num("major_faults", 3);
+    p.num("voluntary_switches", last * 20);
+    p.num("involuntary_switches", last * 2);
+    p.end_obj();
+    p.end_obj();
+    p.begin_arr(Some("frames"));
+    out.write_all(p.take().as_bytes())?;
+    for k in 0..frames {
+        p.begin_obj(None);
+        p.num("t_ns", k * 100_000_000);
+        p.begin_arr(Some("processes"));
+        for i in 0..SYNTHETIC_PROCS {
+            let pid = 1000 + i;
+            let worker = i > 0;
+            let ticks = k * cpu_pct(worker) / 10; // cumulative CPU ticks at 100 ms per frame
+            p.begin_obj(None);
+            p.num("pid", pid as u64);
+            p.num("ppid", if worker { 1000 } else { 1 });
+            p.str("comm", if worker { "worker" } else { "bench-root" });
+            p.str("state", if worker && !k.is_multiple_of(3) { "R" } else { "S" });
+            p.num("start_time_ticks", 500_000 + i as u64);
+            p.num("utime_ticks", ticks * 9 / 10);
+            p.num("stime_ticks", ticks - ticks * 9 / 10);
+            p.num("cutime_ticks", 0);
+            p.num("cstime_ticks", 0);
+            p.num("rss_pages", 2_560 + (k % 97) * (i as u64 + 1));
+            p.num("num_threads", SYNTHETIC_THREADS as u64);
+            p.begin_obj(Some("io"));
+            p.num("rchar_bytes", k * 65_536 * i as u64);
+            p.num("wchar_bytes", k * 16_384 * i as u64);
+            p.num("read_syscalls", k * 16 * i as u64);
+            p.num("write_syscalls", k * 4 * i as u64);
+            p.num("read_bytes", k * 4_096 * i as u64);
+            p.num("write_bytes", k * 8_192 * i as u64);
+            p.num("cancelled_write_bytes", 0);
+            p.end_obj();
+            p.begin_arr(Some("threads"));
+            for j in 0..SYNTHETIC_THREADS {
+                let tid = if j == 0 { pid } else { 20_000 + pid * 8 + j };
+                let on_cpu = ticks * 10_000_000 / SYNTHETIC_THREADS as u64;
+                let running = worker && !(k + j as u64).is_multiple_of(3);
+                p.begin_obj(None);
+                p.num("tid", tid as u64);
+                p.str("comm", if worker { "worker" } else { "bench-root" });
+                p.str("state", if running { "R" } else { "S" });
+                p.begin_obj(Some("schedstat"));
+                p.num("on_cpu_ns", on_cpu);
+                p.num("runqueue_ns", k * 3_000_000 * i as u64);
+                p.num("timeslices", k * 7);
+                p.end_obj();
+                if running {
+                    p.null("syscall_nr");
+                } else {
+                    p.num("syscall_nr", if j == 0 { 61 } else { 202 });
+                }
+                p.null("class_ns");
+                p.end_obj();
+            }
+            p.end_arr();
+            p.end_obj();
+        }
+        p.end_arr();
+        p.null("network");
+        p.end_obj();
+        if p.out.len() > 1 << 19 {
+            out.write_all(p.take().as_bytes())?;
+        }
+    }
+    p.end_arr();
+    p.begin_obj(Some("frame_cap"));
+    p.num("max_frames", frames.max(100_000));
+    p.num("frames_dropped", 0);
+    p.end_obj();
+    p.null("events_lost");
+    p.begin_arr(Some("lifecycle"));
+    p.end_arr();
+    p.begin_arr(Some("syscalls"));
+    p.end_arr();
+    p.begin_arr(Some("slow_syscalls"));
+    p.end_arr();
+    p.null("replayed_from");
+    p.end_obj();
+    p.out.push('\n');
+    out.write_all(p.take().as_bytes())?;
+    out.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+    std::fs::rename(&tmp, path)?;
+    Ok(())
+}
+
+/// A streaming pretty-printer producing serde_json's `to_vec_pretty` layout.
+#[derive(Default)]
+struct Pretty {
+    out: String,
+    depth: usize,
+    /// Whether the innermost open container has no member yet.
+    empty: bool,
+}
+
+impl Pretty {
+    fn take(&mut self) -> String {
+        std::mem::take(&mut self.out)
+    }
+
+    /// Separator, newline and indentation before a member; then `"key": ` if any.
+    fn member(&mut self, key: Option<&str>) {
+        if self.depth > 0 {
+            if !self.empty {
+                self.out.push(',');
+            }
+            self.out.push('\n');
+            for _ in 0..self.depth {
+                self.out.push_str("  ");
+            }
+        }
+        self.empty = false;
+        if let Some(k) = key {
+            let _ = write!(self.out, "\"{k}\": ");
+        }
+    }
+
+    fn num(&mut self, key: &str, v: u64) {
+        self.member(Some(key));
+        let _ = write!(self.out, "{v}");
+    }
+
+    fn str(&mut self, key: &str, v: &str) {
+        self.member(Some(key));
+        let _ = write!(self.out, "\"{v}\"");
+    }
+
+    fn null(&mut self, key: &str) {
+        self.member(Some(key));
+        self.out.push_str("null");
+    }
+
+    fn elem_num(&mut self, v: u64) {
+        self.member(None);
+        let _ = write!(self.out, "{v}");
+    }
+
+    fn elem_str(&mut self, v: &str) {
+        self.member(None);
+        let _ = write!(self.out, "\"{v}\"");
+    }
+
+    fn begin(&mut self, key: Option<&str>, open: char) {
+        self.member(key);
+        self.out.push(open);
+        self.depth += 1;
+        self.empty = true;
+    }
+
+    fn end(&mut self, close: char) {
+        self.depth -= 1;
+        if !self.empty {
+            self.out.push('\n');
+            for _ in 0..self.depth {
+                self.out.push_str("  ");
+            }
+        }
+        self.out.push(close);
+        self.empty = false;
+    }
+
+    fn begin_obj(&mut self, key: Option<&str>) {
+        self.begin(key, '{');
+    }
+
+    fn end_obj(&mut self) {
+        self.end('}');
+    }
+
+    fn begin_arr(&mut self, key: Option<&str>) {
+        self.begin(key, '[');
+    }
+
+    fn end_arr(&mut self) {
+        self.end(']');
+    }
+}
+
+// ----------------------------------------------------------------------------------
+// eBPF tracing overhead.
+
+/// eBPF backend overhead. The owner of the eBPF backend adds the traced figures here:
+/// start `kk-workload read_loop --count N --wait-stdin` with [`spawn_gated`], attach
+/// `kernelkite trace --pid <pid>` to it, wait until the tracer is attached, call
+/// [`release`], and compare the workload's `ns_per_call` with the untraced baseline
+/// measured below (overhead per syscall = traced − untraced). Also worth adding: the
+/// tracer's own CPU while tracing (see [`run_measured`]).
+fn ebpf_benchmarks(ctx: &Ctx) -> Result<Vec<Row>> {
+    let count = 2_000_000u64;
+    let shown = format!("kk-workload read_loop --count {count}");
+    let mut per_call = Vec::new();
+    for _ in 0..ctx.opts.runs {
+        let (child, stdin, lines, _pid) =
+            spawn_gated(&ctx.workload, &["read_loop", "--count", &count.to_string()])?;
+        let result = release(child, stdin, lines)?;
+        per_call.push(json_f64(&result, "ns_per_call")?);
+    }
+    per_call.sort_by(f64::total_cmp);
+    let base = median(&per_call);
+    println!(
+        "    untraced read(): median {base:.1} ns/call over {} runs",
+        ctx.opts.runs
+    );
+    Ok(vec![
+        Row::new(
+            "read() of 1 byte, untraced (eBPF overhead baseline)",
+            base,
+            "ns/call",
+            &shown,
+        ),
+        Row::missing(
+            "read() of 1 byte under kernelkite trace",
+            "not built yet (xtask/src/bench.rs: ebpf_benchmarks)",
+            &format!("{shown} + kernelkite trace --pid"),
+        ),
+    ])
+}
+
+type Lines = std::io::Lines<BufReader<std::process::ChildStdout>>;
+
+/// Start a workload with `--wait-stdin` and wait for its `ready <pid>` line: it has done
+/// its setup and waits, so a tracer can attach to `pid` before [`release`].
+fn spawn_gated(workload: &Path, args: &[&str]) -> Result<(Child, ChildStdin, Lines, u32)> {
+    let mut child = Command::new(workload)
+        .args(args)
+        .arg("--wait-stdin")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("cannot start {}", workload.display()))?;
+    let stdin = child.stdin.take().expect("piped stdin");
+    let mut lines = BufReader::new(child.stdout.take().expect("piped stdout")).lines();
+    let ready = lines
+        .next()
+        .context("workload exited before it was ready")??;
+    let pid = ready
+        .strip_prefix("ready ")
+        .and_then(|p| p.trim().parse().ok())
+        .with_context(|| format!("expected \"ready <pid>\", got {ready:?}"))?;
+    Ok((child, stdin, lines, pid))
+}
+
+/// Let a gated workload run; returns its JSON result line once it exits successfully.
+fn release(mut child: Child, mut stdin: ChildStdin, lines: Lines) -> Result<String> {
+    stdin.write_all(b"go\n")?;
+    drop(stdin);
+    let mut last = String::new();
+    for l in lines {
+        last = l?;
+    }
+    let status = child.wait()?;
+    if !status.success() {
+        let mut err = String::new();
+        if let Some(mut e) = child.stderr.take() {
+            let _ = e.read_to_string(&mut err);
+        }
+        bail!("workload failed ({status}) {err}");
+    }
+    Ok(last)
+}
+
+fn json_f64(line: &str, key: &str) -> Result<f64> {
+    let v: serde_json::Value =
+        serde_json::from_str(line).with_context(|| format!("not JSON: {line:?}"))?;
+    v[key]
+        .as_f64()
+        .with_context(|| format!("no number {key:?} in {line}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn synthetic_bundle_is_pretty_json_with_the_expected_shape() {
+        let dir = std::env::temp_dir().join(format!("kk-bench-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("b.json");
+        write_synthetic_bundle(&path, 5, 0).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["format"], "kernelkite-bundle");
+        assert_eq!(v["frames"].as_array().unwrap().len(), 5);
+        assert_eq!(
+            v["frames"][4]["processes"].as_array().unwrap().len(),
+            SYNTHETIC_PROCS as usize
+        );
+        // Same layout as serde_json's pretty printer.
+        let mut again = serde_json::to_string_pretty(&v).unwrap();
+        again.push('\n');
+        assert_eq!(text, again);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn parses_proc_stat_cpu_fields() {
+        let line = "42 (a (b) c) S 1 42 42 0 -1 4194560 100 0 0 0 7 3 11 13 20 0 1 0 55 0 0";
+        assert_eq!(stat_fields(line), Some([7, 3, 11, 13]));
+    }
 }

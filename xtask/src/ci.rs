@@ -1,5 +1,400 @@
-use anyhow::{bail, Result};
+//! `cargo xtask ci`: everything CI checks, in order, failing fast. `.ci/run` calls
+//! exactly this, on a fresh Debian 12 machine as root with only Rust installed.
+//!
+//! Steps:
+//! 1. install what the later steps need, when missing (skipped with `KK_CI_NO_INSTALL=1`
+//!    or `--no-install`): `apt-get update` once, then `apt-get install -y` of chromium,
+//!    time, strace, bpftool and llvm-22-dev; `rustup component add rust-src`; bpf-linker
+//!    (`cargo install`, built against LLVM 22) when the eBPF crate is present;
+//! 2. `cargo fmt --all -- --check`;
+//! 3. `cargo clippy --workspace --all-targets -- -D warnings`;
+//! 4. the eBPF object check (`cargo xtask build-ebpf --check`);
+//! 5. `cargo test --workspace` with `CI=true`, so real-kernel tests fail instead of
+//!    skipping when they cannot run;
+//! 6. `cargo xtask samples --check`.
 
-pub fn run(_args: &[String]) -> Result<()> {
-    bail!("xtask ci is not built yet")
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+
+const USAGE: &str = "usage: cargo xtask ci [--no-install]
+  Runs, failing fast: dependency install, cargo fmt --check, clippy -D warnings,
+  the eBPF object check, cargo test --workspace (CI=true), cargo xtask samples --check.
+  --no-install (or KK_CI_NO_INSTALL=1): do not install system packages or tools.";
+
+pub fn run(args: &[String]) -> Result<()> {
+    let mut install = std::env::var("KK_CI_NO_INSTALL").map_or(true, |v| v != "1");
+    for arg in args {
+        match arg.as_str() {
+            "--no-install" => install = false,
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                return Ok(());
+            }
+            other => bail!("unknown argument {other:?}\n{USAGE}"),
+        }
+    }
+    let root = crate::workspace_root();
+    std::env::set_current_dir(&root).with_context(|| format!("cd {}", root.display()))?;
+
+    type Step<'a> = (&'a str, Box<dyn Fn() -> Result<()> + 'a>);
+    let steps: Vec<Step> = vec![
+        (
+            "install dependencies",
+            Box::new(|| {
+                if install {
+                    install_dependencies()
+                } else {
+                    println!("skipped (KK_CI_NO_INSTALL=1 or --no-install)");
+                    Ok(())
+                }
+            }),
+        ),
+        (
+            "cargo fmt --all -- --check",
+            Box::new(|| {
+                cargo(&["fmt", "--all", "--", "--check"])
+                    .context("code is not formatted: run `cargo fmt --all`")
+            }),
+        ),
+        (
+            "cargo clippy --workspace --all-targets -- -D warnings",
+            Box::new(|| {
+                cargo(&[
+                    "clippy",
+                    "--workspace",
+                    "--all-targets",
+                    "--",
+                    "-D",
+                    "warnings",
+                ])
+            }),
+        ),
+        (
+            "eBPF object check (cargo xtask build-ebpf --check)",
+            Box::new(ebpf_check),
+        ),
+        (
+            "cargo test --workspace (CI=true)",
+            Box::new(|| test_workspace(&root)),
+        ),
+        (
+            "cargo xtask samples --check",
+            Box::new(|| {
+                crate::samples::run(&["--check".into()])
+                    .context("samples are out of date: run `cargo xtask samples`")
+            }),
+        ),
+    ];
+
+    let total = steps.len();
+    let mut timings: Vec<(&str, Duration)> = Vec::new();
+    let t_all = Instant::now();
+    for (i, (name, step)) in steps.iter().enumerate() {
+        println!("\n==> ci [{}/{total}] {name}", i + 1);
+        let t = Instant::now();
+        if let Err(e) = step() {
+            print_timings(&timings);
+            eprintln!("\nci FAILED at step {}/{total} ({name}): {e:#}", i + 1);
+            bail!("ci failed at step {}/{total}: {name}", i + 1);
+        }
+        timings.push((name, t.elapsed()));
+    }
+    print_timings(&timings);
+    println!(
+        "\nci passed: {total} steps in {:.1} s",
+        t_all.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+fn print_timings(timings: &[(&str, Duration)]) {
+    if timings.is_empty() {
+        return;
+    }
+    println!("\n==> ci steps that passed");
+    for (name, d) in timings {
+        println!("  {:>7.1} s  {name}", d.as_secs_f64());
+    }
+}
+
+/// The cargo that runs us (set by `cargo run`), so nested calls use the same toolchain.
+fn cargo_bin() -> String {
+    std::env::var("CARGO").unwrap_or_else(|_| "cargo".into())
+}
+
+/// Run cargo with inherited output; fail with the command line when it fails.
+fn cargo(args: &[&str]) -> Result<()> {
+    let mut cmd = Command::new(cargo_bin());
+    cmd.args(args);
+    run_cmd(&mut cmd)
+}
+
+fn run_cmd(cmd: &mut Command) -> Result<()> {
+    let line = format!("{cmd:?}");
+    let status = cmd
+        .status()
+        .with_context(|| format!("cannot start {line}"))?;
+    if !status.success() {
+        bail!("{line} failed ({status})");
+    }
+    Ok(())
+}
+
+fn ebpf_check() -> Result<()> {
+    let ebpf = crate::workspace_root()
+        .join("kernelkite-ebpf")
+        .join("Cargo.toml");
+    if !ebpf.exists() {
+        println!("skipped: {} does not exist yet", ebpf.display());
+        return Ok(());
+    }
+    crate::build_ebpf::run(&["--check".into()])
+        .context("the eBPF object check failed (`cargo xtask build-ebpf --check`)")
+}
+
+/// `cargo test --workspace` with `CI=true`, echoing the runner's output as it comes and
+/// repeating every `test result:` line, and the failures, at the end.
+fn test_workspace(root: &Path) -> Result<()> {
+    // Binaries first, so tests that run kernelkite or kk-workload find them.
+    cargo(&["build", "--workspace", "--bins"])?;
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(|| root.join("target"), std::path::PathBuf::from);
+    let workload = target.join("debug").join("kk-workload");
+
+    let mut cmd = Command::new(cargo_bin());
+    cmd.args(["test", "--workspace"])
+        .env("CI", "true")
+        .env("KK_WORKLOAD", &workload)
+        .stdout(Stdio::piped());
+    let line = format!("{cmd:?}");
+    let mut child = cmd
+        .spawn()
+        .with_context(|| format!("cannot start {line}"))?;
+    let stdout = child.stdout.take().expect("piped stdout");
+    let mut results = Vec::new();
+    let mut failures = Vec::new();
+    for l in BufReader::new(stdout).lines() {
+        let l = l.context("reading cargo test output")?;
+        println!("{l}");
+        if l.starts_with("test result:") {
+            results.push(l.clone());
+        } else if l.starts_with("test ") && (l.ends_with("FAILED")) {
+            failures.push(l.clone());
+        }
+    }
+    let status = child.wait()?;
+
+    println!("\n==> test summary");
+    let (mut passed, mut failed, mut ignored) = (0u64, 0u64, 0u64);
+    for r in &results {
+        println!("  {r}");
+        passed += count_before(r, " passed");
+        failed += count_before(r, " failed");
+        ignored += count_before(r, " ignored");
+    }
+    println!(
+        "  {} test binaries: {passed} passed, {failed} failed, {ignored} ignored",
+        results.len()
+    );
+    for f in &failures {
+        println!("  {f}");
+    }
+    if !status.success() {
+        bail!("{line} failed ({status})");
+    }
+    if ignored > 0 {
+        println!("  note: {ignored} tests are #[ignore]d");
+    }
+    Ok(())
+}
+
+/// In "test result: ok. 12 passed; 0 failed; ...", the number before `what`.
+fn count_before(line: &str, what: &str) -> u64 {
+    line.find(what)
+        .and_then(|end| {
+            let head = &line[..end];
+            let start = head
+                .rfind(|c: char| !c.is_ascii_digit())
+                .map_or(0, |i| i + 1);
+            head[start..].parse().ok()
+        })
+        .unwrap_or(0)
+}
+
+/// A tool CI needs: present when any of `present` exists (a command on PATH or an
+/// absolute path), otherwise installed from the first package group apt knows.
+struct Need {
+    what: &'static str,
+    present: &'static [&'static str],
+    packages: &'static [&'static [&'static str]],
+}
+
+const NEEDS: &[Need] = &[
+    Need {
+        what: "chromium (HTML report tests)",
+        present: &[
+            "chromium",
+            "chromium-browser",
+            "google-chrome",
+            "google-chrome-stable",
+        ],
+        packages: &[&["chromium"], &["chromium-browser"]],
+    },
+    Need {
+        what: "/usr/bin/time",
+        present: &["/usr/bin/time"],
+        packages: &[&["time"]],
+    },
+    Need {
+        what: "strace",
+        present: &["strace"],
+        packages: &[&["strace"]],
+    },
+    Need {
+        what: "bpftool",
+        present: &["bpftool", "/usr/sbin/bpftool"],
+        packages: &[&["bpftool"], &["linux-tools-common", "linux-tools-generic"]],
+    },
+    Need {
+        what: "LLVM 22 development files (bpf-linker)",
+        present: &["/usr/lib/llvm-22/bin/llvm-config"],
+        packages: &[&["llvm-22-dev"]],
+    },
+];
+
+fn is_present(candidates: &[&str]) -> bool {
+    candidates.iter().any(|c| {
+        if c.starts_with('/') {
+            Path::new(c).exists()
+        } else {
+            on_path(c)
+        }
+    })
+}
+
+fn on_path(cmd: &str) -> bool {
+    std::env::var_os("PATH").is_some_and(|path| {
+        std::env::split_paths(&path)
+            .chain(["/usr/sbin".into(), "/sbin".into()])
+            .any(|dir| dir.join(cmd).is_file())
+    })
+}
+
+fn apt_knows(package: &str) -> bool {
+    Command::new("apt-cache")
+        .args(["show", "--no-all-versions", package])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+fn install_dependencies() -> Result<()> {
+    let missing: Vec<&Need> = NEEDS.iter().filter(|n| !is_present(n.present)).collect();
+    for n in NEEDS {
+        let state = if missing.iter().any(|m| m.what == n.what) {
+            "missing"
+        } else {
+            "ok"
+        };
+        println!("  {:<42} {state}", n.what);
+    }
+    if !missing.is_empty() {
+        // SAFETY: geteuid has no preconditions.
+        let root = unsafe { libc::geteuid() } == 0;
+        let sudo: &[&str] = if root { &[] } else { &["sudo", "-E"] };
+        let apt = |args: &[&str]| {
+            let mut argv: Vec<&str> = sudo.to_vec();
+            argv.extend_from_slice(args);
+            let mut cmd = Command::new(argv[0]);
+            cmd.args(&argv[1..])
+                .env("DEBIAN_FRONTEND", "noninteractive");
+            run_cmd(&mut cmd)
+        };
+        apt(&["apt-get", "update"]).context("apt-get update failed")?;
+        let mut packages: Vec<&str> = Vec::new();
+        for n in &missing {
+            let group = n
+                .packages
+                .iter()
+                .find(|g| g.iter().all(|p| apt_knows(p)))
+                .with_context(|| {
+                    format!(
+                        "no package providing {} is available from apt ({:?})",
+                        n.what, n.packages
+                    )
+                })?;
+            packages.extend_from_slice(group);
+        }
+        let mut args = vec!["apt-get", "install", "-y", "--no-install-recommends"];
+        args.extend_from_slice(&packages);
+        apt(&args).with_context(|| format!("apt-get install {} failed", packages.join(" ")))?;
+    }
+
+    // rust-src, for building the BPF programs with build-std.
+    let installed = Command::new("rustup")
+        .args(["component", "list", "--installed"])
+        .output()
+        .context("cannot run rustup (is Rust installed with rustup?)")?;
+    if String::from_utf8_lossy(&installed.stdout)
+        .lines()
+        .any(|l| l.starts_with("rust-src"))
+    {
+        println!("  {:<42} ok", "rustup component rust-src");
+    } else {
+        println!("  {:<42} missing", "rustup component rust-src");
+        run_cmd(Command::new("rustup").args(["component", "add", "rust-src"]))?;
+    }
+
+    // bpf-linker links the BPF programs; it is built against the system LLVM 22.
+    if crate::workspace_root()
+        .join("kernelkite-ebpf")
+        .join("Cargo.toml")
+        .exists()
+    {
+        if on_path("bpf-linker") || cargo_home_bin("bpf-linker").is_file() {
+            println!("  {:<42} ok", "bpf-linker");
+        } else {
+            println!("  {:<42} missing", "bpf-linker");
+            let mut cmd = Command::new(cargo_bin());
+            cmd.args([
+                "install",
+                "bpf-linker",
+                "--locked",
+                "--no-default-features",
+                "--features",
+                "llvm-22",
+            ])
+            .env("LLVM_SYS_221_PREFIX", "/usr/lib/llvm-22")
+            .env("LLVM_SYS_220_PREFIX", "/usr/lib/llvm-22");
+            run_cmd(&mut cmd).context("cargo install bpf-linker failed")?;
+        }
+    }
+    Ok(())
+}
+
+fn cargo_home_bin(name: &str) -> std::path::PathBuf {
+    let home = std::env::var_os("CARGO_HOME").map_or_else(
+        || Path::new(&std::env::var_os("HOME").unwrap_or_default()).join(".cargo"),
+        std::path::PathBuf::from,
+    );
+    home.join("bin").join(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::count_before;
+
+    #[test]
+    fn parses_test_result_lines() {
+        let l = "test result: ok. 12 passed; 1 failed; 3 ignored; 0 measured; 0 filtered out";
+        assert_eq!(count_before(l, " passed"), 12);
+        assert_eq!(count_before(l, " failed"), 1);
+        assert_eq!(count_before(l, " ignored"), 3);
+        assert_eq!(count_before("nothing", " passed"), 0);
+    }
 }
