@@ -1,11 +1,17 @@
-//! `kernelkite report`.
+//! `kernelkite report`: one self-contained HTML page of a bundle, written atomically.
 
 use std::process::ExitCode;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 
-use crate::cli::{ReportArgs, GlobalArgs};
+use crate::cli::{GlobalArgs, ReportArgs};
+use crate::model::{load_bundle, write_atomically};
+use crate::report::html;
 
-pub fn execute(_global: &GlobalArgs, _args: &ReportArgs) -> Result<ExitCode> {
-    anyhow::bail!("report is not built yet")
+pub fn execute(_global: &GlobalArgs, args: &ReportArgs) -> Result<ExitCode> {
+    let bundle = load_bundle(&args.bundle)?;
+    let page = html::render(&bundle);
+    write_atomically(&args.output, page.as_bytes())
+        .with_context(|| format!("cannot write {}", args.output.display()))?;
+    Ok(ExitCode::SUCCESS)
 }

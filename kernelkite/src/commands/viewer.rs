@@ -1,11 +1,27 @@
-//! `kernelkite viewer`.
+//! `kernelkite viewer`: the timeline document (JSON) of a bundle, to a file
+//! (atomically) or standard output.
 
+use std::io::Write;
 use std::process::ExitCode;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 
-use crate::cli::{ViewerArgs, GlobalArgs};
+use crate::cli::{GlobalArgs, ViewerArgs};
+use crate::model::{load_bundle, write_atomically};
+use crate::report::viewer;
 
-pub fn execute(_global: &GlobalArgs, _args: &ViewerArgs) -> Result<ExitCode> {
-    anyhow::bail!("viewer is not built yet")
+pub fn execute(_global: &GlobalArgs, args: &ViewerArgs) -> Result<ExitCode> {
+    let bundle = load_bundle(&args.bundle)?;
+    let bytes = viewer::render(&bundle);
+    match &args.output {
+        Some(path) => write_atomically(path, &bytes)
+            .with_context(|| format!("cannot write {}", path.display()))?,
+        None => {
+            let mut out = std::io::stdout().lock();
+            out.write_all(&bytes)
+                .and_then(|()| out.flush())
+                .context("cannot write to standard output")?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }

@@ -1,0 +1,591 @@
+//! `kernelkite report`: snapshot of the HTML and of the viewer JSON for a bundle built
+//! here, static checks (self-contained, no script, escaped), and a headless-Chromium
+//! render whose screenshot must show a real page and whose DOM must hold every section.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use assert_cmd::cargo::CommandCargoExt;
+use kernelkite::model::*;
+use kernelkite::report::{html, viewer};
+use kernelkite_common::hist::bucket_index;
+
+/// A comm that would break the page if it were not escaped.
+const NASTY_COMM: &str = "<script>alert(\"x\")</script>&'q'";
+
+/// (pid, comm, start_ms, end_ms, CPU % of one core, RSS MiB, read KiB, write KiB per frame)
+type SimProcess = (i32, &'static str, u64, u64, u64, u64, u64, u64);
+
+/// A deterministic eBPF session of a small build: `make` forking compilers (one of them
+/// twice under the same pid), with lifecycle events, syscall histograms, host network,
+/// lost events, and exact latency classes.
+fn build_session(backend: Backend) -> Bundle {
+    let host = HostConstants {
+        clock_ticks_per_sec: 100,
+        page_size_bytes: 4096,
+        num_cpus: 8,
+        kernel_release: Some("6.1.0-test".into()),
+        arch: "x86_64".into(),
+    };
+    let mut b = Bundle::new(backend, host, 100);
+    b.label = Some("make -j8 (demo build)".into());
+    b.root_pids = vec![1000];
+    b.launched = Some(LaunchedCommand {
+        argv: vec!["make".into(), "-j8".into()],
+        pid: 1000,
+        exit_code: Some(0),
+        signal: None,
+        rusage: Some(Rusage {
+            user_us: 9_100_000,
+            system_us: 1_300_000,
+            max_rss_kib: 310_000,
+            minor_faults: 120_000,
+            major_faults: 12,
+            voluntary_switches: 4000,
+            involuntary_switches: 900,
+        }),
+    });
+    // (pid, comm, start_ms, end_ms, cpu share of one core, rss MiB, read/write KiB per frame)
+    let procs: &[SimProcess] = &[
+        (1000, "make", 0, 4000, 5, 8, 4, 0),
+        (1001, "cc1", 100, 1500, 95, 120, 64, 16),
+        (1002, "cc1", 200, 2600, 90, 180, 32, 24),
+        (1003, "as", 300, 900, 60, 20, 8, 40),
+        (1004, NASTY_COMM, 400, 3200, 40, 60, 0, 8),
+        (1003, "cc1plus", 1200, 3600, 99, 260, 128, 32),
+        (1005, "ld", 3000, 3900, 70, 300, 512, 1024),
+        (1006, "sh", 3400, 4000, 2, 4, 0, 0),
+    ];
+    let frame_ms: Vec<u64> = (0..=40).map(|i| i * 100).collect();
+    for &t in &frame_ms {
+        let mut processes = Vec::new();
+        for (n, &(pid, comm, start, end, share, rss_mib, rkib, wkib)) in procs.iter().enumerate() {
+            if t < start || t > end {
+                continue;
+            }
+            let age = t - start; // ms
+            let cpu_ticks = age * share / 1000; // share% of a core, 100 Hz
+            let frames_alive = age / 100;
+            let class_ns = ClassTimes {
+                on_cpu: age * share * 10_000,
+                runqueue: age * (100 - share) * 2_000,
+                io_wait: age * (100 - share) * 3_000,
+                lock_wait: if n % 2 == 0 {
+                    age * (100 - share) * 1_000
+                } else {
+                    0
+                },
+                syscall_blocked: age * (100 - share) * 2_500,
+                unknown_wait: age * (100 - share) * 500,
+            };
+            // The thread classes must add up to wall time; here they come close.
+            processes.push(ProcessSample {
+                pid,
+                ppid: if pid == 1000 { 900 } else { 1000 },
+                comm: comm.into(),
+                state: if share > 50 { "R".into() } else { "S".into() },
+                start_time_ticks: 50_000 + start / 10,
+                utime_ticks: cpu_ticks * 9 / 10,
+                stime_ticks: cpu_ticks - cpu_ticks * 9 / 10,
+                cutime_ticks: 0,
+                cstime_ticks: 0,
+                rss_pages: (rss_mib * 256).min(frames_alive * 64 + 256),
+                num_threads: 1,
+                io: Some(IoCounters {
+                    rchar_bytes: frames_alive * rkib * 2048,
+                    wchar_bytes: frames_alive * wkib * 1024,
+                    read_syscalls: frames_alive * 10,
+                    write_syscalls: frames_alive * 5,
+                    read_bytes: frames_alive * rkib * 1024,
+                    write_bytes: frames_alive * wkib * 1024,
+                    cancelled_write_bytes: 0,
+                }),
+                threads: vec![ThreadSample {
+                    tid: pid,
+                    comm: comm.chars().take(15).collect(),
+                    state: "S".into(),
+                    schedstat: Some(Schedstat {
+                        on_cpu_ns: class_ns.on_cpu,
+                        runqueue_ns: class_ns.runqueue,
+                        timeslices: frames_alive,
+                    }),
+                    syscall_nr: None,
+                    class_ns: (backend == Backend::Ebpf).then_some(class_ns),
+                }],
+            });
+        }
+        processes.sort_by_key(|p| p.pid);
+        let net = |i: u64| {
+            vec![
+                NetDevCounters {
+                    interface: "eth0".into(),
+                    rx_bytes: 10_000_000 + i * i * 20_000,
+                    rx_packets: 5000 + i * 20,
+                    tx_bytes: 3_000_000 + i * 15_000,
+                    tx_packets: 2000 + i * 9,
+                },
+                NetDevCounters {
+                    interface: "lo".into(),
+                    rx_bytes: 1000 + i * 100,
+                    rx_packets: 10 + i,
+                    tx_bytes: 1000 + i * 100,
+                    tx_packets: 10 + i,
+                },
+            ]
+        };
+        b.frames.push(Frame {
+            t_ns: t * 1_000_000,
+            processes,
+            network: Some(net(t / 100)),
+        });
+    }
+    if backend == Backend::Ebpf {
+        b.events_lost = Some(3);
+        for &(pid, comm, start, end, ..) in procs.iter().filter(|p| p.0 != 1000) {
+            let ev = |t_ms: u64, kind, comm: &str, exit_code| LifecycleEvent {
+                t_ns: t_ms * 1_000_000,
+                kind,
+                pid,
+                tid: pid,
+                ppid: 1000,
+                comm: comm.into(),
+                exit_code,
+                class_ns: None,
+            };
+            b.lifecycle
+                .push(ev(start - 40, LifecycleKind::Fork, "make", None));
+            b.lifecycle
+                .push(ev(start - 30, LifecycleKind::Exec, comm, None));
+            if end < 4000 {
+                b.lifecycle
+                    .push(ev(end + 40, LifecycleKind::Exit, comm, Some(0)));
+            }
+        }
+        // A process born and dead between two frames: only the kernel saw it.
+        for (t, kind, code) in [
+            (2510, LifecycleKind::Fork, None),
+            (2520, LifecycleKind::Exec, None),
+            (2570, LifecycleKind::Exit, Some(1)),
+        ] {
+            b.lifecycle.push(LifecycleEvent {
+                t_ns: t * 1_000_000,
+                kind,
+                pid: 1010,
+                tid: 1010,
+                ppid: 1000,
+                comm: "true".into(),
+                exit_code: code,
+                class_ns: None,
+            });
+        }
+        b.lifecycle.sort_by_key(|e| e.t_ns);
+        let hist = |pid: i32, nr: u32, name: &str, lat: &[(u64, u64)]| {
+            let mut buckets = std::collections::BTreeMap::new();
+            let (mut count, mut total, mut max) = (0, 0, 0);
+            for &(ns, n) in lat {
+                *buckets.entry(bucket_index(ns) as u32).or_insert(0u64) += n;
+                count += n;
+                total += ns * n;
+                max = max.max(ns);
+            }
+            SyscallHistogram {
+                pid,
+                nr,
+                name: name.into(),
+                count,
+                total_ns: total,
+                max_ns: max,
+                buckets: buckets.into_iter().collect(),
+            }
+        };
+        b.syscalls = vec![
+            hist(
+                1001,
+                0,
+                "read",
+                &[(900, 4000), (25_000, 300), (2_000_000, 12)],
+            ),
+            hist(1001, 1, "write", &[(1_500, 2500), (40_000, 40)]),
+            hist(1002, 0, "read", &[(1_100, 3000), (30_000, 200)]),
+            hist(1000, 61, "wait4", &[(350_000_000, 8), (900_000_000, 2)]),
+            hist(1004, 202, "futex", &[(5_000, 500), (12_000_000, 30)]),
+            hist(1005, 257, "openat", &[(3_000, 1200), (80_000, 20)]),
+            hist(1005, 9, "mmap", &[(2_000, 800)]),
+        ];
+    }
+    b
+}
+
+fn kernelkite() -> Command {
+    Command::cargo_bin("kernelkite").expect("kernelkite binary")
+}
+
+fn write_bundle_to(dir: &Path, name: &str, bundle: &Bundle) -> PathBuf {
+    let path = dir.join(name);
+    write_bundle(&path, bundle).unwrap();
+    path
+}
+
+#[test]
+fn sample_bundles_are_valid() {
+    for backend in [Backend::Ebpf, Backend::Proc] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write_bundle_to(dir.path(), "b.json", &build_session(backend));
+        load_bundle(&path).expect("the test bundle passes validation");
+    }
+}
+
+#[test]
+fn html_snapshot_ebpf() {
+    insta::assert_snapshot!("report_ebpf", html::render(&build_session(Backend::Ebpf)));
+}
+
+#[test]
+fn html_snapshot_proc() {
+    insta::assert_snapshot!("report_proc", html::render(&build_session(Backend::Proc)));
+}
+
+#[test]
+fn viewer_snapshot_ebpf() {
+    let bytes = viewer::render(&build_session(Backend::Ebpf));
+    insta::assert_snapshot!("viewer_ebpf", String::from_utf8(bytes).unwrap());
+}
+
+#[test]
+fn html_is_deterministic_self_contained_and_escaped() {
+    for backend in [Backend::Ebpf, Backend::Proc] {
+        let bundle = build_session(backend);
+        let page = html::render(&bundle);
+        assert_eq!(
+            page,
+            html::render(&bundle.clone()),
+            "same bundle, same bytes"
+        );
+        let lower = page.to_ascii_lowercase();
+        for needle in [
+            "http://", "https://", "//cdn", "<script", "<link", "@import", "src=",
+        ] {
+            assert!(
+                !lower.contains(needle),
+                "{backend}: the page contains {needle:?}"
+            );
+        }
+        // url( is only allowed for the in-page hatch pattern.
+        assert_eq!(
+            lower.matches("url(").count(),
+            lower.matches("url(#kk-hatch)").count()
+        );
+        assert!(
+            !page.contains(NASTY_COMM),
+            "{backend}: comm was not escaped"
+        );
+        assert!(page.contains("&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;&amp;&#39;q&#39;"));
+        for id in ["totals", "timeline", "lifetimes", "classes", "processes"] {
+            assert!(
+                page.contains(&format!("<section id=\"{id}\"")),
+                "{backend}: no {id}"
+            );
+        }
+        let exact = backend == Backend::Ebpf;
+        assert_eq!(page.contains("estimated</span>"), !exact, "{backend}");
+        assert_eq!(
+            page.contains("<section id=\"syscalls\""),
+            exact,
+            "{backend}"
+        );
+        assert!(page.contains("<section id=\"network\""));
+        assert_eq!(page.contains("events were lost"), exact);
+    }
+}
+
+#[test]
+fn report_command_writes_the_page_and_fails_cleanly_on_bad_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = build_session(Backend::Ebpf);
+    let input = write_bundle_to(dir.path(), "session.json", &bundle);
+    let out = dir.path().join("report.html");
+    let st = kernelkite()
+        .arg("report")
+        .arg(&input)
+        .arg("-o")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(
+        st.status.success(),
+        "{}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+    assert_eq!(
+        std::fs::read_to_string(&out).unwrap(),
+        html::render(&bundle)
+    );
+
+    // A broken bundle: one line on stderr, non-zero exit, no file (and no temp file).
+    let bad = dir.path().join("bad.json");
+    std::fs::write(
+        &bad,
+        "{\"format\": \"kernelkite-bundle\", \"format_version\": 1",
+    )
+    .unwrap();
+    let out2 = dir.path().join("bad.html");
+    let st = kernelkite()
+        .arg("report")
+        .arg(&bad)
+        .arg("-o")
+        .arg(&out2)
+        .output()
+        .unwrap();
+    assert!(!st.status.success());
+    let err = String::from_utf8_lossy(&st.stderr);
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+    assert!(err.contains("bad.json"), "{err}");
+    assert!(!out2.exists());
+    let mut names: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["bad.json", "report.html", "session.json"]);
+
+    // A valid bundle and an unwritable destination: an error, not a panic.
+    let st = kernelkite()
+        .arg("report")
+        .arg(&input)
+        .arg("-o")
+        .arg(dir.path().join("missing-dir").join("r.html"))
+        .output()
+        .unwrap();
+    assert!(!st.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&st.stderr)
+            .trim_end()
+            .lines()
+            .count(),
+        1
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Headless Chromium
+
+fn chromium() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("KERNELKITE_CHROMIUM") {
+        return Some(PathBuf::from(p));
+    }
+    [
+        "/usr/bin/chromium",
+        "/usr/bin/chromium-browser",
+        "/usr/bin/google-chrome",
+    ]
+    .iter()
+    .map(PathBuf::from)
+    .find(|p| p.exists())
+}
+
+/// Chromium with flags that keep it off the network and away from the user's profile.
+fn chromium_command(bin: &Path, profile: &Path) -> Command {
+    let mut c = Command::new(bin);
+    c.args([
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-dev-shm-usage",
+        "--hide-scrollbars",
+        "--force-device-scale-factor=1",
+    ]);
+    c.arg(format!("--user-data-dir={}", profile.display()));
+    c
+}
+
+/// Run with a timeout, so a wedged browser fails the test instead of hanging CI.
+fn run_with_timeout(mut cmd: Command, secs: u64) -> std::process::Output {
+    use std::io::Read;
+    use std::process::Stdio;
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn chromium");
+    let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let t_out = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = out.read_to_end(&mut v);
+        v
+    });
+    let t_err = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = err.read_to_end(&mut v);
+        v
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("chromium did not finish within {secs} s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    std::process::Output {
+        status,
+        stdout: t_out.join().unwrap(),
+        stderr: t_err.join().unwrap(),
+    }
+}
+
+#[test]
+fn report_renders_in_headless_chromium() {
+    let Some(bin) = chromium() else {
+        if std::env::var_os("CI").is_some() {
+            panic!(
+                "chromium is not installed, but CI is set: install the Debian package \
+                 `chromium` (apt-get install chromium) or set KERNELKITE_CHROMIUM"
+            );
+        }
+        eprintln!("SKIP report_renders_in_headless_chromium: no chromium found (set CI to fail)");
+        return;
+    };
+    // Kept after the test (target/tmp) so a person can look at the screenshot.
+    let keep = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("html_report");
+    std::fs::create_dir_all(&keep).unwrap();
+    let bundle_path = write_bundle_to(&keep, "session.json", &build_session(Backend::Ebpf));
+    let page = keep.join("report.html");
+    let st = kernelkite()
+        .arg("report")
+        .arg(&bundle_path)
+        .arg("-o")
+        .arg(&page)
+        .output()
+        .unwrap();
+    assert!(
+        st.status.success(),
+        "{}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+    let url = format!("file://{}", page.canonicalize().unwrap().display());
+
+    // 1. The DOM as Chromium parsed it: every section, the escaped comm as text, and no
+    //    element the page did not write (a parse accident would add or drop some).
+    let profile = tempfile::tempdir().unwrap();
+    let mut c = chromium_command(&bin, profile.path());
+    c.args(["--dump-dom", &url]);
+    let out = run_with_timeout(c, 120);
+    let dom = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && dom.contains("</html>"),
+        "chromium --dump-dom failed ({}): {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for id in [
+        "totals",
+        "timeline",
+        "lifetimes",
+        "classes",
+        "processes",
+        "syscalls",
+        "network",
+    ] {
+        assert!(
+            dom.contains(&format!("id=\"{id}\"")),
+            "the rendered DOM has no #{id}"
+        );
+    }
+    assert!(
+        !dom.contains("<script"),
+        "a script element exists in the DOM"
+    );
+    assert!(
+        dom.contains("&lt;script&gt;alert"),
+        "the nasty comm is not text in the DOM"
+    );
+    assert!(
+        dom.matches("<svg").count() >= 3,
+        "the charts did not parse as SVG"
+    );
+    assert!(dom.contains("Where the time went"));
+
+    // 2. A screenshot: the page must draw many colours over a large non-white area.
+    let png_path = keep.join("report.png");
+    let _ = std::fs::remove_file(&png_path);
+    let profile = tempfile::tempdir().unwrap();
+    let mut c = chromium_command(&bin, profile.path());
+    c.arg(format!("--screenshot={}", png_path.display())).args([
+        "--window-size=1280,2000",
+        "--enable-logging=stderr",
+        "--v=0",
+        &url,
+    ]);
+    let out = run_with_timeout(c, 120);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "chromium --screenshot failed: {stderr}"
+    );
+    // Console messages of the page (there should be none: it has no script) and load
+    // failures of resources (there are none to load) show up in the log.
+    for line in stderr.lines() {
+        let l = line.to_ascii_lowercase();
+        assert!(
+            !(l.contains("console(") || l.contains("uncaught") || l.contains("net::err_")),
+            "chromium logged a page problem: {line}"
+        );
+    }
+    let decoder = png::Decoder::new(std::io::BufReader::new(
+        std::fs::File::open(&png_path).expect("screenshot written"),
+    ));
+    let mut reader = decoder.read_info().unwrap();
+    let mut buf = vec![0; reader.output_buffer_size()];
+    let info = reader.next_frame(&mut buf).unwrap();
+    assert_eq!((info.width, info.height), (1280, 2000));
+    let channels = info.color_type.samples();
+    assert!(
+        channels >= 3,
+        "unexpected PNG colour type {:?}",
+        info.color_type
+    );
+    let mut colours = std::collections::BTreeSet::new();
+    let (mut non_white, mut saturated) = (0usize, 0usize);
+    for px in buf[..info.buffer_size()].chunks_exact(channels) {
+        let (r, g, b) = (px[0], px[1], px[2]);
+        colours.insert((r, g, b));
+        if r < 235 || g < 235 || b < 235 {
+            non_white += 1;
+        }
+        if r.max(g).max(b) - r.min(g).min(b) > 60 {
+            saturated += 1;
+        }
+    }
+    let total = (info.width * info.height) as usize;
+    eprintln!(
+        "screenshot {}: {} colours, {:.1}% non-white, {:.1}% saturated",
+        png_path.display(),
+        colours.len(),
+        non_white as f64 * 100.0 / total as f64,
+        saturated as f64 * 100.0 / total as f64
+    );
+    assert!(
+        colours.len() >= 200,
+        "only {} distinct colours: a blank page?",
+        colours.len()
+    );
+    assert!(
+        non_white * 100 >= total * 3,
+        "under 3% of the page is drawn"
+    );
+    assert!(
+        saturated * 1000 >= total * 5,
+        "the charts' colours are missing"
+    );
+}
