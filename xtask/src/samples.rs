@@ -1,5 +1,251 @@
-use anyhow::{bail, Result};
+//! `cargo xtask samples [--check]`: regenerate `samples/` from `fixtures/*.json`.
+//!
+//! For every fixture `NAME.json` (not `fixtures/bad/`): `NAME.bundle.json` (replay),
+//! `NAME.summary.txt`/`.json`, `NAME.tree.txt`/`.json`, `NAME.viewer.json` and
+//! `NAME.report.html`; for every pair `X-before.json`/`X-after.json`:
+//! `X.compare.txt`/`.json`. Commands run with the output directory as the working
+//! directory and relative bundle names, so no absolute path ends up in a sample.
+//!
+//! `--check` generates into a temporary directory and fails, listing the files that
+//! differ from (or are missing in, or are extra in) `samples/`. CI runs it.
 
-pub fn run(_args: &[String]) -> Result<()> {
-    bail!("xtask samples is not built yet")
+use std::collections::BTreeSet;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{bail, Context, Result};
+
+const USAGE: &str = "usage: cargo xtask samples [--check]
+  Regenerates samples/ from fixtures/*.json with the kernelkite binary.
+  --check: generate into a temporary directory and fail if anything differs from samples/.";
+
+pub fn run(args: &[String]) -> Result<()> {
+    let mut check = false;
+    for arg in args {
+        match arg.as_str() {
+            "--check" => check = true,
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                return Ok(());
+            }
+            other => bail!("unknown argument {other:?}\n{USAGE}"),
+        }
+    }
+    let root = crate::workspace_root();
+    let bin = build_kernelkite(&root)?;
+    let samples = root.join("samples");
+    if check {
+        let tmp = std::env::temp_dir().join(format!("kernelkite-samples-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&tmp);
+        fs::create_dir_all(&tmp)?;
+        let result = generate(&root, &bin, &tmp).and_then(|()| diff_dirs(&samples, &tmp));
+        let _ = fs::remove_dir_all(&tmp);
+        let differing = result?;
+        if differing.is_empty() {
+            println!("samples/ is up to date");
+            Ok(())
+        } else {
+            for f in &differing {
+                eprintln!("  {f}");
+            }
+            bail!(
+                "{} file(s) in samples/ are out of date; run `cargo xtask samples` and commit the result",
+                differing.len()
+            )
+        }
+    } else {
+        fs::create_dir_all(&samples)?;
+        // Remove generated files that no fixture produces any more.
+        for entry in fs::read_dir(&samples)? {
+            let path = entry?.path();
+            if path.is_file() && path.file_name().is_some_and(|n| n != ".gitkeep") {
+                fs::remove_file(&path)?;
+            }
+        }
+        generate(&root, &bin, &samples)?;
+        println!("wrote {}", samples.display());
+        Ok(())
+    }
+}
+
+/// Build the kernelkite binary and return its path.
+fn build_kernelkite(root: &Path) -> Result<PathBuf> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+    let status = Command::new(cargo)
+        .args(["build", "-p", "kernelkite", "--bin", "kernelkite"])
+        .current_dir(root)
+        .status()
+        .context("cannot run cargo build")?;
+    if !status.success() {
+        bail!("cargo build -p kernelkite failed");
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .map(|p| if p.is_absolute() { p } else { root.join(p) })
+        .unwrap_or_else(|| root.join("target"));
+    let bin = target.join("debug").join("kernelkite");
+    if !bin.exists() {
+        bail!("{} was not built", bin.display());
+    }
+    Ok(bin)
+}
+
+/// The fixtures to turn into samples: `fixtures/*.json`, sorted.
+fn fixtures(root: &Path) -> Result<Vec<PathBuf>> {
+    let mut out: Vec<PathBuf> = fs::read_dir(root.join("fixtures"))
+        .context("cannot read fixtures/")?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_file() && p.extension().is_some_and(|e| e == "json"))
+        .collect();
+    out.sort();
+    Ok(out)
+}
+
+struct Outcome {
+    ok: bool,
+    stdout: Vec<u8>,
+    stderr: String,
+}
+
+fn kernelkite(bin: &Path, dir: &Path, args: &[&str]) -> Result<Outcome> {
+    let out = Command::new(bin)
+        .args(args)
+        .current_dir(dir)
+        .env_remove("RUST_BACKTRACE")
+        .output()
+        .with_context(|| format!("cannot run {}", bin.display()))?;
+    Ok(Outcome {
+        ok: out.status.success(),
+        stdout: out.stdout,
+        stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+    })
+}
+
+/// Run a command that must succeed and store its standard output in `dir/file`.
+fn capture(bin: &Path, dir: &Path, args: &[&str], file: &str) -> Result<()> {
+    let out = kernelkite(bin, dir, args)?;
+    if !out.ok {
+        bail!("kernelkite {} failed: {}", args.join(" "), out.stderr);
+    }
+    fs::write(dir.join(file), out.stdout)?;
+    Ok(())
+}
+
+/// Run a command that writes `dir/file` itself; a command that is "not built yet" is
+/// skipped with a note.
+fn optional(bin: &Path, dir: &Path, args: &[&str], file: &str) -> Result<()> {
+    let out = kernelkite(bin, dir, args)?;
+    if out.ok {
+        if !dir.join(file).exists() {
+            fs::write(dir.join(file), out.stdout)?;
+        }
+        Ok(())
+    } else if out.stderr.contains("not built yet") {
+        println!("note: skipping {file}: {}", out.stderr);
+        Ok(())
+    } else {
+        bail!("kernelkite {} failed: {}", args.join(" "), out.stderr)
+    }
+}
+
+fn generate(root: &Path, bin: &Path, dir: &Path) -> Result<()> {
+    let fixtures = fixtures(root)?;
+    let mut names = BTreeSet::new();
+    for fixture in &fixtures {
+        let name = fixture
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .context("fixture name is not UTF-8")?
+            .to_string();
+        let bundle = format!("{name}.bundle.json");
+        let fixture_arg = fixture.to_str().context("fixture path is not UTF-8")?;
+        let out = kernelkite(bin, dir, &["replay", fixture_arg, &bundle])?;
+        if !out.ok {
+            bail!("replay of {} failed: {}", fixture.display(), out.stderr);
+        }
+        capture(
+            bin,
+            dir,
+            &["summary", &bundle],
+            &format!("{name}.summary.txt"),
+        )?;
+        capture(
+            bin,
+            dir,
+            &["summary", "--json", &bundle],
+            &format!("{name}.summary.json"),
+        )?;
+        capture(bin, dir, &["tree", &bundle], &format!("{name}.tree.txt"))?;
+        capture(
+            bin,
+            dir,
+            &["tree", "--json", &bundle],
+            &format!("{name}.tree.json"),
+        )?;
+        let viewer = format!("{name}.viewer.json");
+        optional(bin, dir, &["viewer", &bundle, &viewer], &viewer)?;
+        let html = format!("{name}.report.html");
+        optional(bin, dir, &["report", &bundle, "-o", &html], &html)?;
+        names.insert(name);
+    }
+    for name in &names {
+        let Some(stem) = name.strip_suffix("-before") else {
+            continue;
+        };
+        let after = format!("{stem}-after");
+        if !names.contains(&after) {
+            continue;
+        }
+        let (b, a) = (
+            format!("{name}.bundle.json"),
+            format!("{after}.bundle.json"),
+        );
+        capture(
+            bin,
+            dir,
+            &["compare", &b, &a],
+            &format!("{stem}.compare.txt"),
+        )?;
+        capture(
+            bin,
+            dir,
+            &["compare", "--json", &b, &a],
+            &format!("{stem}.compare.json"),
+        )?;
+    }
+    Ok(())
+}
+
+fn files(dir: &Path) -> Result<BTreeSet<String>> {
+    let mut out = BTreeSet::new();
+    if dir.exists() {
+        for entry in fs::read_dir(dir)? {
+            let entry = entry?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if entry.path().is_file() && name != ".gitkeep" {
+                out.insert(name);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Files that differ between the committed samples and a fresh generation.
+fn diff_dirs(committed: &Path, fresh: &Path) -> Result<Vec<String>> {
+    let (old, new) = (files(committed)?, files(fresh)?);
+    let mut out = Vec::new();
+    for name in old.union(&new) {
+        match (old.contains(name), new.contains(name)) {
+            (true, true) => {
+                if fs::read(committed.join(name))? != fs::read(fresh.join(name))? {
+                    out.push(format!("samples/{name} differs"));
+                }
+            }
+            (false, true) => out.push(format!("samples/{name} is missing")),
+            (true, false) => out.push(format!("samples/{name} is no longer generated")),
+            (false, false) => {}
+        }
+    }
+    Ok(out)
 }
