@@ -374,6 +374,111 @@ fn rate_panel<'a>(
     }
 }
 
+/// The series of the charts after [`downsample_mean`] and friends.
+struct Downsampled {
+    cpu_cores: IntervalSeries<f64>,
+    rss_bytes: InstantSeries<u64>,
+}
+
+/// At most about this many intervals or points are drawn per chart.
+const MAX_POINTS: usize = 800;
+
+/// The bucket (of `MAX_POINTS` equal slices of the session) that `t` falls in.
+fn bucket_of(xs: &XScale, t: u64) -> usize {
+    let span = (xs.t1 - xs.t0).max(1) as u128;
+    let i = (t.saturating_sub(xs.t0) as u128 * MAX_POINTS as u128 / span) as usize;
+    i.min(MAX_POINTS - 1)
+}
+
+/// Merge consecutive intervals that start in the same bucket: `fold(acc, value, dt)`
+/// accumulates, `finish(acc, total_dt)` gives the merged value.
+fn merge_intervals<T: Copy, A: Copy>(
+    s: &IntervalSeries<T>,
+    xs: &XScale,
+    zero: A,
+    fold: impl Fn(A, T, u64) -> A,
+    finish: impl Fn(A, u64) -> T,
+) -> IntervalSeries<T> {
+    if s.len() <= MAX_POINTS {
+        return s.clone();
+    }
+    let mut out = IntervalSeries {
+        start_ns: Vec::new(),
+        end_ns: Vec::new(),
+        values: Vec::new(),
+    };
+    let mut cur: Option<(usize, u64, u64, A, u64)> = None; // bucket, start, end, acc, dt
+    for i in 0..s.len() {
+        let b = bucket_of(xs, s.start_ns[i]);
+        let dt = s.end_ns[i] - s.start_ns[i];
+        cur = match cur {
+            Some((cb, st, _, acc, tdt)) if cb == b => {
+                Some((cb, st, s.end_ns[i], fold(acc, s.values[i], dt), tdt + dt))
+            }
+            prev => {
+                if let Some((_, st, en, acc, tdt)) = prev {
+                    out.start_ns.push(st);
+                    out.end_ns.push(en);
+                    out.values.push(finish(acc, tdt));
+                }
+                Some((
+                    b,
+                    s.start_ns[i],
+                    s.end_ns[i],
+                    fold(zero, s.values[i], dt),
+                    dt,
+                ))
+            }
+        };
+    }
+    if let Some((_, st, en, acc, tdt)) = cur {
+        out.start_ns.push(st);
+        out.end_ns.push(en);
+        out.values.push(finish(acc, tdt));
+    }
+    out
+}
+
+/// Time-weighted mean (CPU cores).
+fn downsample_mean(s: &IntervalSeries<f64>, xs: &XScale) -> IntervalSeries<f64> {
+    merge_intervals(
+        s,
+        xs,
+        0.0f64,
+        |acc, v, dt| acc + v * dt as f64,
+        |acc, dt| if dt == 0 { 0.0 } else { acc / dt as f64 },
+    )
+}
+
+/// Sums (byte counts).
+fn downsample_sum(s: &IntervalSeries<u64>, xs: &XScale) -> IntervalSeries<u64> {
+    merge_intervals(s, xs, 0u64, |acc, v, _| acc.saturating_add(v), |acc, _| acc)
+}
+
+/// The largest point of each bucket (memory peaks survive).
+fn downsample_max(s: &InstantSeries<u64>, xs: &XScale) -> InstantSeries<u64> {
+    if s.t_ns.len() <= MAX_POINTS {
+        return s.clone();
+    }
+    let mut out = InstantSeries::default();
+    let mut last_bucket = None;
+    for i in 0..s.t_ns.len() {
+        let b = bucket_of(xs, s.t_ns[i]);
+        if last_bucket == Some(b) {
+            let last = out.values.len() - 1;
+            if s.values[i] > out.values[last] {
+                out.values[last] = s.values[i];
+                out.t_ns[last] = s.t_ns[i];
+            }
+        } else {
+            out.t_ns.push(s.t_ns[i]);
+            out.values.push(s.values[i]);
+            last_bucket = Some(b);
+        }
+    }
+    out
+}
+
 fn timeline_section(h: &mut String, bundle: &Bundle, tl: &Timeline) {
     let xs = XScale::new(tl);
     let (ticks, step) = xs.ticks();
@@ -382,6 +487,18 @@ fn timeline_section(h: &mut String, bundle: &Bundle, tl: &Timeline) {
         "<p class=\"hint\">CPU, memory and disk traffic of the observed processes per sampling \
          interval. Hover a chart for its values.</p>\n",
     );
+
+    // Long sessions are drawn at about one interval per pixel.
+    let cpu_cores = downsample_mean(&tl.cpu_cores, &xs);
+    let rss_bytes = downsample_max(&tl.rss_bytes, &xs);
+    let disk_read = downsample_sum(&tl.disk_read_bytes, &xs);
+    let disk_write = downsample_sum(&tl.disk_write_bytes, &xs);
+    let net_rx = tl.net_rx_bytes.as_ref().map(|s| downsample_sum(s, &xs));
+    let net_tx = tl.net_tx_bytes.as_ref().map(|s| downsample_sum(s, &xs));
+    let tl = Downsampled {
+        cpu_cores,
+        rss_bytes,
+    };
 
     let mut panels: Vec<Panel> = Vec::new();
 
@@ -438,10 +555,10 @@ fn timeline_section(h: &mut String, bundle: &Bundle, tl: &Timeline) {
         "Disk I/O",
         "per second",
         &xs,
-        (&tl.disk_read_bytes, "read", COLOR_READ),
-        (&tl.disk_write_bytes, "written", COLOR_WRITE),
+        (&disk_read, "read", COLOR_READ),
+        (&disk_write, "written", COLOR_WRITE),
     ));
-    if let (Some(rx), Some(tx)) = (&tl.net_rx_bytes, &tl.net_tx_bytes) {
+    if let (Some(rx), Some(tx)) = (&net_rx, &net_tx) {
         panels.push(rate_panel(
             "Network",
             "host-wide, per second",
@@ -1268,6 +1385,72 @@ footer { margin-top: 40px; color: var(--muted); font-size: 12px; border-top: 1px
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use crate::model::{Frame, HostConstants, ProcessSample};
+
+    fn long_bundle(frames: u64) -> Bundle {
+        let host = HostConstants {
+            clock_ticks_per_sec: 100,
+            page_size_bytes: 4096,
+            num_cpus: 4,
+            kernel_release: None,
+            arch: "x86_64".into(),
+        };
+        let mut b = Bundle::new(Backend::Proc, host, 10);
+        for i in 0..frames {
+            let p = ProcessSample {
+                pid: 7,
+                ppid: 1,
+                comm: "busy".into(),
+                state: "R".into(),
+                start_time_ticks: 1,
+                utime_ticks: i,
+                stime_ticks: 0,
+                cutime_ticks: 0,
+                cstime_ticks: 0,
+                rss_pages: if i == frames / 3 { 100_000 } else { 1000 },
+                num_threads: 1,
+                io: None,
+                threads: Vec::new(),
+            };
+            b.frames.push(Frame {
+                t_ns: i * 10_000_000,
+                processes: vec![p],
+                network: None,
+            });
+        }
+        b
+    }
+
+    #[test]
+    fn long_sessions_are_downsampled_keeping_means_and_peaks() {
+        let b = long_bundle(20_000);
+        let tl = extract(&b);
+        let xs = XScale::new(&tl);
+        let cpu = downsample_mean(&tl.cpu_cores, &xs);
+        assert!(
+            cpu.len() <= MAX_POINTS && cpu.len() >= MAX_POINTS / 2,
+            "{}",
+            cpu.len()
+        );
+        // One tick per 10 ms at 100 Hz: exactly one core throughout.
+        assert!(cpu.values.iter().all(|&v| (v - 1.0).abs() < 1e-9));
+        assert_eq!(cpu.start_ns[0], 0);
+        assert_eq!(*cpu.end_ns.last().unwrap(), tl.end_ns);
+        let rss = downsample_max(&tl.rss_bytes, &xs);
+        assert!(rss.t_ns.len() <= MAX_POINTS);
+        assert_eq!(
+            rss.values.iter().max(),
+            Some(&(100_000 * 4096)),
+            "the peak survives"
+        );
+        let page = render(&b);
+        assert!(
+            page.len() < 400_000,
+            "page of a 20k-frame session is {} bytes",
+            page.len()
+        );
+    }
 
     #[test]
     fn escapes_markup_quotes_and_controls() {

@@ -256,6 +256,12 @@ fn spans(bundle: &Bundle, frames: &[&Frame]) -> Vec<ProcessSpan> {
         bundle.lifecycle.iter().filter(|e| e.tid == e.pid).collect();
     events.sort_by_key(|e| e.t_ns); // stable: equal times keep their recorded order
     let mut used = vec![false; events.len()];
+    // Indices into `events` of each pid's events, in time order.
+    let mut by_pid: BTreeMap<i32, Vec<usize>> = BTreeMap::new();
+    for (j, e) in events.iter().enumerate() {
+        by_pid.entry(e.pid).or_default().push(j);
+    }
+    let none: Vec<usize> = Vec::new();
 
     // Attach fork/exit events to sampled incarnations: a fork belongs to the incarnation
     // if it happened after the previous incarnation's last sample and no later than this
@@ -263,6 +269,7 @@ fn spans(bundle: &Bundle, frames: &[&Frame]) -> Vec<ProcessSpan> {
     // first.
     for i in 0..spans.len() {
         let pid = spans[i].pid;
+        let mine = by_pid.get(&pid).unwrap_or(&none);
         let prev_last = (i > 0 && spans[i - 1].pid == pid)
             .then(|| spans[i - 1].last_seen_ns)
             .flatten();
@@ -272,42 +279,39 @@ fn spans(bundle: &Bundle, frames: &[&Frame]) -> Vec<ProcessSpan> {
             .and_then(|s| s.first_seen_ns);
         let first = spans[i].first_seen_ns.unwrap_or(0);
         let last = spans[i].last_seen_ns.unwrap_or(0);
+        let after_prev = |t: u64| prev_last.is_none_or(|p| t > p);
+        let before_next = |t: u64| next_first.is_none_or(|n| t < n);
         // The latest fork in range.
-        let fork = (0..events.len()).rev().find(|&j| {
+        let fork = mine.iter().rev().copied().find(|&j| {
             let e = events[j];
-            !used[j]
-                && e.pid == pid
-                && e.kind == LifecycleKind::Fork
-                && e.t_ns <= first
-                && prev_last.is_none_or(|p| e.t_ns > p)
+            !used[j] && e.kind == LifecycleKind::Fork && e.t_ns <= first && after_prev(e.t_ns)
         });
         if let Some(j) = fork {
             used[j] = true;
             spans[i].fork_ns = Some(events[j].t_ns);
         }
-        let exit = (0..events.len()).find(|&j| {
+        let exit = mine.iter().copied().find(|&j| {
             let e = events[j];
-            !used[j]
-                && e.pid == pid
-                && e.kind == LifecycleKind::Exit
-                && e.t_ns >= last
-                && next_first.is_none_or(|n| e.t_ns < n)
+            !used[j] && e.kind == LifecycleKind::Exit && e.t_ns >= last && before_next(e.t_ns)
         });
         if let Some(j) = exit {
             used[j] = true;
             spans[i].exit_ns = Some(events[j].t_ns);
             spans[i].exit_code = events[j].exit_code;
         }
-        // Execs inside the incarnation after its last sample rename it.
+        // Execs inside the incarnation: those after its last sample rename it, earlier
+        // ones are already reflected in the sampled comm.
         let end = spans[i].exit_ns.unwrap_or(u64::MAX);
-        for (j, e) in events.iter().enumerate() {
-            if !used[j] && e.pid == pid && e.kind == LifecycleKind::Exec {
-                if e.t_ns > last && e.t_ns <= end && next_first.is_none_or(|n| e.t_ns < n) {
-                    spans[i].comm.clone_from(&e.comm);
-                    used[j] = true;
-                } else if e.t_ns >= spans[i].start_ns() && e.t_ns <= last {
-                    used[j] = true; // already reflected in the sampled comm
-                }
+        for &j in mine {
+            let e = events[j];
+            if used[j] || e.kind != LifecycleKind::Exec {
+                continue;
+            }
+            if e.t_ns > last && e.t_ns <= end && before_next(e.t_ns) {
+                spans[i].comm.clone_from(&e.comm);
+                used[j] = true;
+            } else if e.t_ns <= last && after_prev(e.t_ns) {
+                used[j] = true;
             }
         }
         spans[i].alive_at_end = spans[i].exit_ns.is_none() && spans[i].last_seen_ns == last_t;
@@ -334,9 +338,11 @@ fn spans(bundle: &Bundle, frames: &[&Frame]) -> Vec<ProcessSpan> {
             exit_code: None,
             alive_at_end: false,
         };
-        for k in j + 1..events.len() {
+        let mine = by_pid.get(&e.pid).unwrap_or(&none);
+        let pos = mine.partition_point(|&k| k <= j);
+        for &k in &mine[pos..] {
             let f = events[k];
-            if used[k] || f.pid != e.pid {
+            if used[k] {
                 continue;
             }
             match f.kind {
