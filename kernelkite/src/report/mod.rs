@@ -197,6 +197,18 @@ mod snapshot_tests {
     }
 
     #[test]
+    fn summary_ebpf() {
+        let a = fixture("api-server-ebpf.json");
+        assert!(a.latency_classes_exact);
+        for t in &a.threads {
+            assert_eq!(t.classes.total_ns(), t.wall_ns, "thread {}", t.tid);
+        }
+        insta::assert_snapshot!("summary_ebpf_text", super::summary::summary_text(&a));
+        insta::assert_json_snapshot!("summary_ebpf_json", super::summary::summary_json(&a));
+        insta::assert_snapshot!("tree_ebpf_text", super::tree::tree_text(&a));
+    }
+
+    #[test]
     fn fixture_numbers_are_exact() {
         let b = fixture("cargo-build-before.json");
         assert_eq!(b.duration_ms, 1500.0);
