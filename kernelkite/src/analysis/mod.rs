@@ -869,61 +869,92 @@ fn network_totals(bundle: &Bundle) -> Option<NetworkTotals> {
     })
 }
 
+/// Deepest tree the reports nest; a process deeper than this is shown as a root.
+pub const MAX_TREE_DEPTH: usize = 256;
+
 /// Build the observed tree from process rows: a process's parent is the process with pid
 /// `ppid` that was seen no later than it (the latest such, across pid reuse); without
 /// one it is a root. Children and roots are sorted by first appearance, then pid.
+/// Impossible shapes cannot hurt: an edge that would close a cycle is dropped, and a
+/// process nested deeper than [`MAX_TREE_DEPTH`] becomes a root.
 pub fn build_tree(processes: &[ProcessRow]) -> Vec<TreeNode> {
-    let mut order: Vec<usize> = (0..processes.len()).collect();
+    let n = processes.len();
+    let mut order: Vec<usize> = (0..n).collect();
     order.sort_by_key(|&i| {
         let p = &processes[i];
         (p.first_seen_ns, p.pid, p.start_time_ticks)
     });
-    let mut parent: Vec<Option<usize>> = vec![None; processes.len()];
+    // Candidates per pid, in order of first appearance.
+    let mut by_pid: BTreeMap<i32, Vec<usize>> = BTreeMap::new();
+    for &i in &order {
+        by_pid.entry(processes[i].pid).or_default().push(i);
+    }
+    let mut parent: Vec<Option<usize>> = vec![None; n];
     for &i in &order {
         let child = &processes[i];
-        let mut best: Option<usize> = None;
-        for &j in &order {
-            let cand = &processes[j];
-            if j == i || cand.pid != child.ppid || cand.first_seen_ns > child.first_seen_ns {
-                continue;
-            }
-            if best.is_none_or(|b| processes[b].first_seen_ns <= cand.first_seen_ns) {
-                best = Some(j);
+        parent[i] = by_pid.get(&child.ppid).and_then(|cands| {
+            cands
+                .iter()
+                .copied()
+                .filter(|&j| j != i && processes[j].first_seen_ns <= child.first_seen_ns)
+                .next_back()
+        });
+    }
+    // Drop edges that close a cycle (0 = unvisited, 1 = on the current path, 2 = done).
+    let mut state = vec![0u8; n];
+    for &start in &order {
+        let mut path = Vec::new();
+        let mut cur = Some(start);
+        while let Some(c) = cur {
+            match state[c] {
+                2 => break,
+                1 => {
+                    if let Some(&last) = path.last() {
+                        parent[last] = None;
+                    }
+                    break;
+                }
+                _ => {
+                    state[c] = 1;
+                    path.push(c);
+                    cur = parent[c];
+                }
             }
         }
-        parent[i] = best;
+        for c in path {
+            state[c] = 2;
+        }
     }
-    // Break any cycle (impossible in real data): a node whose ancestor chain returns to
-    // itself becomes a root.
-    for i in 0..processes.len() {
-        let mut cur = parent[i];
-        let mut steps = 0;
+    // Depths, from the top of each chain down; too deep → root.
+    let mut depth: Vec<Option<usize>> = vec![None; n];
+    for &start in &order {
+        let mut path = Vec::new();
+        let mut cur = Some(start);
         while let Some(c) = cur {
-            if c == i || steps > processes.len() {
-                parent[i] = None;
+            if depth[c].is_some() {
                 break;
             }
+            path.push(c);
             cur = parent[c];
-            steps += 1;
+        }
+        for &c in path.iter().rev() {
+            let d = parent[c].and_then(|p| depth[p]).map_or(0, |d| d + 1);
+            if d > MAX_TREE_DEPTH {
+                parent[c] = None;
+                depth[c] = Some(0);
+            } else {
+                depth[c] = Some(d);
+            }
         }
     }
-    fn node(
-        i: usize,
-        processes: &[ProcessRow],
-        order: &[usize],
-        parent: &[Option<usize>],
-        depth: usize,
-    ) -> TreeNode {
+    let mut children: Vec<Vec<usize>> = vec![Vec::new(); n];
+    for &i in &order {
+        if let Some(p) = parent[i] {
+            children[p].push(i);
+        }
+    }
+    fn node(i: usize, processes: &[ProcessRow], children: &[Vec<usize>]) -> TreeNode {
         let p = &processes[i];
-        let children = if depth > processes.len() {
-            Vec::new()
-        } else {
-            order
-                .iter()
-                .filter(|&&c| parent[c] == Some(i))
-                .map(|&c| node(c, processes, order, parent, depth + 1))
-                .collect()
-        };
         TreeNode {
             pid: p.pid,
             ppid: p.ppid,
@@ -933,13 +964,16 @@ pub fn build_tree(processes: &[ProcessRow]) -> Vec<TreeNode> {
             last_seen_ns: p.last_seen_ns,
             cpu_seconds: p.cpu_seconds,
             peak_rss_bytes: p.peak_rss_bytes,
-            children,
+            children: children[i]
+                .iter()
+                .map(|&c| node(c, processes, children))
+                .collect(),
         }
     }
     order
         .iter()
         .filter(|&&i| parent[i].is_none())
-        .map(|&i| node(i, processes, &order, &parent, 0))
+        .map(|&i| node(i, processes, &children))
         .collect()
 }
 

@@ -445,3 +445,130 @@ fn network_is_host_wide_delta_without_loopback() {
     assert_eq!(n.interfaces.len(), 2);
     assert_eq!(analyze(&bundle(vec![frame(0, vec![])])).network, None);
 }
+
+fn row(pid: i32, ppid: i32, first_seen_ns: u64) -> ProcessRow {
+    ProcessRow {
+        pid,
+        ppid,
+        comm: String::new(),
+        start_time_ticks: pid as u64,
+        started_in_session: true,
+        first_seen_ns,
+        last_seen_ns: first_seen_ns,
+        frames: 1,
+        cpu_seconds: 0.0,
+        peak_rss_bytes: 0,
+        read_bytes: 0,
+        write_bytes: 0,
+        io_visible: false,
+        classes: ClassTimes::default(),
+        threads: 0,
+    }
+}
+
+fn count(nodes: &[TreeNode]) -> usize {
+    nodes.iter().map(|n| 1 + count(&n.children)).sum()
+}
+
+#[test]
+fn tree_survives_cycles_and_deep_chains() {
+    // 1 <-> 2 seen at the same instant: one edge is dropped.
+    let t = build_tree(&[row(1, 2, 0), row(2, 1, 0), row(3, 3, 0)]);
+    assert_eq!(count(&t), 3);
+    assert!(!t.is_empty());
+    // A chain deeper than the limit is cut into several roots; nothing is lost.
+    let chain: Vec<ProcessRow> = (1..=1000).map(|i| row(i, i - 1, i as u64)).collect();
+    let t = build_tree(&chain);
+    assert_eq!(count(&t), 1000);
+    assert_eq!(t.len(), 1000usize.div_ceil(MAX_TREE_DEPTH + 1));
+}
+
+/// A tiny deterministic generator, so the robustness test needs no dependency.
+struct Lcg(u64);
+
+impl Lcg {
+    fn next(&mut self, max: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 33) % max.max(1)
+    }
+}
+
+#[test]
+fn analysis_never_panics_on_arbitrary_bundles() {
+    let mut r = Lcg(42);
+    for _ in 0..300 {
+        let mut frames = Vec::new();
+        for f in 0..r.next(6) {
+            let mut procs = Vec::new();
+            for _ in 0..r.next(4) {
+                let mut p = proc_(
+                    r.next(5) as i32,
+                    r.next(5) as i32,
+                    r.next(3),
+                    if r.next(8) == 0 {
+                        u64::MAX - r.next(3)
+                    } else {
+                        r.next(1000)
+                    },
+                    r.next(u64::MAX),
+                    r.next(1 << 40),
+                    r.next(100),
+                );
+                for _ in 0..r.next(3) {
+                    let mut t = thread(
+                        r.next(6) as i32,
+                        ["R", "S", "D", "Z", ""][r.next(5) as usize],
+                        r.next(u64::MAX),
+                        r.next(1 << 50),
+                        [None, Some(-1), Some(0), Some(202), Some(99_999)][r.next(5) as usize],
+                    );
+                    if r.next(3) == 0 {
+                        t.class_ns = Some(ClassTimes::from_array([
+                            r.next(u64::MAX),
+                            1,
+                            2,
+                            3,
+                            4,
+                            r.next(9),
+                        ]));
+                    }
+                    p.threads.push(t);
+                }
+                procs.push(p);
+            }
+            frames.push(frame(
+                if r.next(4) == 0 {
+                    r.next(1 << 60)
+                } else {
+                    f * 100
+                },
+                procs,
+            ));
+        }
+        let mut b = bundle(frames);
+        b.host.clock_ticks_per_sec = r.next(3);
+        b.host.page_size_bytes = r.next(3) * 4096;
+        b.host.arch = ["x86_64", "aarch64", "vax"][r.next(3) as usize].into();
+        if r.next(2) == 0 {
+            b.launched = Some(LaunchedCommand {
+                argv: vec![],
+                pid: r.next(5) as i32,
+                exit_code: None,
+                signal: None,
+                rusage: Some(Rusage::default()),
+            });
+        }
+        let a = analyze(&b);
+        for t in &a.threads {
+            assert_eq!(t.classes.total_ns(), t.wall_ns);
+        }
+        let _ = crate::report::summary::summary_text(&a);
+        let _ = crate::report::summary::summary_json(&a);
+        let _ = crate::report::tree::tree_text(&a);
+        let cmp = compare::compare(&a, &a);
+        let _ = crate::report::compare::compare_text(&cmp, &[]);
+    }
+}
