@@ -123,7 +123,8 @@ fn warnings(h: &mut String, bundle: &Bundle, a: &Analysis) {
             "warn",
             format!(
                 "Frame cap hit: the session stopped recording new frames at {} and dropped {} \
-                 (the last frame kept being refreshed, so totals stay exact; the timeline has gaps).",
+                 (the last frame kept being refreshed, so totals stay exact; the timeline's last \
+                 interval spans the dropped frames).",
                 a.frame_cap.max_frames, a.frame_cap.frames_dropped
             ),
         ));
@@ -520,7 +521,7 @@ fn timeline_section(h: &mut String, bundle: &Bundle, tl: &Timeline) {
                      <text class=\"limit-label\" x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{} CPUs</text>",
                     SVG_W - PLOT_R,
                     SVG_W - PLOT_R - 4.0,
-                    yy - 3.0,
+                    if yy - y < 14.0 { yy + 12.0 } else { yy - 3.0 },
                     bundle.host.num_cpus
                 );
             }
@@ -1368,7 +1369,7 @@ svg text { font-family: system-ui, -apple-system, "Segoe UI", Roboto, Arial, san
 .stripe { fill: #f4f6f9; fill-opacity: .6; }
 .hover rect { fill: transparent; }
 .hover rect:hover { fill: #1a202c; fill-opacity: .06; }
-.seg { font-size: 13px; font-weight: 600; fill: #ffffff; }
+.seg { font-size: 13px; font-weight: 600; fill: #ffffff; paint-order: stroke; stroke: #1a202c; stroke-opacity: .35; stroke-width: 3px; }
 table.data { width: 100%; border-collapse: collapse; background: var(--card); border: 1px solid var(--line); border-radius: 8px; margin-top: 10px; font-size: 14px; }
 table.data th, table.data td { padding: 7px 10px; border-bottom: 1px solid var(--line); text-align: left; vertical-align: top; }
 table.data th { font-size: 12px; text-transform: uppercase; letter-spacing: .04em; color: var(--muted); background: #f9fafb; }
