@@ -896,8 +896,7 @@ pub fn build_tree(processes: &[ProcessRow]) -> Vec<TreeNode> {
             cands
                 .iter()
                 .copied()
-                .filter(|&j| j != i && processes[j].first_seen_ns <= child.first_seen_ns)
-                .next_back()
+                .rfind(|&j| j != i && processes[j].first_seen_ns <= child.first_seen_ns)
         });
     }
     // Drop edges that close a cycle (0 = unvisited, 1 = on the current path, 2 = done).
