@@ -12,8 +12,8 @@ use crate::analysis::analyze;
 use crate::analysis::compare::{compare, FailRule};
 use crate::cli::{CompareArgs, GlobalArgs};
 use crate::model::load_bundle;
-use crate::report::{json_text, write_stdout};
 use crate::report::compare::{compare_json, compare_text};
+use crate::report::{json_text, write_stdout};
 
 pub fn execute(global: &GlobalArgs, args: &CompareArgs) -> Result<ExitCode> {
     // Rules first: a typo should not cost loading two bundles.

@@ -7,8 +7,8 @@ use anyhow::Result;
 use crate::analysis::analyze;
 use crate::cli::{GlobalArgs, TreeArgs};
 use crate::model::load_bundle;
-use crate::report::{json_text, write_stdout};
 use crate::report::tree::{tree_json, tree_text};
+use crate::report::{json_text, write_stdout};
 
 pub fn execute(global: &GlobalArgs, args: &TreeArgs) -> Result<ExitCode> {
     let bundle = load_bundle(&args.bundle)?;
