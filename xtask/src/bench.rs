@@ -655,7 +655,14 @@ pub fn write_synthetic_bundle(path: &Path, frames: u64, variant: u64) -> Result<
             p.num("pid", pid as u64);
             p.num("ppid", if worker { 1000 } else { 1 });
             p.str("comm", if worker { "worker" } else { "bench-root" });
-            p.str("state", if worker && !k.is_multiple_of(3) { "R" } else { "S" });
+            p.str(
+                "state",
+                if worker && !k.is_multiple_of(3) {
+                    "R"
+                } else {
+                    "S"
+                },
+            );
             p.num("start_time_ticks", 500_000 + i as u64);
             p.num("utime_ticks", ticks * 9 / 10);
             p.num("stime_ticks", ticks - ticks * 9 / 10);

@@ -20,16 +20,25 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
-const USAGE: &str = "usage: cargo xtask ci [--no-install]
+const USAGE: &str = "usage: cargo xtask ci [--no-install] [--from N]
   Runs, failing fast: dependency install, cargo fmt --check, clippy -D warnings,
   the eBPF object check, cargo test --workspace (CI=true), cargo xtask samples --check.
-  --no-install (or KK_CI_NO_INSTALL=1): do not install system packages or tools.";
+  --no-install (or KK_CI_NO_INSTALL=1): do not install system packages or tools.
+  --from N: start at step N (to re-run locally after a fix; CI always runs them all).";
 
 pub fn run(args: &[String]) -> Result<()> {
     let mut install = std::env::var("KK_CI_NO_INSTALL").map_or(true, |v| v != "1");
-    for arg in args {
+    let mut from = 1usize;
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
         match arg.as_str() {
             "--no-install" => install = false,
+            "--from" => {
+                from = it
+                    .next()
+                    .and_then(|n| n.parse().ok())
+                    .with_context(|| format!("--from needs a step number\n{USAGE}"))?;
+            }
             "-h" | "--help" => {
                 println!("{USAGE}");
                 return Ok(());
@@ -94,12 +103,21 @@ pub fn run(args: &[String]) -> Result<()> {
     let mut timings: Vec<(&str, Duration)> = Vec::new();
     let t_all = Instant::now();
     for (i, (name, step)) in steps.iter().enumerate() {
+        if i + 1 < from {
+            println!(
+                "\n==> ci [{}/{total}] {name}: skipped (--from {from})",
+                i + 1
+            );
+            continue;
+        }
         println!("\n==> ci [{}/{total}] {name}", i + 1);
         let t = Instant::now();
         if let Err(e) = step() {
             print_timings(&timings);
             eprintln!("\nci FAILED at step {}/{total} ({name}): {e:#}", i + 1);
-            bail!("ci failed at step {}/{total}: {name}", i + 1);
+            // Exit here rather than return the error: main would print it again, with a
+            // backtrace when RUST_BACKTRACE is set.
+            std::process::exit(1);
         }
         timings.push((name, t.elapsed()));
     }
@@ -133,8 +151,23 @@ fn cargo(args: &[&str]) -> Result<()> {
     run_cmd(&mut cmd)
 }
 
+/// `cargo fmt --all` rather than `"/root/.rustup/…/cargo" "fmt" "--all"`.
+fn show(cmd: &Command) -> String {
+    let program = Path::new(cmd.get_program());
+    let mut s = program
+        .file_name()
+        .unwrap_or(program.as_os_str())
+        .to_string_lossy()
+        .into_owned();
+    for a in cmd.get_args() {
+        s.push(' ');
+        s.push_str(&a.to_string_lossy());
+    }
+    s
+}
+
 fn run_cmd(cmd: &mut Command) -> Result<()> {
-    let line = format!("{cmd:?}");
+    let line = show(cmd);
     let status = cmd
         .status()
         .with_context(|| format!("cannot start {line}"))?;
@@ -170,7 +203,7 @@ fn test_workspace(root: &Path) -> Result<()> {
         .env("CI", "true")
         .env("KK_WORKLOAD", &workload)
         .stdout(Stdio::piped());
-    let line = format!("{cmd:?}");
+    let line = show(&cmd);
     let mut child = cmd
         .spawn()
         .with_context(|| format!("cannot start {line}"))?;
