@@ -30,8 +30,9 @@
 //!     "utime_ticks": [..], "stime_ticks": [..],
 //!     "cutime_ticks": [..], "cstime_ticks": [..],          // optional (default 0)
 //!     "rss_kib": [..]  or  "rss_pages": [..],              // exactly one of them
-//!     "read_bytes": [..], "write_bytes": [..],             // optional: without both, io is null
-//!     "rchar_bytes": [..], "wchar_bytes": [..],            // optional (default 0)
+//!     "read_bytes": [..], "write_bytes": [..],             // optional (default 0)
+//!     "rchar_bytes": [..], "wchar_bytes": [..],            // optional (default 0); without
+//!                                                          // any of these four, io is null
 //!     "threads": [{                        // optional
 //!       "tid": 5000, "comm": "cargo",      // comm defaults to the process's
 //!       "first_frame": 0, "last_frame": 6, // default: the process's lifetime
@@ -50,7 +51,11 @@
 //! ```
 //!
 //! `syscalls[].latencies_ns` lists `[latency_ns, calls]` pairs; the histogram (count,
-//! total, max, buckets) is computed from them. Unknown keys are errors.
+//! total, max, buckets) is computed from them. The syscall number comes from the name on
+//! `host.arch` (the `syscalls` crate) unless `"nr"` is given. Unknown keys are errors.
+//!
+//! Derived, not written: `num_threads` (threads alive in that frame, at least 1), the
+//! I/O syscall counts and `cancelled_write_bytes` (0), `replayed_from` (the file name).
 //!
 //! # Rules checked (each failure is one line naming the problem)
 //!
