@@ -198,6 +198,23 @@ fn build_session(backend: Backend) -> Bundle {
                 buckets: buckets.into_iter().collect(),
             }
         };
+        let slow =
+            |t_ms: u64, pid: i32, tid: i32, nr: u32, name: &str, dur_ms: u64, ret| SlowSyscall {
+                t_ns: t_ms * 1_000_000,
+                pid,
+                tid,
+                nr,
+                name: name.into(),
+                duration_ns: dur_ms * 1_000_000,
+                ret,
+            };
+        b.slow_syscalls = vec![
+            slow(450, 1001, 1001, 0, "read", 2, 4096),
+            slow(1300, 1003, 1003, 202, "futex", 12, 0),
+            slow(2200, 1004, 1004, 202, "futex", 12, -110),
+            slow(3050, 1005, 1005, 257, "openat", 60, 3),
+            slow(3500, 1000, 1000, 61, "wait4", 400, 1005),
+        ];
         b.syscalls = vec![
             hist(
                 1001,

@@ -150,6 +150,7 @@ pub fn document(bundle: &Bundle, analysis: &Analysis, timeline: &Timeline) -> Va
         },
         "series": series,
         "processes": timeline.processes.iter().map(span).collect::<Vec<_>>(),
+        "slow_syscalls": slow_syscalls(bundle),
         "latency_classes": {
             "exact": analysis.latency_classes_exact,
             "total_ns": total_class_ns,
@@ -206,6 +207,25 @@ fn span(p: &ProcessSpan) -> Value {
         "exit_code": p.exit_code,
         "alive_at_end": p.alive_at_end,
     })
+}
+
+/// Every slow syscall of the bundle, in time order (ties: pid, tid, nr).
+fn slow_syscalls(bundle: &Bundle) -> Vec<Value> {
+    let mut all: Vec<_> = bundle.slow_syscalls.iter().collect();
+    all.sort_by_key(|s| (s.t_ns, s.pid, s.tid, s.nr, s.duration_ns));
+    all.into_iter()
+        .map(|s| {
+            json!({
+                "t_ns": s.t_ns,
+                "pid": s.pid,
+                "tid": s.tid,
+                "name": s.name,
+                "nr": s.nr,
+                "duration_ns": s.duration_ns,
+                "ret": s.ret,
+            })
+        })
+        .collect()
 }
 
 fn round6(x: f64) -> f64 {
