@@ -481,34 +481,32 @@ pub fn analyze(bundle: &Bundle) -> Analysis {
         };
         let window_end = frame_t(t.last_frame).max(window_start);
         let exit = exit_classes.get(&(pid, tid)).map(|(c, _)| *c);
-        let (classes, exact) = if let (Some(first), Some(last), false) =
-            (t.class_first, t.class_last, t.class_broken)
-        {
-            let last = match exit {
-                Some(e) if e.checked_sub(&last).is_some() => {
-                    seen_exit.insert((pid, tid));
-                    e
-                }
-                _ => last,
-            };
-            let c = if t.baseline_zero {
-                last
+        let (classes, exact) =
+            if let (Some(_), Some(last), false) = (t.class_first, t.class_last, t.class_broken) {
+                let last = match exit {
+                    Some(e) if e.checked_sub(&last).is_some() => {
+                        seen_exit.insert((pid, tid));
+                        e
+                    }
+                    _ => last,
+                };
+                // class_ns counters start at 0 when the session starts tracking the thread
+                // (attach or fork), so the last value is the thread's whole time in the
+                // session; subtracting the first snapshot would drop the time before it.
+                let c = last;
+                (c, true)
             } else {
-                last.checked_sub(&first).unwrap_or_default()
+                (
+                    estimate_classes(
+                        window_end - window_start,
+                        t.on_cpu.total,
+                        t.runqueue.total,
+                        t.has_schedstat,
+                        &t.votes,
+                    ),
+                    false,
+                )
             };
-            (c, true)
-        } else {
-            (
-                estimate_classes(
-                    window_end - window_start,
-                    t.on_cpu.total,
-                    t.runqueue.total,
-                    t.has_schedstat,
-                    &t.votes,
-                ),
-                false,
-            )
-        };
         let wall_ns = classes.total_ns();
         let pc = proc_classes.entry((pid, start)).or_default();
         *pc = pc.saturating_add(&classes);
@@ -533,10 +531,18 @@ pub fn analyze(bundle: &Bundle) -> Analysis {
         if frame_pids.contains(&ev.pid) {
             continue;
         }
+        // Parent and name come from the main thread's events (a fork, then exec/exit
+        // renames); a lost-exit record has neither (ppid 0, empty comm).
         let e = lifecycle_only
             .entry(ev.pid)
-            .or_insert_with(|| (ev.ppid, ev.comm.clone(), ev.t_ns, ev.t_ns));
-        if ev.kind != LifecycleKind::Fork || e.1.is_empty() {
+            .or_insert_with(|| (0, String::new(), ev.t_ns, ev.t_ns));
+        let main_thread = ev.tid == ev.pid;
+        if main_thread && e.0 == 0 && ev.ppid != 0 {
+            e.0 = ev.ppid;
+        }
+        if !ev.comm.is_empty()
+            && (e.1.is_empty() || (main_thread && ev.kind != LifecycleKind::Fork))
+        {
             e.1 = ev.comm.clone();
         }
         e.2 = e.2.min(ev.t_ns);

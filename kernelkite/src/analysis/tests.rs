@@ -312,14 +312,33 @@ fn ebpf_class_ns_is_exact_and_uses_exit_events() {
             class_ns: Some(ct(7, 3)),
         },
     ];
+    // A lost exit record (no ppid, no comm) does not erase what the fork/exec said.
+    b.lifecycle.push(LifecycleEvent {
+        t_ns: 70_000_000,
+        kind: LifecycleKind::Exit,
+        pid: 30,
+        tid: 31,
+        ppid: 0,
+        comm: String::new(),
+        exit_code: Some(0),
+        class_ns: Some(ct(1, 1)),
+    });
     let a = analyze(&b);
+    let child = a.processes.iter().find(|p| p.pid == 30).unwrap();
+    assert_eq!(
+        (child.ppid, child.comm.as_str(), child.threads),
+        (10, "child", 2)
+    );
+    assert_eq!(child.classes, ct(8, 4));
+    // class_ns counts from when the session started tracking the thread: the last (or
+    // exit) value is the thread's whole time in the session.
+    assert_eq!(a.latency_classes, ct(358, 94));
     assert!(a.latency_classes_exact);
     assert_eq!(a.events_lost, Some(3));
     assert_eq!(a.distinct_pids, 2);
     let t10 = a.threads.iter().find(|t| t.tid == 10).unwrap();
     assert!(t10.exact);
-    assert_eq!(t10.classes, ct(250, 40));
-    assert_eq!(a.latency_classes, ct(257, 43));
+    assert_eq!(t10.classes, ct(350, 90));
     assert_eq!(a.tree.len(), 1);
     assert_eq!(a.tree[0].children[0].pid, 30);
 }
