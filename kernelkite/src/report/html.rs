@@ -312,7 +312,7 @@ impl XScale {
         if self.t1 == self.t0 {
             return PLOT_L;
         }
-        PLOT_L + (t.saturating_sub(self.t0)) as f64 / (self.t1 - self.t0) as f64 * w
+        PLOT_L + (t.clamp(self.t0, self.t1) - self.t0) as f64 / (self.t1 - self.t0) as f64 * w
     }
 
     /// Tick times and the step between them.
@@ -322,11 +322,12 @@ impl XScale {
             return (vec![self.t0], 1);
         }
         let step = nice_step(span as f64 / 8.0).max(1.0) as u64;
-        let first = self.t0.div_ceil(step) * step;
-        let ticks = (0..)
-            .map(|i| first + i * step)
-            .take_while(|&t| t <= self.t1)
-            .collect();
+        let mut ticks = Vec::new();
+        let mut t = self.t0.div_ceil(step).checked_mul(step);
+        while let Some(tick) = t.filter(|&tick| tick <= self.t1) {
+            ticks.push(tick);
+            t = tick.checked_add(step);
+        }
         (ticks, step)
     }
 }
@@ -1576,6 +1577,128 @@ mod tests {
             "page of a 20k-frame session is {} bytes",
             page.len()
         );
+    }
+
+    /// Bundles no validator would accept: times out of order and repeated, counters that
+    /// go backwards or sit at u64::MAX, pid reuse, zero clock rate and page size,
+    /// lifecycle events in any order, slow syscalls past the end of time.
+    fn arbitrary_bundle(seed: u64) -> Bundle {
+        use crate::model::{
+            IoCounters, LifecycleEvent, LifecycleKind, NetDevCounters, SlowSyscall,
+        };
+        let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        let mut next = move |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n.max(1)
+        };
+        let pick = |r: u64| match r {
+            0 => 0,
+            1 => u64::MAX,
+            2 => u64::MAX / 2,
+            r => r * 1000,
+        };
+        let host = HostConstants {
+            clock_ticks_per_sec: next(3) * 100,
+            page_size_bytes: next(2) * 4096,
+            num_cpus: next(5) as u32,
+            kernel_release: None,
+            arch: "x86_64".into(),
+        };
+        let backend = if next(2) == 0 {
+            Backend::Proc
+        } else {
+            Backend::Ebpf
+        };
+        let mut b = Bundle::new(backend, host, next(200));
+        for _ in 0..next(12) {
+            let mut processes = Vec::new();
+            for _ in 0..next(5) {
+                processes.push(ProcessSample {
+                    pid: next(4) as i32,
+                    ppid: next(4) as i32,
+                    comm: "<&\"'>\u{7}".into(),
+                    state: "R".into(),
+                    start_time_ticks: next(3),
+                    utime_ticks: pick(next(6)),
+                    stime_ticks: pick(next(6)),
+                    cutime_ticks: 0,
+                    cstime_ticks: 0,
+                    rss_pages: pick(next(6)),
+                    num_threads: 1,
+                    io: (next(2) == 0).then(|| IoCounters {
+                        read_bytes: pick(next(6)),
+                        write_bytes: pick(next(6)),
+                        ..IoCounters::default()
+                    }),
+                    threads: Vec::new(),
+                });
+            }
+            let network = (next(2) == 0).then(|| {
+                vec![NetDevCounters {
+                    interface: "eth0".into(),
+                    rx_bytes: pick(next(6)),
+                    rx_packets: 0,
+                    tx_bytes: pick(next(6)),
+                    tx_packets: 0,
+                }]
+            });
+            b.frames.push(Frame {
+                t_ns: pick(next(8)),
+                processes,
+                network,
+            });
+        }
+        for _ in 0..next(10) {
+            let kind = match next(3) {
+                0 => LifecycleKind::Fork,
+                1 => LifecycleKind::Exec,
+                _ => LifecycleKind::Exit,
+            };
+            let pid = next(4) as i32;
+            b.lifecycle.push(LifecycleEvent {
+                t_ns: pick(next(8)),
+                kind,
+                pid,
+                tid: if next(3) == 0 { pid + 1 } else { pid },
+                ppid: next(4) as i32,
+                comm: "x".into(),
+                exit_code: Some(1),
+                class_ns: None,
+            });
+        }
+        for _ in 0..next(4) {
+            b.slow_syscalls.push(SlowSyscall {
+                t_ns: pick(next(8)),
+                pid: next(4) as i32,
+                tid: 0,
+                nr: 0,
+                name: "read".into(),
+                duration_ns: pick(next(6)),
+                ret: -1,
+            });
+        }
+        b
+    }
+
+    #[test]
+    fn arbitrary_bundles_render_without_panicking() {
+        for seed in 0..400 {
+            let b = arbitrary_bundle(seed);
+            let page = render(&b);
+            assert!(page.ends_with("</html>\n"), "seed {seed}");
+            assert!(
+                !page.contains("\u{7}"),
+                "seed {seed}: a control character got through"
+            );
+            let bad_number = page
+                .split(|c: char| !(c.is_ascii_alphanumeric() || c == '.' || c == '-'))
+                .find(|w| matches!(*w, "NaN" | "inf" | "-inf"));
+            assert_eq!(bad_number, None, "seed {seed}");
+            let doc = crate::report::viewer::render(&b);
+            serde_json::from_slice::<serde_json::Value>(&doc).unwrap();
+        }
     }
 
     #[test]
