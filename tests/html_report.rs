@@ -315,6 +315,46 @@ fn html_is_deterministic_self_contained_and_escaped() {
     }
 }
 
+/// Every fixture (as `kernelkite replay` turns it into a bundle) renders to a
+/// self-contained page with its sections, and to a viewer document whose series are
+/// aligned.
+#[test]
+fn every_fixture_renders() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures");
+    let mut names: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .collect();
+    names.sort();
+    assert!(!names.is_empty(), "no fixtures in {}", dir.display());
+    for path in names {
+        let bundle = kernelkite::model::fixture::load_fixture(&path).unwrap();
+        let page = html::render(&bundle);
+        let lower = page.to_ascii_lowercase();
+        for needle in ["http://", "https://", "<script", "<link", "src="] {
+            assert!(!lower.contains(needle), "{}: {needle}", path.display());
+        }
+        for id in ["totals", "timeline", "lifetimes", "classes"] {
+            assert!(
+                page.contains(&format!("<section id=\"{id}\"")),
+                "{}: #{id}",
+                path.display()
+            );
+        }
+        let doc: serde_json::Value = serde_json::from_slice(&viewer::render(&bundle)).unwrap();
+        assert_eq!(doc["schema"], viewer::SCHEMA);
+        for (name, series) in doc["series"].as_object().unwrap() {
+            let n = series["values"].as_array().unwrap().len();
+            assert_eq!(series["t_ns"].as_array().unwrap().len(), n, "{name}");
+        }
+        assert_eq!(
+            doc["processes"].as_array().unwrap().is_empty(),
+            bundle.frames.iter().all(|f| f.processes.is_empty()) && bundle.lifecycle.is_empty()
+        );
+    }
+}
+
 #[test]
 fn report_command_writes_the_page_and_fails_cleanly_on_bad_input() {
     let dir = tempfile::tempdir().unwrap();
@@ -461,6 +501,138 @@ fn run_with_timeout(mut cmd: Command, secs: u64) -> std::process::Output {
     }
 }
 
+/// What a screenshot shows, roughly.
+#[derive(Debug)]
+struct ScreenshotStats {
+    width: u32,
+    height: u32,
+    /// Distinct RGB colours.
+    colours: usize,
+    /// Share of pixels darker than near-white (text, lines, fills).
+    drawn: f64,
+    /// Share of clearly coloured pixels (chart fills), as opposed to greys.
+    coloured: f64,
+}
+
+impl ScreenshotStats {
+    fn of(png_path: &Path) -> ScreenshotStats {
+        let decoder = png::Decoder::new(std::io::BufReader::new(
+            std::fs::File::open(png_path).expect("screenshot written"),
+        ));
+        let mut reader = decoder.read_info().unwrap();
+        let mut buf = vec![0; reader.output_buffer_size()];
+        let info = reader.next_frame(&mut buf).unwrap();
+        let channels = info.color_type.samples();
+        assert!(
+            channels >= 3,
+            "unexpected PNG colour type {:?}",
+            info.color_type
+        );
+        let mut colours = std::collections::BTreeSet::new();
+        let (mut drawn, mut coloured) = (0usize, 0usize);
+        for px in buf[..info.buffer_size()].chunks_exact(channels) {
+            let (r, g, b) = (px[0], px[1], px[2]);
+            colours.insert((r, g, b));
+            if r < 235 || g < 235 || b < 235 {
+                drawn += 1;
+            }
+            if r.max(g).max(b) - r.min(g).min(b) > 60 {
+                coloured += 1;
+            }
+        }
+        let total = (info.width as usize * info.height as usize).max(1) as f64;
+        ScreenshotStats {
+            width: info.width,
+            height: info.height,
+            colours: colours.len(),
+            drawn: drawn as f64 / total,
+            coloured: coloured as f64 / total,
+        }
+    }
+
+    /// Whether this looks like the report rather than a blank or unstyled page.
+    fn looks_drawn(&self) -> Result<(), String> {
+        if self.colours < 200 {
+            return Err(format!("only {} distinct colours", self.colours));
+        }
+        if self.drawn < 0.03 {
+            return Err(format!(
+                "only {:.2}% of the pixels are drawn",
+                self.drawn * 100.0
+            ));
+        }
+        if self.coloured < 0.005 {
+            return Err(format!(
+                "only {:.2}% of the pixels are coloured",
+                self.coloured * 100.0
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Lines of Chromium's log (`--enable-logging=stderr --v=0`) that report a problem of
+/// the page: a console message (`INFO:CONSOLE:1] "..."`), an uncaught exception, a failed
+/// load.
+fn page_problems(stderr: &str) -> Vec<String> {
+    stderr
+        .lines()
+        .filter(|line| {
+            let l = line.to_ascii_lowercase();
+            l.contains(":console")
+                || l.contains("console(")
+                || l.contains("uncaught")
+                || l.contains("net::err_")
+        })
+        .map(str::to_string)
+        .collect()
+}
+
+/// The log check above must be able to fail: a page that logs to the console and throws
+/// is caught.
+#[test]
+fn chromium_console_problems_are_detected() {
+    let Some(bin) = chromium() else {
+        if std::env::var_os("CI").is_some() {
+            panic!("chromium is not installed, but CI is set (apt-get install chromium)");
+        }
+        eprintln!("SKIP chromium_console_problems_are_detected: no chromium found");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let page = dir.path().join("bad.html");
+    std::fs::write(
+        &page,
+        "<!DOCTYPE html><html><body><p>x</p>\
+         <script>console.error(\"boom\"); notDefined();</script></body></html>",
+    )
+    .unwrap();
+    let profile = tempfile::tempdir().unwrap();
+    let mut c = chromium_command(&bin, profile.path());
+    c.arg(format!(
+        "--screenshot={}",
+        dir.path().join("bad.png").display()
+    ))
+    .args(["--window-size=400,300", "--enable-logging=stderr", "--v=0"])
+    .arg(format!("file://{}", page.display()));
+    let out = run_with_timeout(c, 120);
+    let problems = page_problems(&String::from_utf8_lossy(&out.stderr));
+    assert!(
+        problems.iter().any(|l| l.contains("boom")),
+        "console.error was not detected: {problems:#?}"
+    );
+    assert!(
+        problems.iter().any(|l| l.contains("notDefined")),
+        "the uncaught exception was not detected: {problems:#?}"
+    );
+    // And the blank-page check rejects this nearly empty page.
+    let stats = ScreenshotStats::of(&dir.path().join("bad.png"));
+    assert!(
+        stats.looks_drawn().is_err(),
+        "a blank page passed: {stats:?}"
+    );
+}
+
 #[test]
 fn report_renders_in_headless_chromium() {
     let Some(bin) = chromium() else {
@@ -473,10 +645,11 @@ fn report_renders_in_headless_chromium() {
         eprintln!("SKIP report_renders_in_headless_chromium: no chromium found (set CI to fail)");
         return;
     };
-    // Kept after the test (target/tmp) so a person can look at the screenshot.
-    let keep = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("html_report");
-    std::fs::create_dir_all(&keep).unwrap();
-    let bundle_path = write_bundle_to(&keep, "session.json", &build_session(Backend::Ebpf));
+    // Work in a private directory (concurrent runs share target/); the page and the
+    // screenshot are copied to target/tmp/html_report/ at the end for a person to see.
+    let work = tempfile::tempdir().unwrap();
+    let keep = work.path();
+    let bundle_path = write_bundle_to(keep, "session.json", &build_session(Backend::Ebpf));
     let page = keep.join("report.html");
     let st = kernelkite()
         .arg("report")
@@ -535,7 +708,6 @@ fn report_renders_in_headless_chromium() {
 
     // 2. A screenshot: the page must draw many colours over a large non-white area.
     let png_path = keep.join("report.png");
-    let _ = std::fs::remove_file(&png_path);
     let profile = tempfile::tempdir().unwrap();
     let mut c = chromium_command(&bin, profile.path());
     c.arg(format!("--screenshot={}", png_path.display())).args([
@@ -552,57 +724,23 @@ fn report_renders_in_headless_chromium() {
     );
     // Console messages of the page (there should be none: it has no script) and load
     // failures of resources (there are none to load) show up in the log.
-    for line in stderr.lines() {
-        let l = line.to_ascii_lowercase();
-        assert!(
-            !(l.contains("console(") || l.contains("uncaught") || l.contains("net::err_")),
-            "chromium logged a page problem: {line}"
+    let problems = page_problems(&stderr);
+    assert!(
+        problems.is_empty(),
+        "chromium logged page problems: {problems:#?}"
+    );
+    let stats = ScreenshotStats::of(&png_path);
+    eprintln!("screenshot: {stats:?}");
+    assert_eq!((stats.width, stats.height), (1280, 2000));
+    let shown = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("html_report");
+    if std::fs::create_dir_all(&shown).is_ok() {
+        let _ = std::fs::copy(&page, shown.join("report.html"));
+        let _ = std::fs::copy(&png_path, shown.join("report.png"));
+    }
+    if let Err(why) = stats.looks_drawn() {
+        panic!(
+            "the screenshot looks blank: {why} (see {})",
+            shown.display()
         );
     }
-    let decoder = png::Decoder::new(std::io::BufReader::new(
-        std::fs::File::open(&png_path).expect("screenshot written"),
-    ));
-    let mut reader = decoder.read_info().unwrap();
-    let mut buf = vec![0; reader.output_buffer_size()];
-    let info = reader.next_frame(&mut buf).unwrap();
-    assert_eq!((info.width, info.height), (1280, 2000));
-    let channels = info.color_type.samples();
-    assert!(
-        channels >= 3,
-        "unexpected PNG colour type {:?}",
-        info.color_type
-    );
-    let mut colours = std::collections::BTreeSet::new();
-    let (mut non_white, mut saturated) = (0usize, 0usize);
-    for px in buf[..info.buffer_size()].chunks_exact(channels) {
-        let (r, g, b) = (px[0], px[1], px[2]);
-        colours.insert((r, g, b));
-        if r < 235 || g < 235 || b < 235 {
-            non_white += 1;
-        }
-        if r.max(g).max(b) - r.min(g).min(b) > 60 {
-            saturated += 1;
-        }
-    }
-    let total = (info.width * info.height) as usize;
-    eprintln!(
-        "screenshot {}: {} colours, {:.1}% non-white, {:.1}% saturated",
-        png_path.display(),
-        colours.len(),
-        non_white as f64 * 100.0 / total as f64,
-        saturated as f64 * 100.0 / total as f64
-    );
-    assert!(
-        colours.len() >= 200,
-        "only {} distinct colours: a blank page?",
-        colours.len()
-    );
-    assert!(
-        non_white * 100 >= total * 3,
-        "under 3% of the page is drawn"
-    );
-    assert!(
-        saturated * 1000 >= total * 5,
-        "the charts' colours are missing"
-    );
 }
