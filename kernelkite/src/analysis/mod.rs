@@ -289,6 +289,7 @@ impl Counter {
 #[derive(Default)]
 struct ProcAcc {
     ppid: i32,
+    last_ppid: i32,
     comm: String,
     first_frame: usize,
     last_frame: usize,
@@ -355,7 +356,15 @@ pub fn analyze(bundle: &Bundle) -> Analysis {
     let mut peak_rss_t_ns = first_t;
     let mut max_sample_rss = 0u64;
 
+    let mut frame_keys: Vec<BTreeMap<i32, ProcessKey>> = Vec::with_capacity(frames.len());
     for (fi, frame) in frames.iter().enumerate() {
+        frame_keys.push(
+            frame
+                .processes
+                .iter()
+                .map(|p| (p.pid, (p.pid, p.start_time_ticks)))
+                .collect(),
+        );
         let mut frame_rss = 0u64;
         for p in &frame.processes {
             let key = (p.pid, p.start_time_ticks);
@@ -370,6 +379,7 @@ pub fn analyze(bundle: &Bundle) -> Analysis {
             });
             let zero = acc.in_session;
             acc.comm = p.comm.clone();
+            acc.last_ppid = p.ppid;
             acc.last_frame = fi;
             acc.frames += 1;
             acc.cpu
@@ -432,6 +442,8 @@ pub fn analyze(bundle: &Bundle) -> Analysis {
         }
     }
 
+    subtract_reaped_children_io(&mut procs, &frame_keys);
+
     // Window start of a process that started inside the session: its start time when
     // the session start in ticks is known, clamped between the frame before its first
     // frame and its first frame; without it, the frame before its first frame.
@@ -481,32 +493,32 @@ pub fn analyze(bundle: &Bundle) -> Analysis {
         };
         let window_end = frame_t(t.last_frame).max(window_start);
         let exit = exit_classes.get(&(pid, tid)).map(|(c, _)| *c);
-        let (classes, exact) =
-            if let (Some(_), Some(last), false) = (t.class_first, t.class_last, t.class_broken) {
-                let last = match exit {
-                    Some(e) if e.checked_sub(&last).is_some() => {
-                        seen_exit.insert((pid, tid));
-                        e
-                    }
-                    _ => last,
-                };
-                // class_ns counters start at 0 when the session starts tracking the thread
-                // (attach or fork), so the last value is the thread's whole time in the
-                // session; subtracting the first snapshot would drop the time before it.
-                let c = last;
-                (c, true)
-            } else {
-                (
-                    estimate_classes(
-                        window_end - window_start,
-                        t.on_cpu.total,
-                        t.runqueue.total,
-                        t.has_schedstat,
-                        &t.votes,
-                    ),
-                    false,
-                )
-            };
+        // The exit record is written by the exiting thread itself after its last interval
+        // closed: it is the thread's final, exact value. Otherwise class_ns counters start
+        // at 0 when the session starts tracking the thread (attach or fork), so the last
+        // snapshot is its whole time in the session.
+        let exact_classes = match (exit, t.class_last, t.class_broken) {
+            (Some(e), _, _) => {
+                seen_exit.insert((pid, tid));
+                Some(e)
+            }
+            (None, Some(last), false) => Some(last),
+            _ => None,
+        };
+        let (classes, exact) = if let Some(c) = exact_classes {
+            (c, true)
+        } else {
+            (
+                estimate_classes(
+                    window_end - window_start,
+                    t.on_cpu.total,
+                    t.runqueue.total,
+                    t.has_schedstat,
+                    &t.votes,
+                ),
+                false,
+            )
+        };
         let wall_ns = classes.total_ns();
         let pc = proc_classes.entry((pid, start)).or_default();
         *pc = pc.saturating_add(&classes);
@@ -704,6 +716,61 @@ pub fn analyze(bundle: &Bundle) -> Analysis {
             exit_code: l.exit_code,
             signal: l.signal,
         }),
+    }
+}
+
+/// Undo the kernel's fold of reaped children's I/O into their parent.
+///
+/// When a parent reaps a child, the kernel adds the child's final I/O counters to the
+/// parent's (`/proc/<pid>/io` then includes reaped children), so summing processes would
+/// count a child twice. For every process C that disappears between frames k and k+1,
+/// the observed process that reaped it is its parent (ppid of C's last sample) if that
+/// parent is still present after frame k; if the parent disappeared in the same interval,
+/// its own parent (children are assumed to be reaped before their parent exits), and so
+/// on. C's last sampled absolute `read_bytes`/`write_bytes` are subtracted from that
+/// ancestor's session total (saturating), which leaves the ancestor with its own I/O plus
+/// C's unseen tail (I/O after C's last sample). Children reaped by an unobserved process
+/// (kernelkite itself as subreaper, init) are not folded into anything observed.
+fn subtract_reaped_children_io(
+    procs: &mut BTreeMap<ProcessKey, ProcAcc>,
+    frame_keys: &[BTreeMap<i32, ProcessKey>],
+) {
+    let nframes = frame_keys.len();
+    let mut fold: BTreeMap<ProcessKey, (u64, u64)> = BTreeMap::new();
+    for (&key, child) in procs.iter() {
+        if child.last_frame + 1 >= nframes || !child.io_visible {
+            continue;
+        }
+        let k = child.last_frame;
+        let read = child.read.prev.unwrap_or(0);
+        let write = child.write.prev.unwrap_or(0);
+        let mut cur = key;
+        for _ in 0..=procs.len() {
+            let cur_acc = &procs[&cur];
+            let Some(&parent) = frame_keys
+                .get(cur_acc.last_frame)
+                .and_then(|m| m.get(&cur_acc.last_ppid))
+            else {
+                break;
+            };
+            let Some(p) = procs.get(&parent) else { break };
+            if parent == cur || p.last_frame < k {
+                break;
+            }
+            if p.last_frame > k {
+                let e = fold.entry(parent).or_default();
+                e.0 = e.0.saturating_add(read);
+                e.1 = e.1.saturating_add(write);
+                break;
+            }
+            cur = parent;
+        }
+    }
+    for (key, (read, write)) in fold {
+        if let Some(p) = procs.get_mut(&key) {
+            p.read.total = p.read.total.saturating_sub(read);
+            p.write.total = p.write.total.saturating_sub(write);
+        }
     }
 }
 

@@ -591,3 +591,43 @@ fn analysis_never_panics_on_arbitrary_bundles() {
         let _ = crate::report::compare::compare_text(&cmp, &[]);
     }
 }
+
+#[test]
+fn reaped_children_io_is_not_counted_twice() {
+    // P reaps C, which reaped G in the same interval: P's counter absorbs C's final
+    // (which includes G's final). Own I/O: P 100, C 82, G 8 = 190.
+    let mut b = bundle(vec![
+        frame(
+            0,
+            vec![
+                proc_(10, 1, 500, 0, 1, 100, 0),
+                proc_(11, 10, 501, 0, 1, 50, 0),
+                proc_(12, 11, 502, 0, 1, 5, 0),
+            ],
+        ),
+        frame(
+            100,
+            vec![
+                proc_(10, 1, 500, 0, 1, 100, 0),
+                proc_(11, 10, 501, 0, 1, 80, 0),
+                proc_(12, 11, 502, 0, 1, 7, 0),
+            ],
+        ),
+        frame(200, vec![proc_(10, 1, 500, 0, 1, 190, 0)]),
+    ]);
+    b.launched = Some(LaunchedCommand {
+        argv: vec![],
+        pid: 10,
+        exit_code: Some(0),
+        signal: None,
+        rusage: None,
+    });
+    let a = analyze(&b);
+    assert_eq!(a.read_bytes, 190);
+    assert_eq!(a.process(10, 500).unwrap().read_bytes, 103);
+    assert_eq!(a.process(11, 501).unwrap().read_bytes, 80);
+    // A child that outlives the session's last frame is not folded.
+    let mut b2 = b.clone();
+    b2.frames.truncate(2);
+    assert_eq!(analyze(&b2).read_bytes, 187);
+}
