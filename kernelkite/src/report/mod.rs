@@ -29,6 +29,43 @@ pub fn json_text(value: &serde_json::Value) -> String {
     s
 }
 
+/// A name from the kernel (comm, argv element) made safe for one line of text: control
+/// characters are shown escaped (`\n`, `\u{1b}`).
+pub fn clean(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// A command line for one line of text: arguments with spaces or quotes are quoted
+/// (shell style), control characters escaped, and the result cut at `max` characters.
+pub fn display_argv(argv: &[String], max: usize) -> String {
+    let quoted: Vec<String> = argv
+        .iter()
+        .map(|a| {
+            let a = clean(a);
+            if a.is_empty() || a.contains(|c: char| c.is_whitespace() || c == '\'' || c == '"') {
+                format!("'{}'", a.replace('\'', "'\\''"))
+            } else {
+                a
+            }
+        })
+        .collect();
+    let line = quoted.join(" ");
+    if line.chars().count() > max {
+        let cut: String = line.chars().take(max.saturating_sub(1)).collect();
+        format!("{cut}…")
+    } else {
+        line
+    }
+}
+
 /// Bytes with a binary unit and two decimals (`943.00 MiB`); below 1 KiB, `512 B`.
 pub fn fmt_bytes(bytes: u64) -> String {
     fmt_bytes_f(bytes as f64)
@@ -133,6 +170,13 @@ mod tests {
         assert_eq!(fmt_ms(1500.0), "1500 ms");
         assert_eq!(fmt_ms(0.25), "0.250 ms");
         assert_eq!(fmt_share(0.975), "97.5%");
+        assert_eq!(clean("a\nb"), "a\\nb");
+        let argv: Vec<String> = ["sh", "-c", "echo 'hi'\nls"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        assert_eq!(display_argv(&argv, 100), "sh -c 'echo '\\''hi'\\''\\nls'");
+        assert_eq!(display_argv(&argv, 8), "sh -c '…");
         assert_eq!(
             columns(
                 &[

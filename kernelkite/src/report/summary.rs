@@ -156,7 +156,11 @@ pub fn summary_text(a: &Analysis) -> String {
         };
         row(
             "command",
-            format!("{} (pid {}, {status})", l.argv.join(" "), l.pid),
+            format!(
+                "{} (pid {}, {status})",
+                super::display_argv(&l.argv, 120),
+                l.pid
+            ),
         );
     }
     row(
@@ -290,7 +294,7 @@ pub fn summary_text(a: &Analysis) -> String {
             .collect::<Vec<_>>()];
         for s in a.syscalls.iter().take(TOP_SYSCALLS) {
             rows.push(vec![
-                s.name.clone(),
+                super::clean(&s.name),
                 s.count.to_string(),
                 fmt_ns(s.total_ns as f64),
                 fmt_ns(s.p50_ns as f64),
@@ -324,7 +328,7 @@ pub fn summary_text(a: &Analysis) -> String {
         rows.push(vec![
             p.pid.to_string(),
             p.ppid.to_string(),
-            p.comm.clone(),
+            super::clean(&p.comm),
             format!(
                 "{}-{}",
                 fmt_ms(ns_to_ms(p.first_seen_ns)).trim_end_matches(" ms"),

@@ -35,7 +35,7 @@ pub fn tree_json(a: &Analysis) -> Value {
 
 fn walk(n: &TreeNode, prefix: &str, branch: &str, rows: &mut Vec<Vec<String>>) {
     rows.push(vec![
-        format!("{prefix}{branch}{} {}", n.pid, n.comm),
+        format!("{prefix}{branch}{} {}", n.pid, super::clean(&n.comm)),
         format!(
             "{}-{}",
             fmt_ms(n.first_seen_ns as f64 / 1e6).trim_end_matches(" ms"),
