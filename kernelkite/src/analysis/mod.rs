@@ -105,6 +105,28 @@ pub struct Analysis {
     pub network: Option<NetworkTotals>,
     /// The launched command (`run` bundles).
     pub launched: Option<LaunchedSummary>,
+    /// Children's I/O folded into an observed ancestor at reap time (already
+    /// subtracted from the totals and process rows above), in child order.
+    pub reap_folds: Vec<ReapFold>,
+}
+
+/// A child's I/O that the kernel folded into an observed ancestor when it was reaped
+/// (see `docs/PROFILE.md`, "Reap fold"). The ancestor's per-frame `io` counters jump by
+/// at least these amounts in the interval `(child_last_seen_ns, reaper_next_seen_ns]`;
+/// per-interval series should subtract them there to avoid counting the child twice.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ReapFold {
+    pub child_pid: i32,
+    pub child_start_time_ticks: u64,
+    pub reaper_pid: i32,
+    pub reaper_start_time_ticks: u64,
+    /// `t_ns` of the child's last frame.
+    pub child_last_seen_ns: u64,
+    /// `t_ns` of the frame after it (where the reaper's counters include the fold).
+    pub folded_by_ns: u64,
+    /// The child's last sampled absolute `read_bytes` / `write_bytes`.
+    pub read_bytes: u64,
+    pub write_bytes: u64,
 }
 
 /// Source of [`Analysis::cpu_seconds`].
@@ -442,7 +464,7 @@ pub fn analyze(bundle: &Bundle) -> Analysis {
         }
     }
 
-    subtract_reaped_children_io(&mut procs, &frame_keys);
+    let reap_folds = subtract_reaped_children_io(&mut procs, &frame_keys, frames);
 
     // Window start of a process that started inside the session: its start time when
     // the session start in ticks is known, clamped between the frame before its first
@@ -716,6 +738,7 @@ pub fn analyze(bundle: &Bundle) -> Analysis {
             exit_code: l.exit_code,
             signal: l.signal,
         }),
+        reap_folds,
     }
 }
 
@@ -734,7 +757,9 @@ pub fn analyze(bundle: &Bundle) -> Analysis {
 fn subtract_reaped_children_io(
     procs: &mut BTreeMap<ProcessKey, ProcAcc>,
     frame_keys: &[BTreeMap<i32, ProcessKey>],
-) {
+    frames: &[crate::model::Frame],
+) -> Vec<ReapFold> {
+    let mut folds = Vec::new();
     let nframes = frame_keys.len();
     let mut fold: BTreeMap<ProcessKey, (u64, u64)> = BTreeMap::new();
     for (&key, child) in procs.iter() {
@@ -761,6 +786,16 @@ fn subtract_reaped_children_io(
                 let e = fold.entry(parent).or_default();
                 e.0 = e.0.saturating_add(read);
                 e.1 = e.1.saturating_add(write);
+                folds.push(ReapFold {
+                    child_pid: key.0,
+                    child_start_time_ticks: key.1,
+                    reaper_pid: parent.0,
+                    reaper_start_time_ticks: parent.1,
+                    child_last_seen_ns: frames.get(k).map_or(0, |f| f.t_ns),
+                    folded_by_ns: frames.get(k + 1).map_or(0, |f| f.t_ns),
+                    read_bytes: read,
+                    write_bytes: write,
+                });
                 break;
             }
             cur = parent;
@@ -772,6 +807,7 @@ fn subtract_reaped_children_io(
             p.write.total = p.write.total.saturating_sub(write);
         }
     }
+    folds
 }
 
 /// The /proc estimate of one thread's classes over a window of `window_ns`.

@@ -626,6 +626,13 @@ fn reaped_children_io_is_not_counted_twice() {
     assert_eq!(a.read_bytes, 190);
     assert_eq!(a.process(10, 500).unwrap().read_bytes, 103);
     assert_eq!(a.process(11, 501).unwrap().read_bytes, 80);
+    let folds: Vec<(i32, i32, u64)> = a
+        .reap_folds
+        .iter()
+        .map(|f| (f.child_pid, f.reaper_pid, f.read_bytes))
+        .collect();
+    assert_eq!(folds, [(11, 10, 80), (12, 10, 7)]);
+    assert_eq!(a.reap_folds[0].folded_by_ns, 200_000_000);
     // A child that outlives the session's last frame is not folded.
     let mut b2 = b.clone();
     b2.frames.truncate(2);
