@@ -11,8 +11,9 @@
 //! * **Window**: the session is the span from the first frame's `t_ns` to the last's.
 //! * **Started inside the session**: when the bundle has a launched command that appears
 //!   in the frames, its `start_time_ticks` is the session start and a process started
-//!   inside iff its `start_time_ticks` ≥ that. Otherwise (`trace` bundles) a process
-//!   started inside iff it is absent from the first frame.
+//!   inside iff its `start_time_ticks` ≥ that. A launched command that was never sampled
+//!   leaves only its descendants: all started inside. Without a launched command
+//!   (`trace` bundles) a process started inside iff it is absent from the first frame.
 //! * **Baseline** of a cumulative counter: 0 for a process (thread) that started inside
 //!   the session — everything it ever counted belongs to the session — else its first
 //!   sample. A counter's session total is `(first − baseline) + Σ max(0, next − prev)`,
@@ -367,9 +368,12 @@ pub fn analyze(bundle: &Bundle) -> Analysis {
                 .collect()
         })
         .unwrap_or_default();
+    // A `run` bundle whose launched command was never sampled (it exited before the
+    // first frame) still only holds its descendants: all started inside the session.
+    let launched_unsampled = bundle.launched.is_some() && session_start_ticks.is_none();
     let started_inside = |key: ProcessKey| match session_start_ticks {
         Some(s) => key.1 >= s,
-        None => !first_frame_keys.contains(&key),
+        None => launched_unsampled || !first_frame_keys.contains(&key),
     };
 
     let mut procs: BTreeMap<ProcessKey, ProcAcc> = BTreeMap::new();
