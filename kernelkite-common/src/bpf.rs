@@ -126,7 +126,8 @@ pub const COMM_LEN: usize = 16;
 pub struct LifecycleRecord {
     /// [`record_kind`] FORK, EXEC or EXIT.
     pub kind: u32,
-    /// Process the event is about (fork: the child's tgid).
+    /// Process the event is about (fork: the child's tgid; a new thread's fork has the
+    /// tgid of the process it joined).
     pub tgid: u32,
     /// Thread the event is about (fork: the child's tid).
     pub tid: u32,

@@ -79,16 +79,17 @@ pub fn sched_process_fork(ctx: BtfTracePointContext) -> i32 {
     }
     if new_process {
         set_target(child_tgid);
-        send(LifecycleRecord {
-            kind: record_kind::FORK,
-            tgid: child_tgid,
-            tid: child_tid,
-            parent_tgid,
-            ts_ns: now,
-            comm: comm(),
-            ..Default::default()
-        });
     }
+    // New threads get a record too: it fixes the start of their window.
+    send(LifecycleRecord {
+        kind: record_kind::FORK,
+        tgid: child_tgid,
+        tid: child_tid,
+        parent_tgid,
+        ts_ns: now,
+        comm: comm(),
+        ..Default::default()
+    });
     0
 }
 

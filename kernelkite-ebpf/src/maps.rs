@@ -1,7 +1,7 @@
 //! Every map the programs share with userspace, declared in one place.
 
 use aya_ebpf::macros::map;
-use aya_ebpf::maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, RingBuf};
+use aya_ebpf::maps::{Array, HashMap, PerCpuArray, RingBuf};
 use kernelkite_common::bpf::{lost, SyscallHist, SyscallKey, ThreadState, MAX_SYSCALL_NR};
 
 /// Bit per tgid: set for every traced process. 2^22 bits cover the largest pid_max.
@@ -14,11 +14,12 @@ pub static TARGETS: Array<u64> = Array::with_max_entries(TARGET_BITMAP_WORDS, 0)
 #[map]
 pub static THREADS: HashMap<u32, ThreadState> = HashMap::with_max_entries(65_536, 0);
 
-/// Per-(tgid, syscall) latency histograms, summed over CPUs by userspace. Allocated on
-/// first use (no prealloc): most (tgid, nr) pairs never occur.
+/// Per-(tgid, syscall) latency histograms, updated with atomic adds. Preallocated: an
+/// insert into a preallocated map cannot fail for want of memory (per-CPU maps without
+/// prealloc dropped counts under exec storms). Userspace folds and deletes the entries
+/// of exited processes at every snapshot, so the map holds live processes only.
 #[map]
-pub static SYSCALL_HISTS: PerCpuHashMap<SyscallKey, SyscallHist> =
-    PerCpuHashMap::with_max_entries(4096, aya_ebpf::bindings::BPF_F_NO_PREALLOC);
+pub static SYSCALL_HISTS: HashMap<SyscallKey, SyscallHist> = HashMap::with_max_entries(4096, 0);
 
 /// How a sleep inside each syscall number is classified (`syscall_kind`), filled by
 /// userspace from the `syscalls` crate for the running architecture.
@@ -39,6 +40,18 @@ pub fn count_lost(which: u32) {
         // SAFETY: per-CPU slot, no concurrent writer on this CPU while we run.
         unsafe { *p += 1 };
     }
+}
+
+/// `*p += v` as one BPF atomic add: several threads of a process may count the same
+/// syscall on different CPUs at once.
+#[inline(always)]
+pub fn atomic_add(p: *mut u64, v: u64) {
+    // SAFETY: p points into a map value, valid while the program runs.
+    unsafe {
+        core::intrinsics::atomic_xadd::<u64, u64, { core::intrinsics::AtomicOrdering::Relaxed }>(
+            p, v,
+        )
+    };
 }
 
 #[inline(always)]

@@ -15,12 +15,18 @@ const TASK_UNINTERRUPTIBLE: u32 = 0x2;
 
 /// Add the interval since `since_ns` to `class`.
 #[inline(always)]
+///
+/// Invariant, which userspace checks to detect a torn read of the entry: the class
+/// counters add up to `since_ns - start_ns`. So `since_ns` never moves backwards (a
+/// wakeup stamped on another CPU can be a few ns behind).
 pub fn close_interval(t: &mut ThreadState, class: LatencyClass, now: u64) {
-    let d = now.saturating_sub(t.since_ns);
-    if let Some(slot) = t.class_ns.get_mut(class as usize) {
-        *slot += d;
+    if now <= t.since_ns {
+        return;
     }
-    t.since_ns = now;
+    if let Some(slot) = t.class_ns.get_mut(class as usize) {
+        *slot += now - t.since_ns;
+        t.since_ns = now;
+    }
 }
 
 /// The class of the interval the thread is in now, if it is not on a CPU.

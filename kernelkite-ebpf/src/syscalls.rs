@@ -9,9 +9,9 @@ use aya_ebpf::programs::BtfTracePointContext;
 use kernelkite_common::bpf::{
     lost, record_kind, syscall_kind, SlowSyscallRecord, SyscallHist, SyscallKey, NO_SYSCALL,
 };
-use kernelkite_common::hist::bucket_index;
+use kernelkite_common::hist::{bucket_index, NUM_BUCKETS};
 
-use crate::maps::{count_lost, is_target, thread, EVENTS, SYSCALL_HISTS, SYSCALL_KIND};
+use crate::maps::{atomic_add, count_lost, is_target, thread, EVENTS, SYSCALL_HISTS, SYSCALL_KIND};
 
 /// Calls at least this slow are streamed as `SlowSyscallRecord`s; 0 disables.
 #[unsafe(no_mangle)]
@@ -139,14 +139,37 @@ fn count_latency(key: SyscallKey, latency_ns: u64) {
             }
         }
     };
-    // SAFETY: per-CPU value of a map entry; only this CPU writes it while we run.
-    let hist = unsafe { &mut *hist };
-    hist.count += 1;
-    hist.total_ns += latency_ns;
-    if latency_ns > hist.max_ns {
-        hist.max_ns = latency_ns;
+    // SAFETY: a map value, valid while the program runs; every update below is atomic
+    // except `max_ns`, which is raised with compare-and-swap.
+    unsafe {
+        atomic_add(&raw mut (*hist).count, 1);
+        atomic_add(&raw mut (*hist).total_ns, latency_ns);
+        let idx = bucket_index(latency_ns);
+        if idx < NUM_BUCKETS {
+            atomic_add(&raw mut (*hist).buckets[idx], 1);
+        }
+        raise_max(&raw mut (*hist).max_ns, latency_ns);
     }
-    if let Some(b) = hist.buckets.get_mut(bucket_index(latency_ns)) {
-        *b += 1;
+}
+
+/// `*p = max(*p, v)` with a few compare-and-swap attempts (BPF has no atomic max; a
+/// loss needs four concurrent larger updates in a row).
+#[inline(always)]
+unsafe fn raise_max(p: *mut u64, v: u64) {
+    let mut seen = unsafe { core::ptr::read_volatile(p) };
+    let mut tries = 0;
+    while v > seen && tries < 4 {
+        let (old, ok) = unsafe {
+            core::intrinsics::atomic_cxchg::<
+                u64,
+                { core::intrinsics::AtomicOrdering::Relaxed },
+                { core::intrinsics::AtomicOrdering::Relaxed },
+            >(p, seen, v)
+        };
+        if ok {
+            return;
+        }
+        seen = old;
+        tries += 1;
     }
 }

@@ -331,7 +331,7 @@ pub struct LifecycleEvent {
     pub pid: i32,
     /// Thread the event is about (equals `pid` for the main thread).
     pub tid: i32,
-    /// Parent process (fork: the forking process).
+    /// Parent process (fork: the forking process; for a new thread, `pid` itself).
     pub ppid: i32,
     /// Command name after the event.
     pub comm: String,

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use btf_rs::{Btf, Type};
+use btf_rs::{Backend, Btf, Type};
 
 /// Where the fields the BPF programs read live on this kernel.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -32,10 +32,14 @@ pub enum LayoutError {
 
 /// Read the layout from a BTF file (normally `/sys/kernel/btf/vmlinux`).
 pub fn read_layout(path: &Path) -> Result<KernelLayout, LayoutError> {
-    let btf = Btf::from_file(path).map_err(|e| LayoutError::Btf {
-        path: path.display().to_string(),
-        message: e.to_string(),
-    })?;
+    // mmap reads only the types we look up (fast, small); sysfs BTF supports mmap
+    // only on recent kernels, so fall back to parsing the whole file.
+    let btf = Btf::from_file_with_backend(path, Backend::Mmap)
+        .or_else(|_| Btf::from_file(path))
+        .map_err(|e| LayoutError::Btf {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        })?;
     let field = |s: &str, f: &str| -> Result<(u32, Option<u32>), LayoutError> {
         member_bit_offset(&btf, s, f)?.ok_or_else(|| LayoutError::Missing(format!("{s}.{f}")))
     };

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::time::Duration;
 
-use aya::maps::{Array, HashMap, MapData, PerCpuArray, PerCpuHashMap, RingBuf};
+use aya::maps::{Array, HashMap, MapData, PerCpuArray, RingBuf};
 use kernelkite_common::bpf::{
     lost, record_kind, run_state, SyscallHist, SyscallKey, ThreadState, NO_SYSCALL,
 };
@@ -48,10 +48,18 @@ pub enum SessionError {
 
 /// A running session. Dropping it detaches every program.
 pub struct Session {
-    probes: Probes,
+    /// The attached programs; `None` once detached (at the end, before the final read).
+    probes: Option<Probes>,
+    hooks: Vec<String>,
+    attach_ms: f64,
+    /// Class times last put in a frame, per tid: frames must never go backwards.
+    last_emitted: BTreeMap<u32, ClassTimes>,
     threads: HashMap<MapData, u32, ThreadState>,
-    hists: PerCpuHashMap<MapData, SyscallKey, SyscallHist>,
+    hists: HashMap<MapData, SyscallKey, SyscallHist>,
+    /// Histograms of exited processes, moved out of the map so it never fills up.
+    folded_hists: BTreeMap<SyscallKey, HistAccumulator>,
     lost: PerCpuArray<MapData, u64>,
+    targets: Array<MapData, u64>,
     sampler: Sampler,
     options: TraceOptions,
     start_mono_ns: u64,
@@ -108,8 +116,13 @@ impl Session {
                 network: options.network,
             },
         )?;
+        let targets = take_map(&mut probes, "TARGETS")?;
         let mut session = Session {
-            probes,
+            hooks: probes.hooks.clone(),
+            attach_ms: probes.attach_ms,
+            probes: Some(probes),
+            targets,
+            last_emitted: BTreeMap::new(),
             threads,
             hists,
             lost,
@@ -121,26 +134,31 @@ impl Session {
             slow: Vec::new(),
             undecodable_records: 0,
             exited: BTreeSet::new(),
+            folded_hists: BTreeMap::new(),
         };
         session.add_initial_targets()?;
-        let first = session.snapshot_frame()?;
+        let first = session.snapshot_frame(false)?;
         session.recorder.push(first);
         Ok(session)
     }
 
     /// Hooks attached, for status lines and doctor.
     pub fn hooks(&self) -> &[String] {
-        &self.probes.hooks
+        &self.hooks
     }
 
     /// Milliseconds from starting the load to every hook attached.
     pub fn attach_ms(&self) -> f64 {
-        self.probes.attach_ms
+        self.attach_ms
     }
 
     /// The ring buffer, for the caller to poll (it moves out of the session).
     pub fn take_ring(&mut self) -> Result<RingBuf<MapData>, SessionError> {
-        take_map(&mut self.probes, "EVENTS")
+        let probes = self
+            .probes
+            .as_mut()
+            .ok_or_else(|| SessionError::Map("EVENTS", "programs already detached".into()))?;
+        take_map(probes, "EVENTS")
     }
 
     fn scope_pids(&self) -> Vec<i32> {
@@ -154,7 +172,6 @@ impl Session {
         let roots = self.scope_pids();
         for _ in 0..2 {
             let frame = self.sampler.sample(Scope::Subtrees(&roots), 0)?;
-            let now = monotonic_ns().max(self.start_mono_ns);
             let mut tgids = BTreeSet::new();
             for p in &frame.processes {
                 if !self.options.follow && !roots.contains(&p.pid) {
@@ -175,30 +192,51 @@ impl Session {
                     let _ = self.threads.insert(t.tid as u32, state, 1);
                 }
             }
-            let _ = now;
             self.set_target_bits(&tgids)?;
         }
         Ok(())
     }
 
     fn set_target_bits(&mut self, tgids: &BTreeSet<u32>) -> Result<(), SessionError> {
-        let map = self
-            .probes
-            .ebpf
-            .map_mut("TARGETS")
-            .ok_or_else(|| SessionError::Map("TARGETS", "missing from object".into()))?;
-        let mut targets: Array<&mut MapData, u64> =
-            Array::try_from(map).map_err(|e| SessionError::Map("TARGETS", e.to_string()))?;
+        let map_err = |e: aya::maps::MapError| SessionError::Map("TARGETS", e.to_string());
         for &tgid in tgids {
             let word = tgid >> 6;
-            let bits = targets
-                .get(&word, 0)
-                .map_err(|e| SessionError::Map("TARGETS", e.to_string()))?;
-            targets
+            let bits = self.targets.get(&word, 0).map_err(map_err)?;
+            self.targets
                 .set(word, bits | (1u64 << (tgid & 63)), 0)
-                .map_err(|e| SessionError::Map("TARGETS", e.to_string()))?;
+                .map_err(map_err)?;
         }
         Ok(())
+    }
+
+    /// Read one thread's entry consistently. The BPF programs update entries in place
+    /// while we copy them, so a copy can be torn; a consistent copy satisfies
+    /// `sum(class_ns) == since_ns - start_ns` (see `close_interval`). Retry a few times.
+    fn read_thread(&self, tid: u32, first: ThreadState) -> ThreadState {
+        let mut state = first;
+        for _ in 0..4 {
+            if consistent(&state) {
+                break;
+            }
+            match self.threads.get(&tid, 0) {
+                Ok(s) => state = s,
+                Err(_) => break,
+            }
+        }
+        state
+    }
+
+    /// Class times for a frame, never below what an earlier frame showed.
+    fn emit(&mut self, tid: u32, times: ClassTimes) -> ClassTimes {
+        let prev = self.last_emitted.entry(tid).or_default();
+        let a = times.to_array();
+        let b = prev.to_array();
+        let mut out = [0u64; kernelkite_common::NUM_CLASSES];
+        for i in 0..out.len() {
+            out[i] = a[i].max(b[i]);
+        }
+        *prev = ClassTimes::from_array(out);
+        *prev
     }
 
     fn t_ns(&self, mono_ns: u64) -> u64 {
@@ -250,7 +288,7 @@ impl Session {
 
     /// Take a snapshot frame and keep it.
     pub fn snapshot(&mut self) -> Result<(), SessionError> {
-        let frame = self.snapshot_frame()?;
+        let frame = self.snapshot_frame(false)?;
         self.recorder.push(frame);
         Ok(())
     }
@@ -280,13 +318,31 @@ impl Session {
         total
     }
 
-    fn snapshot_frame(&mut self) -> Result<Frame, SessionError> {
+    /// Move the histograms of processes with no live thread out of the kernel map.
+    fn fold_exited_histograms(&mut self, live: &BTreeMap<u32, BTreeMap<u32, ThreadState>>) {
+        let dead: Vec<SyscallKey> = self
+            .hists
+            .keys()
+            .filter_map(Result::ok)
+            .filter(|k| !live.contains_key(&k.tgid))
+            .collect();
+        for key in dead {
+            if let Ok(value) = self.hists.get(&key, 0) {
+                self.folded_hists.entry(key).or_default().add(&value);
+                let _ = self.hists.remove(&key);
+            }
+        }
+    }
+
+    fn snapshot_frame(&mut self, final_frame: bool) -> Result<Frame, SessionError> {
         let now = monotonic_ns();
         let t_ns = self.t_ns(now);
         // Read the map first: a thread's counters are then never ahead of its /proc row.
         let mut by_tgid: BTreeMap<u32, BTreeMap<u32, ThreadState>> = BTreeMap::new();
         let mut lost_exits = Vec::new();
-        for (tid, state) in self.threads.iter().filter_map(Result::ok) {
+        let entries: Vec<(u32, ThreadState)> = self.threads.iter().filter_map(Result::ok).collect();
+        for (tid, state) in entries {
+            let state = self.read_thread(tid, state);
             if state.run_state == run_state::EXITED {
                 lost_exits.push((tid, state));
                 continue;
@@ -310,11 +366,23 @@ impl Session {
             }
             let _ = self.threads.remove(&tid);
         }
+        self.fold_exited_histograms(&by_tgid);
         let roots: Vec<i32> = by_tgid.keys().map(|&t| t as i32).collect();
         let mut frame = self.sampler.sample(Scope::Subtrees(&roots), t_ns)?;
         frame
             .processes
             .retain(|p| by_tgid.contains_key(&(p.pid as u32)));
+        let mut emitted: BTreeMap<u32, ClassTimes> = BTreeMap::new();
+        for states in by_tgid.values() {
+            for (&tid, state) in states {
+                let times = if final_frame {
+                    class_times_final(state, now)
+                } else {
+                    class_times_at(state, now)
+                };
+                emitted.insert(tid, self.emit(tid, times));
+            }
+        }
         for p in &mut frame.processes {
             let Some(states) = by_tgid.get(&(p.pid as u32)) else {
                 continue;
@@ -324,8 +392,8 @@ impl Session {
                 .map(|t| (t.tid, t))
                 .collect();
             p.threads = states
-                .iter()
-                .map(|(&tid, state)| {
+                .keys()
+                .map(|&tid| {
                     let mut sample =
                         proc_threads
                             .remove(&(tid as i32))
@@ -337,7 +405,7 @@ impl Session {
                                 syscall_nr: None,
                                 class_ns: None,
                             });
-                    sample.class_ns = Some(class_times_at(state, now));
+                    sample.class_ns = emitted.get(&tid).copied();
                     sample
                 })
                 .collect();
@@ -347,48 +415,20 @@ impl Session {
 
     /// Stop: one last drain-free snapshot, the histograms, and the bundle.
     pub fn finish(mut self) -> Result<Bundle, SessionError> {
-        // The final frame also closes INITIAL threads that never had an event.
-        let mut last = self.snapshot_frame()?;
-        let now = monotonic_ns();
-        for p in &mut last.processes {
-            for t in &mut p.threads {
-                if let Ok(state) = self.threads.get(&(t.tid as u32), 0) {
-                    if state.run_state == run_state::INITIAL {
-                        t.class_ns = Some(class_times_final(&state, now));
-                    }
-                }
-            }
-        }
+        // Detach first: with no program running, the final read is consistent and the
+        // open intervals end now, when observation ended.
+        drop(self.probes.take());
+        let last = self.snapshot_frame(true)?;
         self.recorder.push(last);
         let events_lost = self.events_lost();
-        let mut syscalls = Vec::new();
-        for (key, per_cpu) in self.hists.iter().filter_map(Result::ok) {
-            let mut h = SyscallHistogram {
-                pid: key.tgid as i32,
-                nr: key.nr,
-                name: syscall_table::name(key.nr),
-                count: 0,
-                total_ns: 0,
-                max_ns: 0,
-                buckets: Vec::new(),
-            };
-            let mut buckets = vec![0u64; kernelkite_common::hist::NUM_BUCKETS];
-            for cpu in per_cpu.iter() {
-                h.count += cpu.count;
-                h.total_ns += cpu.total_ns;
-                h.max_ns = h.max_ns.max(cpu.max_ns);
-                for (i, c) in cpu.buckets.iter().enumerate() {
-                    buckets[i] += c;
-                }
-            }
-            h.buckets = buckets
-                .iter()
-                .enumerate()
-                .filter(|(_, c)| **c > 0)
-                .map(|(i, c)| (i as u32, *c))
-                .collect();
-            syscalls.push(h);
+        let mut all = std::mem::take(&mut self.folded_hists);
+        for (key, value) in self.hists.iter().filter_map(Result::ok) {
+            all.entry(key).or_default().add(&value);
         }
+        let mut syscalls: Vec<SyscallHistogram> = all
+            .into_iter()
+            .map(|(key, acc)| acc.into_histogram(key))
+            .collect();
         syscalls.sort_by_key(|h| (h.pid, h.nr));
         self.lifecycle.sort_by_key(|e| (e.t_ns, e.pid, e.tid));
         self.slow.sort_by_key(|s| (s.t_ns, s.tid));
@@ -446,11 +486,52 @@ fn class_times_at(state: &ThreadState, now: u64) -> ClassTimes {
     times
 }
 
-/// At the end of the session, a thread still INITIAL had no event at all: it spent the
-/// whole window in the state /proc showed at attach time.
+/// A thread's class times at the end of the session. A thread still INITIAL had no
+/// event at all: it spent the whole window in the state /proc showed at attach time.
 fn class_times_final(state: &ThreadState, now: u64) -> ClassTimes {
+    if state.run_state != run_state::INITIAL {
+        return class_times_at(state, now);
+    }
     let mut times = ClassTimes::from_array(state.class_ns);
     let class = LatencyClass::from_id(state.sleep_class).unwrap_or(LatencyClass::UnknownWait);
     times.add(class, now.saturating_sub(state.since_ns));
     times
+}
+
+/// Whether a copied entry satisfies the invariant of `close_interval`.
+fn consistent(state: &ThreadState) -> bool {
+    let sum = state.class_ns.iter().fold(0u64, |a, b| a.wrapping_add(*b));
+    sum == state.since_ns.wrapping_sub(state.start_ns)
+}
+
+/// Sum of one (process, syscall) histogram across map generations.
+#[derive(Default)]
+struct HistAccumulator {
+    total_ns: u64,
+    max_ns: u64,
+    buckets: BTreeMap<u32, u64>,
+}
+
+impl HistAccumulator {
+    fn add(&mut self, h: &SyscallHist) {
+        self.total_ns += h.total_ns;
+        self.max_ns = self.max_ns.max(h.max_ns);
+        for (i, c) in h.buckets.iter().enumerate().filter(|(_, c)| **c > 0) {
+            *self.buckets.entry(i as u32).or_default() += c;
+        }
+    }
+
+    fn into_histogram(self, key: SyscallKey) -> SyscallHistogram {
+        // Fields are incremented one at a time; a copy taken while a call is being
+        // counted could see its bucket but not `count`: the buckets are the count.
+        SyscallHistogram {
+            pid: key.tgid as i32,
+            nr: key.nr,
+            name: syscall_table::name(key.nr),
+            count: self.buckets.values().sum(),
+            total_ns: self.total_ns,
+            max_ns: self.max_ns,
+            buckets: self.buckets.into_iter().collect(),
+        }
+    }
 }

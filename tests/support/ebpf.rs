@@ -1,0 +1,287 @@
+//! Shared helpers for the real-kernel eBPF tests: run a workload from
+//! `tests/workloads` behind its start gate, trace it with `kernelkite trace`, and load
+//! the bundle it wrote.
+//!
+//! On a machine where eBPF cannot run the tests print why and pass, except under CI
+//! (`CI` set), where a skip is a failure: CI runs as root on a kernel with BTF.
+
+#![allow(
+    dead_code,
+    reason = "each test binary uses a different subset of these helpers"
+)]
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use kernelkite::analysis::{analyze, Analysis};
+use kernelkite::model::{load_bundle, Bundle};
+
+/// Real-kernel tests run one at a time: concurrent traces would share the CPUs (and
+/// the leak check counts every loaded program).
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// `Some(guard)` when eBPF tests can run here (hold it for the whole test); otherwise
+/// prints why and returns `None` (and panics under CI).
+pub fn ebpf_ready(test: &str) -> Option<std::sync::MutexGuard<'static, ()>> {
+    // SAFETY: geteuid cannot fail.
+    let euid = unsafe { libc::geteuid() };
+    let reason = if euid != 0 {
+        Some(format!("not root (euid {euid})"))
+    } else if !Path::new("/sys/kernel/btf/vmlinux").exists() {
+        Some("no kernel BTF".to_string())
+    } else {
+        None
+    };
+    match reason {
+        None => Some(SERIAL.lock().unwrap_or_else(|e| e.into_inner())),
+        Some(r) if std::env::var_os("CI").is_some() => {
+            panic!("{test}: real-kernel eBPF test cannot run under CI: {r}")
+        }
+        Some(r) => {
+            eprintln!("skipped {test}: {r}");
+            None
+        }
+    }
+}
+
+pub fn kernelkite_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_kernelkite"))
+}
+
+/// The `kk-workload` binary next to kernelkite's, built on demand.
+pub fn workload_bin() -> PathBuf {
+    let bin = kernelkite_bin().with_file_name("kk-workload");
+    if !bin.exists() {
+        let profile_release = kernelkite_bin()
+            .parent()
+            .is_some_and(|p| p.ends_with("release"));
+        let mut cmd = Command::new(env!("CARGO"));
+        cmd.args(["build", "-q", "-p", "kernelkite-workloads"]);
+        if profile_release {
+            cmd.arg("--release");
+        }
+        let status = cmd.status().expect("cargo build kernelkite-workloads");
+        assert!(status.success(), "building kk-workload failed");
+    }
+    bin
+}
+
+/// A workload that printed `ready <pid>` and waits for the go line.
+pub struct GatedWorkload {
+    pub child: Child,
+    pub pid: i32,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl GatedWorkload {
+    pub fn spawn(args: &[&str]) -> GatedWorkload {
+        let mut child = Command::new(workload_bin())
+            .args(args)
+            .arg("--wait-stdin")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn kk-workload");
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        stdout.read_line(&mut line).expect("read ready line");
+        let pid = line
+            .trim()
+            .strip_prefix("ready ")
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("workload did not print `ready <pid>`: {line:?}"));
+        GatedWorkload { child, pid, stdout }
+    }
+
+    /// Let the measured part start.
+    pub fn go(&mut self) {
+        let stdin = self.child.stdin.as_mut().unwrap();
+        stdin.write_all(b"go\n").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    /// Wait for the workload and return its JSON result line.
+    pub fn finish(mut self) -> serde_json::Value {
+        let mut last = String::new();
+        let mut line = String::new();
+        while self.stdout.read_line(&mut line).unwrap_or(0) > 0 {
+            if !line.trim().is_empty() {
+                last = line.trim().to_string();
+            }
+            line.clear();
+        }
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "workload failed: {status}");
+        serde_json::from_str(&last).unwrap_or_else(|e| panic!("workload result {last:?}: {e}"))
+    }
+}
+
+/// A running `kernelkite trace` whose hooks are live.
+pub struct RunningTrace {
+    pub child: Child,
+    pub bundle_path: PathBuf,
+    stderr_lines: mpsc::Receiver<String>,
+    pub stderr: Vec<String>,
+    _dir: tempfile::TempDir,
+}
+
+impl RunningTrace {
+    /// Start tracing `pids` and wait until the hooks are live.
+    pub fn start(pids: &[i32], extra: &[&str]) -> RunningTrace {
+        let dir = tempfile::tempdir().unwrap();
+        let bundle_path = dir.path().join("trace.bundle.json");
+        let mut cmd = Command::new(kernelkite_bin());
+        cmd.arg("trace");
+        for p in pids {
+            cmd.args(["--pid", &p.to_string()]);
+        }
+        cmd.args(["--interval-ms", "50", "-o"])
+            .arg(&bundle_path)
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().expect("spawn kernelkite trace");
+        let stderr = child.stderr.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                for part in line.split('\r') {
+                    let _ = tx.send(part.to_string());
+                }
+            }
+        });
+        let mut trace = RunningTrace {
+            child,
+            bundle_path,
+            stderr_lines: rx,
+            stderr: Vec::new(),
+            _dir: dir,
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match trace.stderr_lines.recv_timeout(left) {
+                Ok(line) => {
+                    let live = line.contains("hooks live");
+                    trace.stderr.push(line);
+                    if live {
+                        return trace;
+                    }
+                }
+                Err(_) => {
+                    let _ = trace.child.kill();
+                    let out = trace.child.wait_with_output().unwrap();
+                    panic!(
+                        "trace never went live; stderr: {:?} stdout: {}",
+                        trace.stderr,
+                        String::from_utf8_lossy(&out.stdout)
+                    );
+                }
+            }
+        }
+    }
+
+    /// Wait for the trace to stop by itself (targets exited) and load its bundle.
+    pub fn finish(mut self) -> Traced {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        let status = loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                break status;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!("trace did not stop after its targets exited");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let mut stdout = String::new();
+        std::io::Read::read_to_string(self.child.stdout.as_mut().unwrap(), &mut stdout).unwrap();
+        while let Ok(line) = self.stderr_lines.recv_timeout(Duration::from_millis(500)) {
+            self.stderr.push(line);
+        }
+        assert!(
+            status.success(),
+            "trace failed: {status}; stderr {:?}",
+            self.stderr
+        );
+        let bundle = load_bundle(&self.bundle_path).expect("trace bundle loads");
+        let analysis = analyze(&bundle);
+        Traced {
+            bundle,
+            analysis,
+            stdout,
+            stderr: self.stderr,
+        }
+    }
+}
+
+pub struct Traced {
+    pub bundle: Bundle,
+    pub analysis: Analysis,
+    pub stdout: String,
+    pub stderr: Vec<String>,
+}
+
+/// Run `args` behind the gate under `kernelkite trace` and return both results.
+pub fn trace_workload(args: &[&str], extra: &[&str]) -> (Traced, serde_json::Value) {
+    let mut w = GatedWorkload::spawn(args);
+    let trace = RunningTrace::start(&[w.pid], extra);
+    w.go();
+    let result = w.finish();
+    let traced = trace.finish();
+    (traced, result)
+}
+
+impl Traced {
+    /// Every thread's six classes add up to its wall time inside the window, measured
+    /// independently: from the session start (or its fork) to its exit event.
+    pub fn assert_classes_sum_to_wall(&self) {
+        use kernelkite::model::LifecycleKind;
+        let mut checked = 0;
+        for t in &self.analysis.threads {
+            let exit = self
+                .bundle
+                .lifecycle
+                .iter()
+                .find(|e| e.kind == LifecycleKind::Exit && e.tid == t.tid)
+                .map(|e| e.t_ns);
+            let fork = self
+                .bundle
+                .lifecycle
+                .iter()
+                .find(|e| e.kind == LifecycleKind::Fork && e.tid == t.tid)
+                .map(|e| e.t_ns);
+            let Some(end) = exit else { continue };
+            let start = fork.unwrap_or(0);
+            let wall = end - start;
+            let sum = t.classes.total_ns();
+            let diff = sum.abs_diff(wall) as f64;
+            assert!(
+                diff <= wall as f64 * 0.01 + 200_000.0,
+                "tid {}: classes sum to {sum} ns but the thread lived {wall} ns in the window: {:?}; its events: {:?}",
+                t.tid,
+                t.classes,
+                self.bundle.lifecycle.iter().filter(|e| e.tid == t.tid).collect::<Vec<_>>()
+            );
+            checked += 1;
+        }
+        assert!(checked > 0, "no thread had an exit event to check against");
+    }
+
+    pub fn assert_no_events_lost(&self) {
+        assert_eq!(self.bundle.events_lost, Some(0), "events lost");
+    }
+
+    /// Calls of `name` counted across the traced processes.
+    pub fn syscall_count(&self, name: &str) -> u64 {
+        self.analysis
+            .syscalls
+            .iter()
+            .filter(|s| s.name == name)
+            .map(|s| s.count)
+            .sum()
+    }
+}
