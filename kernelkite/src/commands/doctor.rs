@@ -25,10 +25,16 @@ fn render_text(report: &serde_json::Value) -> String {
         serde_json::Value::Null => "unknown".into(),
         other => other.to_string(),
     };
-    out.push_str(&format!("kernel release:   {}\n", s(field("kernel_release"))));
+    out.push_str(&format!(
+        "kernel release:   {}\n",
+        s(field("kernel_release"))
+    ));
     out.push_str(&format!("architecture:     {}\n", s(field("arch"))));
     out.push_str(&format!("kernel BTF:       {}\n", s(field("btf"))));
-    out.push_str(&format!("tracefs mounted:  {}\n", s(field("tracefs_mounted"))));
+    out.push_str(&format!(
+        "tracefs mounted:  {}\n",
+        s(field("tracefs_mounted"))
+    ));
     out.push_str(&format!("privileges:       {}\n", s(field("privileges"))));
     if let Some(hooks) = report.get("hooks").and_then(|h| h.as_array()) {
         out.push_str("hooks:\n");
