@@ -14,6 +14,9 @@ pub const SUMMARY_SCHEMA_VERSION: u32 = 1;
 /// How many syscalls the text summary lists (the JSON lists all).
 pub const TOP_SYSCALLS: usize = 10;
 
+/// How many processes the text summary lists (the JSON lists all).
+pub const TOP_PROCESSES: usize = 20;
+
 fn ns_to_ms(ns: u64) -> f64 {
     ns as f64 / 1e6
 }
@@ -317,14 +320,29 @@ pub fn summary_text(a: &Analysis) -> String {
     }
 
     out.push('\n');
-    out.push_str("processes\n");
+    // Every process when there are few; otherwise the busiest ones.
+    let mut shown: Vec<&crate::analysis::ProcessRow> = a.processes.iter().collect();
+    if shown.len() > TOP_PROCESSES {
+        shown.sort_by(|x, y| {
+            y.cpu_seconds
+                .total_cmp(&x.cpu_seconds)
+                .then_with(|| (x.first_seen_ns, x.pid).cmp(&(y.first_seen_ns, y.pid)))
+        });
+        shown.truncate(TOP_PROCESSES);
+        out.push_str(&format!(
+            "processes (top {TOP_PROCESSES} of {} by CPU; all in --json and `kernelkite tree`)\n",
+            a.processes.len()
+        ));
+    } else {
+        out.push_str("processes\n");
+    }
     let mut rows = vec![[
         "pid", "ppid", "comm", "seen", "cpu", "peak rss", "read", "write",
     ]
     .iter()
     .map(|s| s.to_string())
     .collect::<Vec<_>>()];
-    for p in &a.processes {
+    for p in shown {
         rows.push(vec![
             p.pid.to_string(),
             p.ppid.to_string(),
@@ -346,4 +364,55 @@ pub fn summary_text(a: &Analysis) -> String {
         out.push('\n');
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Backend, Bundle, Frame, HostConstants, ProcessSample};
+
+    #[test]
+    fn long_process_lists_show_the_busiest() {
+        let host = HostConstants {
+            clock_ticks_per_sec: 100,
+            page_size_bytes: 4096,
+            num_cpus: 1,
+            kernel_release: None,
+            arch: "x86_64".into(),
+        };
+        let mut b = Bundle::new(Backend::Proc, host, 100);
+        let processes = (0..30)
+            .map(|i| ProcessSample {
+                pid: 100 + i,
+                ppid: 1,
+                comm: format!("job{i}"),
+                state: "R".into(),
+                start_time_ticks: 10,
+                utime_ticks: i as u64,
+                stime_ticks: 0,
+                cutime_ticks: 0,
+                cstime_ticks: 0,
+                rss_pages: 1,
+                num_threads: 1,
+                io: None,
+                threads: Vec::new(),
+            })
+            .collect();
+        b.frames = vec![Frame {
+            t_ns: 0,
+            processes,
+            network: None,
+        }];
+        b.launched = Some(crate::model::LaunchedCommand {
+            argv: vec!["make".into()],
+            pid: 1,
+            exit_code: Some(0),
+            signal: None,
+            rusage: None,
+        });
+        let text = summary_text(&crate::analysis::analyze(&b));
+        assert!(text.contains("processes (top 20 of 30 by CPU"), "{text}");
+        assert!(text.contains("job29") && text.contains("job10") && !text.contains("job9 "));
+        assert!(text.contains("30 processes with unreadable /proc/<pid>/io"));
+    }
 }
