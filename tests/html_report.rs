@@ -57,6 +57,21 @@ fn build_session(backend: Backend) -> Bundle {
         (1006, "sh", 3400, 4000, 2, 4, 0, 0),
     ];
     let frame_ms: Vec<u64> = (0..=40).map(|i| i * 100).collect();
+    // As the kernel does, `make` absorbs the final I/O counters of the children it has
+    // reaped (at their last frame) into its own.
+    let reaped = |pid: i32, t: u64| -> (u64, u64) {
+        if pid != 1000 {
+            return (0, 0);
+        }
+        procs
+            .iter()
+            .filter(|p| p.0 != 1000 && p.3 < t)
+            .fold((0, 0), |(r, w), p| {
+                let last = p.3 / 100 * 100; // the child's last frame
+                let frames_alive = (last - p.2) / 100;
+                (r + frames_alive * p.6 * 1024, w + frames_alive * p.7 * 1024)
+            })
+    };
     for &t in &frame_ms {
         let mut processes = Vec::new();
         for (n, &(pid, comm, start, end, share, rss_mib, rkib, wkib)) in procs.iter().enumerate() {
@@ -96,8 +111,8 @@ fn build_session(backend: Backend) -> Bundle {
                     wchar_bytes: frames_alive * wkib * 1024,
                     read_syscalls: frames_alive * 10,
                     write_syscalls: frames_alive * 5,
-                    read_bytes: frames_alive * rkib * 1024,
-                    write_bytes: frames_alive * wkib * 1024,
+                    read_bytes: frames_alive * rkib * 1024 + reaped(pid, t).0,
+                    write_bytes: frames_alive * wkib * 1024 + reaped(pid, t).1,
                     cancelled_write_bytes: 0,
                 }),
                 threads: vec![ThreadSample {

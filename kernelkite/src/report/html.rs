@@ -12,7 +12,7 @@ use std::fmt::Write as _;
 use kernelkite_common::LatencyClass;
 
 use crate::analysis::{analyze, Analysis, CpuSource, RssSource};
-use crate::model::{Backend, Bundle, SlowSyscall};
+use crate::model::{Backend, Bundle, ClassTimes, SlowSyscall};
 
 use super::timeline::{extract, InstantSeries, IntervalSeries, Timeline};
 
@@ -26,7 +26,7 @@ pub const MAX_TABLE_ROWS: usize = 25;
 /// Render the report of `bundle`.
 pub fn render(bundle: &Bundle) -> String {
     let analysis = analyze(bundle);
-    let timeline = extract(bundle);
+    let timeline = extract(bundle, &analysis.reap_folds);
     render_with(bundle, &analysis, &timeline)
 }
 
@@ -1163,7 +1163,7 @@ fn classes_section(h: &mut String, a: &Analysis) {
         let _ = writeln!(
             h,
             "<tr><td><span class=\"swatch\" style=\"background:{}\"></span>{}</td>\
-             <td class=\"num\">{}</td><td class=\"num\">{}</td><td>{measured}</td>\
+             <td class=\"num\" title=\"{ns} ns\">{}</td><td class=\"num\">{}</td><td>{measured}</td>\
              <td class=\"rule\">{}</td></tr>",
             class_color(c),
             esc(c.name()),
@@ -1208,7 +1208,7 @@ fn processes_section(h: &mut String, a: &Analysis) {
         "<table class=\"data\">\n<thead><tr><th class=\"num\">PID</th><th>Command</th>\
          <th class=\"num\">Parent</th><th class=\"num\">CPU</th><th class=\"num\">Peak RSS</th>\
          <th class=\"num\">Read</th><th class=\"num\">Written</th><th class=\"num\">Threads</th>\
-         <th class=\"num\">Seen</th></tr></thead>\n<tbody>\n",
+         <th>Time split</th></tr></thead>\n<tbody>\n",
     );
     for p in rows.iter().take(MAX_TABLE_ROWS) {
         let io = |b: u64| {
@@ -1222,7 +1222,7 @@ fn processes_section(h: &mut String, a: &Analysis) {
             h,
             "<tr><td class=\"num\">{}</td><td><code>{}</code></td><td class=\"num\">{}</td>\
              <td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>\
-             <td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
+             <td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td></tr>",
             p.pid,
             esc(&p.comm),
             p.ppid,
@@ -1231,14 +1231,57 @@ fn processes_section(h: &mut String, a: &Analysis) {
             esc(&io(p.read_bytes)),
             esc(&io(p.write_bytes)),
             p.threads,
-            esc(&format!(
-                "{} – {}",
-                fmt_ns(p.first_seen_ns),
-                fmt_ns(p.last_seen_ns)
-            ))
+            mini_class_bar(&p.classes, a)
         );
     }
     h.push_str("</tbody>\n</table>\n</section>\n");
+}
+
+/// A small stacked bar of one process's latency classes, with the numbers as a tooltip.
+fn mini_class_bar(classes: &ClassTimes, a: &Analysis) -> String {
+    let total = classes.total_ns();
+    if total == 0 {
+        return "<span class=\"hint\">no thread time</span>".to_string();
+    }
+    const W: f64 = 140.0;
+    let mut tip = String::new();
+    let mut bars = String::new();
+    let (mut acc, mut x) = (0u64, 0.0);
+    for c in LatencyClass::ALL {
+        let ns = classes.get(c);
+        if ns == 0 {
+            continue;
+        }
+        acc += ns;
+        let x_end = acc as f64 / total as f64 * W;
+        let _ = write!(
+            bars,
+            "<rect x=\"{x:.1}\" y=\"0\" width=\"{:.1}\" height=\"12\" fill=\"{}\"/>",
+            x_end - x,
+            class_color(c)
+        );
+        if !tip.is_empty() {
+            tip.push_str(", ");
+        }
+        let _ = write!(
+            tip,
+            "{} {} ({}{})",
+            c.name(),
+            fmt_ns(ns),
+            fmt_pct(ns as f64 / total as f64),
+            if a.class_is_exact(c) {
+                ""
+            } else {
+                ", estimated"
+            }
+        );
+        x = x_end;
+    }
+    format!(
+        "<svg class=\"mini\" viewBox=\"0 0 {W:.0} 12\" width=\"{W:.0}\" height=\"12\" \
+         role=\"img\" aria-label=\"{0}\"><title>{0}</title>{bars}</svg>",
+        esc(&tip)
+    )
 }
 
 fn syscalls_section(h: &mut String, a: &Analysis) {
@@ -1502,6 +1545,7 @@ table.data th { font-size: 12px; text-transform: uppercase; letter-spacing: .04e
 table.data tfoot td { font-weight: 600; border-bottom: 0; }
 table.data .num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 table.data .rule { color: var(--muted); font-size: 13px; }
+svg.mini { display: block; margin-top: 4px; border-radius: 2px; }
 .swatch { display: inline-block; width: 11px; height: 11px; border-radius: 2px; margin-right: 8px; vertical-align: -1px; }
 .badge { font-size: 11px; padding: 1px 7px; border-radius: 10px; font-weight: 600; white-space: nowrap; }
 .badge.exact { background: #e6fffa; color: #276749; }
@@ -1552,7 +1596,7 @@ mod tests {
     #[test]
     fn long_sessions_are_downsampled_keeping_means_and_peaks() {
         let b = long_bundle(20_000);
-        let tl = extract(&b);
+        let tl = extract(&b, &[]);
         let xs = XScale::new(&tl);
         let cpu = downsample_mean(&tl.cpu_cores, &xs);
         assert!(

@@ -14,6 +14,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::analysis::ReapFold;
 use crate::model::{Bundle, Frame, LifecycleKind, ProcessSample};
 
 /// Values sampled at instants (one per distinct frame time).
@@ -120,8 +121,11 @@ pub struct Timeline {
 
 type Key = (i32, u64);
 
-/// Extract every series of `bundle`.
-pub fn extract(bundle: &Bundle) -> Timeline {
+/// Extract every series of `bundle`. `reap_folds` (from [`crate::analysis::Analysis`])
+/// are the children's I/O the kernel added to their reaper's counters: they are taken out
+/// of the reaper's delta in the interval they landed in, so a reaped child's reads and
+/// writes are not counted twice. Pass `&[]` to see the raw counters.
+pub fn extract(bundle: &Bundle, reap_folds: &[ReapFold]) -> Timeline {
     let frames = distinct_frames(&bundle.frames);
     let mut tl = Timeline {
         start_ns: frames.first().map_or(0, |f| f.t_ns),
@@ -139,6 +143,16 @@ pub fn extract(bundle: &Bundle) -> Timeline {
         tl.rss_bytes.values.push(rss);
         tl.process_count.t_ns.push(f.t_ns);
         tl.process_count.values.push(f.processes.len() as u64);
+    }
+
+    // (reaper pid, reaper start time, frame time where the fold shows) → (read, write).
+    let mut folds: BTreeMap<(i32, u64, u64), (u64, u64)> = BTreeMap::new();
+    for f in reap_folds {
+        let e = folds
+            .entry((f.reaper_pid, f.reaper_start_time_ticks, f.folded_by_ns))
+            .or_default();
+        e.0 = e.0.saturating_add(f.read_bytes);
+        e.1 = e.1.saturating_add(f.write_bytes);
     }
 
     let has_network = frames.iter().any(|f| f.network.is_some());
@@ -161,8 +175,14 @@ pub fn extract(bundle: &Bundle) -> Timeline {
             let then = q.utime_ticks.saturating_add(q.stime_ticks);
             ticks = ticks.saturating_add(now.saturating_sub(then));
             if let (Some(i0), Some(i1)) = (q.io, p.io) {
-                read = read.saturating_add(i1.read_bytes.saturating_sub(i0.read_bytes));
-                write = write.saturating_add(i1.write_bytes.saturating_sub(i0.write_bytes));
+                let (fr, fw) = folds
+                    .get(&(p.pid, p.start_time_ticks, b.t_ns))
+                    .copied()
+                    .unwrap_or((0, 0));
+                let dr = i1.read_bytes.saturating_sub(i0.read_bytes);
+                let dw = i1.write_bytes.saturating_sub(i0.write_bytes);
+                read = read.saturating_add(dr.saturating_sub(fr));
+                write = write.saturating_add(dw.saturating_sub(fw));
             }
         }
         let cores = if hz == 0 {
@@ -446,7 +466,7 @@ mod tests {
                 ],
             ),
         ]);
-        let tl = extract(&b);
+        let tl = extract(&b, &[]);
         assert_eq!(tl.start_ns, 0);
         assert_eq!(tl.end_ns, 1_500_000_000);
         assert_eq!(tl.cpu_cores.values, vec![1.0, 2.0]);
@@ -475,7 +495,7 @@ mod tests {
             frame(100, vec![proc_(10, 9, 3, 1, Some((0, 0)))]),
             frame(200, vec![proc_(10, 9, 8, 1, Some((10, 0)))]),
         ]);
-        let tl = extract(&b);
+        let tl = extract(&b, &[]);
         assert_eq!(tl.cpu_cores.values, vec![0.0, 0.5]);
         assert_eq!(tl.disk_read_bytes.values, vec![0, 10]);
         assert_eq!(tl.processes.len(), 2);
@@ -493,12 +513,38 @@ mod tests {
     }
 
     #[test]
+    fn reaped_childrens_io_is_not_counted_twice() {
+        let mut child = proc_(11, 6, 0, 1, Some((0, 0)));
+        child.ppid = 10;
+        let mut child1 = proc_(11, 6, 0, 1, Some((5000, 700)));
+        child1.ppid = 10;
+        let b = bundle(vec![
+            frame(0, vec![proc_(10, 5, 0, 1, Some((100, 0))), child]),
+            frame(100, vec![proc_(10, 5, 0, 1, Some((100, 0))), child1]),
+            // The child was reaped: the parent's counters absorb its 5000/700 bytes (and a
+            // 100-byte unseen tail); the parent itself read 10 bytes.
+            frame(200, vec![proc_(10, 5, 0, 1, Some((100 + 5100 + 10, 700)))]),
+        ]);
+        let a = crate::analysis::analyze(&b);
+        assert_eq!(a.reap_folds.len(), 1, "{:?}", a.reap_folds);
+        let tl = extract(&b, &a.reap_folds);
+        assert_eq!(tl.disk_read_bytes.values, vec![5000, 110]);
+        assert_eq!(tl.disk_write_bytes.values, vec![700, 0]);
+        // The series add up to the analysis totals.
+        let sum: u64 = tl.disk_read_bytes.values.iter().sum();
+        assert_eq!(sum, a.read_bytes);
+        // Without the folds the child's bytes show twice.
+        let raw = extract(&b, &[]);
+        assert_eq!(raw.disk_read_bytes.values, vec![5000, 5110]);
+    }
+
+    #[test]
     fn counters_going_backwards_count_as_absent() {
         let b = bundle(vec![
             frame(0, vec![proc_(10, 5, 100, 1, Some((500, 500)))]),
             frame(100, vec![proc_(10, 5, 90, 1, Some((400, 600)))]),
         ]);
-        let tl = extract(&b);
+        let tl = extract(&b, &[]);
         assert_eq!(tl.cpu_cores.values, vec![0.0]);
         assert_eq!(tl.disk_read_bytes.values, vec![0]);
         assert_eq!(tl.disk_write_bytes.values, vec![100]);
@@ -507,7 +553,7 @@ mod tests {
     #[test]
     fn single_frame_has_points_but_no_intervals() {
         let b = bundle(vec![frame(0, vec![proc_(10, 5, 100, 3, None)])]);
-        let tl = extract(&b);
+        let tl = extract(&b, &[]);
         assert!(tl.cpu_cores.is_empty());
         assert!(tl.disk_read_bytes.is_empty());
         assert_eq!(tl.rss_bytes.values, vec![3 * 4096]);
@@ -519,14 +565,14 @@ mod tests {
 
     #[test]
     fn no_frames_and_duplicate_times_are_harmless() {
-        let tl = extract(&bundle(Vec::new()));
+        let tl = extract(&bundle(Vec::new()), &[]);
         assert_eq!(tl, Timeline::default());
         let b = bundle(vec![
             frame(0, vec![proc_(10, 5, 0, 1, None)]),
             frame(0, vec![proc_(10, 5, 10, 1, None)]),
             frame(100, vec![proc_(10, 5, 20, 1, None)]),
         ]);
-        let tl = extract(&b);
+        let tl = extract(&b, &[]);
         assert_eq!(tl.cpu_cores.values, vec![1.0]);
         assert_eq!(tl.rss_bytes.t_ns, vec![0, 100_000_000]);
     }
@@ -565,7 +611,7 @@ mod tests {
                 ..ev(160, LifecycleKind::Exit, 10, "t", None)
             },
         ];
-        let tl = extract(&b);
+        let tl = extract(&b, &[]);
         let pids: Vec<i32> = tl.processes.iter().map(|p| p.pid).collect();
         assert_eq!(pids, vec![10, 20, 30]);
         let p20 = &tl.processes[1];
@@ -609,7 +655,7 @@ mod tests {
         f0.network = net(100, 100);
         let mut f1 = frame(100, vec![]);
         f1.network = net(300, 50);
-        let tl = extract(&bundle(vec![f0, f1]));
+        let tl = extract(&bundle(vec![f0, f1]), &[]);
         assert_eq!(tl.net_rx_bytes.unwrap().values, vec![200]);
         assert_eq!(tl.net_tx_bytes.unwrap().values, vec![0]);
     }
