@@ -98,6 +98,8 @@ struct Ctx {
     workload: PathBuf,
     /// Scratch directory: target/bench.
     work: PathBuf,
+    /// /proc/loadavg when the benchmarks started: other work on the machine skews them.
+    load_at_start: String,
 }
 
 /// One line of the results table. `value` is `Err(reason)` when the figure could not be
@@ -190,6 +192,7 @@ pub fn run(args: &[String]) -> Result<()> {
         workload: target_dir.join("release").join("kk-workload"),
         work,
         opts,
+        load_at_start: loadavg(),
     };
     for bin in [&ctx.kernelkite, &ctx.workload] {
         if !bin.is_file() {
@@ -263,7 +266,10 @@ fn render_markdown(rows: &[Row], ctx: &Ctx) -> String {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let kernel = command_output("uname", &["-r"]);
     let mut s = format!(
-        "\n### {date}, commit {rev}\n\nMachine: {cpus} CPUs ({cpu}), kernel {kernel}. Command: `cargo xtask bench{}`.\n\n",
+        "\n### {date}, commit {rev}\n\nMachine: {cpus} CPUs ({cpu}), kernel {kernel}; load average \
+         {} at the start, {} at the end. Command: `cargo xtask bench{}`.\n\n",
+        ctx.load_at_start,
+        loadavg(),
         ctx.opts_text()
     );
     s.push_str("| benchmark | value | target | measured with |\n|---|---|---|---|\n");
@@ -294,6 +300,13 @@ impl Ctx {
         );
         s
     }
+}
+
+/// The 1-, 5- and 15-minute load averages.
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
 }
 
 fn command_output(cmd: &str, args: &[&str]) -> String {
@@ -474,28 +487,29 @@ fn command_benchmarks(ctx: &Ctx) -> Result<Vec<Row>> {
             );
         }
     }
+    let size = format!("{:.0} MB", std::fs::metadata(&a)?.len() as f64 / 1e6);
     let html = ctx.work.join("report.html");
     let a_s = a.to_string_lossy().into_owned();
     let b_s = b.to_string_lossy().into_owned();
     let html_s = html.to_string_lossy().into_owned();
     let cases: Vec<(String, Vec<&str>, Option<f64>)> = vec![
         (
-            format!("summary, {frames} frames"),
+            format!("summary, {frames} frames ({size})"),
             vec!["summary", &a_s],
             (frames == 100_000).then_some(SUMMARY_TARGET_S),
         ),
         (
-            format!("summary --json, {frames} frames"),
+            format!("summary --json, {frames} frames ({size})"),
             vec!["--json", "summary", &a_s],
             None,
         ),
         (
-            format!("compare, 2 × {frames} frames"),
+            format!("compare, 2 × {frames} frames ({size} each)"),
             vec!["compare", &a_s, &b_s],
             None,
         ),
         (
-            format!("report (HTML), {frames} frames"),
+            format!("report (HTML), {frames} frames ({size})"),
             vec!["report", &a_s, "-o", &html_s],
             None,
         ),
