@@ -3,11 +3,13 @@
 //! held open for the sampler's life, into buffers reused across ticks, so a tick costs
 //! open + read + close per file and no allocation once the buffers have grown.
 
+use std::collections::HashMap;
 use std::ffi::CString;
 use std::fs::File;
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 /// An open procfs root.
@@ -17,6 +19,95 @@ pub(crate) struct ProcDir {
     fd: OwnedFd,
     /// Reused NUL-terminated relative path.
     name: Vec<u8>,
+    kept: HashMap<KeptKey, KeptFile>,
+    /// How many descriptors `kept` may hold.
+    kept_budget: usize,
+    tick: u64,
+}
+
+/// A per-process or per-thread file that [`ProcDir::read_kept`] keeps open.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum TaskFile {
+    /// /proc/<pid>/stat
+    Stat,
+    /// /proc/<pid>/io
+    Io,
+    /// /proc/<pid>/task/<tid>/stat
+    TaskStat,
+    /// /proc/<pid>/task/<tid>/schedstat
+    Schedstat,
+    /// /proc/<pid>/task/<tid>/syscall
+    Syscall,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct KeptKey {
+    pub pid: i32,
+    /// The thread for task files; ignored (use `pid`) for Stat and Io.
+    pub tid: i32,
+    pub file: TaskFile,
+}
+
+impl KeptKey {
+    pub(crate) fn process(pid: i32, file: TaskFile) -> KeptKey {
+        KeptKey {
+            pid,
+            tid: pid,
+            file,
+        }
+    }
+
+    pub(crate) fn thread(pid: i32, tid: i32, file: TaskFile) -> KeptKey {
+        KeptKey { pid, tid, file }
+    }
+}
+
+#[derive(Debug)]
+struct KeptFile {
+    file: File,
+    dir_ino: u64,
+    used_tick: u64,
+}
+
+/// Descriptors the sampler may keep: what RLIMIT_NOFILE leaves after a reserve for the
+/// rest of the program, at most 1 << 16.
+fn kept_budget() -> usize {
+    // SAFETY: getrlimit fills the zeroed struct.
+    let mut lim: libc::rlimit = unsafe { std::mem::zeroed() };
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return 0;
+    }
+    (lim.rlim_cur as usize).saturating_sub(256).min(1 << 16)
+}
+
+/// Read a whole file from offset 0 into `buf`.
+fn read_whole(file: &File, buf: &mut Vec<u8>) -> io::Result<()> {
+    buf.clear();
+    loop {
+        if buf.capacity() - buf.len() < 1024 {
+            buf.reserve(4096);
+        }
+        let spare = buf.capacity() - buf.len();
+        let start = buf.len();
+        buf.resize(buf.capacity(), 0);
+        let n = match file.read_at(&mut buf[start..], start as u64) {
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {
+                buf.truncate(start);
+                continue;
+            }
+            Err(e) => {
+                buf.truncate(start);
+                return Err(e);
+            }
+        };
+        buf.truncate(start + n);
+        // procfs seq files and regular files both return a short read only at the end,
+        // so a short read saves the extra read(2) that would return 0.
+        if n == 0 || n < spare {
+            return Ok(());
+        }
+    }
 }
 
 impl ProcDir {
@@ -46,6 +137,9 @@ impl ProcDir {
             // SAFETY: fd is a freshly opened descriptor nobody else owns.
             fd: unsafe { OwnedFd::from_raw_fd(fd) },
             name: Vec::with_capacity(64),
+            kept: HashMap::new(),
+            kept_budget: kept_budget(),
+            tick: 0,
         })
     }
 
@@ -60,32 +154,82 @@ impl ProcDir {
         rel: std::fmt::Arguments<'_>,
         buf: &mut Vec<u8>,
     ) -> io::Result<()> {
-        let mut file = self.open_at(rel, libc::O_RDONLY)?;
-        buf.clear();
-        loop {
-            if buf.capacity() - buf.len() < 1024 {
-                buf.reserve(4096);
-            }
-            let spare = buf.capacity() - buf.len();
-            let start = buf.len();
-            buf.resize(buf.capacity(), 0);
-            let n = match file.read(&mut buf[start..]) {
-                Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {
-                    buf.truncate(start);
-                    continue;
+        let file = self.open_at(rel, libc::O_RDONLY)?;
+        read_whole(&file, buf)
+    }
+
+    /// Read one of a process's or thread's files through a descriptor kept open across
+    /// ticks: one pread(2) instead of open, read and close, and no path lookup. The
+    /// descriptor stays bound to the process it was opened for; once that process is
+    /// gone reads fail with ESRCH and the file is reopened, which finds a process that
+    /// reused the pid.
+    ///
+    /// `dir_ino` is the inode of /proc/<pid> in this tick's listing: a descriptor opened
+    /// under another inode belongs to an earlier process with this pid (or, in a
+    /// synthetic tree, to a replaced file) and is reopened.
+    pub(crate) fn read_kept(
+        &mut self,
+        key: KeptKey,
+        dir_ino: u64,
+        buf: &mut Vec<u8>,
+    ) -> io::Result<()> {
+        if let Some(kept) = self.kept.get_mut(&key) {
+            if kept.dir_ino == dir_ino {
+                kept.used_tick = self.tick;
+                match read_whole(&kept.file, buf) {
+                    Ok(()) => return Ok(()),
+                    Err(e) if e.raw_os_error() != Some(libc::ESRCH) => return Err(e),
+                    Err(_) => {}
                 }
-                Err(e) => {
-                    buf.truncate(start);
-                    return Err(e);
-                }
-            };
-            buf.truncate(start + n);
-            // procfs seq files and regular files both return a short read only at the end,
-            // so a short read saves the extra read(2) that would return 0.
-            if n == 0 || n < spare {
-                return Ok(());
             }
+            self.kept.remove(&key);
+        }
+        let KeptKey { pid, tid, file } = key;
+        let opened = match file {
+            TaskFile::Stat => self.open_at(format_args!("{pid}/stat"), libc::O_RDONLY),
+            TaskFile::Io => self.open_at(format_args!("{pid}/io"), libc::O_RDONLY),
+            TaskFile::TaskStat => {
+                self.open_at(format_args!("{pid}/task/{tid}/stat"), libc::O_RDONLY)
+            }
+            TaskFile::Schedstat => {
+                self.open_at(format_args!("{pid}/task/{tid}/schedstat"), libc::O_RDONLY)
+            }
+            TaskFile::Syscall => {
+                self.open_at(format_args!("{pid}/task/{tid}/syscall"), libc::O_RDONLY)
+            }
+        }?;
+        let result = read_whole(&opened, buf);
+        // Keep it only while descriptors are plentiful; past the budget this is a plain
+        // open-read-close.
+        if result.is_ok() && self.kept.len() < self.kept_budget {
+            self.kept.insert(
+                key,
+                KeptFile {
+                    file: opened,
+                    dir_ino,
+                    used_tick: self.tick,
+                },
+            );
+        }
+        result
+    }
+
+    /// Keep a descriptor open through this tick without reading it (its contents are
+    /// known not to have changed).
+    pub(crate) fn keep(&mut self, key: KeptKey) {
+        if let Some(kept) = self.kept.get_mut(&key) {
+            kept.used_tick = self.tick;
+        }
+    }
+
+    /// Close the kept descriptors that were not used since the last call: their
+    /// processes left the subtree or exited.
+    pub(crate) fn end_tick(&mut self) {
+        let tick = self.tick;
+        self.kept.retain(|_, f| f.used_tick == tick);
+        self.tick += 1;
+        if self.tick % 64 == 0 {
+            self.kept_budget = kept_budget();
         }
     }
 

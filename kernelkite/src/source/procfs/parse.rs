@@ -4,7 +4,7 @@
 
 use procfs::net::InterfaceDeviceStatus;
 use procfs::process::{Io, Schedstat as ProcSchedstat, Stat};
-use procfs::FromRead;
+use procfs::{FromBufRead, FromRead};
 
 use crate::model::{IoCounters, NetDevCounters, Schedstat};
 
@@ -23,7 +23,8 @@ pub(crate) fn is_kernel_thread(stat: &Stat) -> bool {
 }
 
 pub(crate) fn io(bytes: &[u8]) -> Option<IoCounters> {
-    let io = Io::from_read(bytes).ok()?;
+    // A byte slice is already a BufRead: no BufReader (and its 8 KiB buffer) needed.
+    let io = Io::from_buf_read(bytes).ok()?;
     Some(IoCounters {
         rchar_bytes: io.rchar,
         wchar_bytes: io.wchar,

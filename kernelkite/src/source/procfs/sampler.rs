@@ -1,14 +1,22 @@
 //! One sample of the subtree: a [`Frame`] of raw cumulative counters.
+//!
+//! Cost matters (the sampler shares the machine with what it measures), so besides
+//! keeping files open (see `files`), a thread that has not been scheduled since the
+//! last tick is not asked again what it is blocked in, and a process none of whose
+//! threads ran is not asked again for its io counters: both can only change when a
+//! thread runs. "Did not run" is: the same sleeping state as before and an unchanged
+//! schedstat (its timeslice count goes up every time the thread is put on a CPU).
 
+use std::collections::HashMap;
 use std::io;
 use std::path::Path;
 
 use procfs::process::Stat;
 
-use super::files::{is_gone, ProcDir};
+use super::files::{is_gone, KeptKey, ProcDir, TaskFile};
 use super::parse;
 use super::tree::{Scope, TreeWalker};
-use crate::model::{Frame, ProcessSample, ThreadSample};
+use crate::model::{Frame, IoCounters, ProcessSample, Schedstat, ThreadSample};
 
 /// What a sample records besides /proc/<pid>/{stat,io}.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,6 +44,26 @@ pub struct Sampler {
     walker: TreeWalker,
     buf: Vec<u8>,
     tids: Vec<(i32, u64)>,
+    /// What the previous sample read, by pid.
+    prev: HashMap<i32, Prev>,
+    next_prev: HashMap<i32, Prev>,
+}
+
+/// The previous sample of a process, for skipping reads that cannot have changed.
+#[derive(Debug)]
+struct Prev {
+    start_time_ticks: u64,
+    io: Option<IoCounters>,
+    /// Sorted by tid.
+    threads: Vec<PrevThread>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct PrevThread {
+    tid: i32,
+    state: char,
+    schedstat: Option<Schedstat>,
+    syscall_nr: Option<i64>,
 }
 
 /// The process or thread disappeared while it was being read.
@@ -50,6 +78,8 @@ impl Sampler {
             walker: TreeWalker::default(),
             buf: Vec::with_capacity(4096),
             tids: Vec::new(),
+            prev: HashMap::new(),
+            next_prev: HashMap::new(),
         })
     }
 
@@ -63,11 +93,14 @@ impl Sampler {
     pub fn sample(&mut self, scope: Scope<'_>, t_ns: u64) -> io::Result<Frame> {
         let stats = self.walker.walk(&mut self.dir, scope)?;
         let mut processes = Vec::with_capacity(stats.len());
-        for stat in stats {
-            if let Ok(p) = self.process(stat) {
+        for (ino, stat) in stats {
+            if let Ok(p) = self.process(ino, stat) {
                 processes.push(p);
             }
         }
+        self.dir.end_tick();
+        std::mem::swap(&mut self.prev, &mut self.next_prev);
+        self.next_prev.clear();
         let network = if self.options.network {
             match self.dir.read(format_args!("net/dev"), &mut self.buf) {
                 Ok(()) => parse::net_dev(&self.buf),
@@ -83,19 +116,47 @@ impl Sampler {
         })
     }
 
-    fn process(&mut self, stat: Stat) -> Result<ProcessSample, Vanished> {
+    fn process(&mut self, ino: u64, stat: Stat) -> Result<ProcessSample, Vanished> {
         let pid = stat.pid;
-        // Unreadable io (another user's process) is recorded as None; a process that is
-        // gone is caught by the thread reads below.
-        let io = match self.dir.read(format_args!("{pid}/io"), &mut self.buf) {
-            Ok(()) => parse::io(&self.buf),
-            Err(_) => None,
-        };
-        let threads = if self.options.threads {
-            self.threads(&stat)?
+        // The same pid with another start time is another process.
+        let prev = self
+            .prev
+            .remove(&pid)
+            .filter(|p| p.start_time_ticks == stat.starttime);
+        let (threads, none_ran) = if self.options.threads {
+            self.threads(ino, &stat, prev.as_ref())?
         } else {
-            Vec::new()
+            (Vec::new(), false)
         };
+        let io_key = KeptKey::process(pid, TaskFile::Io);
+        let io = match prev {
+            Some(p) if none_ran => {
+                self.dir.keep(io_key);
+                p.io
+            }
+            // Unreadable io (another user's process) is None; a process that is gone was
+            // caught by the thread reads above.
+            _ => match self.dir.read_kept(io_key, ino, &mut self.buf) {
+                Ok(()) => parse::io(&self.buf),
+                Err(_) => None,
+            },
+        };
+        self.next_prev.insert(
+            pid,
+            Prev {
+                start_time_ticks: stat.starttime,
+                io,
+                threads: threads
+                    .iter()
+                    .map(|t| PrevThread {
+                        tid: t.tid,
+                        state: t.state.chars().next().unwrap_or('?'),
+                        schedstat: t.schedstat,
+                        syscall_nr: t.syscall_nr,
+                    })
+                    .collect(),
+            },
+        );
         Ok(ProcessSample {
             pid,
             ppid: stat.ppid,
@@ -113,14 +174,25 @@ impl Sampler {
         })
     }
 
-    fn threads(&mut self, stat: &Stat) -> Result<Vec<ThreadSample>, Vanished> {
+    /// The process's threads, sorted by tid, and whether none of them ran since the
+    /// previous sample (the same threads, none scheduled).
+    fn threads(
+        &mut self,
+        ino: u64,
+        stat: &Stat,
+        prev: Option<&Prev>,
+    ) -> Result<(Vec<ThreadSample>, bool), Vanished> {
         let pid = stat.pid;
+        let prev_threads = prev.map_or(&[][..], |p| &p.threads[..]);
         // A single live thread is the leader, and task/<pid>/stat would repeat the
         // process's comm and state (both files print the same task fields): skip the
         // task directory listing and that read. A zombie leader may hide a live thread.
         if stat.num_threads == 1 && stat.state != 'Z' {
-            let thread = self.thread_files(pid, pid, stat.comm.clone(), stat.state)?;
-            return Ok(vec![thread]);
+            let before = find_thread(prev_threads, pid);
+            let (thread, ran) =
+                self.thread_files(ino, pid, pid, stat.comm.clone(), stat.state, before)?;
+            let none_ran = !ran && prev_threads.len() == 1;
+            return Ok((vec![thread], none_ran));
         }
         match self
             .dir
@@ -128,24 +200,25 @@ impl Sampler {
         {
             Ok(()) => {}
             Err(e) if is_gone(&e) => return Err(Vanished),
-            Err(_) => return Ok(Vec::new()),
+            Err(_) => return Ok((Vec::new(), false)),
         }
         let mut tids = std::mem::take(&mut self.tids);
         tids.sort_unstable();
         let mut threads = Vec::with_capacity(tids.len());
+        let mut any_ran = false;
         for &(tid, _) in &tids {
             // /proc/<pid>/task/<tid>/stat field 2 is the same thread name as .../comm.
-            if self
-                .dir
-                .read(format_args!("{pid}/task/{tid}/stat"), &mut self.buf)
-                .is_err()
-            {
+            let key = KeptKey::thread(pid, tid, TaskFile::TaskStat);
+            if self.dir.read_kept(key, ino, &mut self.buf).is_err() {
                 continue;
             }
             let Some(tstat) = parse::stat(&self.buf) else {
                 continue;
             };
-            if let Ok(t) = self.thread_files(pid, tid, tstat.comm, tstat.state) {
+            let before = find_thread(prev_threads, tid);
+            if let Ok((t, ran)) = self.thread_files(ino, pid, tid, tstat.comm, tstat.state, before)
+            {
+                any_ran |= ran;
                 threads.push(t);
             }
         }
@@ -153,20 +226,27 @@ impl Sampler {
         if threads.is_empty() && !self.dir.dir_exists(format_args!("{pid}/task")) {
             return Err(Vanished);
         }
-        Ok(threads)
+        let same_threads = threads.len() == prev_threads.len()
+            && threads
+                .iter()
+                .zip(prev_threads)
+                .all(|(a, b)| a.tid == b.tid);
+        Ok((threads, same_threads && !any_ran))
     }
 
+    /// One thread's schedstat and blocked syscall, and whether it may have run since
+    /// `before` (its previous sample).
     fn thread_files(
         &mut self,
+        ino: u64,
         pid: i32,
         tid: i32,
         comm: String,
         state: char,
-    ) -> Result<ThreadSample, Vanished> {
-        let schedstat = match self
-            .dir
-            .read(format_args!("{pid}/task/{tid}/schedstat"), &mut self.buf)
-        {
+        before: Option<&PrevThread>,
+    ) -> Result<(ThreadSample, bool), Vanished> {
+        let key = KeptKey::thread(pid, tid, TaskFile::Schedstat);
+        let schedstat = match self.dir.read_kept(key, ino, &mut self.buf) {
             Ok(()) => parse::schedstat(&self.buf),
             // No schedstat file (no CONFIG_SCHED_INFO) or no thread any more: tell apart.
             Err(e) if is_gone(&e) => {
@@ -177,25 +257,40 @@ impl Sampler {
             }
             Err(_) => None,
         };
-        // A running thread's syscall file says "running": don't pay for reading it.
-        let syscall_nr = if state == 'R' {
+        let idle = before.is_some_and(|b| {
+            matches!(state, 'S' | 'D' | 'T' | 't' | 'I')
+                && b.state == state
+                && schedstat.is_some()
+                && b.schedstat == schedstat
+        });
+        let syscall_key = KeptKey::thread(pid, tid, TaskFile::Syscall);
+        let syscall_nr = if idle {
+            self.dir.keep(syscall_key);
+            before.and_then(|b| b.syscall_nr)
+        } else if state == 'R' {
+            // A running thread's syscall file says "running": don't pay for reading it.
             None
         } else {
-            match self
-                .dir
-                .read(format_args!("{pid}/task/{tid}/syscall"), &mut self.buf)
-            {
+            match self.dir.read_kept(syscall_key, ino, &mut self.buf) {
                 Ok(()) => parse::syscall_nr(&self.buf),
                 Err(_) => None,
             }
         };
-        Ok(ThreadSample {
+        let thread = ThreadSample {
             tid,
             comm,
             state: state.to_string(),
             schedstat,
             syscall_nr,
             class_ns: None,
-        })
+        };
+        Ok((thread, !idle))
     }
+}
+
+fn find_thread(threads: &[PrevThread], tid: i32) -> Option<&PrevThread> {
+    threads
+        .binary_search_by_key(&tid, |t| t.tid)
+        .ok()
+        .map(|i| &threads[i])
 }

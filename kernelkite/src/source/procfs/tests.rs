@@ -348,6 +348,54 @@ fn new_children_and_exits_between_ticks() {
 }
 
 #[test]
+fn blocked_syscall_and_io_are_reread_once_a_thread_ran() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = FakeProc::new(dir.path()).unwrap();
+    base(&fake);
+    let mut p = FakeProcess::new(100, 1, "waiter");
+    p.threads.push(FakeThread::new(101, "helper"));
+    fake.add(&p).unwrap();
+    let mut s = sampler(&fake);
+    let f1 = s.sample(Scope::Subtrees(&[100]), 1).unwrap();
+    assert_eq!(find(&f1, 100).threads[1].syscall_nr, Some(0));
+
+    // Files rewritten while schedstat and state stayed put: the kernel cannot change
+    // these without the threads running, so the sampler may keep its previous values.
+    let mut same = p.clone();
+    same.threads[1].syscall = Some("7 0x1 0x2 0x3 0x0 0x0 0x0 0x7ffd 0x7f00".into());
+    same.io.as_mut().unwrap().rchar_bytes = 99_999;
+    fake.add(&same).unwrap();
+    let f2 = s.sample(Scope::Subtrees(&[100]), 2).unwrap();
+    assert_eq!(find(&f2, 100).threads[1].syscall_nr, Some(0));
+    assert_eq!(find(&f2, 100).io.unwrap().rchar_bytes, 4096);
+
+    // Thread 101 was scheduled (one more timeslice): both are read again.
+    let mut ran = same.clone();
+    ran.threads[1].schedstat.as_mut().unwrap().timeslices += 1;
+    fake.add(&ran).unwrap();
+    let f3 = s.sample(Scope::Subtrees(&[100]), 3).unwrap();
+    assert_eq!(find(&f3, 100).threads[1].syscall_nr, Some(7));
+    assert_eq!(find(&f3, 100).threads[0].syscall_nr, Some(0));
+    assert_eq!(find(&f3, 100).io.unwrap().rchar_bytes, 99_999);
+
+    // A state change alone (woken, not yet run) also counts.
+    let mut woken = ran.clone();
+    woken.threads[0].state = 'D';
+    woken.threads[0].syscall = Some("17 0x1".into());
+    fake.add(&woken).unwrap();
+    let f4 = s.sample(Scope::Subtrees(&[100]), 4).unwrap();
+    assert_eq!(find(&f4, 100).threads[0].syscall_nr, Some(17));
+
+    // So does pid reuse: same pid, new start time, nothing carried over.
+    let mut reused = FakeProcess::new(100, 1, "reused");
+    reused.start_time_ticks = 999_999;
+    reused.threads[0].syscall = Some("61 0x1".into());
+    fake.add(&reused).unwrap();
+    let f5 = s.sample(Scope::Subtrees(&[100]), 5).unwrap();
+    assert_eq!(find(&f5, 100).threads[0].syscall_nr, Some(61));
+}
+
+#[test]
 fn network_rows_when_asked() {
     let dir = tempfile::tempdir().unwrap();
     let fake = FakeProc::new(dir.path()).unwrap();
@@ -402,4 +450,53 @@ fn real_proc_sees_this_process_and_its_threads() {
     // Our own kernel threads' parent (kthreadd) and its children never appear.
     let f2 = s.sample(Scope::Subtrees(&[2]), 0).unwrap();
     assert!(f2.processes.is_empty());
+}
+
+/// `cargo test --release -p kernelkite --lib -- --ignored --nocapture sample_cost`:
+/// CPU per sample of 100 sleeping processes on the real /proc.
+#[test]
+#[ignore]
+fn sample_cost_of_100_sleepers() {
+    let mut children: Vec<std::process::Child> = (0..100)
+        .map(|_| {
+            std::process::Command::new("sleep")
+                .arg("60")
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let me = std::process::id() as i32;
+    let mut s = Sampler::new(std::path::Path::new(PROC_ROOT), SamplerOptions::default()).unwrap();
+    let cpu = || {
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
+        (ru.ru_utime.tv_sec * 1_000_000 + ru.ru_utime.tv_usec) as f64
+            + (ru.ru_stime.tv_sec * 1_000_000 + ru.ru_stime.tv_usec) as f64
+    };
+    let _ = s.sample(Scope::DescendantsOf(me), 0).unwrap();
+    let n = 300;
+    let before = cpu();
+    let mut frames = Vec::new();
+    for i in 0..n {
+        let f = s.sample(Scope::DescendantsOf(me), i).unwrap();
+        assert_eq!(f.processes.len(), 100);
+        frames.push(f);
+    }
+    let per_sample_us = (cpu() - before) / n as f64;
+    let before = cpu();
+    let bytes: usize = frames
+        .iter()
+        .map(|f| serde_json::to_vec_pretty(f).unwrap().len())
+        .sum();
+    let ser_us = (cpu() - before) / n as f64;
+    for c in &mut children {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    println!(
+        "sample: {per_sample_us:.0} us CPU per frame of 100 processes ({:.2}% of a core at 100 ms); \
+         serialize: {ser_us:.0} us per frame ({} bytes)",
+        per_sample_us / 1000.0,
+        bytes / n as usize
+    );
 }

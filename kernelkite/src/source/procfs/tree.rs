@@ -13,7 +13,7 @@ use std::io;
 
 use procfs::process::Stat;
 
-use super::files::ProcDir;
+use super::files::{KeptKey, ProcDir, TaskFile};
 use super::parse;
 
 /// Which processes a sample covers.
@@ -66,8 +66,13 @@ pub(crate) struct TreeWalker {
 }
 
 impl TreeWalker {
-    /// The stat of every process in the subtree, sorted by pid.
-    pub(crate) fn walk(&mut self, dir: &mut ProcDir, scope: Scope<'_>) -> io::Result<Vec<Stat>> {
+    /// The stat of every process in the subtree with the inode of its /proc/<pid>,
+    /// sorted by pid.
+    pub(crate) fn walk(
+        &mut self,
+        dir: &mut ProcDir,
+        scope: Scope<'_>,
+    ) -> io::Result<Vec<(u64, Stat)>> {
         let key = ScopeKey::of(scope);
         if self.scope.as_ref() != Some(&key) {
             self.outsiders.clear();
@@ -83,10 +88,8 @@ impl TreeWalker {
                 continue;
             }
             // A process that vanished since the listing is simply not part of this tick.
-            if dir
-                .read(format_args!("{pid}/stat"), &mut self.stat_buf)
-                .is_err()
-            {
+            let key = KeptKey::process(pid, TaskFile::Stat);
+            if dir.read_kept(key, ino, &mut self.stat_buf).is_err() {
                 continue;
             }
             let Some(stat) = parse::stat(&self.stat_buf) else {
@@ -137,13 +140,13 @@ impl TreeWalker {
         let mut subtree = Vec::new();
         for (i, (ino, stat)) in self.fresh.drain(..).enumerate() {
             if self.inside[i] {
-                subtree.push(stat);
+                subtree.push((ino, stat));
             } else {
                 self.next_outsiders.insert(stat.pid, ino);
             }
         }
         std::mem::swap(&mut self.outsiders, &mut self.next_outsiders);
-        subtree.sort_unstable_by_key(|s| s.pid);
+        subtree.sort_unstable_by_key(|(_, s)| s.pid);
         Ok(subtree)
     }
 }
