@@ -368,54 +368,8 @@ fn install_dependencies() -> Result<()> {
         apt(&args).with_context(|| format!("apt-get install {} failed", packages.join(" ")))?;
     }
 
-    // rust-src, for building the BPF programs with build-std.
-    let installed = Command::new("rustup")
-        .args(["component", "list", "--installed"])
-        .output()
-        .context("cannot run rustup (is Rust installed with rustup?)")?;
-    if String::from_utf8_lossy(&installed.stdout)
-        .lines()
-        .any(|l| l.starts_with("rust-src"))
-    {
-        println!("  {:<42} ok", "rustup component rust-src");
-    } else {
-        println!("  {:<42} missing", "rustup component rust-src");
-        run_cmd(Command::new("rustup").args(["component", "add", "rust-src"]))?;
-    }
-
-    // bpf-linker links the BPF programs; it is built against the system LLVM 22.
-    if crate::workspace_root()
-        .join("kernelkite-ebpf")
-        .join("Cargo.toml")
-        .exists()
-    {
-        if on_path("bpf-linker") || cargo_home_bin("bpf-linker").is_file() {
-            println!("  {:<42} ok", "bpf-linker");
-        } else {
-            println!("  {:<42} missing", "bpf-linker");
-            let mut cmd = Command::new(cargo_bin());
-            cmd.args([
-                "install",
-                "bpf-linker",
-                "--locked",
-                "--no-default-features",
-                "--features",
-                "llvm-22",
-            ])
-            .env("LLVM_SYS_221_PREFIX", "/usr/lib/llvm-22")
-            .env("LLVM_SYS_220_PREFIX", "/usr/lib/llvm-22");
-            run_cmd(&mut cmd).context("cargo install bpf-linker failed")?;
-        }
-    }
-    Ok(())
-}
-
-fn cargo_home_bin(name: &str) -> std::path::PathBuf {
-    let home = std::env::var_os("CARGO_HOME").map_or_else(
-        || Path::new(&std::env::var_os("HOME").unwrap_or_default()).join(".cargo"),
-        std::path::PathBuf::from,
-    );
-    home.join("bin").join(name)
+    // rust-src and bpf-linker, for building the BPF programs (one place knows how).
+    crate::build_ebpf::ensure_tools()
 }
 
 #[cfg(test)]
