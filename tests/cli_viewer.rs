@@ -111,11 +111,13 @@ fn document_shape() {
             assert_eq!(series["t_start_ns"].as_array().unwrap().len(), n, "{name}");
         }
     }
-    // 25 ticks (20 utime + 5 stime) in 0.25 s at 100 Hz: one core. In the second
-    // interval pid 20 is a new process (pid reuse), so only pid 10 counts.
+    // pid 10: 25 ticks (20 utime + 5 stime) per 0.25 s at 100 Hz, one core. Each pid 20
+    // started inside the session (absent from the first frame) and counts from its first
+    // sample: 5 ticks in the first interval, then 1 tick for the new process that reused
+    // the pid (never a delta across the two).
     assert_eq!(
         doc["series"]["cpu_cores"]["values"],
-        serde_json::json!([1.0, 1.0])
+        serde_json::json!([1.2, 1.04])
     );
     assert_eq!(
         doc["series"]["disk_read_bytes"]["values"],

@@ -26,7 +26,7 @@ pub const MAX_TABLE_ROWS: usize = 25;
 /// Render the report of `bundle`.
 pub fn render(bundle: &Bundle) -> String {
     let analysis = analyze(bundle);
-    let timeline = extract(bundle, &analysis.reap_folds);
+    let timeline = extract(bundle, Some(&analysis));
     render_with(bundle, &analysis, &timeline)
 }
 
@@ -1596,7 +1596,7 @@ mod tests {
     #[test]
     fn long_sessions_are_downsampled_keeping_means_and_peaks() {
         let b = long_bundle(20_000);
-        let tl = extract(&b, &[]);
+        let tl = extract(&b, None);
         let xs = XScale::new(&tl);
         let cpu = downsample_mean(&tl.cpu_cores, &xs);
         assert!(

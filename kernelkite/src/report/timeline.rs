@@ -12,10 +12,10 @@
 //! A process is identified by `(pid, start_time_ticks)`: a pid seen again with another
 //! start time is a new process (pid reuse).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
-use crate::analysis::ReapFold;
-use crate::model::{Bundle, Frame, LifecycleKind, ProcessSample};
+use crate::analysis::{Analysis, ReapFold};
+use crate::model::{Bundle, Frame, IoCounters, LifecycleKind, ProcessSample};
 
 /// Values sampled at instants (one per distinct frame time).
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -121,11 +121,28 @@ pub struct Timeline {
 
 type Key = (i32, u64);
 
-/// Extract every series of `bundle`. `reap_folds` (from [`crate::analysis::Analysis`])
-/// are the children's I/O the kernel added to their reaper's counters: they are taken out
-/// of the reaper's delta in the interval they landed in, so a reaped child's reads and
-/// writes are not counted twice. Pass `&[]` to see the raw counters.
-pub fn extract(bundle: &Bundle, reap_folds: &[ReapFold]) -> Timeline {
+/// Extract every series of `bundle`, using two facts the analysis derived:
+///
+/// * processes that **started inside the session** (`ProcessRow::started_in_session`)
+///   and first appear after the first frame count their whole first sample (CPU and
+///   I/O since they started) in the interval before it — otherwise a process shorter
+///   than a few frames would be missing from the charts;
+/// * **reap folds** (`Analysis::reap_folds`): a child's I/O the kernel added to its
+///   reaper's counters is taken out of the reaper's delta where it landed, so the
+///   child's bytes count once.
+///
+/// With `None`, the series are the raw deltas of processes sampled in both frames.
+pub fn extract(bundle: &Bundle, analysis: Option<&Analysis>) -> Timeline {
+    let reap_folds: &[ReapFold] = analysis.map_or(&[], |a| a.reap_folds.as_slice());
+    let started_inside: BTreeSet<Key> = analysis
+        .map(|a| {
+            a.processes
+                .iter()
+                .filter(|r| r.started_in_session)
+                .map(|r| (r.pid, r.start_time_ticks))
+                .collect()
+        })
+        .unwrap_or_default();
     let frames = distinct_frames(&bundle.frames);
     let mut tl = Timeline {
         start_ns: frames.first().map_or(0, |f| f.t_ns),
@@ -158,6 +175,15 @@ pub fn extract(bundle: &Bundle, reap_folds: &[ReapFold]) -> Timeline {
     let has_network = frames.iter().any(|f| f.network.is_some());
     let mut rx = IntervalSeries::default();
     let mut tx = IntervalSeries::default();
+    let mut seen: BTreeSet<Key> = frames
+        .first()
+        .map(|f| {
+            f.processes
+                .iter()
+                .map(|p| (p.pid, p.start_time_ticks))
+                .collect()
+        })
+        .unwrap_or_default();
     for pair in frames.windows(2) {
         let (a, b) = (pair[0], pair[1]);
         let dt_ns = b.t_ns - a.t_ns; // > 0: frames are distinct and ordered
@@ -168,13 +194,20 @@ pub fn extract(bundle: &Bundle, reap_folds: &[ReapFold]) -> Timeline {
             .collect();
         let (mut ticks, mut read, mut write) = (0u64, 0u64, 0u64);
         for p in &b.processes {
-            let Some(q) = before.get(&(p.pid, p.start_time_ticks)) else {
-                continue;
+            let key = (p.pid, p.start_time_ticks);
+            let new_here = seen.insert(key);
+            let (then, io_then) = match before.get(&key) {
+                Some(q) => (q.utime_ticks.saturating_add(q.stime_ticks), q.io),
+                // Started inside the session, first sampled now: everything it counted
+                // happened since the previous frame.
+                None if new_here && started_inside.contains(&key) => {
+                    (0, Some(IoCounters::default()))
+                }
+                None => continue,
             };
             let now = p.utime_ticks.saturating_add(p.stime_ticks);
-            let then = q.utime_ticks.saturating_add(q.stime_ticks);
             ticks = ticks.saturating_add(now.saturating_sub(then));
-            if let (Some(i0), Some(i1)) = (q.io, p.io) {
+            if let (Some(i0), Some(i1)) = (io_then, p.io) {
                 let (fr, fw) = folds
                     .get(&(p.pid, p.start_time_ticks, b.t_ns))
                     .copied()
@@ -466,7 +499,7 @@ mod tests {
                 ],
             ),
         ]);
-        let tl = extract(&b, &[]);
+        let tl = extract(&b, None);
         assert_eq!(tl.start_ns, 0);
         assert_eq!(tl.end_ns, 1_500_000_000);
         assert_eq!(tl.cpu_cores.values, vec![1.0, 2.0]);
@@ -495,7 +528,7 @@ mod tests {
             frame(100, vec![proc_(10, 9, 3, 1, Some((0, 0)))]),
             frame(200, vec![proc_(10, 9, 8, 1, Some((10, 0)))]),
         ]);
-        let tl = extract(&b, &[]);
+        let tl = extract(&b, None);
         assert_eq!(tl.cpu_cores.values, vec![0.0, 0.5]);
         assert_eq!(tl.disk_read_bytes.values, vec![0, 10]);
         assert_eq!(tl.processes.len(), 2);
@@ -527,15 +560,47 @@ mod tests {
         ]);
         let a = crate::analysis::analyze(&b);
         assert_eq!(a.reap_folds.len(), 1, "{:?}", a.reap_folds);
-        let tl = extract(&b, &a.reap_folds);
+        let tl = extract(&b, Some(&a));
         assert_eq!(tl.disk_read_bytes.values, vec![5000, 110]);
         assert_eq!(tl.disk_write_bytes.values, vec![700, 0]);
         // The series add up to the analysis totals.
         let sum: u64 = tl.disk_read_bytes.values.iter().sum();
         assert_eq!(sum, a.read_bytes);
         // Without the folds the child's bytes show twice.
-        let raw = extract(&b, &[]);
+        let raw = extract(&b, None);
         assert_eq!(raw.disk_read_bytes.values, vec![5000, 5110]);
+    }
+
+    #[test]
+    fn processes_started_inside_count_from_their_first_sample() {
+        let b = bundle(vec![
+            frame(0, vec![proc_(10, 5, 0, 1, Some((0, 0)))]),
+            // pid 11 was born after frame 0: its 5 ticks and 1000 bytes are this interval's.
+            frame(
+                100,
+                vec![
+                    proc_(10, 5, 0, 1, Some((0, 0))),
+                    proc_(11, 9, 5, 1, Some((1000, 0))),
+                ],
+            ),
+            frame(
+                200,
+                vec![
+                    proc_(10, 5, 0, 1, Some((0, 0))),
+                    proc_(11, 9, 15, 1, Some((1500, 0))),
+                ],
+            ),
+        ]);
+        let a = crate::analysis::analyze(&b);
+        let tl = extract(&b, Some(&a));
+        assert_eq!(tl.cpu_cores.values, vec![0.5, 1.0]);
+        assert_eq!(tl.disk_read_bytes.values, vec![1000, 500]);
+        let sum: u64 = tl.disk_read_bytes.values.iter().sum();
+        assert_eq!(sum, a.read_bytes);
+        // Raw deltas only see what happened between two samples of the same process.
+        let raw = extract(&b, None);
+        assert_eq!(raw.cpu_cores.values, vec![0.0, 1.0]);
+        assert_eq!(raw.disk_read_bytes.values, vec![0, 500]);
     }
 
     #[test]
@@ -544,7 +609,7 @@ mod tests {
             frame(0, vec![proc_(10, 5, 100, 1, Some((500, 500)))]),
             frame(100, vec![proc_(10, 5, 90, 1, Some((400, 600)))]),
         ]);
-        let tl = extract(&b, &[]);
+        let tl = extract(&b, None);
         assert_eq!(tl.cpu_cores.values, vec![0.0]);
         assert_eq!(tl.disk_read_bytes.values, vec![0]);
         assert_eq!(tl.disk_write_bytes.values, vec![100]);
@@ -553,7 +618,7 @@ mod tests {
     #[test]
     fn single_frame_has_points_but_no_intervals() {
         let b = bundle(vec![frame(0, vec![proc_(10, 5, 100, 3, None)])]);
-        let tl = extract(&b, &[]);
+        let tl = extract(&b, None);
         assert!(tl.cpu_cores.is_empty());
         assert!(tl.disk_read_bytes.is_empty());
         assert_eq!(tl.rss_bytes.values, vec![3 * 4096]);
@@ -565,14 +630,14 @@ mod tests {
 
     #[test]
     fn no_frames_and_duplicate_times_are_harmless() {
-        let tl = extract(&bundle(Vec::new()), &[]);
+        let tl = extract(&bundle(Vec::new()), None);
         assert_eq!(tl, Timeline::default());
         let b = bundle(vec![
             frame(0, vec![proc_(10, 5, 0, 1, None)]),
             frame(0, vec![proc_(10, 5, 10, 1, None)]),
             frame(100, vec![proc_(10, 5, 20, 1, None)]),
         ]);
-        let tl = extract(&b, &[]);
+        let tl = extract(&b, None);
         assert_eq!(tl.cpu_cores.values, vec![1.0]);
         assert_eq!(tl.rss_bytes.t_ns, vec![0, 100_000_000]);
     }
@@ -611,7 +676,7 @@ mod tests {
                 ..ev(160, LifecycleKind::Exit, 10, "t", None)
             },
         ];
-        let tl = extract(&b, &[]);
+        let tl = extract(&b, None);
         let pids: Vec<i32> = tl.processes.iter().map(|p| p.pid).collect();
         assert_eq!(pids, vec![10, 20, 30]);
         let p20 = &tl.processes[1];
@@ -655,7 +720,7 @@ mod tests {
         f0.network = net(100, 100);
         let mut f1 = frame(100, vec![]);
         f1.network = net(300, 50);
-        let tl = extract(&bundle(vec![f0, f1]), &[]);
+        let tl = extract(&bundle(vec![f0, f1]), None);
         assert_eq!(tl.net_rx_bytes.unwrap().values, vec![200]);
         assert_eq!(tl.net_tx_bytes.unwrap().values, vec![0]);
     }

@@ -21,7 +21,7 @@ pub const SCHEMA_VERSION: u32 = 1;
 /// The viewer document of `bundle`, as pretty JSON with a trailing newline.
 pub fn render(bundle: &Bundle) -> Vec<u8> {
     let analysis = analyze(bundle);
-    let timeline = extract(bundle, &analysis.reap_folds);
+    let timeline = extract(bundle, Some(&analysis));
     let mut out = serde_json::to_vec_pretty(&document(bundle, &analysis, &timeline))
         .expect("JSON values serialize");
     out.push(b'\n');
