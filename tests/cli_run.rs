@@ -1,0 +1,556 @@
+//! End-to-end tests of `kernelkite run` on real process trees: the sampled tree and its
+//! ppid chain, orphans reparented to kernelkite, exit status forwarding, exact rusage
+//! against independent measurements, signal forwarding, the frame cap, and bad input.
+
+#![cfg(target_os = "linux")]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::{Command as StdCommand, Stdio};
+use std::time::{Duration, Instant};
+
+use assert_cmd::Command;
+use kernelkite::model::{load_bundle, Backend, Bundle};
+
+fn kk() -> Command {
+    let mut c = Command::cargo_bin("kernelkite").unwrap();
+    c.env_remove("RUST_BACKTRACE");
+    c
+}
+
+fn kk_path() -> PathBuf {
+    assert_cmd::cargo::cargo_bin("kernelkite")
+}
+
+/// Every (pid -> ppid) the bundle saw; a pid whose ppid changed (reparenting) keeps the
+/// last one.
+fn last_ppids(bundle: &Bundle) -> BTreeMap<i32, i32> {
+    let mut out = BTreeMap::new();
+    for f in &bundle.frames {
+        for p in &f.processes {
+            out.insert(p.pid, p.ppid);
+        }
+    }
+    out
+}
+
+fn first_ppids(bundle: &Bundle) -> BTreeMap<i32, i32> {
+    let mut out = BTreeMap::new();
+    for f in &bundle.frames {
+        for p in &f.processes {
+            out.entry(p.pid).or_insert(p.ppid);
+        }
+    }
+    out
+}
+
+/// A shell script that writes "<level> <pid> <ppid>" to OUT, burns a little CPU, starts
+/// two copies of itself one level down (until level 2) and waits for them.
+const TREE_SH: &str = r#"
+level=$1; out=$2
+echo "$level $$ $PPID" >> "$out"
+i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done
+if [ "$level" -lt 2 ]; then
+  sh "$0" $((level + 1)) "$out" &
+  sh "$0" $((level + 1)) "$out" &
+fi
+sleep 0.5
+wait
+"#;
+
+#[test]
+fn samples_children_and_grandchildren_with_their_ppid_chain() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("tree.sh");
+    std::fs::write(&script, TREE_SH).unwrap();
+    let record = dir.path().join("pids.txt");
+    let bundle_path = dir.path().join("tree.json");
+    let out = kk()
+        .args(["--interval-ms", "50", "--label", "tree test", "run"])
+        .arg(&bundle_path)
+        .arg("--")
+        .arg("sh")
+        .arg(&script)
+        .arg("0")
+        .arg(&record)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!("kernelkite: wrote {}", bundle_path.display()))
+            && stderr.contains("frames, "),
+        "{stderr}"
+    );
+
+    // level -> [(pid, ppid)] as the processes themselves saw it.
+    let mut by_level: BTreeMap<u32, Vec<(i32, i32)>> = BTreeMap::new();
+    for line in std::fs::read_to_string(&record).unwrap().lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        by_level
+            .entry(f[0].parse().unwrap())
+            .or_default()
+            .push((f[1].parse().unwrap(), f[2].parse().unwrap()));
+    }
+    assert_eq!(by_level[&0].len(), 1);
+    assert_eq!(by_level[&1].len(), 2);
+    assert_eq!(by_level[&2].len(), 4);
+
+    let bundle = load_bundle(&bundle_path).unwrap();
+    assert_eq!(bundle.backend, Backend::Proc);
+    assert_eq!(bundle.label.as_deref(), Some("tree test"));
+    assert_eq!(bundle.interval_ms, 50);
+    assert_eq!(bundle.events_lost, None);
+    let root = by_level[&0][0].0;
+    assert_eq!(bundle.root_pids, [root]);
+    let launched = bundle.launched.as_ref().unwrap();
+    assert_eq!(launched.pid, root);
+    assert_eq!(launched.argv[0], "sh");
+    assert_eq!((launched.exit_code, launched.signal), (Some(0), None));
+    let rusage = launched.rusage.unwrap();
+    assert!(rusage.user_us + rusage.system_us > 0, "{rusage:?}");
+    assert!(rusage.max_rss_kib > 0);
+
+    // Every process of the tree was sampled, with the parent it reported itself.
+    let seen = first_ppids(&bundle);
+    for (level, procs) in &by_level {
+        for &(pid, ppid) in procs {
+            assert_eq!(
+                seen.get(&pid),
+                Some(&ppid),
+                "level {level} pid {pid}: {seen:?}"
+            );
+        }
+    }
+    // The chain: grandchildren -> children -> root.
+    let children: BTreeSet<i32> = by_level[&1].iter().map(|p| p.0).collect();
+    assert!(by_level[&1].iter().all(|&(_, ppid)| ppid == root));
+    assert!(by_level[&2].iter().all(|(_, ppid)| children.contains(ppid)));
+    // Nothing outside the tree: exactly the 7 shells (plus their `sleep`s).
+    let ours: BTreeSet<i32> = by_level.values().flatten().map(|p| p.0).collect();
+    for (pid, ppid) in &seen {
+        assert!(
+            ours.contains(pid) || ours.contains(ppid),
+            "stranger pid {pid} (ppid {ppid})"
+        );
+    }
+    // Frames are in time order and carry thread samples.
+    assert!(bundle.frames.windows(2).all(|w| w[0].t_ns <= w[1].t_ns));
+    let grandchild = by_level[&2][0].0;
+    let sample = bundle
+        .frames
+        .iter()
+        .flat_map(|f| &f.processes)
+        .find(|p| p.pid == grandchild)
+        .unwrap();
+    assert_eq!(sample.comm, "sh");
+    assert_eq!(sample.threads.len(), 1);
+    assert_eq!(sample.threads[0].tid, grandchild);
+    assert!(sample.threads[0].schedstat.is_some());
+    assert_eq!(bundle.frame_cap.max_frames, 100_000);
+    assert_eq!(bundle.frame_cap.frames_dropped, 0);
+}
+
+#[test]
+fn orphans_are_reparented_sampled_and_waited_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let done = dir.path().join("orphan-done");
+    let bundle_path = dir.path().join("orphan.json");
+    // The root exits with 3 after 0.2 s; its background child outlives it by ~0.6 s.
+    let script = format!(
+        "sh -c 'sleep 0.8; echo $$ > {}' & sleep 0.2; exit 3",
+        done.display()
+    );
+    let started = Instant::now();
+    kk().args(["--interval-ms", "50", "run"])
+        .arg(&bundle_path)
+        .args(["--", "sh", "-c", &script])
+        .assert()
+        .code(3);
+    // kernelkite returned only after the orphan finished.
+    assert!(done.exists(), "kernelkite exited before the orphan");
+    assert!(started.elapsed() >= Duration::from_millis(700));
+    let orphan: i32 = std::fs::read_to_string(&done)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+
+    let bundle = load_bundle(&bundle_path).unwrap();
+    let root = bundle.root_pids[0];
+    let kernelkite_pid = first_ppids(&bundle)[&root];
+    assert_eq!(
+        first_ppids(&bundle)[&orphan],
+        root,
+        "first seen as the root's child"
+    );
+    assert_eq!(
+        last_ppids(&bundle)[&orphan],
+        kernelkite_pid,
+        "then reparented to kernelkite, the subreaper"
+    );
+    let launched = bundle.launched.unwrap();
+    assert_eq!((launched.exit_code, launched.signal), (Some(3), None));
+    // Sampled after the root was gone.
+    let root_gone = bundle
+        .frames
+        .iter()
+        .position(|f| f.processes.iter().all(|p| p.pid != root))
+        .unwrap();
+    assert!(bundle.frames[root_gone..]
+        .iter()
+        .any(|f| f.processes.iter().any(|p| p.pid == orphan)));
+}
+
+#[test]
+fn exit_status_is_forwarded() {
+    let dir = tempfile::tempdir().unwrap();
+    let bundle_path = dir.path().join("exit.json");
+    kk().arg("run")
+        .arg(&bundle_path)
+        .args(["--", "sh", "-c", "exit 7"])
+        .assert()
+        .code(7);
+    let launched = load_bundle(&bundle_path).unwrap().launched.unwrap();
+    assert_eq!((launched.exit_code, launched.signal), (Some(7), None));
+    assert!(launched.rusage.is_some());
+
+    // Killed by a signal: 128 + N, like a shell.
+    kk().arg("run")
+        .arg(&bundle_path)
+        .args(["--", "sh", "-c", "kill -TERM $$"])
+        .assert()
+        .code(128 + 15);
+    let launched = load_bundle(&bundle_path).unwrap().launched.unwrap();
+    assert_eq!((launched.exit_code, launched.signal), (None, Some(15)));
+}
+
+/// 300 short processes, CPU burners in short-lived children, and orphans that burn
+/// after their parent exited: the work the sampler can't see between ticks.
+const MANY_SHORT: &str = r#"
+burn() { i=0; while [ $i -lt 40000 ]; do i=$((i+1)); done; }
+for i in $(seq 300); do /bin/true; done
+for i in $(seq 8); do ( burn ); done
+for i in $(seq 6); do ( burn & ); done
+burn
+"#;
+
+/// Total user+system CPU (µs) the bundle's rusage reports.
+fn bundle_cpu_us(path: &Path) -> u64 {
+    let ru = load_bundle(path).unwrap().launched.unwrap().rusage.unwrap();
+    ru.user_us + ru.system_us
+}
+
+#[test]
+fn rusage_matches_usr_bin_time() {
+    let time = Path::new("/usr/bin/time");
+    if !time.exists() {
+        if std::env::var_os("CI").is_some() {
+            panic!(
+                "/usr/bin/time is missing: install the `time` package (CI needs it for this test)"
+            );
+        }
+        eprintln!("skipped rusage_matches_usr_bin_time: /usr/bin/time is not installed");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let bundle_path = dir.path().join("many.json");
+    let times = dir.path().join("times.txt");
+    // A long interval keeps kernelkite's own CPU (which `time` also counts) tiny.
+    let status = StdCommand::new(time)
+        .args(["-f", "%U %S", "-o"])
+        .arg(&times)
+        .arg(kk_path())
+        .args(["--interval-ms", "1000", "run"])
+        .arg(&bundle_path)
+        .args(["--", "sh", "-c", MANY_SHORT])
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let text = std::fs::read_to_string(&times).unwrap();
+    let f: Vec<f64> = text
+        .split_whitespace()
+        .map(|v| {
+            v.parse()
+                .unwrap_or_else(|_| panic!("unexpected time output {text:?}"))
+        })
+        .collect();
+    let time_us = ((f[0] + f[1]) * 1e6) as u64;
+    let ours = bundle_cpu_us(&bundle_path);
+    // `time` counts kernelkite too, so it is the larger; both within 2% (and time's
+    // 10 ms resolution).
+    let tolerance = time_us / 50 + 20_000;
+    assert!(
+        ours <= time_us + 20_000 && time_us - ours.min(time_us) <= tolerance,
+        "bundle rusage {ours} us vs /usr/bin/time {time_us} us"
+    );
+    assert!(
+        ours > 300_000,
+        "the workload should burn well over 0.3 s, got {ours} us"
+    );
+}
+
+#[test]
+#[allow(
+    clippy::zombie_processes,
+    reason = "reaped with libc::wait4 to get its rusage"
+)]
+fn rusage_matches_wait4_of_a_separate_parent() {
+    let dir = tempfile::tempdir().unwrap();
+    let bundle_path = dir.path().join("many.json");
+    let child = StdCommand::new(kk_path())
+        .args(["--interval-ms", "20", "run"])
+        .arg(&bundle_path)
+        .args(["--", "sh", "-c", MANY_SHORT])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as i32;
+    // Wait without reaping, read kernelkite's own CPU from its stat, then reap with wait4:
+    // wait4's rusage is kernelkite plus everything it reaped, so the tree is the
+    // difference.
+    // SAFETY: plain libc calls on our own child.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    let rc = unsafe {
+        libc::waitid(
+            libc::P_PID,
+            pid as libc::id_t,
+            &mut info,
+            libc::WEXITED | libc::WNOWAIT,
+        )
+    };
+    assert_eq!(rc, 0);
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split(' ').collect();
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
+    let self_us = (fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap())
+        * 1_000_000
+        / ticks;
+    let mut status = 0;
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    assert_eq!(unsafe { libc::wait4(pid, &mut status, 0, &mut ru) }, pid);
+    assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
+    let us = |tv: libc::timeval| tv.tv_sec as u64 * 1_000_000 + tv.tv_usec as u64;
+    let total_us = us(ru.ru_utime) + us(ru.ru_stime);
+    let tree_us = total_us.saturating_sub(self_us);
+
+    let ours = bundle_cpu_us(&bundle_path);
+    // Self CPU is known to one clock tick only.
+    let tolerance = tree_us / 50 + 1_000_000 / ticks;
+    assert!(
+        ours.abs_diff(tree_us) <= tolerance,
+        "bundle rusage {ours} us vs wait4 {total_us} us - kernelkite's own {self_us} us = {tree_us} us"
+    );
+    assert!(ours <= total_us);
+    let bundle = load_bundle(&bundle_path).unwrap();
+    assert!(bundle.launched.unwrap().rusage.unwrap().max_rss_kib > 0);
+}
+
+/// Start `kernelkite run` on `cmd` and wait until kernelkite has a child running `comm`.
+#[allow(clippy::zombie_processes, reason = "the caller waits for the returned child")]
+fn start_and_wait_for(bundle: &Path, cmd: &[&str], comm: &str) -> std::process::Child {
+    let mut child = StdCommand::new(kk_path())
+        .args(["--interval-ms", "50", "run"])
+        .arg(bundle)
+        .arg("--")
+        .args(cmd)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let children = format!("/proc/{0}/task/{0}/children", child.id());
+    loop {
+        let started = std::fs::read_to_string(&children)
+            .unwrap_or_default()
+            .split_whitespace()
+            .any(|pid| {
+                std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == comm)
+            });
+        if started {
+            return child;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{comm} never started under kernelkite");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn wait_with_timeout(child: &mut std::process::Child, limit: Duration) -> std::process::ExitStatus {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("kernelkite did not exit within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn sigint_is_forwarded_and_the_bundle_still_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let bundle_path = dir.path().join("int.json");
+    let mut child = start_and_wait_for(&bundle_path, &["sleep", "30"], "sleep");
+    let started = Instant::now();
+    // SAFETY: kill has no memory-safety preconditions.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
+    let status = wait_with_timeout(&mut child, Duration::from_secs(10));
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "the command was not interrupted"
+    );
+    assert_eq!(status.code(), Some(130), "{status:?}");
+    let bundle = load_bundle(&bundle_path).unwrap();
+    let launched = bundle.launched.unwrap();
+    assert_eq!(
+        (launched.exit_code, launched.signal),
+        (None, Some(libc::SIGINT))
+    );
+    assert!(bundle
+        .frames
+        .iter()
+        .any(|f| f.processes.iter().any(|p| p.comm == "sleep")));
+}
+
+#[test]
+fn sigterm_is_forwarded() {
+    let dir = tempfile::tempdir().unwrap();
+    let bundle_path = dir.path().join("term.json");
+    let mut child = start_and_wait_for(&bundle_path, &["sleep", "30"], "sleep");
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+    let status = wait_with_timeout(&mut child, Duration::from_secs(10));
+    assert_eq!(status.code(), Some(128 + libc::SIGTERM), "{status:?}");
+    let launched = load_bundle(&bundle_path).unwrap().launched.unwrap();
+    assert_eq!(launched.signal, Some(libc::SIGTERM));
+}
+
+#[test]
+fn frame_cap_keeps_refreshing_the_last_frame() {
+    let dir = tempfile::tempdir().unwrap();
+    let bundle_path = dir.path().join("cap.json");
+    kk().args(["--interval-ms", "10", "run", "--max-frames", "3"])
+        .arg(&bundle_path)
+        .args(["--", "sleep", "0.4"])
+        .assert()
+        .success();
+    let bundle = load_bundle(&bundle_path).unwrap();
+    assert_eq!(bundle.frames.len(), 3);
+    assert_eq!(bundle.frame_cap.max_frames, 3);
+    assert!(
+        bundle.frame_cap.frames_dropped >= 10,
+        "{:?}",
+        bundle.frame_cap
+    );
+    // The kept last frame is the final one: taken when sleep exited.
+    assert!(
+        bundle.frames[2].t_ns >= 390_000_000,
+        "{}",
+        bundle.frames[2].t_ns
+    );
+    assert!(bundle.frames[1].t_ns < 100_000_000);
+    let last = &bundle.frames[2].processes;
+    assert_eq!(last.len(), 1);
+    assert_eq!(
+        last[0].state, "Z",
+        "sampled as a zombie, with its final counters"
+    );
+}
+
+#[test]
+fn missing_command_is_one_line_and_leaves_no_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let bundle_path = dir.path().join("none.json");
+    let out = kk()
+        .arg("run")
+        .arg(&bundle_path)
+        .args(["--", "/nonexistent/kk-no-such-command", "arg"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("kk-no-such-command"), "{stderr}");
+    assert!(!bundle_path.exists());
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        0,
+        "temporary files left behind"
+    );
+}
+
+#[test]
+fn unwritable_bundle_path_fails_before_launching() {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("launched");
+    let bundle_path = dir.path().join("no-such-dir").join("b.json");
+    let out = kk()
+        .arg("run")
+        .arg(&bundle_path)
+        .args(["--", "touch"])
+        .arg(&marker)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("b.json"), "{stderr}");
+    assert!(
+        !marker.exists(),
+        "the command ran although the bundle could not be written"
+    );
+
+    // A directory in place of the bundle.
+    let out = kk()
+        .arg("run")
+        .arg(dir.path())
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("directory"));
+}
+
+#[test]
+fn ebpf_backend_is_not_available_for_run_yet() {
+    let dir = tempfile::tempdir().unwrap();
+    let bundle_path = dir.path().join("e.json");
+    let out = kk()
+        .args(["--backend", "ebpf", "run"])
+        .arg(&bundle_path)
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr)
+        .contains("the eBPF backend for run is not available yet"));
+    assert!(!bundle_path.exists());
+}
+
+#[test]
+fn network_counters_when_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let bundle_path = dir.path().join("net.json");
+    kk().args(["--network", "run"])
+        .arg(&bundle_path)
+        .args(["--", "sleep", "0.1"])
+        .assert()
+        .success();
+    let bundle = load_bundle(&bundle_path).unwrap();
+    for f in &bundle.frames {
+        let net = f.network.as_ref().expect("network rows in every frame");
+        assert!(net.iter().any(|r| r.interface == "lo"), "{net:?}");
+        assert!(net.windows(2).all(|w| w[0].interface < w[1].interface));
+    }
+}
