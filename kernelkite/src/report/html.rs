@@ -489,6 +489,15 @@ fn timeline_section(h: &mut String, bundle: &Bundle, tl: &Timeline) {
     let xs = XScale::new(tl);
     let (ticks, step) = xs.ticks();
     h.push_str("<section id=\"timeline\">\n<h2>Timeline</h2>\n");
+    if xs.t1 == xs.t0 {
+        let _ = writeln!(
+            h,
+            "<p class=\"hint\">The session is a single instant ({}): there is no timeline \
+             to draw.</p>\n</section>",
+            esc(&fmt_ns(xs.t0))
+        );
+        return;
+    }
     h.push_str(
         "<p class=\"hint\">CPU, memory and disk traffic of the observed processes per sampling \
          interval. Hover a chart for its values.</p>\n",
@@ -1743,6 +1752,15 @@ mod tests {
             let doc = crate::report::viewer::render(&b);
             serde_json::from_slice::<serde_json::Value>(&doc).unwrap();
         }
+    }
+
+    #[test]
+    fn a_single_frame_has_no_charts_but_its_processes() {
+        let page = render(&long_bundle(1));
+        assert!(page.contains("single instant"));
+        assert!(!page.contains("aria-label=\"Timeline of CPU"));
+        assert!(page.contains("aria-label=\"Process lifetimes\""));
+        assert!(page.contains("7 busy"));
     }
 
     #[test]
