@@ -257,7 +257,41 @@ fn totals(h: &mut String, bundle: &Bundle, a: &Analysis) {
             },
         );
     }
+    if let Some(r) = bundle.launched.as_ref().and_then(|l| l.rusage) {
+        card(
+            h,
+            "Page faults",
+            &fmt_count(r.major_faults),
+            &format!(
+                "major (needed I/O); {} minor — whole tree (rusage)",
+                fmt_count(r.minor_faults)
+            ),
+        );
+        card(
+            h,
+            "Context switches",
+            &fmt_count(r.voluntary_switches.saturating_add(r.involuntary_switches)),
+            &format!(
+                "{} voluntary (blocked), {} involuntary (preempted) — rusage",
+                fmt_count(r.voluntary_switches),
+                fmt_count(r.involuntary_switches)
+            ),
+        );
+    }
     h.push_str("</div>\n</section>\n");
+}
+
+/// An integer with thin-space thousands separators: `120 000`.
+fn fmt_count(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3 * 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push('\u{2009}');
+        }
+        out.push(c);
+    }
+    out
 }
 
 fn card(h: &mut String, label: &str, value: &str, sub: &str) {
@@ -1775,6 +1809,10 @@ mod tests {
         assert_eq!(fmt_ns(2_500_000), "2.5 ms");
         assert_eq!(fmt_ns(1_234_567_890), "1.235 s");
         assert_eq!(fmt_ns(125_000_000_000), "2 min 5.0 s");
+        assert_eq!(fmt_count(0), "0");
+        assert_eq!(fmt_count(999), "999");
+        assert_eq!(fmt_count(120_000), "120\u{2009}000");
+        assert_eq!(fmt_count(1_234_567), "1\u{2009}234\u{2009}567");
         assert_eq!(fmt_bytes(1023), "1023 B");
         assert_eq!(fmt_bytes(1536), "1.5 KiB");
         assert_eq!(fmt_bytes(300 * 1024 * 1024), "300 MiB");
