@@ -1593,6 +1593,7 @@ svg.mini { display: block; margin-top: 4px; border-radius: 2px; }
 .badge { font-size: 11px; padding: 1px 7px; border-radius: 10px; font-weight: 600; white-space: nowrap; }
 .badge.exact { background: #e6fffa; color: #276749; }
 .badge.est { background: #fefcbf; color: #975a16; }
+@media print { html, body { background: #fff; } main { max-width: none; padding: 0; } .card, svg.chart, table.data tr { break-inside: avoid; } }
 footer { margin-top: 40px; color: var(--muted); font-size: 12px; border-top: 1px solid var(--line); padding-top: 12px; }
 "#;
 
