@@ -35,7 +35,7 @@ pub fn render_with(bundle: &Bundle, a: &Analysis, tl: &Timeline) -> String {
     let mut h = String::with_capacity(64 * 1024);
     let title = match (&bundle.label, &bundle.launched) {
         (Some(label), _) => label.clone(),
-        (None, Some(l)) if !l.argv.is_empty() => l.argv.join(" "),
+        (None, Some(l)) if !l.argv.is_empty() => super::display_argv(&l.argv, 72),
         _ => "profiling session".to_string(),
     };
     h.push_str("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n");
@@ -101,7 +101,7 @@ fn header(h: &mut String, bundle: &Bundle, a: &Analysis, title: &str) {
         meta(
             h,
             "Command",
-            &format!("<code>{}</code>", esc(&l.argv.join(" "))),
+            &format!("<code>{}</code>", esc(&super::display_argv(&l.argv, 2000))),
         );
         let status = match (l.exit_code, l.signal) {
             (Some(c), _) => format!("exit code {c}"),
@@ -1410,7 +1410,7 @@ fn network_section(h: &mut String, a: &Analysis) {
 // Formatting
 
 /// Escape text for HTML element content and quoted attribute values. Control characters
-/// (which HTML forbids) become U+FFFD.
+/// (which HTML forbids) are shown escaped (`\n`, `\u{1b}`), as in the text reports.
 pub fn esc(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
@@ -1420,8 +1420,7 @@ pub fn esc(s: &str) -> String {
             '>' => out.push_str("&gt;"),
             '"' => out.push_str("&quot;"),
             '\'' => out.push_str("&#39;"),
-            '\t' | '\n' => out.push(c),
-            c if c.is_control() => out.push('\u{FFFD}'),
+            c if c.is_control() => out.extend(c.escape_default()),
             c => out.push(c),
         }
     }
@@ -1800,7 +1799,10 @@ mod tests {
 
     #[test]
     fn escapes_markup_quotes_and_controls() {
-        assert_eq!(esc("a<b>&\"c'\u{1}"), "a&lt;b&gt;&amp;&quot;c&#39;\u{FFFD}");
+        assert_eq!(
+            esc("a<b>&\"c'\u{1}\n"),
+            "a&lt;b&gt;&amp;&quot;c&#39;\\u{1}\\n"
+        );
     }
 
     #[test]
