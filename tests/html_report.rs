@@ -370,6 +370,76 @@ fn every_fixture_renders() {
     }
 }
 
+/// End to end on a real recording: `kernelkite run` (the /proc sampler, no privileges)
+/// of a shell that starts busy children, then `report` and `viewer` of that bundle.
+#[test]
+fn a_real_recording_renders() {
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = dir.path().join("real.json");
+    let st = kernelkite()
+        .args([
+            "--backend",
+            "proc",
+            "--interval-ms",
+            "10",
+            "--label",
+            "real <run>",
+            "run",
+        ])
+        .arg(&bundle)
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "for n in 1 2; do sh -c 'i=0; while [ $i -lt 30000 ]; do i=$((i+1)); done'; done",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        st.status.success(),
+        "{}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+    let page_path = dir.path().join("real.html");
+    let st = kernelkite()
+        .arg("report")
+        .arg(&bundle)
+        .arg("-o")
+        .arg(&page_path)
+        .output()
+        .unwrap();
+    assert!(
+        st.status.success(),
+        "{}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+    let page = std::fs::read_to_string(&page_path).unwrap();
+    assert!(page.contains("<h1>real &lt;run&gt;</h1>"));
+    assert!(page.contains("/proc sampling"));
+    assert!(page.contains("exit code 0"));
+    assert!(page.contains("estimated</span>"));
+    // The shell and its busy children each have a lane.
+    let lanes = page.matches("class=\"lane-label\"").count();
+    assert!(lanes >= 2, "{lanes} lanes");
+    assert!(!page.to_ascii_lowercase().contains("http"));
+
+    let st = kernelkite().arg("viewer").arg(&bundle).output().unwrap();
+    assert!(st.status.success());
+    let doc: serde_json::Value = serde_json::from_slice(&st.stdout).unwrap();
+    let cores: Vec<f64> = doc["series"]["cpu_cores"]["values"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .collect();
+    assert!(!cores.is_empty());
+    assert!(
+        cores.iter().any(|&c| c > 0.0),
+        "busy children but no CPU: {cores:?}"
+    );
+    assert!(cores.iter().all(|&c| c.is_finite() && c >= 0.0));
+}
+
 #[test]
 fn report_command_writes_the_page_and_fails_cleanly_on_bad_input() {
     let dir = tempfile::tempdir().unwrap();
