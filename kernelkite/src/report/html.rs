@@ -596,6 +596,28 @@ fn timeline_section(h: &mut String, bundle: &Bundle, tl: &Timeline) {
         draw: Box::new(move |h, y, ph| {
             axis_labels(h, y, ph, &fmt_bytes(rss_top as u64), "0");
             line_area(h, &xs, &tl.rss_bytes, rss_top, y, ph, COLOR_RSS);
+            // Each point's tooltip covers the half-way marks to its neighbours.
+            let t = &tl.rss_bytes.t_ns;
+            let mid = |i: usize, j: usize| t[i] / 2 + t[j] / 2 + (t[i] % 2 + t[j] % 2) / 2;
+            let starts: Vec<u64> = (0..t.len())
+                .map(|i| if i == 0 { t[0] } else { mid(i - 1, i) })
+                .collect();
+            let ends: Vec<u64> = (0..t.len())
+                .map(|i| {
+                    if i + 1 == t.len() {
+                        t[i]
+                    } else {
+                        mid(i, i + 1)
+                    }
+                })
+                .collect();
+            hover_bars(h, &xs, &starts, &ends, y, ph, |i| {
+                format!(
+                    "{}: {} resident",
+                    fmt_ns(t[i]),
+                    fmt_bytes(tl.rss_bytes.values[i])
+                )
+            });
         }),
     });
 
