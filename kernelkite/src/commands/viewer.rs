@@ -1,14 +1,13 @@
 //! `kernelkite viewer`: the timeline document (JSON) of a bundle, to a file
 //! (atomically) or standard output.
 
-use std::io::Write;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 
 use crate::cli::{GlobalArgs, ViewerArgs};
 use crate::model::{load_bundle, write_atomically};
-use crate::report::viewer;
+use crate::report::{viewer, write_stdout};
 
 pub fn execute(_global: &GlobalArgs, args: &ViewerArgs) -> Result<ExitCode> {
     let bundle = load_bundle(&args.bundle)?;
@@ -17,10 +16,8 @@ pub fn execute(_global: &GlobalArgs, args: &ViewerArgs) -> Result<ExitCode> {
         Some(path) => write_atomically(path, &bytes)
             .with_context(|| format!("cannot write {}", path.display()))?,
         None => {
-            let mut out = std::io::stdout().lock();
-            out.write_all(&bytes)
-                .and_then(|()| out.flush())
-                .context("cannot write to standard output")?;
+            let text = std::str::from_utf8(&bytes).expect("serde_json writes UTF-8");
+            write_stdout(text).context("cannot write to standard output")?;
         }
     }
     Ok(ExitCode::SUCCESS)
