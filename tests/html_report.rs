@@ -357,6 +357,13 @@ fn every_fixture_renders() {
                 path.display()
             );
         }
+        let a = kernelkite::analysis::analyze(&bundle);
+        assert_eq!(
+            page.contains("<section id=\"threads\""),
+            a.threads.len() > a.processes.len(),
+            "{}: a threads table exactly when some process has several threads",
+            path.display()
+        );
         let doc: serde_json::Value = serde_json::from_slice(&viewer::render(&bundle)).unwrap();
         assert_eq!(doc["schema"], viewer::SCHEMA);
         for (name, series) in doc["series"].as_object().unwrap() {

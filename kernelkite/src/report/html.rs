@@ -53,6 +53,7 @@ pub fn render_with(bundle: &Bundle, a: &Analysis, tl: &Timeline) -> String {
     lanes_section(&mut h, bundle, a, tl);
     classes_section(&mut h, a);
     processes_section(&mut h, a);
+    threads_section(&mut h, a);
     syscalls_section(&mut h, a);
     slow_syscalls_section(&mut h, bundle, tl);
     network_section(&mut h, a);
@@ -1297,6 +1298,52 @@ fn processes_section(h: &mut String, a: &Analysis) {
             esc(&io(p.write_bytes)),
             p.threads,
             mini_class_bar(&p.classes, a)
+        );
+    }
+    h.push_str("</tbody>\n</table>\n</section>\n");
+}
+
+/// Threads, when some process has more than one: where each thread's time went.
+fn threads_section(h: &mut String, a: &Analysis) {
+    if a.threads.len() <= a.processes.len() {
+        return;
+    }
+    let mut rows: Vec<&crate::analysis::ThreadRow> = a.threads.iter().collect();
+    rows.sort_by(|p, q| {
+        q.wall_ns
+            .cmp(&p.wall_ns)
+            .then(p.pid.cmp(&q.pid))
+            .then(p.process_start_time_ticks.cmp(&q.process_start_time_ticks))
+            .then(p.tid.cmp(&q.tid))
+    });
+    h.push_str("<section id=\"threads\">\n<h2>Threads</h2>\n");
+    let _ = writeln!(
+        h,
+        "<p class=\"hint\">Each thread's wall time inside the session and its latency classes{}.</p>",
+        if rows.len() > MAX_TABLE_ROWS {
+            format!("; the {MAX_TABLE_ROWS} longest of {} threads", rows.len())
+        } else {
+            String::new()
+        }
+    );
+    h.push_str(
+        "<table class=\"data\">\n<thead><tr><th class=\"num\">PID</th><th class=\"num\">TID</th>\
+         <th>Thread</th><th class=\"num\">Wall</th><th class=\"num\">On CPU</th>\
+         <th class=\"num\">Off CPU</th><th>Time split</th></tr></thead>\n<tbody>\n",
+    );
+    for t in rows.iter().take(MAX_TABLE_ROWS) {
+        let _ = writeln!(
+            h,
+            "<tr><td class=\"num\">{}</td><td class=\"num\">{}</td><td><code>{}</code></td>\
+             <td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>\
+             <td>{}</td></tr>",
+            t.pid,
+            t.tid,
+            esc(&t.comm),
+            esc(&fmt_ns(t.wall_ns)),
+            esc(&fmt_ns(t.classes.on_cpu)),
+            esc(&fmt_ns(t.classes.off_cpu_ns())),
+            mini_class_bar(&t.classes, a)
         );
     }
     h.push_str("</tbody>\n</table>\n</section>\n");
