@@ -115,18 +115,32 @@ fn build_session(backend: Backend) -> Bundle {
                     write_bytes: frames_alive * wkib * 1024 + reaped(pid, t).1,
                     cancelled_write_bytes: 0,
                 }),
-                threads: vec![ThreadSample {
-                    tid: pid,
-                    comm: comm.chars().take(15).collect(),
-                    state: "S".into(),
-                    schedstat: Some(Schedstat {
-                        on_cpu_ns: class_ns.on_cpu,
-                        runqueue_ns: class_ns.runqueue,
-                        timeslices: frames_alive,
-                    }),
-                    syscall_nr: None,
-                    class_ns: (backend == Backend::Ebpf).then_some(class_ns),
-                }],
+                threads: {
+                    let thread = |tid: i32, name: &str, c: ClassTimes| ThreadSample {
+                        tid,
+                        comm: name.chars().take(15).collect(),
+                        state: "S".into(),
+                        schedstat: Some(Schedstat {
+                            on_cpu_ns: c.on_cpu,
+                            runqueue_ns: c.runqueue,
+                            timeslices: frames_alive,
+                        }),
+                        syscall_nr: None,
+                        class_ns: (backend == Backend::Ebpf).then_some(c),
+                    };
+                    let mut threads = vec![thread(pid, comm, class_ns)];
+                    if pid == 1004 {
+                        // A second thread that mostly waits on a lock.
+                        let age_ns = age * 1_000_000;
+                        let waiting = ClassTimes {
+                            on_cpu: age_ns / 10,
+                            lock_wait: age_ns - age_ns / 10,
+                            ..ClassTimes::default()
+                        };
+                        threads.push(thread(pid + 100, "pool <2>", waiting));
+                    }
+                    threads
+                },
             });
         }
         processes.sort_by_key(|p| p.pid);
@@ -327,6 +341,11 @@ fn html_is_deterministic_self_contained_and_escaped() {
         );
         assert!(page.contains("<section id=\"network\""));
         assert_eq!(page.contains("events were lost"), exact);
+        assert_eq!(page.contains("<section id=\"slow-syscalls\""), exact);
+        // The 400 ms wait4 of make is marked on make's lane.
+        assert_eq!(page.contains("slow wait4 in tid 1000: 400.0 ms"), exact);
+        assert!(page.contains("<section id=\"threads\""));
+        assert!(page.contains("pool &lt;2&gt;"));
     }
 }
 
@@ -360,7 +379,7 @@ fn every_fixture_renders() {
         let a = kernelkite::analysis::analyze(&bundle);
         assert_eq!(
             page.contains("<section id=\"threads\""),
-            a.threads.len() > a.processes.len(),
+            a.processes.iter().any(|p| p.threads > 1),
             "{}: a threads table exactly when some process has several threads",
             path.display()
         );
@@ -776,7 +795,9 @@ fn report_renders_in_headless_chromium() {
         "lifetimes",
         "classes",
         "processes",
+        "threads",
         "syscalls",
+        "slow-syscalls",
         "network",
     ] {
         assert!(

@@ -1305,7 +1305,7 @@ fn processes_section(h: &mut String, a: &Analysis) {
 
 /// Threads, when some process has more than one: where each thread's time went.
 fn threads_section(h: &mut String, a: &Analysis) {
-    if a.threads.len() <= a.processes.len() {
+    if !a.processes.iter().any(|p| p.threads > 1) {
         return;
     }
     let mut rows: Vec<&crate::analysis::ThreadRow> = a.threads.iter().collect();
