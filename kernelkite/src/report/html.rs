@@ -282,13 +282,13 @@ fn totals(h: &mut String, bundle: &Bundle, a: &Analysis) {
     h.push_str("</div>\n</section>\n");
 }
 
-/// An integer with thin-space thousands separators: `120 000`.
+/// An integer with narrow no-break space thousands separators: `120 000`.
 fn fmt_count(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::with_capacity(digits.len() + digits.len() / 3 * 3);
     for (i, c) in digits.chars().enumerate() {
         if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push('\u{2009}');
+            out.push('\u{202F}');
         }
         out.push(c);
     }
@@ -879,8 +879,10 @@ fn lanes_section(h: &mut String, bundle: &Bundle, a: &Analysis, tl: &Timeline) {
                 .then(i.cmp(&j))
         });
         chosen.truncate(MAX_LANES);
-        chosen.sort_unstable();
     }
+    // Lanes in process-tree order: each process right below its parent.
+    let (order, depth) = tree_order(a, tl);
+    chosen.sort_by_key(|&i| order[i]);
     let max_cpu = chosen.iter().map(|&i| cpu[i]).fold(0.0f64, f64::max);
     // The slowest syscalls, drawn on their process's lane.
     let mut markers: BTreeMap<usize, Vec<&SlowSyscall>> = BTreeMap::new();
@@ -890,7 +892,8 @@ fn lanes_section(h: &mut String, bundle: &Bundle, a: &Analysis, tl: &Timeline) {
         }
     }
     h.push_str(
-        "<p class=\"hint\">One lane per process (pid and command), from its first to its last \
+        "<p class=\"hint\">One lane per process (pid and command), below its parent, from its \
+         first to its last \
          sighting; a solid end cap marks an exact fork or exit time reported by the kernel, an \
          arrow a process still running at the end. Darker bars used more CPU; red marks are \
          single slow syscalls. Hover a bar for details.</p>\n",
@@ -928,14 +931,25 @@ fn lanes_section(h: &mut String, bundle: &Bundle, a: &Analysis, tl: &Timeline) {
                 "<rect class=\"stripe\" x=\"0\" y=\"{y:.1}\" width=\"{SVG_W:.0}\" height=\"{lane_h:.1}\"/>"
             );
         }
-        let label = truncate_chars(&format!("{} {}", p.pid, p.comm), 26);
+        // Indented by tree depth (at most 6 levels shown), cut to the label column.
+        let indent = depth[i].min(6);
+        let label_x = 8.0 + indent as f64 * 9.0;
+        let max_chars = ((PLOT_L - 8.0 - label_x) / 6.7).floor().max(4.0) as usize;
+        let label = truncate_chars(&format!("{} {}", p.pid, p.comm), max_chars);
         let _ = writeln!(
             h,
-            "<text class=\"lane-label\" x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>",
-            PLOT_L - 6.0,
+            "<text class=\"lane-label\" x=\"{label_x:.1}\" y=\"{:.1}\">{}</text>",
             y + 13.0,
             esc(&label)
         );
+        if indent > 0 {
+            let _ = writeln!(
+                h,
+                "<path class=\"tree\" d=\"M{:.1},{:.1}v6h5\"/>",
+                label_x - 7.0,
+                y + 3.0
+            );
+        }
         let (x0, x1) = (xs.x(p.start_ns()), xs.x(p.end_ns()));
         let w = (x1 - x0).max(2.0);
         let cpu = cpu[i];
@@ -1112,6 +1126,45 @@ fn slow_syscalls_section(h: &mut String, bundle: &Bundle, tl: &Timeline) {
         );
     }
     h.push_str("</tbody>\n</table>\n</section>\n");
+}
+
+/// A position for every span of `tl.processes` in a depth-first walk of the analysis's
+/// process tree (children in order of appearance), and each span's depth in that tree.
+/// Spans the tree does not hold (lifecycle-only incarnations) keep their start order
+/// after the tree, at depth 0.
+fn tree_order(a: &Analysis, tl: &Timeline) -> (Vec<usize>, Vec<usize>) {
+    // (pid, start_time_ticks) → span; lifecycle-only spans are start time 0 in the rows.
+    let mut by_key: BTreeMap<(i32, u64), Vec<usize>> = BTreeMap::new();
+    for (i, p) in tl.processes.iter().enumerate() {
+        by_key
+            .entry((p.pid, p.start_time_ticks.unwrap_or(0)))
+            .or_default()
+            .push(i);
+    }
+    let n = tl.processes.len();
+    let (mut order, mut depth) = (vec![usize::MAX; n], vec![0usize; n]);
+    let mut next = 0;
+    let mut stack: Vec<(&crate::analysis::TreeNode, usize)> =
+        a.tree.iter().rev().map(|node| (node, 0)).collect();
+    while let Some((node, d)) = stack.pop() {
+        for &i in by_key
+            .get(&(node.pid, node.start_time_ticks))
+            .map(Vec::as_slice)
+            .unwrap_or(&[])
+        {
+            if order[i] == usize::MAX {
+                order[i] = next;
+                depth[i] = d;
+                next += 1;
+            }
+        }
+        stack.extend(node.children.iter().rev().map(|c| (c, d + 1)));
+    }
+    for o in order.iter_mut().filter(|o| **o == usize::MAX) {
+        *o = next;
+        next += 1;
+    }
+    (order, depth)
 }
 
 /// Light to dark blue by CPU share (0..=1), in four steps.
@@ -1646,6 +1699,7 @@ svg text { font-family: system-ui, -apple-system, "Segoe UI", Roboto, Arial, san
 .panel-unit, .axis, .tick, .legend { font-size: 11px; fill: var(--muted); }
 .lane-label { font-size: 11px; font-family: ui-monospace, Menlo, Consolas, "DejaVu Sans Mono", monospace; }
 .stripe { fill: #f4f6f9; fill-opacity: .6; }
+.tree { fill: none; stroke: #a0aec0; stroke-width: 1; }
 .slow { fill: #e53e3e; fill-opacity: .9; }
 .hover rect { fill: transparent; }
 .hover rect:hover { fill: #1a202c; fill-opacity: .06; }
@@ -1883,8 +1937,8 @@ mod tests {
         assert_eq!(fmt_ns(125_000_000_000), "2 min 5.0 s");
         assert_eq!(fmt_count(0), "0");
         assert_eq!(fmt_count(999), "999");
-        assert_eq!(fmt_count(120_000), "120\u{2009}000");
-        assert_eq!(fmt_count(1_234_567), "1\u{2009}234\u{2009}567");
+        assert_eq!(fmt_count(120_000), "120\u{202F}000");
+        assert_eq!(fmt_count(1_234_567), "1\u{202F}234\u{202F}567");
         assert_eq!(fmt_bytes(1023), "1023 B");
         assert_eq!(fmt_bytes(1536), "1.5 KiB");
         assert_eq!(fmt_bytes(300 * 1024 * 1024), "300 MiB");
