@@ -1912,6 +1912,31 @@ mod tests {
     }
 
     #[test]
+    fn lanes_follow_the_process_tree() {
+        let mut b = long_bundle(3);
+        let template = b.frames[0].processes[0].clone();
+        let sample = |pid: i32, ppid: i32| ProcessSample {
+            pid,
+            ppid,
+            comm: format!("p{pid}"),
+            ..template.clone()
+        };
+        b.frames[0].processes = vec![sample(10, 1), sample(20, 1)];
+        b.frames[1].processes = vec![sample(10, 1), sample(11, 10), sample(20, 1)];
+        b.frames[2].processes = vec![sample(10, 1), sample(11, 10), sample(12, 11), sample(20, 1)];
+        let a = analyze(&b);
+        let tl = extract(&b, Some(&a));
+        let (order, depth) = tree_order(&a, &tl);
+        let mut lanes: Vec<usize> = (0..tl.processes.len()).collect();
+        lanes.sort_by_key(|&i| order[i]);
+        let shown: Vec<(i32, usize)> = lanes
+            .iter()
+            .map(|&i| (tl.processes[i].pid, depth[i]))
+            .collect();
+        assert_eq!(shown, [(10, 0), (11, 1), (12, 2), (20, 0)]);
+    }
+
+    #[test]
     fn a_single_frame_has_no_charts_but_its_processes() {
         let page = render(&long_bundle(1));
         assert!(page.contains("single instant"));
