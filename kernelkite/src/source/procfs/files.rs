@@ -1,9 +1,8 @@
 //! The sampler's one door to the kernel: reads of files under a procfs root (normally
-//! `/proc`, a synthetic tree in tests). Every path is opened relative to a directory fd
-//! held open for the sampler's life, into buffers reused across ticks, so a tick costs
-//! open + read + close per file and no allocation once the buffers have grown.
+//! `/proc`, a synthetic tree in tests). Paths are opened relative to a directory fd held
+//! open for the sampler's life, and per-process files stay open across ticks, so reading
+//! one costs a single pread(2) into a reused buffer.
 
-use std::collections::HashMap;
 use std::ffi::CString;
 use std::fs::File;
 use std::io::{self, Write};
@@ -12,6 +11,8 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
+use super::pidmap::PidMap;
+
 /// An open procfs root.
 #[derive(Debug)]
 pub(crate) struct ProcDir {
@@ -19,7 +20,7 @@ pub(crate) struct ProcDir {
     fd: OwnedFd,
     /// Reused NUL-terminated relative path.
     name: Vec<u8>,
-    kept: HashMap<KeptKey, KeptFile>,
+    kept: PidMap<KeptKey, KeptFile>,
     /// How many descriptors `kept` may hold.
     kept_budget: usize,
     tick: u64,
@@ -38,6 +39,8 @@ pub(crate) enum TaskFile {
     Schedstat,
     /// /proc/<pid>/task/<tid>/syscall
     Syscall,
+    /// /proc/loadavg (not per process: use pid 0)
+    LoadAvg,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -137,7 +140,7 @@ impl ProcDir {
             // SAFETY: fd is a freshly opened descriptor nobody else owns.
             fd: unsafe { OwnedFd::from_raw_fd(fd) },
             name: Vec::with_capacity(64),
-            kept: HashMap::new(),
+            kept: PidMap::default(),
             kept_budget: kept_budget(),
             tick: 0,
         })
@@ -197,6 +200,7 @@ impl ProcDir {
             TaskFile::Syscall => {
                 self.open_at(format_args!("{pid}/task/{tid}/syscall"), libc::O_RDONLY)
             }
+            TaskFile::LoadAvg => self.open_at(format_args!("loadavg"), libc::O_RDONLY),
         }?;
         let result = read_whole(&opened, buf);
         // Keep it only while descriptors are plentiful; past the budget this is a plain

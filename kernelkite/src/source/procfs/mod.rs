@@ -11,6 +11,7 @@
 
 mod files;
 mod parse;
+mod pidmap;
 mod recorder;
 mod sampler;
 pub mod synthetic;

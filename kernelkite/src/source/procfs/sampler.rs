@@ -7,7 +7,6 @@
 //! thread runs. "Did not run" is: the same sleeping state as before and an unchanged
 //! schedstat (its timeslice count goes up every time the thread is put on a CPU).
 
-use std::collections::HashMap;
 use std::io;
 use std::path::Path;
 
@@ -15,6 +14,7 @@ use procfs::process::Stat;
 
 use super::files::{is_gone, KeptKey, ProcDir, TaskFile};
 use super::parse;
+use super::pidmap::PidMap;
 use super::tree::{Scope, TreeWalker};
 use crate::model::{Frame, IoCounters, ProcessSample, Schedstat, ThreadSample};
 
@@ -45,8 +45,8 @@ pub struct Sampler {
     buf: Vec<u8>,
     tids: Vec<(i32, u64)>,
     /// What the previous sample read, by pid.
-    prev: HashMap<i32, Prev>,
-    next_prev: HashMap<i32, Prev>,
+    prev: PidMap<i32, Prev>,
+    next_prev: PidMap<i32, Prev>,
 }
 
 /// The previous sample of a process, for skipping reads that cannot have changed.
@@ -78,8 +78,8 @@ impl Sampler {
             walker: TreeWalker::default(),
             buf: Vec::with_capacity(4096),
             tids: Vec::new(),
-            prev: HashMap::new(),
-            next_prev: HashMap::new(),
+            prev: PidMap::default(),
+            next_prev: PidMap::default(),
         })
     }
 

@@ -109,41 +109,18 @@ impl FakeProc {
         &self.root
     }
 
-    /// Write (or replace) a process. The directory is built beside the tree and renamed
-    /// into place, so a replaced pid gets a new inode like a reused pid in real procfs.
+    /// Write a process, or update it. Like real procfs, the same process (same pid and
+    /// start time) keeps its files, so a sampler's open files see the new contents; a
+    /// new process with a used pid (pid reuse) gets a new directory, built beside the
+    /// tree and renamed into place.
     pub fn add(&self, p: &FakeProcess) -> io::Result<()> {
+        let dest = self.root.join(p.pid.to_string());
+        if start_time_of(&dest) == Some(p.start_time_ticks) {
+            return write_process(&dest, p);
+        }
         let staging = self.root.join(format!(".staging-{}", p.pid));
         let _ = fs::remove_dir_all(&staging);
-        fs::create_dir_all(staging.join("task"))?;
-        let num_threads = p.threads.len().max(1) as u64;
-        fs::write(
-            staging.join("stat"),
-            stat_line(p.pid, &p.comm, p.state, p.ppid, p.flags, p, num_threads),
-        )?;
-        match &p.io {
-            Some(io) => fs::write(staging.join("io"), io_text(io))?,
-            None => fs::create_dir(staging.join("io"))?,
-        }
-        fs::write(staging.join("comm"), format!("{}\n", p.comm))?;
-        for t in &p.threads {
-            let dir = staging.join("task").join(t.tid.to_string());
-            fs::create_dir_all(&dir)?;
-            fs::write(
-                dir.join("stat"),
-                stat_line(t.tid, &t.comm, t.state, p.ppid, p.flags, p, num_threads),
-            )?;
-            fs::write(dir.join("comm"), format!("{}\n", t.comm))?;
-            if let Some(s) = t.schedstat {
-                fs::write(
-                    dir.join("schedstat"),
-                    format!("{} {} {}\n", s.on_cpu_ns, s.runqueue_ns, s.timeslices),
-                )?;
-            }
-            if let Some(sc) = &t.syscall {
-                fs::write(dir.join("syscall"), format!("{sc}\n"))?;
-            }
-        }
-        let dest = self.root.join(p.pid.to_string());
+        write_process(&staging, p)?;
         let old = self.root.join(format!(".old-{}", p.pid));
         if dest.exists() {
             fs::rename(&dest, &old)?;
@@ -168,6 +145,18 @@ impl FakeProc {
         }
     }
 
+    /// Write /proc/loadavg naming `latest_pid` as the most recently allocated pid. Without
+    /// this file the sampler lists the tree on every tick; with it, only when the pid
+    /// changes (so a test must bump it to make a new process visible). Note that a
+    /// removed process stays readable through the sampler's open files until the next
+    /// listing, unlike in real procfs, where those reads fail with ESRCH.
+    pub fn set_loadavg(&self, latest_pid: u32) -> io::Result<()> {
+        fs::write(
+            self.root.join("loadavg"),
+            format!("0.52 0.58 0.59 2/213 {latest_pid}\n"),
+        )
+    }
+
     /// Write /proc/net/dev with (interface, rx_bytes, rx_packets, tx_bytes, tx_packets).
     pub fn set_net_dev(&self, rows: &[(&str, u64, u64, u64, u64)]) -> io::Result<()> {
         let mut text = String::from(
@@ -182,6 +171,79 @@ impl FakeProc {
         fs::create_dir_all(self.root.join("net"))?;
         fs::write(self.root.join("net").join("dev"), text)
     }
+}
+
+/// Write a process's files into `dir` (existing files are overwritten in place).
+fn write_process(dir: &Path, p: &FakeProcess) -> io::Result<()> {
+    fs::create_dir_all(dir.join("task"))?;
+    let num_threads = p.threads.len().max(1) as u64;
+    fs::write(
+        dir.join("stat"),
+        stat_line(p.pid, &p.comm, p.state, p.ppid, p.flags, p, num_threads),
+    )?;
+    let io_path = dir.join("io");
+    match &p.io {
+        Some(io) => {
+            if io_path.is_dir() {
+                fs::remove_dir(&io_path)?;
+            }
+            fs::write(&io_path, io_text(io))?
+        }
+        None => {
+            if io_path.is_file() {
+                fs::remove_file(&io_path)?;
+            }
+            fs::create_dir_all(&io_path)?
+        }
+    }
+    fs::write(dir.join("comm"), format!("{}\n", p.comm))?;
+    // Threads that exited.
+    for entry in fs::read_dir(dir.join("task"))? {
+        let entry = entry?;
+        let keep = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+            .is_some_and(|tid| p.threads.iter().any(|t| t.tid == tid));
+        if !keep {
+            fs::remove_dir_all(entry.path())?;
+        }
+    }
+    for t in &p.threads {
+        let tdir = dir.join("task").join(t.tid.to_string());
+        fs::create_dir_all(&tdir)?;
+        fs::write(
+            tdir.join("stat"),
+            stat_line(t.tid, &t.comm, t.state, p.ppid, p.flags, p, num_threads),
+        )?;
+        fs::write(tdir.join("comm"), format!("{}\n", t.comm))?;
+        write_or_remove(
+            &tdir.join("schedstat"),
+            t.schedstat
+                .map(|s| format!("{} {} {}\n", s.on_cpu_ns, s.runqueue_ns, s.timeslices)),
+        )?;
+        write_or_remove(
+            &tdir.join("syscall"),
+            t.syscall.as_ref().map(|sc| format!("{sc}\n")),
+        )?;
+    }
+    Ok(())
+}
+
+fn write_or_remove(path: &Path, contents: Option<String>) -> io::Result<()> {
+    match contents {
+        Some(text) => fs::write(path, text),
+        None if path.exists() => fs::remove_file(path),
+        None => Ok(()),
+    }
+}
+
+/// Field 22 of an existing fake stat, if there is one.
+fn start_time_of(dir: &Path) -> Option<u64> {
+    let stat = fs::read_to_string(dir.join("stat")).ok()?;
+    let after_comm = &stat[stat.rfind(')')? + 2..];
+    // Fields from 3 (state) on; starttime is field 22.
+    after_comm.split_whitespace().nth(22 - 3)?.parse().ok()
 }
 
 /// A /proc/<pid>/stat line with all 52 fields, as Linux 6.x prints it.

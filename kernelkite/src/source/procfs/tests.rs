@@ -308,7 +308,9 @@ fn pid_reuse_is_seen_across_ticks() {
     second.start_time_ticks = 7000;
     second.utime_ticks = 3;
     fake.add(&second).unwrap();
-    fake.add(&FakeProcess::new(200, 101, "reused")).unwrap();
+    let mut reused = FakeProcess::new(200, 101, "reused");
+    reused.start_time_ticks = 8000;
+    fake.add(&reused).unwrap();
 
     let f2 = s.sample(Scope::Subtrees(&[100]), 2).unwrap();
     assert_eq!(pids(&f2), [100, 101, 200]);
@@ -393,6 +395,43 @@ fn blocked_syscall_and_io_are_reread_once_a_thread_ran() {
     fake.add(&reused).unwrap();
     let f5 = s.sample(Scope::Subtrees(&[100]), 5).unwrap();
     assert_eq!(find(&f5, 100).threads[0].syscall_nr, Some(61));
+}
+
+#[test]
+fn proc_is_listed_again_only_after_a_pid_was_allocated() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = FakeProc::new(dir.path()).unwrap();
+    base(&fake);
+    fake.set_loadavg(500).unwrap();
+    fake.add(&FakeProcess::new(100, 1, "root")).unwrap();
+    let mut s = sampler(&fake);
+    assert_eq!(pids(&s.sample(Scope::Subtrees(&[100]), 1).unwrap()), [100]);
+    // The walk after a listing lists again (a process may have been half-created).
+    fake.add(&FakeProcess::new(101, 100, "late")).unwrap();
+    let listed = std::time::Instant::now();
+    assert_eq!(
+        pids(&s.sample(Scope::Subtrees(&[100]), 2).unwrap()),
+        [100, 101]
+    );
+
+    // No pid allocated since: /proc is not listed, the subtree is re-read.
+    fake.add(&FakeProcess::new(102, 100, "unannounced"))
+        .unwrap();
+    let mut root = FakeProcess::new(100, 1, "root");
+    root.utime_ticks = 4242;
+    fake.add(&root).unwrap();
+    let f3 = s.sample(Scope::Subtrees(&[100]), 3).unwrap();
+    if listed.elapsed() < tree::FULL_LISTING_EVERY / 2 {
+        assert_eq!(pids(&f3), [100, 101]);
+    }
+    assert_eq!(find(&f3, 100).utime_ticks, 4242);
+
+    // A new pid: listed, and the new process is found.
+    fake.set_loadavg(502).unwrap();
+    assert_eq!(
+        pids(&s.sample(Scope::Subtrees(&[100]), 4).unwrap()),
+        [100, 101, 102]
+    );
 }
 
 #[test]

@@ -7,14 +7,29 @@
 //! outside the subtree can never enter it: children of subtree members are new
 //! processes, and an orphan is reparented to one of its own ancestors, which are all
 //! outside too. A reused pid gets a new /proc/<pid> inode, so it is read afresh.
+//!
+//! Processes inside the subtree are read every tick (their ppid may change when they
+//! are orphaned), but one that did nothing since the last tick prints the same stat
+//! bytes and is not parsed again.
+//!
+//! Listing /proc itself is skipped while no pid was allocated since the last listing
+//! (the last field of /proc/loadavg, the most recently allocated pid, is unchanged): no
+//! new process can exist then, so last tick's subtree is the whole candidate list. A
+//! full listing still happens at least every [`FULL_LISTING_EVERY`].
 
-use std::collections::HashMap;
 use std::io;
+use std::time::{Duration, Instant};
 
 use procfs::process::Stat;
+use procfs::{FromRead, LoadAverage};
 
 use super::files::{KeptKey, ProcDir, TaskFile};
 use super::parse;
+use super::pidmap::PidMap;
+
+/// Re-list /proc at least this often even when no pid was allocated, so that a pid
+/// counter that wrapped all the way around cannot hide a process for long.
+pub(crate) const FULL_LISTING_EVERY: Duration = Duration::from_secs(1);
 
 /// Which processes a sample covers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -53,16 +68,27 @@ impl ScopeKey {
 pub(crate) struct TreeWalker {
     scope: Option<ScopeKey>,
     /// pid -> inode of /proc/<pid> for processes known to be outside the subtree.
-    outsiders: HashMap<i32, u64>,
-    next_outsiders: HashMap<i32, u64>,
+    outsiders: PidMap<i32, u64>,
+    next_outsiders: PidMap<i32, u64>,
     listing: Vec<(i32, u64)>,
-    /// Processes whose stat was read this tick (not kernel threads).
-    fresh: Vec<(u64, Stat)>,
+    /// Processes whose stat was read this tick (not kernel threads): inode of
+    /// /proc/<pid>, raw stat, parsed stat.
+    fresh: Vec<(u64, Vec<u8>, Stat)>,
     /// (ppid, index into `fresh`), sorted: the children map.
     by_ppid: Vec<(i32, usize)>,
     inside: Vec<bool>,
     queue: Vec<usize>,
-    stat_buf: Vec<u8>,
+    /// Last tick's raw and parsed stat of each subtree process.
+    last_stat: PidMap<i32, (Vec<u8>, Stat)>,
+    next_last_stat: PidMap<i32, (Vec<u8>, Stat)>,
+    /// Stat buffers to reuse.
+    spare: Vec<Vec<u8>>,
+    /// The subtree found by the last walk: (pid, inode of /proc/<pid>).
+    insiders: Vec<(i32, u64)>,
+    /// The most recently allocated pid at the last full listing, when that was, and
+    /// whether the next walk must list again.
+    listed: Option<(u32, Instant, bool)>,
+    loadavg_buf: Vec<u8>,
 }
 
 impl TreeWalker {
@@ -74,11 +100,32 @@ impl TreeWalker {
         scope: Scope<'_>,
     ) -> io::Result<Vec<(u64, Stat)>> {
         let key = ScopeKey::of(scope);
+        let mut full = false;
         if self.scope.as_ref() != Some(&key) {
             self.outsiders.clear();
             self.scope = Some(key);
+            full = true;
         }
-        dir.list_numeric(format_args!("."), &mut self.listing)?;
+        let latest_pid = self.latest_pid(dir);
+        let now = Instant::now();
+        full |= match (self.listed, latest_pid) {
+            // A process whose pid was allocated just before the last listing may not
+            // have been visible in /proc yet: list once more after any listing.
+            (Some((pid, at, again)), Some(latest)) => {
+                again || pid != latest || now.duration_since(at) >= FULL_LISTING_EVERY
+            }
+            _ => true,
+        };
+        if full {
+            dir.list_numeric(format_args!("."), &mut self.listing)?;
+            let again = self
+                .listed
+                .is_none_or(|(pid, _, _)| Some(pid) != latest_pid);
+            self.listed = latest_pid.map(|pid| (pid, now, again));
+        } else {
+            self.listing.clear();
+            self.listing.extend_from_slice(&self.insiders);
+        }
 
         self.fresh.clear();
         self.next_outsiders.clear();
@@ -88,23 +135,45 @@ impl TreeWalker {
                 continue;
             }
             // A process that vanished since the listing is simply not part of this tick.
+            let mut bytes = self.spare.pop().unwrap_or_default();
             let key = KeptKey::process(pid, TaskFile::Stat);
-            if dir.read_kept(key, ino, &mut self.stat_buf).is_err() {
+            if dir.read_kept(key, ino, &mut bytes).is_err() {
+                self.spare.push(bytes);
                 continue;
             }
-            let Some(stat) = parse::stat(&self.stat_buf) else {
-                continue;
+            let stat = match self.last_stat.remove(&pid) {
+                Some((old, stat)) if old == bytes => {
+                    self.spare.push(old);
+                    stat
+                }
+                last => {
+                    if let Some((old, _)) = last {
+                        self.spare.push(old);
+                    }
+                    match parse::stat(&bytes) {
+                        Some(stat) => stat,
+                        None => {
+                            self.spare.push(bytes);
+                            continue;
+                        }
+                    }
+                }
             };
             if parse::is_kernel_thread(&stat) {
+                self.spare.push(bytes);
                 self.next_outsiders.insert(pid, ino);
                 continue;
             }
-            self.fresh.push((ino, stat));
+            self.fresh.push((ino, bytes, stat));
         }
 
         self.by_ppid.clear();
-        self.by_ppid
-            .extend(self.fresh.iter().enumerate().map(|(i, (_, s))| (s.ppid, i)));
+        self.by_ppid.extend(
+            self.fresh
+                .iter()
+                .enumerate()
+                .map(|(i, (_, _, s))| (s.ppid, i)),
+        );
         self.by_ppid.sort_unstable();
 
         self.inside.clear();
@@ -112,7 +181,7 @@ impl TreeWalker {
         self.queue.clear();
         match scope {
             Scope::Subtrees(roots) => {
-                for (i, (_, s)) in self.fresh.iter().enumerate() {
+                for (i, (_, _, s)) in self.fresh.iter().enumerate() {
                     if roots.contains(&s.pid) && !self.inside[i] {
                         self.inside[i] = true;
                         self.queue.push(i);
@@ -127,7 +196,7 @@ impl TreeWalker {
             }
         }
         while let Some(i) = self.queue.pop() {
-            let pid = self.fresh[i].1.pid;
+            let pid = self.fresh[i].2.pid;
             for &(_, child) in children(&self.by_ppid, pid) {
                 // `inside` also guards against ppid cycles in a corrupt synthetic tree.
                 if !self.inside[child] {
@@ -138,16 +207,43 @@ impl TreeWalker {
         }
 
         let mut subtree = Vec::new();
-        for (i, (ino, stat)) in self.fresh.drain(..).enumerate() {
+        self.next_last_stat.clear();
+        for (i, (ino, bytes, stat)) in self.fresh.drain(..).enumerate() {
             if self.inside[i] {
+                self.next_last_stat.insert(stat.pid, (bytes, stat.clone()));
                 subtree.push((ino, stat));
             } else {
+                self.spare.push(bytes);
                 self.next_outsiders.insert(stat.pid, ino);
             }
         }
-        std::mem::swap(&mut self.outsiders, &mut self.next_outsiders);
+        // What is left belonged to processes that are gone.
+        self.spare
+            .extend(self.last_stat.drain().map(|(_, (b, _))| b));
+        std::mem::swap(&mut self.last_stat, &mut self.next_last_stat);
+        if full {
+            std::mem::swap(&mut self.outsiders, &mut self.next_outsiders);
+        } else {
+            // Without a listing what was outside stays outside, plus any insider that
+            // was orphaned to a parent outside.
+            let found: Vec<(i32, u64)> = self.next_outsiders.drain().collect();
+            self.outsiders.extend(found);
+        }
         subtree.sort_unstable_by_key(|(_, s)| s.pid);
+        self.insiders.clear();
+        self.insiders
+            .extend(subtree.iter().map(|(ino, s)| (s.pid, *ino)));
         Ok(subtree)
+    }
+
+    /// The most recently allocated pid, from /proc/loadavg (`None` when unreadable, e.g.
+    /// in a synthetic tree without one: then every walk lists /proc).
+    fn latest_pid(&mut self, dir: &mut ProcDir) -> Option<u32> {
+        let key = KeptKey::process(0, TaskFile::LoadAvg);
+        dir.read_kept(key, 0, &mut self.loadavg_buf).ok()?;
+        LoadAverage::from_read(&self.loadavg_buf[..])
+            .ok()
+            .map(|l| l.latest_pid)
     }
 }
 
