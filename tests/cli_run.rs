@@ -352,7 +352,10 @@ fn rusage_matches_wait4_of_a_separate_parent() {
 }
 
 /// Start `kernelkite run` on `cmd` and wait until kernelkite has a child running `comm`.
-#[allow(clippy::zombie_processes, reason = "the caller waits for the returned child")]
+#[allow(
+    clippy::zombie_processes,
+    reason = "the caller waits for the returned child"
+)]
 fn start_and_wait_for(bundle: &Path, cmd: &[&str], comm: &str) -> std::process::Child {
     let mut child = StdCommand::new(kk_path())
         .args(["--interval-ms", "50", "run"])
@@ -553,4 +556,54 @@ fn network_counters_when_asked() {
         assert!(net.iter().any(|r| r.interface == "lo"), "{net:?}");
         assert!(net.windows(2).all(|w| w[0].interface < w[1].interface));
     }
+}
+
+#[test]
+fn under_sudo_the_command_runs_as_the_invoking_user() {
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped under_sudo_the_command_runs_as_the_invoking_user: needs root");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let bundle_path = dir.path().join("sudo.json");
+    // What sudo sets for `sudo kernelkite ...` run by uid 65534 (nobody).
+    let out = kk()
+        .env("SUDO_UID", "65534")
+        .env("SUDO_GID", "65534")
+        .env("SUDO_USER", "nobody")
+        .env("HOME", "/root")
+        .arg("run")
+        .arg(&bundle_path)
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "id -u; id -g; id -G; echo \"$HOME $USER\"",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines[0], "65534", "{stdout}");
+    assert_eq!(lines[1], "65534", "{stdout}");
+    assert!(
+        !lines[2].split_whitespace().any(|g| g == "0"),
+        "root group kept: {stdout}"
+    );
+    assert!(
+        lines[3].ends_with(" nobody") && !lines[3].starts_with("/root"),
+        "{stdout}"
+    );
+    // The bundle belongs to the user too, and still records the process.
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(&bundle_path).unwrap();
+    assert_eq!((meta.uid(), meta.gid()), (65534, 65534));
+    let bundle = load_bundle(&bundle_path).unwrap();
+    assert_eq!(bundle.launched.unwrap().exit_code, Some(0));
 }
