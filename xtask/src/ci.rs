@@ -9,8 +9,8 @@
 //! 2. `cargo fmt --all -- --check`;
 //! 3. `cargo clippy --workspace --all-targets -- -D warnings`;
 //! 4. the eBPF object check (`cargo xtask build-ebpf --check`);
-//! 5. `cargo test --workspace` with `CI=true`, so real-kernel tests fail instead of
-//!    skipping when they cannot run;
+//! 5. `cargo test --workspace --no-fail-fast` with `CI=true` (real-kernel tests fail instead of
+//!    skipping when they cannot run), then the `test result:` lines again as a summary;
 //! 6. `cargo xtask samples --check`.
 
 use std::io::{BufRead, BufReader};
@@ -199,7 +199,7 @@ fn test_workspace(root: &Path) -> Result<()> {
     let workload = target.join("debug").join("kk-workload");
 
     let mut cmd = Command::new(cargo_bin());
-    cmd.args(["test", "--workspace"])
+    cmd.args(["test", "--workspace", "--no-fail-fast"])
         .env("CI", "true")
         .env("KK_WORKLOAD", &workload)
         .stdout(Stdio::piped());
