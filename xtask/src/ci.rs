@@ -87,7 +87,7 @@ pub fn run(args: &[String]) -> Result<()> {
             Box::new(ebpf_check),
         ),
         (
-            "cargo test --workspace (CI=true)",
+            "cargo test --workspace --no-fail-fast (CI=true)",
             Box::new(|| test_workspace(&root)),
         ),
         (
