@@ -363,7 +363,7 @@ fn install_dependencies() -> Result<()> {
                 })?;
             packages.extend_from_slice(group);
         }
-        let mut args = vec!["apt-get", "install", "-y", "--no-install-recommends"];
+        let mut args = vec!["apt-get", "install", "-y"];
         args.extend_from_slice(&packages);
         apt(&args).with_context(|| format!("apt-get install {} failed", packages.join(" ")))?;
     }
