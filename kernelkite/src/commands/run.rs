@@ -31,7 +31,9 @@ mod linux {
     use anyhow::{bail, Context, Result};
 
     use crate::cli::{BackendChoice, GlobalArgs, RunArgs};
-    use crate::model::{self, Backend, Bundle, Frame, LaunchedCommand};
+    use crate::model::{
+        self, Backend, Bundle, Frame, FrameCap, HostConstants, LaunchedCommand, Rusage,
+    };
     use crate::source::host::current_host;
     use crate::source::launch::{children_rusage, give_to_user, signal_child, Exit, Launcher};
     use crate::source::procfs::{
@@ -50,11 +52,41 @@ mod linux {
             threads: true,
             network: global.network,
         };
-        let mut sampler =
-            Sampler::new(Path::new(PROC_ROOT), options).context("cannot sample /proc")?;
+        let sampler = Sampler::new(Path::new(PROC_ROOT), options).context("cannot sample /proc")?;
         let host = current_host();
         let mut launcher = Launcher::prepare().context("cannot prepare to launch the command")?;
 
+        let session = record(&mut launcher, sampler, global, args)?;
+        let exit = session.exit;
+        let bundle = assemble(global, args, host, session);
+        model::write_bundle(&args.bundle, &bundle)
+            .with_context(|| format!("cannot write bundle {}", args.bundle.display()))?;
+        if let Some(user) = launcher.invoking_user() {
+            give_to_user(&args.bundle, user);
+        }
+        report_written(&args.bundle, &bundle);
+        // Only if someone else reaped the command (it cannot happen: we are its parent).
+        Ok(ExitCode::from(exit.map_or(1, Exit::shell_status)))
+    }
+
+    /// What one recording session produced.
+    struct Session {
+        pid: i32,
+        exit: Option<Exit>,
+        rusage: Rusage,
+        frames: Vec<Frame>,
+        frame_cap: FrameCap,
+        t_end_ns: u64,
+    }
+
+    /// Launch the command and sample its tree until every process in it has exited
+    /// and been reaped.
+    fn record(
+        launcher: &mut Launcher,
+        mut sampler: Sampler,
+        global: &GlobalArgs,
+        args: &RunArgs,
+    ) -> Result<Session> {
         let start = Instant::now();
         let pid = launcher
             .spawn(&args.command)
@@ -95,49 +127,61 @@ mod linux {
         }
         // Everything is reaped: RUSAGE_CHILDREN now covers the whole tree exactly.
         let rusage = children_rusage();
-        let exit = launcher.exit();
+        let (frames, frame_cap) = recorder.into_parts();
+        Ok(Session {
+            pid,
+            exit: launcher.exit(),
+            rusage,
+            frames,
+            frame_cap,
+            t_end_ns: schedule.t_ns(Instant::now()),
+        })
+    }
 
+    fn assemble(
+        global: &GlobalArgs,
+        args: &RunArgs,
+        host: HostConstants,
+        session: Session,
+    ) -> Bundle {
         let mut bundle = Bundle::new(Backend::Proc, host, global.interval_ms);
         bundle.label = global.label.clone();
-        bundle.root_pids = vec![pid];
+        bundle.root_pids = vec![session.pid];
         bundle.launched = Some(LaunchedCommand {
             argv: args.command.clone(),
-            pid,
-            exit_code: match exit {
+            pid: session.pid,
+            exit_code: match session.exit {
                 Some(Exit::Code(c)) => Some(c),
                 _ => None,
             },
-            signal: match exit {
+            signal: match session.exit {
                 Some(Exit::Signal(s)) => Some(s),
                 _ => None,
             },
-            rusage: Some(rusage),
+            rusage: Some(session.rusage),
         });
-        let (mut frames, frame_cap) = recorder.into_parts();
-        if frames.is_empty() {
-            // Only if /proc failed every time; a bundle needs a frame.
-            frames.push(Frame {
-                t_ns: schedule.t_ns(Instant::now()),
+        bundle.frames = session.frames;
+        if bundle.frames.is_empty() {
+            // Only if /proc failed on every tick; a bundle needs a frame.
+            bundle.frames.push(Frame {
+                t_ns: session.t_end_ns,
                 processes: Vec::new(),
                 network: None,
             });
         }
-        bundle.frames = frames;
-        bundle.frame_cap = frame_cap;
+        bundle.frame_cap = session.frame_cap;
         bundle.events_lost = None;
+        bundle
+    }
 
-        model::write_bundle(&args.bundle, &bundle)
-            .with_context(|| format!("cannot write bundle {}", args.bundle.display()))?;
-        if let Some(user) = launcher.invoking_user() {
-            give_to_user(&args.bundle, user);
-        }
+    /// Tell the user where the bundle went. (The place for a summary of the run.)
+    fn report_written(path: &Path, bundle: &Bundle) {
         eprintln!(
             "kernelkite: wrote {} ({} frames, {} processes)",
-            args.bundle.display(),
+            path.display(),
             bundle.frames.len(),
-            distinct_processes(&bundle)
+            distinct_processes(bundle)
         );
-        Ok(ExitCode::from(exit.map_or(1, Exit::shell_status)))
     }
 
     /// Fail before launching when the bundle could not be written: create and remove a
