@@ -35,7 +35,9 @@ mod linux {
         self, Backend, Bundle, Frame, FrameCap, HostConstants, LaunchedCommand, Rusage,
     };
     use crate::source::host::current_host;
-    use crate::source::launch::{children_rusage, give_to_user, signal_child, Exit, Launcher};
+    use crate::source::launch::{
+        children_rusage, give_to_user, raise_open_file_limit, signal_child, Exit, Launcher,
+    };
     use crate::source::procfs::{
         FrameRecorder, Sampler, SamplerOptions, Schedule, Scope, PROC_ROOT,
     };
@@ -91,6 +93,7 @@ mod linux {
         let pid = launcher
             .spawn(&args.command)
             .with_context(|| format!("cannot run {}", args.command[0]))?;
+        raise_open_file_limit();
         let me = std::process::id() as i32;
         let mut schedule = Schedule::new(start, Duration::from_millis(global.interval_ms));
         let mut recorder = FrameRecorder::new(args.max_frames);

@@ -411,6 +411,20 @@ pub fn children_rusage() -> Rusage {
     }
 }
 
+/// Raise this process's soft limit on open files to the hard limit (best effort): the
+/// sampler keeps a few files open per sampled process. Call after spawning, so the
+/// command inherits the limit it would have had without kernelkite.
+pub fn raise_open_file_limit() {
+    // SAFETY: getrlimit/setrlimit on a local struct.
+    unsafe {
+        let mut lim: libc::rlimit = std::mem::zeroed();
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
+}
+
 /// Hand a file written as root back to the invoking user (best effort).
 pub fn give_to_user(path: &std::path::Path, user: &InvokingUser) {
     use std::os::unix::ffi::OsStrExt;

@@ -232,7 +232,8 @@ impl ProcDir {
         let tick = self.tick;
         self.kept.retain(|_, f| f.used_tick == tick);
         self.tick += 1;
-        if self.tick % 64 == 0 {
+        // The limit may be raised after the sampler started (see launch).
+        if self.tick % 16 == 1 {
             self.kept_budget = kept_budget();
         }
     }
@@ -333,6 +334,45 @@ pub(crate) fn is_gone(err: &io::Error) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kept_files_follow_content_identity_and_budget() {
+        let dir = tempfile::tempdir().unwrap();
+        for pid in [10, 11, 12] {
+            std::fs::create_dir(dir.path().join(pid.to_string())).unwrap();
+            std::fs::write(dir.path().join(format!("{pid}/stat")), format!("v1 {pid}")).unwrap();
+        }
+        let mut d = ProcDir::open(dir.path()).unwrap();
+        d.kept_budget = 2;
+        let mut buf = Vec::new();
+        for pid in [10, 11, 12] {
+            d.read_kept(KeptKey::process(pid, TaskFile::Stat), 1, &mut buf)
+                .unwrap();
+            assert_eq!(buf, format!("v1 {pid}").as_bytes());
+        }
+        // Past the budget nothing more is kept, but every read still works.
+        assert_eq!(d.kept.len(), 2);
+        // In-place updates are seen through kept files.
+        for pid in [10, 11, 12] {
+            std::fs::write(dir.path().join(format!("{pid}/stat")), format!("v2 {pid}")).unwrap();
+            d.read_kept(KeptKey::process(pid, TaskFile::Stat), 1, &mut buf)
+                .unwrap();
+            assert_eq!(buf, format!("v2 {pid}").as_bytes());
+        }
+        // Another directory inode (another process with the pid) means reopening.
+        std::fs::remove_dir_all(dir.path().join("10")).unwrap();
+        std::fs::create_dir(dir.path().join("10")).unwrap();
+        std::fs::write(dir.path().join("10/stat"), "reused").unwrap();
+        d.read_kept(KeptKey::process(10, TaskFile::Stat), 2, &mut buf)
+            .unwrap();
+        assert_eq!(buf, b"reused");
+        // Files not used during a tick are closed at its end.
+        d.end_tick();
+        d.read_kept(KeptKey::process(11, TaskFile::Stat), 1, &mut buf)
+            .unwrap();
+        d.end_tick();
+        assert_eq!(d.kept.keys().map(|k| k.pid).collect::<Vec<_>>(), [11]);
+    }
 
     #[test]
     fn decimal_names_only() {
