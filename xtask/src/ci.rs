@@ -122,8 +122,17 @@ pub fn run(args: &[String]) -> Result<()> {
         timings.push((name, t.elapsed()));
     }
     print_timings(&timings);
+    let skipped = if from > 1 {
+        format!(
+            " (steps 1-{} skipped with --from {from}: not a full CI run)",
+            from - 1
+        )
+    } else {
+        String::new()
+    };
     println!(
-        "\nci passed: {total} steps in {:.1} s",
+        "\nci passed: {} steps in {:.1} s{skipped}",
+        timings.len(),
         t_all.elapsed().as_secs_f64()
     );
     Ok(())
