@@ -33,7 +33,7 @@ const WORKLOADS: &[(&str, &str, Runner)] = &[
     ("read_loop", "exactly N 1-byte read() calls on /dev/zero [--count N]", read_loop::run),
     ("exec_storm", "N short processes [--count N] [--parallel P] [--program PATH | --self-exec]", exec::run),
     ("net_stress", "loopback TCP echo of M messages [--count M] [--size B]", net::run),
-    ("pipe_pingpong", "two threads ping-pong a byte over pipes [--count N]", pipe::run),
+    ("pipe_pingpong", "two threads (or processes) ping-pong a byte over pipes [--count N] [--processes]", pipe::run),
     ("idle_tree", "N idle child processes for S seconds [--count N] [--seconds S]", tree::run_tree),
     ("idle", "sleep S seconds (one nanosleep) [--seconds S]", tree::run_idle),
     ("burn", "a short CPU burn, the child of exec_storm --self-exec [--iterations K]", exec::run_burn),

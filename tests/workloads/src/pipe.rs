@@ -1,7 +1,8 @@
 //! pipe_pingpong: two threads pass one byte back and forth over two pipes
 //! `--count N` times (default 100,000). Every round trip is two wake-ups, so this is
 //! context-switch heavy: each thread mostly blocks in `read` (syscall_blocked).
-//! Exact counts: 2N `read`s and 2N `write`s in total.
+//! With `--processes` the responder is a forked child process instead of a thread.
+//! Exact counts: 2N `read`s and 2N `write`s in total (N of each per side).
 
 use std::time::Instant;
 
@@ -36,20 +37,38 @@ fn write1(fd: libc::c_int) -> Result<(), String> {
 
 pub fn run(args: &mut Args) -> Result<(), crate::Fail> {
     let count = args.u64("count", 100_000)?;
+    let processes = args.flag("processes")?;
     let start = crate::gate(args)?;
 
     let [ping_r, ping_w] = pipe()?;
     let [pong_r, pong_w] = pipe()?;
-    let responder = std::thread::Builder::new()
-        .name("pong".into())
-        .spawn(move || -> Result<(), String> {
-            for _ in 0..count {
-                read1(ping_r)?;
-                write1(pong_w)?;
+    let respond = move || -> Result<(), String> {
+        for _ in 0..count {
+            read1(ping_r)?;
+            write1(pong_w)?;
+        }
+        Ok(())
+    };
+    let responder = if processes {
+        // Forked before the gate, while this process has a single thread.
+        // SAFETY: single-threaded here; the child only makes raw syscalls and _exits.
+        match unsafe { libc::fork() } {
+            -1 => return Err(crate::os_err("fork").into()),
+            0 => {
+                let code = if respond().is_ok() { 0 } else { 1 };
+                // SAFETY: leave the child without running the parent's exit handlers.
+                unsafe { libc::_exit(code) }
             }
-            Ok(())
-        })
-        .map_err(|e| format!("spawning thread: {e}"))?;
+            pid => Responder::Process(pid),
+        }
+    } else {
+        Responder::Thread(
+            std::thread::Builder::new()
+                .name("pong".into())
+                .spawn(respond)
+                .map_err(|e| format!("spawning thread: {e}"))?,
+        )
+    };
 
     start.wait()?;
     let t0 = Instant::now();
@@ -58,9 +77,7 @@ pub fn run(args: &mut Args) -> Result<(), crate::Fail> {
         read1(pong_r)?;
     }
     let elapsed = crate::elapsed_ns(t0);
-    responder
-        .join()
-        .map_err(|_| "responder panicked".to_string())??;
+    responder.join()?;
     for fd in [ping_r, ping_w, pong_r, pong_w] {
         // SAFETY: each descriptor is open and unused from here on.
         unsafe { libc::close(fd) };
@@ -68,10 +85,36 @@ pub fn run(args: &mut Args) -> Result<(), crate::Fail> {
 
     Report::new("pipe_pingpong")
         .u64("round_trips", count)
+        .bool("processes", processes)
         .u64("reads", 2 * count)
         .u64("writes", 2 * count)
         .u64("elapsed_ns", elapsed)
         .f64("ns_per_round_trip", elapsed as f64 / count.max(1) as f64)
         .print();
     Ok(())
+}
+
+enum Responder {
+    Thread(std::thread::JoinHandle<Result<(), String>>),
+    Process(libc::pid_t),
+}
+
+impl Responder {
+    fn join(self) -> Result<(), String> {
+        match self {
+            Responder::Thread(h) => h.join().map_err(|_| "responder panicked".to_string())?,
+            Responder::Process(pid) => {
+                let mut status = 0;
+                // SAFETY: pid is our child; status is a valid out-pointer.
+                if unsafe { libc::waitpid(pid, &mut status, 0) } != pid {
+                    return Err(crate::os_err("waitpid"));
+                }
+                if libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0 {
+                    Ok(())
+                } else {
+                    Err(format!("responder process failed (wait status {status})"))
+                }
+            }
+        }
+    }
 }

@@ -55,6 +55,8 @@ fn each_workload_reports_its_counts() {
     assert!(r.contains("\"messages\":50,\"echoed\":50"), "{r}");
     let r = kk(&["pipe_pingpong", "--count", "100"]);
     assert!(r.contains("\"round_trips\":100"), "{r}");
+    let r = kk(&["pipe_pingpong", "--count", "100", "--processes"]);
+    assert!(r.contains("\"round_trips\":100,\"processes\":true"), "{r}");
     let r = kk(&["idle_tree", "--count", "3", "--seconds", "0.05"]);
     assert!(r.contains("\"children\":3,\"failed\":0"), "{r}");
 }
