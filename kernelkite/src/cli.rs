@@ -71,6 +71,9 @@ pub enum Command {
     Completions(CompletionsArgs),
     /// Print the man page (roff).
     Man,
+    /// Benchmark helper: attach empty sys_enter/sys_exit programs until stdin closes.
+    #[command(hide = true)]
+    BenchFloor,
 }
 
 #[derive(Debug, Args)]

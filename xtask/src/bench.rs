@@ -25,6 +25,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
+mod ebpf;
+
 const USAGE: &str = "usage: cargo xtask bench [options]
   --only GROUPS      comma-separated: sampler, commands, ebpf (default: all)
   --runs N           timed runs per command benchmark; the median is reported (default 5)
@@ -841,41 +843,9 @@ impl Pretty {
 // ----------------------------------------------------------------------------------
 // eBPF tracing overhead.
 
-/// eBPF backend overhead. The owner of the eBPF backend adds the traced figures here:
-/// start `kk-workload read_loop --count N --wait-stdin` with [`spawn_gated`], attach
-/// `kernelkite trace --pid <pid>` to it, wait until the tracer is attached, call
-/// [`release`], and compare the workload's `ns_per_call` with the untraced baseline
-/// measured below (overhead per syscall = traced − untraced). Also worth adding: the
-/// tracer's own CPU while tracing (see [`run_measured`]).
+/// eBPF backend overhead: see `bench/ebpf.rs`.
 fn ebpf_benchmarks(ctx: &Ctx) -> Result<Vec<Row>> {
-    let count = 2_000_000u64;
-    let shown = format!("kk-workload read_loop --count {count}");
-    let mut per_call = Vec::new();
-    for _ in 0..ctx.opts.runs {
-        let (child, stdin, lines, _pid) =
-            spawn_gated(&ctx.workload, &["read_loop", "--count", &count.to_string()])?;
-        let result = release(child, stdin, lines)?;
-        per_call.push(json_f64(&result, "ns_per_call")?);
-    }
-    per_call.sort_by(f64::total_cmp);
-    let base = median(&per_call);
-    println!(
-        "    untraced read(): median {base:.1} ns/call over {} runs",
-        ctx.opts.runs
-    );
-    Ok(vec![
-        Row::new(
-            "read() of 1 byte, untraced (eBPF overhead baseline)",
-            base,
-            "ns/call",
-            &shown,
-        ),
-        Row::missing(
-            "read() of 1 byte under kernelkite trace",
-            "not built yet (xtask/src/bench.rs: ebpf_benchmarks)",
-            &format!("{shown} + kernelkite trace --pid"),
-        ),
-    ])
+    ebpf::benchmarks(ctx)
 }
 
 type Lines = std::io::Lines<BufReader<std::process::ChildStdout>>;

@@ -31,7 +31,8 @@ pub fn run(args: &[String]) -> Result<()> {
     let committed = root.join("kernelkite").join("bpf").join("kernelkite.bpf.o");
     let new = std::fs::read(&built).with_context(|| format!("reading {}", built.display()))?;
     if check {
-        let old = std::fs::read(&committed).with_context(|| format!("reading {}", committed.display()))?;
+        let old = std::fs::read(&committed)
+            .with_context(|| format!("reading {}", committed.display()))?;
         if old != new {
             bail!(
                 "{} differs from a fresh build of kernelkite-ebpf ({} vs {} bytes): run `cargo xtask build-ebpf` and commit the object",
@@ -40,9 +41,14 @@ pub fn run(args: &[String]) -> Result<()> {
                 new.len()
             );
         }
-        println!("{} matches a fresh build ({} bytes)", committed.display(), new.len());
+        println!(
+            "{} matches a fresh build ({} bytes)",
+            committed.display(),
+            new.len()
+        );
     } else {
-        std::fs::write(&committed, &new).with_context(|| format!("writing {}", committed.display()))?;
+        std::fs::write(&committed, &new)
+            .with_context(|| format!("writing {}", committed.display()))?;
         println!("wrote {} ({} bytes)", committed.display(), new.len());
     }
     Ok(())
@@ -79,7 +85,10 @@ fn build(root: &Path) -> Result<PathBuf> {
 /// Install rust-src, llvm-22-dev and bpf-linker when they are missing.
 pub fn ensure_tools() -> Result<()> {
     let sysroot = capture(Command::new("rustc").args(["--print", "sysroot"]))?;
-    if !Path::new(sysroot.trim()).join("lib/rustlib/src/rust/library/core").is_dir() {
+    if !Path::new(sysroot.trim())
+        .join("lib/rustlib/src/rust/library/core")
+        .is_dir()
+    {
         println!("installing the rust-src component");
         run_checked(Command::new("rustup").args(["component", "add", "rust-src"]))?;
     }
@@ -149,7 +158,9 @@ fn cargo() -> String {
 }
 
 fn run_checked(cmd: &mut Command) -> Result<()> {
-    let status = cmd.status().with_context(|| format!("cannot run {cmd:?}"))?;
+    let status = cmd
+        .status()
+        .with_context(|| format!("cannot run {cmd:?}"))?;
     if !status.success() {
         bail!("{cmd:?} failed ({status})");
     }
@@ -157,7 +168,9 @@ fn run_checked(cmd: &mut Command) -> Result<()> {
 }
 
 fn capture(cmd: &mut Command) -> Result<String> {
-    let out = cmd.output().with_context(|| format!("cannot run {cmd:?}"))?;
+    let out = cmd
+        .output()
+        .with_context(|| format!("cannot run {cmd:?}"))?;
     if !out.status.success() {
         bail!("{cmd:?} failed ({})", out.status);
     }

@@ -17,6 +17,12 @@ pub fn execute(global: &GlobalArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `kernelkite bench-floor` (hidden): attach the empty syscall programs the overhead
+/// benchmark measures as its floor, say so, and hold them until stdin closes.
+pub fn bench_floor() -> Result<ExitCode> {
+    platform::bench_floor()
+}
+
 fn render_text(report: &serde_json::Value) -> String {
     let mut out = String::new();
     let field = |k: &str| report.get(k).cloned().unwrap_or(serde_json::Value::Null);
@@ -49,6 +55,10 @@ fn render_text(report: &serde_json::Value) -> String {
 
 #[cfg(not(target_os = "linux"))]
 mod platform {
+    pub fn bench_floor() -> anyhow::Result<std::process::ExitCode> {
+        anyhow::bail!("bench-floor needs Linux")
+    }
+
     pub fn diagnose() -> serde_json::Value {
         serde_json::json!({
             "arch": std::env::consts::ARCH,
@@ -63,6 +73,15 @@ mod platform {
     use super::*;
     use crate::source::ebpf::availability::Availability;
     use crate::source::ebpf::loader::{self, ProbeOptions};
+
+    pub fn bench_floor() -> Result<ExitCode> {
+        let probes = loader::load_floor()?;
+        println!("attached {}", probes.hooks.join(", "));
+        let mut sink = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::stdin(), &mut sink)?;
+        drop(probes);
+        Ok(ExitCode::SUCCESS)
+    }
 
     /// Probe the machine; when privileged, really load and attach the programs (and
     /// detach them again) so "would attach" is a fact, not a guess.

@@ -30,6 +30,7 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Viewer(args) => viewer::execute(&global, &args),
         Command::Report(args) => report::execute(&global, &args),
         Command::Doctor => doctor::execute(&global),
+        Command::BenchFloor => doctor::bench_floor(),
         Command::Completions(args) => {
             let mut cmd = Cli::command();
             clap_complete::generate(args.shell, &mut cmd, "kernelkite", &mut std::io::stdout());

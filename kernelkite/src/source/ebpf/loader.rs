@@ -73,6 +73,21 @@ fn program_plan(layout: &KernelLayout) -> [(&'static str, &'static str); 8] {
 
 /// Load and attach every program.
 pub fn load(options: ProbeOptions) -> Result<Probes, ProbeError> {
+    load_programs(options, |layout| program_plan(layout).to_vec())
+}
+
+/// Load the object but attach only empty sys_enter/sys_exit programs: the cost floor of
+/// the syscall hooks, for `cargo xtask bench`.
+pub fn load_floor() -> Result<Probes, ProbeError> {
+    load_programs(ProbeOptions::default(), |_| {
+        vec![("floor_sys_enter", "sys_enter"), ("floor_sys_exit", "sys_exit")]
+    })
+}
+
+fn load_programs(
+    options: ProbeOptions,
+    plan: impl FnOnce(&KernelLayout) -> Vec<(&'static str, &'static str)>,
+) -> Result<Probes, ProbeError> {
     let started = Instant::now();
     let layout = read_layout(Path::new(KERNEL_BTF_PATH))?;
     let btf = Btf::from_sys_fs().map_err(|e| ProbeError::Load(format!("kernel BTF: {e}")))?;
@@ -109,7 +124,7 @@ pub fn load(options: ProbeOptions) -> Result<Probes, ProbeError> {
     }
 
     let mut hooks = Vec::new();
-    for (program, tracepoint) in program_plan(&layout) {
+    for (program, tracepoint) in plan(&layout) {
         let fail = |message: String| ProbeError::Program {
             program: program.to_string(),
             message,

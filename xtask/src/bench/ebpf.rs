@@ -1,0 +1,500 @@
+//! eBPF tracing overhead, measured side by side: every configuration runs once per
+//! round, rounds interleaved, medians reported, so machine noise hits all alike.
+//!
+//! - `read()` loop (2,000,000 one-byte reads of /dev/zero, `kk-workload read_loop`):
+//!   untraced; with empty sys_enter/sys_exit tp_btf programs (the floor,
+//!   `kernelkite bench-floor`); under `kernelkite trace --pid`; untargeted while
+//!   `kernelkite trace` traces another process; under bpftrace with a `hist()` of
+//!   syscall latency; under libbpf-tools `syscount -L`.
+//! - `perf bench sched pipe` pinned to CPU 0: untraced, under `kernelkite trace --follow`,
+//!   under libbpf-tools `runqlat`.
+//! - Tracer start: from spawning `kernelkite trace` to its "hooks live" line.
+//! - Tracer RSS while tracing a read loop, sampled every second.
+//!
+//! Peers that use classic tracepoints need tracefs; it is mounted when missing.
+
+use std::io::{BufRead, BufReader, Write as _};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+
+use super::{json_f64, median, release, spawn_gated, Ctx, Row};
+
+const READS: u64 = 2_000_000;
+const PIPE_LOOPS: u64 = 200_000;
+/// kernelkite's added cost per syscall may be at most this multiple of the floor's.
+const FLOOR_RATIO_TARGET: f64 = 1.3;
+/// An untargeted process may pay at most the floor plus this share.
+const UNTARGETED_RATIO_TARGET: f64 = 1.15;
+const START_TARGET_MS: f64 = 300.0;
+const RSS_TARGET_MB: f64 = 20.0;
+
+/// A tracer running in the background until [`Tracer::stop`].
+struct Tracer {
+    child: Child,
+}
+
+impl Tracer {
+    /// Start `cmd` and wait until it has attached its programs (BPF links and perf
+    /// events in its fd table, stable for 300 ms), so measurement starts with the probes live.
+    fn start(mut cmd: Command) -> Result<Tracer> {
+        let shown = format!("{cmd:?}");
+        let child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .with_context(|| format!("cannot start {shown}"))?;
+        let mut tracer = Tracer { child };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let (mut last, mut since) = (0, Instant::now());
+        loop {
+            if let Some(status) = tracer.child.try_wait()? {
+                bail!("{shown} exited before attaching ({status})");
+            }
+            let links = bpf_links(tracer.child.id());
+            if links != last {
+                (last, since) = (links, Instant::now());
+            } else if links > 0 && since.elapsed() > Duration::from_millis(300) {
+                return Ok(tracer);
+            }
+            if Instant::now() > deadline {
+                tracer.stop();
+                bail!("{shown} did not attach within 30 s");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// SIGINT (what a user's Ctrl-C sends), then wait.
+    fn stop(mut self) {
+        drop(self.child.stdin.take());
+        // SAFETY: kill has no memory-safety preconditions; the pid is our child.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Attachments a process holds: BPF links (fdinfo `link_id:`) and perf events (how
+/// classic tracepoints are attached, e.g. by bpftrace).
+fn bpf_links(pid: u32) -> usize {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return 0;
+    };
+    dir.flatten()
+        .filter(|e| {
+            let perf = std::fs::read_link(e.path())
+                .is_ok_and(|t| t.to_string_lossy().contains("[perf_event]"));
+            let link = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{}", e.file_name().to_string_lossy()))
+                .is_ok_and(|info| info.lines().any(|l| l.starts_with("link_id:")));
+            perf || link
+        })
+        .count()
+}
+
+fn mount_tracefs() {
+    if Path::new("/sys/kernel/tracing/events").exists() {
+        return;
+    }
+    let ok = Command::new("mount")
+        .args(["-t", "tracefs", "tracefs", "/sys/kernel/tracing"])
+        .status()
+        .is_ok_and(|s| s.success());
+    println!(
+        "    mounted tracefs at /sys/kernel/tracing for the classic-tracepoint peers: {}",
+        if ok { "ok" } else { "FAILED" }
+    );
+}
+
+fn have(tool: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum ReadConfig {
+    Untraced,
+    Floor,
+    Kernelkite,
+    Untargeted,
+    Bpftrace,
+    Syscount,
+}
+
+impl ReadConfig {
+    fn label(self) -> &'static str {
+        match self {
+            ReadConfig::Untraced => "untraced",
+            ReadConfig::Floor => "empty sys_enter/sys_exit tp_btf programs (floor)",
+            ReadConfig::Kernelkite => "kernelkite trace --pid (classes + syscall latency)",
+            ReadConfig::Untargeted => "untargeted, while kernelkite traces another pid",
+            ReadConfig::Bpftrace => "bpftrace hist() of syscall latency",
+            ReadConfig::Syscount => "libbpf-tools syscount -L",
+        }
+    }
+}
+
+/// One read-loop run under `config`: nanoseconds per read().
+fn read_run(ctx: &Ctx, config: ReadConfig, idle_pid: u32) -> Result<f64> {
+    let args = ["read_loop", "--count", &READS.to_string()];
+    let (child, stdin, lines, pid) = spawn_gated(&ctx.workload, &args)?;
+    let tracer = match config {
+        ReadConfig::Untraced => None,
+        ReadConfig::Floor => {
+            let mut c = Command::new(&ctx.kernelkite);
+            c.arg("bench-floor");
+            Some(Tracer::start(c)?)
+        }
+        ReadConfig::Kernelkite | ReadConfig::Untargeted => {
+            let target = if config == ReadConfig::Kernelkite {
+                pid
+            } else {
+                idle_pid
+            };
+            let mut c = Command::new(&ctx.kernelkite);
+            c.args(["trace", "--pid", &target.to_string()]);
+            Some(Tracer::start(c)?)
+        }
+        ReadConfig::Bpftrace => {
+            let script = format!(
+                "tracepoint:raw_syscalls:sys_enter /pid == {pid}/ {{ @start[tid] = nsecs; }} \
+                 tracepoint:raw_syscalls:sys_exit /pid == {pid} && @start[tid]/ \
+                 {{ @ns = hist(nsecs - @start[tid]); delete(@start[tid]); }}"
+            );
+            let mut c = Command::new("bpftrace");
+            c.args(["-e", &script]);
+            Some(Tracer::start(c)?)
+        }
+        ReadConfig::Syscount => {
+            let mut c = Command::new("syscount");
+            c.args(["-L", "-p", &pid.to_string()]);
+            Some(Tracer::start(c)?)
+        }
+    };
+    let result = release(child, stdin, lines);
+    if let Some(t) = tracer {
+        t.stop();
+    }
+    json_f64(&result?, "ns_per_call")
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum PipeConfig {
+    Untraced,
+    Kernelkite,
+    Runqlat,
+}
+
+/// One `perf bench sched pipe` run pinned to CPU 0: microseconds per operation.
+fn pipe_run(ctx: &Ctx, config: PipeConfig) -> Result<f64> {
+    // A shell that waits for a line, then execs perf: kernelkite can attach to it (and
+    // follow the two perf processes) before the benchmark starts.
+    let script = format!("read go; exec taskset -c 0 perf bench sched pipe -l {PIPE_LOOPS}");
+    let mut shell = Command::new("sh")
+        .args(["-c", &script])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("cannot start perf bench")?;
+    let tracer = match config {
+        PipeConfig::Untraced => None,
+        PipeConfig::Kernelkite => {
+            let mut c = Command::new(&ctx.kernelkite);
+            c.args(["trace", "--follow", "--pid", &shell.id().to_string()]);
+            Some(Tracer::start(c)?)
+        }
+        PipeConfig::Runqlat => Some(Tracer::start(Command::new("runqlat"))?),
+    };
+    shell.stdin.take().unwrap().write_all(b"go\n")?;
+    let out = BufReader::new(shell.stdout.take().unwrap());
+    let mut usecs = None;
+    for line in out.lines() {
+        let line = line?;
+        // "     5.123 usecs/op"
+        if let Some(v) = line.trim().strip_suffix("usecs/op") {
+            usecs = v.trim().parse::<f64>().ok();
+        }
+    }
+    let status = shell.wait()?;
+    if let Some(t) = tracer {
+        t.stop();
+    }
+    if !status.success() {
+        bail!("perf bench sched pipe failed ({status})");
+    }
+    usecs.context("perf bench printed no usecs/op")
+}
+
+pub(super) fn benchmarks(ctx: &Ctx) -> Result<Vec<Row>> {
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        return Ok(vec![Row::missing(
+            "eBPF overhead",
+            "needs root",
+            "cargo xtask bench --only ebpf",
+        )]);
+    }
+    mount_tracefs();
+    let mut rows = Vec::new();
+    let runs = ctx.opts.runs;
+
+    // An idle process for the untargeted configuration.
+    let mut idle = Command::new(&ctx.workload)
+        .args(["idle", "--seconds", "3600"])
+        .stdout(Stdio::null())
+        .spawn()
+        .context("cannot start the idle workload")?;
+    let mut configs = vec![
+        ReadConfig::Untraced,
+        ReadConfig::Floor,
+        ReadConfig::Kernelkite,
+        ReadConfig::Untargeted,
+    ];
+    if have("bpftrace") {
+        configs.push(ReadConfig::Bpftrace);
+    }
+    if have("syscount") {
+        configs.push(ReadConfig::Syscount);
+    }
+    let mut samples: Vec<Vec<f64>> = vec![Vec::new(); configs.len()];
+    for round in 0..runs {
+        print!("    read() round {}/{runs}:", round + 1);
+        for (i, &config) in configs.iter().enumerate() {
+            let ns = read_run(ctx, config, idle.id())?;
+            print!(" {ns:.0}");
+            let _ = std::io::stdout().flush();
+            samples[i].push(ns);
+        }
+        println!(" ns/call");
+    }
+    let _ = idle.kill();
+    let _ = idle.wait();
+    let med: Vec<f64> = samples
+        .iter_mut()
+        .map(|s| {
+            s.sort_by(f64::total_cmp);
+            median(s)
+        })
+        .collect();
+    let base = med[0];
+    let added = |c: ReadConfig| configs.iter().position(|x| *x == c).map(|i| med[i] - base);
+    let shown = format!("kk-workload read_loop --count {READS}");
+    for (i, &config) in configs.iter().enumerate() {
+        rows.push(Row::new(
+            format!("read(): {}", config.label()),
+            med[i],
+            "ns/call",
+            &shown,
+        ));
+    }
+    let floor = added(ReadConfig::Floor).unwrap_or(f64::NAN);
+    if let Some(kk) = added(ReadConfig::Kernelkite) {
+        println!("    added per read(): floor {floor:.1} ns, kernelkite {kk:.1} ns");
+        rows.push(
+            Row::new(
+                "read(): kernelkite added cost / floor added cost",
+                kk / floor,
+                "×",
+                &shown,
+            )
+            .target(FLOOR_RATIO_TARGET),
+        );
+        for peer in [ReadConfig::Bpftrace, ReadConfig::Syscount] {
+            if let Some(p) = added(peer) {
+                rows.push(
+                    Row::new(
+                        format!(
+                            "read(): kernelkite added cost / {} added cost",
+                            peer.label()
+                        ),
+                        kk / p,
+                        "×",
+                        &shown,
+                    )
+                    .target(1.0),
+                );
+            }
+        }
+    }
+    if let Some(u) = added(ReadConfig::Untargeted) {
+        rows.push(
+            Row::new(
+                "read(): untargeted added cost / floor added cost",
+                u / floor,
+                "×",
+                &shown,
+            )
+            .target(UNTARGETED_RATIO_TARGET),
+        );
+    }
+
+    // perf bench sched pipe, pinned.
+    if have("perf") {
+        let mut pipe_configs = vec![PipeConfig::Untraced, PipeConfig::Kernelkite];
+        if have("runqlat") {
+            pipe_configs.push(PipeConfig::Runqlat);
+        }
+        let mut pipe: Vec<Vec<f64>> = vec![Vec::new(); pipe_configs.len()];
+        for round in 0..runs {
+            print!("    sched pipe round {}/{runs}:", round + 1);
+            for (i, &c) in pipe_configs.iter().enumerate() {
+                let us = pipe_run(ctx, c)?;
+                print!(" {us:.2}");
+                let _ = std::io::stdout().flush();
+                pipe[i].push(us);
+            }
+            println!(" usecs/op");
+        }
+        let pmed: Vec<f64> = pipe
+            .iter_mut()
+            .map(|s| {
+                s.sort_by(f64::total_cmp);
+                median(s)
+            })
+            .collect();
+        let shown = format!("taskset -c 0 perf bench sched pipe -l {PIPE_LOOPS}");
+        rows.push(Row::new("sched pipe: untraced", pmed[0], "µs/op", &shown));
+        rows.push(Row::new(
+            "sched pipe: kernelkite trace --follow",
+            pmed[1],
+            "µs/op",
+            &shown,
+        ));
+        if pmed.len() > 2 {
+            rows.push(Row::new(
+                "sched pipe: libbpf-tools runqlat",
+                pmed[2],
+                "µs/op",
+                &shown,
+            ));
+            rows.push(
+                Row::new(
+                    "sched pipe: kernelkite added cost / runqlat added cost",
+                    (pmed[1] - pmed[0]) / (pmed[2] - pmed[0]),
+                    "×",
+                    &shown,
+                )
+                .target(1.0),
+            );
+        }
+    } else {
+        rows.push(Row::missing(
+            "sched pipe",
+            "perf is not installed (linux-perf)",
+            "perf bench sched pipe",
+        ));
+    }
+
+    rows.push(start_time(ctx)?);
+    rows.extend(tracer_rss(ctx)?);
+    Ok(rows)
+}
+
+/// From spawning `kernelkite trace` to its "hooks live" line (median of the runs).
+fn start_time(ctx: &Ctx) -> Result<Row> {
+    let mut idle = Command::new(&ctx.workload)
+        .args(["idle", "--seconds", "3600"])
+        .stdout(Stdio::null())
+        .spawn()?;
+    let mut ms = Vec::new();
+    for _ in 0..ctx.opts.runs {
+        let t0 = Instant::now();
+        let mut child = Command::new(&ctx.kernelkite)
+            .args(["trace", "--pid", &idle.id().to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()?;
+        let mut err = BufReader::new(child.stderr.take().unwrap());
+        let mut line = String::new();
+        err.read_line(&mut line)?;
+        if !line.contains("hooks live") {
+            bail!("kernelkite trace did not go live: {line}");
+        }
+        ms.push(t0.elapsed().as_secs_f64() * 1e3);
+        // SAFETY: kill has no memory-safety preconditions; the pid is our child.
+        unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+        child.wait()?;
+    }
+    let _ = idle.kill();
+    let _ = idle.wait();
+    ms.sort_by(f64::total_cmp);
+    Ok(Row::new(
+        "kernelkite trace: spawn to all hooks live",
+        median(&ms),
+        "ms",
+        "kernelkite trace --pid <idle pid>",
+    )
+    .target(START_TARGET_MS))
+}
+
+/// The tracer's RSS, sampled every second while it traces a busy read loop.
+fn tracer_rss(ctx: &Ctx) -> Result<Vec<Row>> {
+    let seconds = ctx.opts.seconds.max(5.0);
+    // Enough reads to keep the loop busy for `seconds` (at ~0.5 µs per traced call).
+    let count = (seconds * 1.5e6) as u64;
+    let (child, stdin, lines, pid) =
+        spawn_gated(&ctx.workload, &["read_loop", "--count", &count.to_string()])?;
+    let mut tracer = Command::new(&ctx.kernelkite);
+    tracer.args(["trace", "--pid", &pid.to_string()]);
+    let tracer = Tracer::start(tracer)?;
+    let tracer_pid = tracer.child.id();
+    let go = std::thread::spawn(move || release(child, stdin, lines));
+    let mut rss_kb = Vec::new();
+    let t0 = Instant::now();
+    while !go.is_finished() && t0.elapsed().as_secs_f64() < seconds * 4.0 {
+        if let Some(kb) = vm_rss_kb(tracer_pid) {
+            rss_kb.push(kb);
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    let elapsed = t0.elapsed().as_secs_f64();
+    let result = go
+        .join()
+        .map_err(|_| anyhow::anyhow!("workload thread panicked"))??;
+    tracer.stop();
+    let calls_per_s = READS.max(count) as f64 / json_f64(&result, "elapsed_ns")? * 1e9;
+    let max_mb = rss_kb.iter().copied().max().unwrap_or(0) as f64 / 1024.0;
+    let growth_mb = match (rss_kb.get(1), rss_kb.last()) {
+        (Some(a), Some(b)) => (*b as f64 - *a as f64) / 1024.0,
+        _ => 0.0,
+    };
+    let shown = format!(
+        "kernelkite trace --pid <read_loop> for {elapsed:.0} s at {:.0}k syscalls/s",
+        calls_per_s / 1e3
+    );
+    Ok(vec![
+        Row::new(
+            "kernelkite trace: max RSS while tracing",
+            max_mb,
+            "MB",
+            &shown,
+        )
+        .target(RSS_TARGET_MB),
+        Row::new(
+            "kernelkite trace: RSS growth after the first second",
+            growth_mb,
+            "MB",
+            &shown,
+        ),
+    ])
+}
+
+fn vm_rss_kb(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
