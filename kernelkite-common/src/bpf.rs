@@ -76,11 +76,11 @@ pub struct SyscallKey {
     pub nr: u32,
 }
 
-/// Value of the per-CPU latency histogram map; userspace sums the CPUs.
+/// Value of the latency histogram map. There is no count field: the buckets hold the
+/// count, and leaving it out saves an atomic add per syscall.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SyscallHist {
-    pub count: u64,
     pub total_ns: u64,
     pub max_ns: u64,
     pub buckets: [u64; NUM_BUCKETS],
@@ -89,7 +89,6 @@ pub struct SyscallHist {
 impl Default for SyscallHist {
     fn default() -> Self {
         SyscallHist {
-            count: 0,
             total_ns: 0,
             max_ns: 0,
             buckets: [0; NUM_BUCKETS],
@@ -165,7 +164,7 @@ pub struct SlowSyscallRecord {
 
 const _: () = assert!(core::mem::size_of::<ThreadState>() == 96);
 const _: () = assert!(core::mem::size_of::<SyscallKey>() == 8);
-const _: () = assert!(core::mem::size_of::<SyscallHist>() == 24 + 8 * NUM_BUCKETS);
+const _: () = assert!(core::mem::size_of::<SyscallHist>() == 16 + 8 * NUM_BUCKETS);
 const _: () = assert!(core::mem::size_of::<LifecycleRecord>() == 104);
 const _: () = assert!(core::mem::size_of::<SlowSyscallRecord>() == 40);
 

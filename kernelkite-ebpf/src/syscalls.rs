@@ -142,7 +142,6 @@ fn count_latency(key: SyscallKey, latency_ns: u64) {
     // SAFETY: a map value, valid while the program runs; every update below is atomic
     // except `max_ns`, which is raised with compare-and-swap.
     unsafe {
-        atomic_add(&raw mut (*hist).count, 1);
         atomic_add(&raw mut (*hist).total_ns, latency_ns);
         let idx = bucket_index(latency_ns);
         if idx < NUM_BUCKETS {
