@@ -8,7 +8,6 @@ use std::fs::File;
 use std::io::{self, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use super::pidmap::PidMap;
@@ -87,24 +86,33 @@ fn kept_budget() -> usize {
 fn read_whole(file: &File, buf: &mut Vec<u8>) -> io::Result<()> {
     buf.clear();
     loop {
-        if buf.capacity() - buf.len() < 1024 {
-            buf.reserve(4096);
+        // Most of these files are a few hundred bytes: start small, grow by doubling,
+        // and read straight into spare capacity (no zero-filling of unused buffer).
+        if buf.capacity() - buf.len() < 256 {
+            buf.reserve(buf.capacity().max(512));
         }
         let spare = buf.capacity() - buf.len();
         let start = buf.len();
-        buf.resize(buf.capacity(), 0);
-        let n = match file.read_at(&mut buf[start..], start as u64) {
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {
-                buf.truncate(start);
+        // SAFETY: the destination is the vector's spare capacity, `spare` bytes long;
+        // only the `n` bytes the kernel wrote are then added to its length.
+        let n = unsafe {
+            libc::pread(
+                file.as_raw_fd(),
+                buf.as_mut_ptr().add(start).cast(),
+                spare,
+                start as libc::off_t,
+            )
+        };
+        if n < 0 {
+            let err = io::Error::last_os_error();
+            if err.kind() == io::ErrorKind::Interrupted {
                 continue;
             }
-            Err(e) => {
-                buf.truncate(start);
-                return Err(e);
-            }
-        };
-        buf.truncate(start + n);
+            return Err(err);
+        }
+        let n = n as usize;
+        // SAFETY: the kernel initialized these n bytes (n <= spare).
+        unsafe { buf.set_len(start + n) };
         // procfs seq files and regular files both return a short read only at the end,
         // so a short read saves the extra read(2) that would return 0.
         if n == 0 || n < spare {
