@@ -10,11 +10,12 @@
 //!   as CPU per process sample (per process per frame).
 //! - `commands`: median wall time of `summary`, `summary --json`, `compare` and
 //!   `report` on a synthetic 100,000-frame bundle written by [`write_synthetic_bundle`].
-//! - `ebpf`: the untraced `read()` baseline for the tracing-overhead benchmark;
-//!   [`ebpf_benchmarks`] is where the eBPF backend's overhead figures go.
+//! - `ebpf`: tracing overhead, side by side with an empty-program floor and peer tools
+//!   (see `bench/ebpf.rs`; needs root; peers such as bpftrace, libbpf-tools and perf are
+//!   used when installed and reported as not measured otherwise).
 //!
-//! Everything runs the release build (`cargo build --release` first) and needs nothing
-//! beyond the workspace.
+//! Everything runs the release build (`cargo build --release` first); the sampler and
+//! command benchmarks need nothing beyond the workspace.
 
 use std::fmt::Write as _;
 use std::fs::File;
