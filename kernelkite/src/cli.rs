@@ -74,6 +74,16 @@ pub enum Command {
     /// Benchmark helper: attach empty sys_enter/sys_exit programs until stdin closes.
     #[command(hide = true)]
     BenchFloor,
+    /// Internal: the child `run` starts under eBPF waits on FD, then execs COMMAND.
+    #[command(hide = true, name = "__exec-after-gate")]
+    ExecAfterGate(ExecAfterGateArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ExecAfterGateArgs {
+    pub fd: i32,
+    #[arg(last = true, required = true, num_args = 1..)]
+    pub command: Vec<String>,
 }
 
 #[derive(Debug, Args)]

@@ -31,6 +31,7 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Report(args) => report::execute(&global, &args),
         Command::Doctor => doctor::execute(&global),
         Command::BenchFloor => doctor::bench_floor(),
+        Command::ExecAfterGate(args) => run::exec_after_gate(&args),
         Command::Completions(args) => {
             let mut cmd = Cli::command();
             clap_complete::generate(args.shell, &mut cmd, "kernelkite", &mut std::io::stdout());

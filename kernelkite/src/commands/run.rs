@@ -20,6 +20,22 @@ pub fn execute(global: &GlobalArgs, args: &RunArgs) -> Result<ExitCode> {
     }
 }
 
+/// The gated child of `run` under eBPF (see `Launcher::spawn_gated`): exec the command
+/// once the tracer has attached; exit 127 with one line if that fails.
+pub fn exec_after_gate(args: &crate::cli::ExecAfterGateArgs) -> Result<ExitCode> {
+    #[cfg(target_os = "linux")]
+    {
+        let err = crate::source::launch::exec_after_gate(args.fd, &args.command);
+        eprintln!("kernelkite: cannot run {}: {err}", args.command[0]);
+        Ok(ExitCode::from(127))
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = args;
+        anyhow::bail!("kernelkite run needs Linux")
+    }
+}
+
 #[cfg(target_os = "linux")]
 mod linux {
     use std::collections::BTreeSet;
@@ -34,33 +50,57 @@ mod linux {
     use crate::model::{
         self, Backend, Bundle, Frame, FrameCap, HostConstants, LaunchedCommand, Rusage,
     };
+    use crate::source::ebpf::availability::Availability;
+    use crate::source::ebpf::session::{self as ebpf, TraceOptions};
     use crate::source::host::current_host;
     use crate::source::launch::{
-        children_rusage, give_to_user, raise_open_file_limit, signal_child, Exit, Launcher,
+        children_rusage, find_program, give_to_user, raise_open_file_limit, signal_child, Exit,
+        Launcher,
     };
     use crate::source::procfs::{
         FrameRecorder, Sampler, SamplerOptions, Schedule, Scope, PROC_ROOT,
     };
 
+    /// `run` streams single syscalls at least this slow (10 ms), as `trace` does by default.
+    const RUN_MIN_LATENCY_NS: u64 = 10_000_000;
+
     pub(super) fn execute(global: &GlobalArgs, args: &RunArgs) -> Result<ExitCode> {
-        if global.backend == BackendChoice::Ebpf {
-            bail!("the eBPF backend for run is not available yet");
-        }
         if args.max_frames == 0 {
             bail!("--max-frames must be at least 1");
         }
         check_writable(&args.bundle)?;
-        let options = SamplerOptions {
-            threads: true,
-            network: global.network,
+        // eBPF when it may (the probes are loaded before the command starts, so a
+        // failure can still fall back), else /proc; never a silent downgrade.
+        let probes = match global.backend {
+            BackendChoice::Proc => None,
+            BackendChoice::Ebpf => {
+                Some(load_probes(global, args).context("eBPF is not available")?)
+            }
+            BackendChoice::Auto => match load_probes(global, args) {
+                Ok(session) => Some(session),
+                Err(e) => {
+                    eprintln!("kernelkite: using the /proc sampler: eBPF is not available: {e:#}");
+                    None
+                }
+            },
         };
-        let sampler = Sampler::new(Path::new(PROC_ROOT), options).context("cannot sample /proc")?;
         let host = current_host();
         let mut launcher = Launcher::prepare().context("cannot prepare to launch the command")?;
 
-        let session = record(&mut launcher, sampler, global, args)?;
-        let exit = session.exit;
-        let bundle = assemble(global, args, host, session);
+        let (bundle, exit) = match probes {
+            Some(ebpf) => record_ebpf(&mut launcher, ebpf, global, args)?,
+            None => {
+                let options = SamplerOptions {
+                    threads: true,
+                    network: global.network,
+                };
+                let sampler =
+                    Sampler::new(Path::new(PROC_ROOT), options).context("cannot sample /proc")?;
+                let session = record(&mut launcher, sampler, global, args)?;
+                let exit = session.exit;
+                (assemble(global, args, host, session), exit)
+            }
+        };
         model::write_bundle(&args.bundle, &bundle)
             .with_context(|| format!("cannot write bundle {}", args.bundle.display()))?;
         if let Some(user) = launcher.invoking_user() {
@@ -141,6 +181,107 @@ mod linux {
         })
     }
 
+    /// The eBPF programs, loaded and attached, with no target yet.
+    fn load_probes(global: &GlobalArgs, args: &RunArgs) -> Result<ebpf::Session> {
+        if let Some(reason) = Availability::probe().unavailable_reason() {
+            bail!("{reason}");
+        }
+        Ok(ebpf::Session::load(TraceOptions {
+            pids: Vec::new(),
+            follow: true,
+            min_latency_ns: RUN_MIN_LATENCY_NS,
+            interval: Duration::from_millis(global.interval_ms),
+            max_frames: args.max_frames,
+            network: global.network,
+            label: global.label.clone(),
+        })?)
+    }
+
+    /// Launch the command held at a start gate, point the loaded programs at it (and,
+    /// through fork, at every descendant), let it run, and snapshot the in-kernel
+    /// counters every interval until the whole tree has exited and been reaped.
+    fn record_ebpf(
+        launcher: &mut Launcher,
+        mut session: ebpf::Session,
+        global: &GlobalArgs,
+        args: &RunArgs,
+    ) -> Result<(Bundle, Option<Exit>)> {
+        find_program(&args.command[0])
+            .with_context(|| format!("cannot run {}", args.command[0]))?;
+        let (pid, gate) = launcher
+            .spawn_gated(&args.command)
+            .with_context(|| format!("cannot run {}", args.command[0]))?;
+        raise_open_file_limit();
+        let started = session.attach_to(&[pid]).and_then(|()| session.take_ring());
+        let mut ring = match started {
+            Ok(ring) => ring,
+            Err(e) => {
+                // The command never runs: the dropped gate makes it exit.
+                drop(gate);
+                while launcher.reap().unwrap_or(false) {
+                    launcher.wait_until(Instant::now() + Duration::from_millis(50));
+                }
+                return Err(e).context("cannot trace the command");
+            }
+        };
+        gate.open().context("cannot start the command")?;
+        let start = Instant::now();
+        let mut schedule = Schedule::new(start, Duration::from_millis(global.interval_ms));
+        loop {
+            launcher.wait_until(schedule.next_deadline());
+            while let Some(record) = ring.next() {
+                session.handle_record(&record);
+            }
+            if let Some(sig) = launcher.take_signal_for_orphans() {
+                for p in session.live_pids() {
+                    signal_child(p, sig);
+                }
+            }
+            if launcher.child_exited() {
+                if !launcher.reap().context("cannot wait for the command")? {
+                    break;
+                }
+                continue;
+            }
+            let now = Instant::now();
+            if now >= schedule.next_deadline() {
+                session.snapshot()?;
+                schedule.advance(now);
+            }
+        }
+        while let Some(record) = ring.next() {
+            session.handle_record(&record);
+        }
+        drop(ring);
+        // Everything is reaped: RUSAGE_CHILDREN now covers the whole tree exactly.
+        let rusage = children_rusage();
+        let exit = launcher.exit();
+        let mut bundle = session.finish()?;
+        bundle.launched = Some(launched_command(args, pid, exit, rusage));
+        Ok((bundle, exit))
+    }
+
+    fn launched_command(
+        args: &RunArgs,
+        pid: i32,
+        exit: Option<Exit>,
+        rusage: Rusage,
+    ) -> LaunchedCommand {
+        LaunchedCommand {
+            argv: args.command.clone(),
+            pid,
+            exit_code: match exit {
+                Some(Exit::Code(c)) => Some(c),
+                _ => None,
+            },
+            signal: match exit {
+                Some(Exit::Signal(s)) => Some(s),
+                _ => None,
+            },
+            rusage: Some(rusage),
+        }
+    }
+
     fn assemble(
         global: &GlobalArgs,
         args: &RunArgs,
@@ -150,19 +291,12 @@ mod linux {
         let mut bundle = Bundle::new(Backend::Proc, host, global.interval_ms);
         bundle.label = global.label.clone();
         bundle.root_pids = vec![session.pid];
-        bundle.launched = Some(LaunchedCommand {
-            argv: args.command.clone(),
-            pid: session.pid,
-            exit_code: match session.exit {
-                Some(Exit::Code(c)) => Some(c),
-                _ => None,
-            },
-            signal: match session.exit {
-                Some(Exit::Signal(s)) => Some(s),
-                _ => None,
-            },
-            rusage: Some(session.rusage),
-        });
+        bundle.launched = Some(launched_command(
+            args,
+            session.pid,
+            session.exit,
+            session.rusage,
+        ));
         bundle.frames = session.frames;
         if bundle.frames.is_empty() {
             // Only if /proc failed on every tick; a bundle needs a frame.

@@ -210,6 +210,45 @@ impl Launcher {
     /// Start the command. Under sudo it runs as the invoking user, with their groups,
     /// HOME, USER and LOGNAME.
     pub fn spawn(&mut self, argv: &[String]) -> io::Result<i32> {
+        self.spawn_inner(argv, None)
+    }
+
+    /// Start the command held at a gate, so a tracer can attach to its pid and see it
+    /// from its first instruction. The child is kernelkite itself in its hidden
+    /// `__exec-after-gate` mode: it waits until [`StartGate::open`], then execs the
+    /// command in place (same pid). If the gate is dropped unopened it exits with 127
+    /// without running the command. (A gate inside `pre_exec` cannot work: std's spawn
+    /// waits for the exec.)
+    pub fn spawn_gated(&mut self, argv: &[String]) -> io::Result<(i32, StartGate)> {
+        let exe = std::env::current_exe()?;
+        let mut fds = [0 as libc::c_int; 2];
+        // SAFETY: pipe2 fills two fds; both close on exec (the read end is made
+        // inheritable in the child only).
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let (read_fd, write_fd) = (fds[0], fds[1]);
+        let mut shim = vec![
+            exe.to_string_lossy().into_owned(),
+            GATE_SUBCOMMAND.to_string(),
+            read_fd.to_string(),
+            "--".to_string(),
+        ];
+        shim.extend(argv.iter().cloned());
+        let result = self.spawn_inner(&shim, Some(read_fd));
+        // SAFETY: the read end is the child's; the parent closes its copy.
+        unsafe { libc::close(read_fd) };
+        match result {
+            Ok(pid) => Ok((pid, StartGate { write_fd })),
+            Err(e) => {
+                // SAFETY: our own fd.
+                unsafe { libc::close(write_fd) };
+                Err(e)
+            }
+        }
+    }
+
+    fn spawn_inner(&mut self, argv: &[String], inherit_fd: Option<libc::c_int>) -> io::Result<i32> {
         let (program, args) = argv
             .split_first()
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no command given"))?;
@@ -218,6 +257,17 @@ impl Launcher {
         }
         let mut cmd = Command::new(program);
         cmd.args(args);
+        if let Some(fd) = inherit_fd {
+            // SAFETY: fcntl is async-signal-safe; it clears close-on-exec on one fd.
+            unsafe {
+                cmd.pre_exec(move || {
+                    if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
+                        return Err(io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
         if let Some(user) = &self.user {
             if let Some(home) = &user.home {
                 cmd.env("HOME", home);
@@ -340,6 +390,84 @@ impl Launcher {
             0 => None,
             sig => Some(sig),
         }
+    }
+}
+
+/// Find `program` as execvp would (a name with a slash as is, else on PATH), so a
+/// gated launch can report a missing command before starting anything.
+pub fn find_program(program: &str) -> io::Result<std::path::PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let executable = |p: &std::path::Path| {
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if program.contains('/') {
+        let p = std::path::PathBuf::from(program);
+        std::fs::metadata(&p)?;
+        return if executable(&p) {
+            Ok(p)
+        } else {
+            Err(io::Error::from_raw_os_error(libc::EACCES))
+        };
+    }
+    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(program))
+        .find(|p| executable(p))
+        .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOENT))
+}
+
+/// The hidden subcommand the gated child runs (see [`Launcher::spawn_gated`]).
+pub const GATE_SUBCOMMAND: &str = "__exec-after-gate";
+
+/// The child side of the gate: wait for the byte on `fd`, then exec `argv` in place.
+/// Returns only on failure (the caller exits 127, as a shell does).
+pub fn exec_after_gate(fd: libc::c_int, argv: &[String]) -> io::Error {
+    let mut byte = 0u8;
+    loop {
+        // SAFETY: reads one byte into a local from an fd we own.
+        let n = unsafe { libc::read(fd, (&mut byte as *mut u8).cast(), 1) };
+        if n == 1 {
+            break;
+        }
+        let err = io::Error::last_os_error();
+        if n < 0 && err.kind() == io::ErrorKind::Interrupted {
+            continue;
+        }
+        return io::Error::other("the tracer went away before starting the command");
+    }
+    // SAFETY: our own fd, closed once.
+    unsafe { libc::close(fd) };
+    let Some((program, args)) = argv.split_first() else {
+        return io::Error::new(io::ErrorKind::InvalidInput, "no command given");
+    };
+    Command::new(program).args(args).exec()
+}
+
+/// The parent's end of [`Launcher::spawn_gated`]'s gate.
+#[derive(Debug)]
+pub struct StartGate {
+    write_fd: libc::c_int,
+}
+
+impl StartGate {
+    /// Let the command run.
+    pub fn open(self) -> io::Result<()> {
+        let byte = 1u8;
+        // SAFETY: write one byte from a local to our own pipe fd.
+        let n = unsafe { libc::write(self.write_fd, (&byte as *const u8).cast(), 1) };
+        if n == 1 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+        // Drop closes the fd.
+    }
+}
+
+impl Drop for StartGate {
+    fn drop(&mut self) {
+        // SAFETY: our own fd, closed once.
+        unsafe { libc::close(self.write_fd) };
     }
 }
 

@@ -95,8 +95,11 @@ fn bpf_links(pid: u32) -> usize {
         .filter(|e| {
             let perf = std::fs::read_link(e.path())
                 .is_ok_and(|t| t.to_string_lossy().contains("[perf_event]"));
-            let link = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{}", e.file_name().to_string_lossy()))
-                .is_ok_and(|info| info.lines().any(|l| l.starts_with("link_id:")));
+            let link = std::fs::read_to_string(format!(
+                "/proc/{pid}/fdinfo/{}",
+                e.file_name().to_string_lossy()
+            ))
+            .is_ok_and(|info| info.lines().any(|l| l.starts_with("link_id:")));
             perf || link
         })
         .count()

@@ -71,6 +71,15 @@ pub struct Session {
     exited: BTreeSet<u32>,
 }
 
+fn check_pids_exist(pids: &[i32]) -> Result<(), SessionError> {
+    for &pid in pids {
+        if pid <= 0 || !Path::new(PROC_ROOT).join(pid.to_string()).exists() {
+            return Err(SessionError::NoSuchProcess(pid));
+        }
+    }
+    Ok(())
+}
+
 /// CLOCK_MONOTONIC in ns: the clock `bpf_ktime_get_ns` reads.
 pub fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {
@@ -97,11 +106,16 @@ impl Session {
     /// Check the targets exist, load and attach the programs, and start tracking every
     /// thread of the targets (with `follow`, of their existing descendants too).
     pub fn start(options: TraceOptions) -> Result<Session, SessionError> {
-        for &pid in &options.pids {
-            if pid <= 0 || !Path::new(PROC_ROOT).join(pid.to_string()).exists() {
-                return Err(SessionError::NoSuchProcess(pid));
-            }
-        }
+        let pids = options.pids.clone();
+        check_pids_exist(&pids)?;
+        let mut session = Session::load(options)?;
+        session.attach_to(&pids)?;
+        Ok(session)
+    }
+
+    /// Load and attach the programs with no target yet (see [`Session::attach_to`]).
+    pub fn load(mut options: TraceOptions) -> Result<Session, SessionError> {
+        options.pids.clear();
         let mut probes = loader::load(ProbeOptions {
             follow: options.follow,
             min_latency_ns: options.min_latency_ns,
@@ -109,6 +123,7 @@ impl Session {
         let threads = take_map(&mut probes, "THREADS")?;
         let hists = take_map(&mut probes, "SYSCALL_HISTS")?;
         let lost = take_map(&mut probes, "LOST")?;
+        let targets = take_map(&mut probes, "TARGETS")?;
         let sampler = Sampler::new(
             Path::new(PROC_ROOT),
             SamplerOptions {
@@ -116,8 +131,7 @@ impl Session {
                 network: options.network,
             },
         )?;
-        let targets = take_map(&mut probes, "TARGETS")?;
-        let mut session = Session {
+        Ok(Session {
             hooks: probes.hooks.clone(),
             attach_ms: probes.attach_ms,
             probes: Some(probes),
@@ -135,11 +149,31 @@ impl Session {
             undecodable_records: 0,
             exited: BTreeSet::new(),
             folded_hists: BTreeMap::new(),
-        };
-        session.add_initial_targets()?;
-        let first = session.snapshot_frame(false)?;
-        session.recorder.push(first);
-        Ok(session)
+        })
+    }
+
+    /// Start tracking every thread of `pids` (with `follow`, of their existing
+    /// descendants too). The session's clock starts here.
+    pub fn attach_to(&mut self, pids: &[i32]) -> Result<(), SessionError> {
+        check_pids_exist(pids)?;
+        self.options.pids = pids.to_vec();
+        self.start_mono_ns = monotonic_ns();
+        self.add_initial_targets()?;
+        let first = self.snapshot_frame(false)?;
+        self.recorder.push(first);
+        Ok(())
+    }
+
+    /// Processes with a live traced thread (for passing on signals).
+    pub fn live_pids(&self) -> Vec<i32> {
+        let set: BTreeSet<i32> = self
+            .threads
+            .iter()
+            .filter_map(Result::ok)
+            .filter(|(_, s)| s.run_state != run_state::EXITED)
+            .map(|(_, s)| s.tgid as i32)
+            .collect();
+        set.into_iter().collect()
     }
 
     /// Hooks attached, for status lines and doctor.

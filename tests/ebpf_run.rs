@@ -1,0 +1,116 @@
+//! Real-kernel tests of `kernelkite run` on the eBPF backend (chosen automatically as
+//! root): a command is traced from its first instruction, every short-lived process is
+//! seen, and its CPU agrees with the kernel's rusage.
+
+#[path = "support/ebpf.rs"]
+mod support;
+
+use std::process::Command;
+
+use kernelkite::analysis::analyze;
+use kernelkite::model::{load_bundle, Backend, LifecycleKind};
+use support::*;
+
+#[test]
+fn exec_storm_under_run_sees_every_process_and_exact_cpu() {
+    let Some(_serial) = ebpf_ready("exec_storm_under_run_sees_every_process_and_exact_cpu") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let bundle_path = dir.path().join("storm.json");
+    let out = Command::new(kernelkite_bin())
+        .arg("run")
+        .arg(&bundle_path)
+        .arg("--")
+        .arg(workload_bin())
+        .args(["exec_storm", "--count", "300", "--self-exec"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let bundle = load_bundle(&bundle_path).unwrap();
+    assert_eq!(bundle.backend, Backend::Ebpf);
+    assert_eq!(bundle.events_lost, Some(0));
+    let root = bundle.launched.as_ref().unwrap().pid;
+    let children = bundle
+        .lifecycle
+        .iter()
+        .filter(|e| e.kind == LifecycleKind::Fork && e.tid == e.pid && e.ppid == root)
+        .count();
+    assert_eq!(children, 300, "every child's fork is in the bundle");
+    let exits = bundle
+        .lifecycle
+        .iter()
+        .filter(|e| e.kind == LifecycleKind::Exit && e.tid == e.pid && e.class_ns.is_some())
+        .count();
+    assert_eq!(
+        exits, 301,
+        "every process's exit (and the root's) carries its class times"
+    );
+
+    // The kernel's own account of the tree's CPU (wait4/getrusage) against the sum of
+    // the exact on_cpu intervals kernelkite measured.
+    let a = analyze(&bundle);
+    let rusage = bundle.launched.as_ref().unwrap().rusage.unwrap();
+    let rusage_ns = (rusage.user_us + rusage.system_us) * 1000;
+    let on_cpu_ns = a.latency_classes.on_cpu;
+    let diff = on_cpu_ns.abs_diff(rusage_ns) as f64;
+    assert!(
+        diff <= rusage_ns as f64 * 0.05 + 5e6,
+        "on_cpu {on_cpu_ns} ns vs rusage {rusage_ns} ns"
+    );
+    assert_eq!(a.distinct_pids, 301);
+}
+
+#[test]
+fn command_runs_as_the_sudo_user_and_exit_status_is_forwarded() {
+    let Some(_serial) = ebpf_ready("command_runs_as_the_sudo_user_and_exit_status_is_forwarded")
+    else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    let bundle_path = dir.path().join("sudo.json");
+    let out = Command::new(kernelkite_bin())
+        .env("SUDO_UID", "65534")
+        .env("SUDO_GID", "65534")
+        .arg("run")
+        .arg(&bundle_path)
+        .args(["--", "sh", "-c", "id -u; exit 5"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(5),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "65534");
+    let bundle = load_bundle(&bundle_path).unwrap();
+    assert_eq!(bundle.backend, Backend::Ebpf);
+    assert_eq!(bundle.launched.unwrap().exit_code, Some(5));
+}
+
+#[test]
+fn backend_proc_is_honoured_and_recorded() {
+    let Some(_serial) = ebpf_ready("backend_proc_is_honoured_and_recorded") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let bundle_path = dir.path().join("proc.json");
+    let out = Command::new(kernelkite_bin())
+        .args(["--backend", "proc", "run"])
+        .arg(&bundle_path)
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert_eq!(load_bundle(&bundle_path).unwrap().backend, Backend::Proc);
+}
