@@ -12,11 +12,16 @@ use std::time::{Duration, Instant};
 use assert_cmd::Command;
 use kernelkite::model::{load_bundle, Backend, Bundle};
 
+/// kernelkite pinned to the /proc sampler (these tests are about it; as root `auto`
+/// would pick eBPF, which tests/ebpf_run.rs covers).
 fn kk() -> Command {
     let mut c = Command::cargo_bin("kernelkite").unwrap();
     c.env_remove("RUST_BACKTRACE");
+    c.args(PROC);
     c
 }
+
+const PROC: [&str; 2] = ["--backend", "proc"];
 
 fn kk_path() -> PathBuf {
     assert_cmd::cargo::cargo_bin("kernelkite")
@@ -266,6 +271,7 @@ fn rusage_matches_usr_bin_time() {
         .args(["-f", "%U %S", "-o"])
         .arg(&times)
         .arg(kk_path())
+        .args(PROC)
         .args(["--interval-ms", "1000", "run"])
         .arg(&bundle_path)
         .args(["--", "sh", "-c", MANY_SHORT])
@@ -428,6 +434,8 @@ fn rusage_matches_a_separate_subreaper_parent() {
     let dir = tempfile::tempdir().unwrap();
     let bundle_path = dir.path().join("many.json");
     let m = run_under_subreaper_parent(&[
+        "--backend",
+        "proc",
         "--interval-ms",
         "20",
         "run",
@@ -466,6 +474,7 @@ fn rusage_matches_a_separate_subreaper_parent() {
 )]
 fn start_and_wait_for(bundle: &Path, cmd: &[&str], comm: &str) -> std::process::Child {
     let mut child = StdCommand::new(kk_path())
+        .args(PROC)
         .args(["--interval-ms", "50", "run"])
         .arg(bundle)
         .arg("--")
@@ -634,22 +643,6 @@ fn unwritable_bundle_path_fails_before_launching() {
 }
 
 #[test]
-fn ebpf_backend_is_not_available_for_run_yet() {
-    let dir = tempfile::tempdir().unwrap();
-    let bundle_path = dir.path().join("e.json");
-    let out = kk()
-        .args(["--backend", "ebpf", "run"])
-        .arg(&bundle_path)
-        .args(["--", "true"])
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr)
-        .contains("the eBPF backend for run is not available yet"));
-    assert!(!bundle_path.exists());
-}
-
-#[test]
 fn network_counters_when_asked() {
     let dir = tempfile::tempdir().unwrap();
     let bundle_path = dir.path().join("net.json");
@@ -714,4 +707,86 @@ fn under_sudo_the_command_runs_as_the_invoking_user() {
     assert_eq!((meta.uid(), meta.gid()), (65534, 65534));
     let bundle = load_bundle(&bundle_path).unwrap();
     assert_eq!(bundle.launched.unwrap().exit_code, Some(0));
+}
+
+/// The `kk-workload` binary next to kernelkite's, built on demand.
+fn workload_bin() -> PathBuf {
+    let bin = kk_path().with_file_name("kk-workload");
+    if !bin.exists() {
+        let mut cmd = StdCommand::new(env!("CARGO"));
+        cmd.args(["build", "-q", "-p", "kernelkite-workloads"]);
+        if kk_path().parent().is_some_and(|p| p.ends_with("release")) {
+            cmd.arg("--release");
+        }
+        assert!(
+            cmd.status().expect("cargo build").success(),
+            "building kk-workload failed"
+        );
+    }
+    bin
+}
+
+#[test]
+fn threads_are_sampled_with_the_syscall_they_block_in() {
+    let dir = tempfile::tempdir().unwrap();
+    let bundle_path = dir.path().join("threads.json");
+    // 4 threads take turns holding a mutex for 5 ms, sleeping: the others wait in futex.
+    let mut child = StdCommand::new(kk_path())
+        .args(PROC)
+        .args(["--interval-ms", "50", "run"])
+        .arg(&bundle_path)
+        .arg("--")
+        .arg(workload_bin())
+        .args([
+            "futex_stress",
+            "--threads",
+            "4",
+            "--seconds",
+            "0.6",
+            "--hold-us",
+            "5000",
+        ])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let status = wait_with_timeout(&mut child, Duration::from_secs(60));
+    assert!(status.success(), "{status:?}");
+    let bundle = load_bundle(&bundle_path).unwrap();
+    let futex_nr = match bundle.host.arch.as_str() {
+        "x86_64" => 202,
+        "aarch64" => 98,
+        other => {
+            eprintln!("no futex syscall number known for {other}; checking threads only");
+            -2
+        }
+    };
+    let root = bundle.root_pids[0];
+    let samples: Vec<_> = bundle
+        .frames
+        .iter()
+        .flat_map(|f| &f.processes)
+        .filter(|p| p.pid == root && p.num_threads >= 5)
+        .collect();
+    assert!(
+        !samples.is_empty(),
+        "never saw the workload with its 4 worker threads"
+    );
+    let mut saw_futex = false;
+    for p in &samples {
+        assert_eq!(p.threads.len() as u64, p.num_threads, "pid {}", p.pid);
+        assert!(p.threads.windows(2).all(|w| w[0].tid < w[1].tid));
+        assert_eq!(p.threads[0].tid, root, "the leader comes first");
+        for t in &p.threads {
+            assert!(t.schedstat.is_some(), "tid {} has no schedstat", t.tid);
+            assert!(!t.state.is_empty());
+            if t.state == "R" {
+                assert_eq!(t.syscall_nr, None, "a running thread is in no syscall");
+            }
+            saw_futex |= t.syscall_nr == Some(futex_nr);
+        }
+    }
+    assert!(
+        saw_futex || futex_nr == -2,
+        "no thread was ever seen blocked in futex"
+    );
 }
