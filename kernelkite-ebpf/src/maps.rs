@@ -26,9 +26,11 @@ pub static SYSCALL_HISTS: HashMap<SyscallKey, SyscallHist> = HashMap::with_max_e
 #[map]
 pub static SYSCALL_KIND: Array<u8> = Array::with_max_entries(MAX_SYSCALL_NR, 0);
 
-/// Lifecycle and slow-syscall records.
+/// Lifecycle and slow-syscall records. 1 MiB holds about 10,000 records between two
+/// drains (userspace drains as records arrive); its pages are mapped into the tracer
+/// twice, so the size is also tracer RSS.
 #[map]
-pub static EVENTS: RingBuf = RingBuf::with_byte_size(1 << 22, 0);
+pub static EVENTS: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
 
 /// Counters of everything dropped, per CPU (`lost::*`).
 #[map]
