@@ -78,7 +78,17 @@ fn command_runs_as_the_sudo_user_and_exit_status_is_forwarded() {
     )
     .unwrap();
     let bundle_path = dir.path().join("sudo.json");
-    let out = Command::new(kernelkite_bin())
+    // kernelkite in a directory the user cannot enter (like root's home): the gated
+    // child must still start and drop privileges before exec.
+    let private = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(
+        private.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )
+    .unwrap();
+    let exe = private.path().join("kernelkite");
+    std::fs::copy(kernelkite_bin(), &exe).unwrap();
+    let out = Command::new(&exe)
         .env("SUDO_UID", "65534")
         .env("SUDO_GID", "65534")
         .arg("run")
@@ -113,4 +123,67 @@ fn backend_proc_is_honoured_and_recorded() {
         .unwrap();
     assert!(out.status.success());
     assert_eq!(load_bundle(&bundle_path).unwrap().backend, Backend::Proc);
+}
+
+#[test]
+fn without_privileges_run_falls_back_to_proc_with_one_line() {
+    let Some(_serial) = ebpf_ready("without_privileges_run_falls_back_to_proc_with_one_line")
+    else {
+        return;
+    };
+    use std::os::unix::process::CommandExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    let bundle_path = dir.path().join("nobody.json");
+    // A copy of kernelkite that the unprivileged user can run wherever the build is.
+    let exe = dir.path().join("kernelkite");
+    std::fs::copy(kernelkite_bin(), &exe).unwrap();
+    let out = Command::new(&exe)
+        .uid(65534)
+        .gid(65534)
+        .arg("run")
+        .arg(&bundle_path)
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let fallback: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("eBPF is not available"))
+        .collect();
+    assert_eq!(fallback.len(), 1, "{stderr}");
+    assert!(fallback[0].contains("not privileged"), "{stderr}");
+    assert_eq!(load_bundle(&bundle_path).unwrap().backend, Backend::Proc);
+
+    // Asking for eBPF explicitly fails with the reason instead.
+    let out = Command::new(&exe)
+        .uid(65534)
+        .gid(65534)
+        .args(["--backend", "ebpf", "run"])
+        .arg(dir.path().join("never.json"))
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("eBPF is not available: not privileged"));
+    assert!(!dir.path().join("never.json").exists());
+
+    // And trace says so too.
+    let out = Command::new(&exe)
+        .uid(65534)
+        .gid(65534)
+        .args(["trace", "--pid", "1", "--duration", "1"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("eBPF is not available: not privileged"));
 }

@@ -81,6 +81,13 @@ pub enum Command {
 
 #[derive(Debug, Args)]
 pub struct ExecAfterGateArgs {
+    /// Become this user (and `--gid`, `--groups`) before exec.
+    #[arg(long)]
+    pub uid: Option<u32>,
+    #[arg(long)]
+    pub gid: Option<u32>,
+    #[arg(long, value_delimiter = ',')]
+    pub groups: Vec<u32>,
     pub fd: i32,
     #[arg(last = true, required = true, num_args = 1..)]
     pub command: Vec<String>,

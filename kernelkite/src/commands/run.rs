@@ -25,7 +25,16 @@ pub fn execute(global: &GlobalArgs, args: &RunArgs) -> Result<ExitCode> {
 pub fn exec_after_gate(args: &crate::cli::ExecAfterGateArgs) -> Result<ExitCode> {
     #[cfg(target_os = "linux")]
     {
-        let err = crate::source::launch::exec_after_gate(args.fd, &args.command);
+        use crate::source::launch::{exec_after_gate, GateUser};
+        let user = match (args.uid, args.gid) {
+            (Some(uid), Some(gid)) => Some(GateUser {
+                uid,
+                gid,
+                groups: args.groups.clone(),
+            }),
+            _ => None,
+        };
+        let err = exec_after_gate(args.fd, user.as_ref(), &args.command);
         eprintln!("kernelkite: cannot run {}: {err}", args.command[0]);
         Ok(ExitCode::from(127))
     }

@@ -231,9 +231,16 @@ impl Launcher {
         let mut shim = vec![
             exe.to_string_lossy().into_owned(),
             GATE_SUBCOMMAND.to_string(),
-            read_fd.to_string(),
-            "--".to_string(),
         ];
+        if let Some(user) = &self.user {
+            let groups: Vec<String> = user.groups.iter().map(|g| g.to_string()).collect();
+            shim.extend([
+                format!("--uid={}", user.uid),
+                format!("--gid={}", user.gid),
+                format!("--groups={}", groups.join(",")),
+            ]);
+        }
+        shim.extend([read_fd.to_string(), "--".to_string()]);
         shim.extend(argv.iter().cloned());
         let result = self.spawn_inner(&shim, Some(read_fd));
         // SAFETY: the read end is the child's; the parent closes its copy.
@@ -275,19 +282,15 @@ impl Launcher {
             if !user.name.is_empty() {
                 cmd.env("USER", &user.name).env("LOGNAME", &user.name);
             }
-            let (uid, gid, groups) = (user.uid, user.gid, user.groups.clone());
-            // SAFETY: the hook only makes async-signal-safe system calls on data prepared
-            // before fork.
-            unsafe {
-                cmd.pre_exec(move || {
-                    if libc::setgroups(groups.len(), groups.as_ptr()) != 0
-                        || libc::setgid(gid) != 0
-                        || libc::setuid(uid) != 0
-                    {
-                        return Err(io::Error::last_os_error());
-                    }
-                    Ok(())
-                });
+            // A gated child is kernelkite itself, which may live where the user cannot
+            // read (root's home): it drops privileges itself, after the gate.
+            if inherit_fd.is_none() {
+                let (uid, gid, groups) = (user.uid, user.gid, user.groups.clone());
+                // SAFETY: the hook only makes async-signal-safe system calls on data
+                // prepared before fork.
+                unsafe {
+                    cmd.pre_exec(move || drop_privileges(uid, gid, &groups));
+                }
             }
         }
         let child = cmd.spawn()?;
@@ -419,9 +422,31 @@ pub fn find_program(program: &str) -> io::Result<std::path::PathBuf> {
 /// The hidden subcommand the gated child runs (see [`Launcher::spawn_gated`]).
 pub const GATE_SUBCOMMAND: &str = "__exec-after-gate";
 
-/// The child side of the gate: wait for the byte on `fd`, then exec `argv` in place.
-/// Returns only on failure (the caller exits 127, as a shell does).
-pub fn exec_after_gate(fd: libc::c_int, argv: &[String]) -> io::Error {
+/// Become `uid`/`gid` with `groups` (async-signal-safe: used between fork and exec).
+fn drop_privileges(uid: u32, gid: u32, groups: &[libc::gid_t]) -> io::Result<()> {
+    // SAFETY: plain system calls on a slice we own.
+    unsafe {
+        if libc::setgroups(groups.len(), groups.as_ptr()) != 0
+            || libc::setgid(gid) != 0
+            || libc::setuid(uid) != 0
+        {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// Who the gated child becomes before it execs the command (under sudo).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GateUser {
+    pub uid: u32,
+    pub gid: u32,
+    pub groups: Vec<u32>,
+}
+
+/// The child side of the gate: wait for the byte on `fd`, become `user` if given, then
+/// exec `argv` in place. Returns only on failure (the caller exits 127, as a shell does).
+pub fn exec_after_gate(fd: libc::c_int, user: Option<&GateUser>, argv: &[String]) -> io::Error {
     let mut byte = 0u8;
     loop {
         // SAFETY: reads one byte into a local from an fd we own.
@@ -437,6 +462,11 @@ pub fn exec_after_gate(fd: libc::c_int, argv: &[String]) -> io::Error {
     }
     // SAFETY: our own fd, closed once.
     unsafe { libc::close(fd) };
+    if let Some(u) = user {
+        if let Err(e) = drop_privileges(u.uid, u.gid, &u.groups) {
+            return e;
+        }
+    }
     let Some((program, args)) = argv.split_first() else {
         return io::Error::new(io::ErrorKind::InvalidInput, "no command given");
     };
