@@ -13,13 +13,41 @@ const PF_KTHREAD: u32 = 0x0020_0000;
 /// kthreadd: the parent of every kernel thread.
 const KTHREADD_PID: i32 = 2;
 
-pub(crate) fn stat(bytes: &[u8]) -> Option<Stat> {
-    Stat::from_read(bytes).ok()
+/// The /proc/<pid>/stat fields a sample records: a compact copy of procfs's `Stat`,
+/// which the sampler keeps for every process between ticks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct StatFields {
+    pub pid: i32,
+    pub ppid: i32,
+    pub comm: String,
+    pub state: char,
+    /// PF_KTHREAD set, or kthreadd or one of its children.
+    pub kernel_thread: bool,
+    pub utime_ticks: u64,
+    pub stime_ticks: u64,
+    pub cutime_ticks: u64,
+    pub cstime_ticks: u64,
+    pub num_threads: u64,
+    pub start_time_ticks: u64,
+    pub rss_pages: u64,
 }
 
-/// Kernel threads are never part of a profiled tree.
-pub(crate) fn is_kernel_thread(stat: &Stat) -> bool {
-    stat.flags & PF_KTHREAD != 0 || stat.pid == KTHREADD_PID || stat.ppid == KTHREADD_PID
+pub(crate) fn stat(bytes: &[u8]) -> Option<StatFields> {
+    let s = Stat::from_read(bytes).ok()?;
+    Some(StatFields {
+        kernel_thread: s.flags & PF_KTHREAD != 0 || s.pid == KTHREADD_PID || s.ppid == KTHREADD_PID,
+        pid: s.pid,
+        ppid: s.ppid,
+        comm: s.comm,
+        state: s.state,
+        utime_ticks: s.utime,
+        stime_ticks: s.stime,
+        cutime_ticks: non_negative(s.cutime),
+        cstime_ticks: non_negative(s.cstime),
+        num_threads: non_negative(s.num_threads),
+        start_time_ticks: s.starttime,
+        rss_pages: s.rss,
+    })
 }
 
 pub(crate) fn io(bytes: &[u8]) -> Option<IoCounters> {
@@ -72,7 +100,7 @@ pub(crate) fn net_dev(bytes: &[u8]) -> Option<Vec<NetDevCounters>> {
 
 /// Counters the kernel prints as signed (`cutime`, `num_threads`) are never negative;
 /// clamp instead of wrapping if a synthetic file says otherwise.
-pub(crate) fn non_negative(v: i64) -> u64 {
+fn non_negative(v: i64) -> u64 {
     v.max(0) as u64
 }
 

@@ -10,10 +10,8 @@
 use std::io;
 use std::path::Path;
 
-use procfs::process::Stat;
-
 use super::files::{is_gone, KeptKey, ProcDir, TaskFile};
-use super::parse;
+use super::parse::{self, StatFields};
 use super::pidmap::PidMap;
 use super::tree::{Scope, TreeWalker};
 use crate::model::{Frame, IoCounters, ProcessSample, Schedstat, ThreadSample};
@@ -116,13 +114,13 @@ impl Sampler {
         })
     }
 
-    fn process(&mut self, ino: u64, stat: Stat) -> Result<ProcessSample, Vanished> {
+    fn process(&mut self, ino: u64, stat: StatFields) -> Result<ProcessSample, Vanished> {
         let pid = stat.pid;
         // The same pid with another start time is another process.
         let prev = self
             .prev
             .remove(&pid)
-            .filter(|p| p.start_time_ticks == stat.starttime);
+            .filter(|p| p.start_time_ticks == stat.start_time_ticks);
         let (threads, none_ran) = if self.options.threads {
             self.threads(ino, &stat, prev.as_ref())?
         } else {
@@ -144,7 +142,7 @@ impl Sampler {
         self.next_prev.insert(
             pid,
             Prev {
-                start_time_ticks: stat.starttime,
+                start_time_ticks: stat.start_time_ticks,
                 io,
                 threads: threads
                     .iter()
@@ -161,13 +159,13 @@ impl Sampler {
             pid,
             ppid: stat.ppid,
             state: stat.state.to_string(),
-            start_time_ticks: stat.starttime,
-            utime_ticks: stat.utime,
-            stime_ticks: stat.stime,
-            cutime_ticks: parse::non_negative(stat.cutime),
-            cstime_ticks: parse::non_negative(stat.cstime),
-            rss_pages: stat.rss,
-            num_threads: parse::non_negative(stat.num_threads),
+            start_time_ticks: stat.start_time_ticks,
+            utime_ticks: stat.utime_ticks,
+            stime_ticks: stat.stime_ticks,
+            cutime_ticks: stat.cutime_ticks,
+            cstime_ticks: stat.cstime_ticks,
+            rss_pages: stat.rss_pages,
+            num_threads: stat.num_threads,
             io,
             threads,
             comm: stat.comm,
@@ -179,7 +177,7 @@ impl Sampler {
     fn threads(
         &mut self,
         ino: u64,
-        stat: &Stat,
+        stat: &StatFields,
         prev: Option<&Prev>,
     ) -> Result<(Vec<ThreadSample>, bool), Vanished> {
         let pid = stat.pid;

@@ -20,11 +20,10 @@
 use std::io;
 use std::time::{Duration, Instant};
 
-use procfs::process::Stat;
 use procfs::{FromRead, LoadAverage};
 
 use super::files::{KeptKey, ProcDir, TaskFile};
-use super::parse;
+use super::parse::{self, StatFields};
 use super::pidmap::PidMap;
 
 /// Re-list /proc at least this often even when no pid was allocated, so that a pid
@@ -73,14 +72,14 @@ pub(crate) struct TreeWalker {
     listing: Vec<(i32, u64)>,
     /// Processes whose stat was read this tick (not kernel threads): inode of
     /// /proc/<pid>, raw stat, parsed stat.
-    fresh: Vec<(u64, Vec<u8>, Stat)>,
+    fresh: Vec<(u64, Vec<u8>, StatFields)>,
     /// (ppid, index into `fresh`), sorted: the children map.
     by_ppid: Vec<(i32, usize)>,
     inside: Vec<bool>,
     queue: Vec<usize>,
     /// Last tick's raw and parsed stat of each subtree process.
-    last_stat: PidMap<i32, (Vec<u8>, Stat)>,
-    next_last_stat: PidMap<i32, (Vec<u8>, Stat)>,
+    last_stat: PidMap<i32, (Vec<u8>, StatFields)>,
+    next_last_stat: PidMap<i32, (Vec<u8>, StatFields)>,
     /// Stat buffers to reuse.
     spare: Vec<Vec<u8>>,
     /// The subtree found by the last walk: (pid, inode of /proc/<pid>).
@@ -98,7 +97,7 @@ impl TreeWalker {
         &mut self,
         dir: &mut ProcDir,
         scope: Scope<'_>,
-    ) -> io::Result<Vec<(u64, Stat)>> {
+    ) -> io::Result<Vec<(u64, StatFields)>> {
         let key = ScopeKey::of(scope);
         let mut full = false;
         if self.scope.as_ref() != Some(&key) {
@@ -159,7 +158,7 @@ impl TreeWalker {
                     }
                 }
             };
-            if parse::is_kernel_thread(&stat) {
+            if stat.kernel_thread {
                 self.spare.push(bytes);
                 self.next_outsiders.insert(pid, ino);
                 continue;
