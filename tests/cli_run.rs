@@ -790,3 +790,25 @@ fn threads_are_sampled_with_the_syscall_they_block_in() {
         "no thread was ever seen blocked in futex"
     );
 }
+
+#[test]
+fn signals_after_the_root_exited_go_to_the_orphans() {
+    let dir = tempfile::tempdir().unwrap();
+    let bundle_path = dir.path().join("orphan-term.json");
+    // The root exits at once with 4; `sleep 30` is left to kernelkite. (SIGTERM: a
+    // non-interactive shell starts background jobs with SIGINT ignored.)
+    let mut child = start_and_wait_for(&bundle_path, &["sh", "-c", "sleep 30 & exit 4"], "sleep");
+    // Let kernelkite reap the root and sample the orphan under it.
+    std::thread::sleep(Duration::from_millis(300));
+    let started = Instant::now();
+    // SAFETY: kill has no memory-safety preconditions.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+    let status = wait_with_timeout(&mut child, Duration::from_secs(10));
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "the orphan was not terminated"
+    );
+    assert_eq!(status.code(), Some(4), "the root's own status: {status:?}");
+    let launched = load_bundle(&bundle_path).unwrap().launched.unwrap();
+    assert_eq!(launched.exit_code, Some(4));
+}
