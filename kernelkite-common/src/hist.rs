@@ -71,13 +71,13 @@ pub fn bucket_lower(index: usize) -> u64 {
     (SUB_COUNT + sub) << (exp - SUB_BITS as u64)
 }
 
-/// One past the largest value in bucket `index` (the last bucket is open-ended; this
-/// returns where it starts doubled).
+/// One past the largest value in bucket `index`. The last bucket's nominal end is
+/// 2^MAX_EXP; values beyond it are counted there too (reports clamp to the observed max).
 pub fn bucket_upper(index: usize) -> u64 {
     if index + 1 < NUM_BUCKETS {
         bucket_lower(index + 1)
     } else {
-        bucket_lower(index) * 2
+        1 << MAX_EXP
     }
 }
 
