@@ -80,7 +80,10 @@ pub fn load(options: ProbeOptions) -> Result<Probes, ProbeError> {
 /// the syscall hooks, for `cargo xtask bench`.
 pub fn load_floor() -> Result<Probes, ProbeError> {
     load_programs(ProbeOptions::default(), |_| {
-        vec![("floor_sys_enter", "sys_enter"), ("floor_sys_exit", "sys_exit")]
+        vec![
+            ("floor_sys_enter", "sys_enter"),
+            ("floor_sys_exit", "sys_exit"),
+        ]
     })
 }
 
