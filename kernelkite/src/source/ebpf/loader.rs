@@ -179,12 +179,16 @@ fn error_chain(err: &dyn std::error::Error) -> String {
     let mut source = err.source();
     while let Some(s) = source {
         let text = s.to_string();
+        // A verifier log ends with statistics ("processed N insns ..."); the reason for a
+        // rejection is the last line before them.
         let last = text
             .lines()
             .rev()
-            .find(|l| !l.trim().is_empty())
-            .unwrap_or("")
-            .trim();
+            .map(str::trim)
+            .find(|l| {
+                !l.is_empty() && !l.starts_with("processed ") && !l.starts_with("verification time")
+            })
+            .unwrap_or("");
         out.push_str(": ");
         out.push_str(last);
         source = s.source();
