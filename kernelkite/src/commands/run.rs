@@ -47,7 +47,6 @@ pub fn exec_after_gate(args: &crate::cli::ExecAfterGateArgs) -> Result<ExitCode>
 
 #[cfg(target_os = "linux")]
 mod linux {
-    use std::collections::BTreeSet;
     use std::fs;
     use std::path::Path;
     use std::process::ExitCode;
@@ -320,13 +319,18 @@ mod linux {
         bundle
     }
 
-    /// Tell the user where the bundle went. (The place for a summary of the run.)
+    /// Tell the user where the bundle went, with the headline numbers.
     fn report_written(path: &Path, bundle: &Bundle) {
+        let a = crate::analysis::analyze(bundle);
         eprintln!(
-            "kernelkite: wrote {} ({} frames, {} processes)",
+            "kernelkite: wrote {} ({} backend, {}, {} processes, CPU {}, peak RSS {}); details: kernelkite summary {}",
             path.display(),
-            bundle.frames.len(),
-            distinct_processes(bundle)
+            a.backend,
+            crate::report::fmt_ms(a.duration_ms.round()),
+            a.distinct_pids,
+            crate::report::fmt_secs(a.cpu_seconds),
+            crate::report::fmt_bytes(a.peak_rss_bytes),
+            path.display()
         );
     }
 
@@ -366,16 +370,5 @@ mod linux {
         {
             signal_child(p.pid, sig);
         }
-    }
-
-    /// Processes seen, counting a reused pid again.
-    fn distinct_processes(bundle: &Bundle) -> usize {
-        let set: BTreeSet<(i32, u64)> = bundle
-            .frames
-            .iter()
-            .flat_map(|f| &f.processes)
-            .map(|p| (p.pid, p.start_time_ticks))
-            .collect();
-        set.len()
     }
 }
