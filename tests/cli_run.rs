@@ -88,7 +88,7 @@ fn samples_children_and_grandchildren_with_their_ppid_chain() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.contains(&format!("kernelkite: wrote {}", bundle_path.display()))
-            && stderr.contains("frames, "),
+            && stderr.contains("proc backend"),
         "{stderr}"
     );
 
