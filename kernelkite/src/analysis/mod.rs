@@ -46,7 +46,8 @@ pub struct Analysis {
     pub replayed_from: Option<String>,
     /// `Bundle::interval_ms`: the requested sampling interval.
     pub interval_ms: u64,
-    /// Last frame's `t_ns` − first frame's, nanoseconds.
+    /// The session window in nanoseconds: last frame's `t_ns` − first frame's (eBPF:
+    /// − 0, the moment tracking began, from which every thread is counted).
     pub duration_ns: u64,
     /// [`Analysis::duration_ns`] in milliseconds as `f64` (`duration_ns / 1e6`), so
     /// sub-millisecond sessions are not reported as 0.
@@ -344,7 +345,12 @@ struct ThreadAcc {
 /// Derive every reported number from a bundle. Pure and deterministic.
 pub fn analyze(bundle: &Bundle) -> Analysis {
     let frames = &bundle.frames;
-    let first_t = frames.first().map_or(0, |f| f.t_ns);
+    // The eBPF backend starts counting every thread at t = 0 (when tracking began), so
+    // its window starts there; a sampler's window starts at its first frame.
+    let first_t = match bundle.backend {
+        Backend::Ebpf => 0,
+        Backend::Proc => frames.first().map_or(0, |f| f.t_ns),
+    };
     let last_t = frames.last().map_or(0, |f| f.t_ns);
     let duration_ns = last_t.saturating_sub(first_t);
     let hz = bundle.host.clock_ticks_per_sec.max(1);

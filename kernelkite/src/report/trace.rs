@@ -59,7 +59,11 @@ pub fn trace_text(a: &Analysis, per_thread: bool) -> String {
     } else {
         let mut rows = vec![class_header(&["PID", "COMM", "THREADS"])];
         for p in &a.processes {
-            let mut row = vec![p.pid.to_string(), p.comm.clone(), p.threads.to_string()];
+            let mut row = vec![
+                p.pid.to_string(),
+                super::clean(&p.comm),
+                p.threads.to_string(),
+            ];
             row.extend(class_cells(&p.classes));
             rows.push(row);
         }
@@ -67,32 +71,7 @@ pub fn trace_text(a: &Analysis, per_thread: bool) -> String {
         out.push_str(&columns(&rows, &[0, 2, 3, 4, 5, 6, 7, 8]));
     }
     out.push('\n');
-    if a.syscalls.is_empty() {
-        out.push_str("no syscalls completed inside the trace\n");
-    } else {
-        let mut syscalls: Vec<_> = a.syscalls.iter().collect();
-        syscalls.sort_by(|x, y| y.total_ns.cmp(&x.total_ns).then(x.name.cmp(&y.name)));
-        let mut rows = vec![["SYSCALL", "COUNT", "TOTAL", "P50", "P95", "P99", "MAX"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect::<Vec<_>>()];
-        for s in syscalls.iter().take(TRACE_TOP_SYSCALLS) {
-            rows.push(vec![
-                s.name.clone(),
-                s.count.to_string(),
-                fmt_ns(s.total_ns as f64),
-                fmt_ns(s.p50_ns as f64),
-                fmt_ns(s.p95_ns as f64),
-                fmt_ns(s.p99_ns as f64),
-                fmt_ns(s.max_ns as f64),
-            ]);
-        }
-        out.push_str(&format!(
-            "top syscalls by total time (percentiles within ±{:.2}%, never above max):\n",
-            a.histogram_relative_error * 100.0
-        ));
-        out.push_str(&columns(&rows, &[1, 2, 3, 4, 5, 6]));
-    }
+    out.push_str(&super::summary::syscalls_text(a, TRACE_TOP_SYSCALLS));
     out.push('\n');
     match a.events_lost {
         Some(n) => out.push_str(&format!("events lost: {n} (counted in the kernel)\n")),
