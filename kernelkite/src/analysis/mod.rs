@@ -8,7 +8,8 @@
 //!
 //! # Session-relative rules used throughout
 //!
-//! * **Window**: the session is the span from the first frame's `t_ns` to the last's.
+//! * **Window**: the session is the span from the first frame's `t_ns` (eBPF: from 0,
+//!   when tracking began) to the last frame's.
 //! * **Started inside the session**: when the bundle has a launched command that appears
 //!   in the frames, its `start_time_ticks` is the session start and a process started
 //!   inside iff its `start_time_ticks` ≥ that. A launched command that was never sampled
