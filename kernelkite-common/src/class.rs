@@ -14,6 +14,43 @@
 //!
 //! `on_cpu` is the time from switch-in to switch-out; `off_cpu` is the sum of the rest.
 
+/// File and block I/O syscalls: a D-state sleep inside one of them is `io_wait`.
+pub const IO_SYSCALLS: &[&str] = &[
+    "read",
+    "write",
+    "pread64",
+    "pwrite64",
+    "readv",
+    "writev",
+    "preadv",
+    "pwritev",
+    "preadv2",
+    "pwritev2",
+    "fsync",
+    "fdatasync",
+    "sync_file_range",
+    "sync",
+    "syncfs",
+    "msync",
+    "io_uring_enter",
+    "io_getevents",
+    "io_pgetevents",
+    "sendfile",
+    "splice",
+    "copy_file_range",
+    "fallocate",
+    "truncate",
+    "ftruncate",
+    "open",
+    "openat",
+    "close",
+];
+
+/// Syscalls whose sleeps are lock waits: `futex` (for its wait and lock operations,
+/// which the BPF programs check; from /proc every futex sleep counts) and the
+/// futex2 waits.
+pub const LOCK_SYSCALLS: &[&str] = &["futex", "futex_waitv", "futex_wait"];
+
 /// Number of latency classes; class ids are `0..NUM_CLASSES`.
 pub const NUM_CLASSES: usize = 6;
 

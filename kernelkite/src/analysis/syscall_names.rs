@@ -27,38 +27,16 @@ pub fn syscall_number(arch: &str, name: &str) -> Option<u32> {
     u32::try_from(id).ok()
 }
 
-/// Syscalls whose sleeping time counts as `io_wait` (file, block and async I/O).
-pub const IO_SYSCALLS: &[&str] = &[
-    "read",
-    "write",
-    "pread64",
-    "pwrite64",
-    "readv",
-    "writev",
-    "preadv",
-    "pwritev",
-    "preadv2",
-    "pwritev2",
-    "fsync",
-    "fdatasync",
-    "sync_file_range",
-    "io_uring_enter",
-    "io_getevents",
-    "io_pgetevents",
-    "sendfile",
-    "splice",
-    "copy_file_range",
-];
-
-/// Syscalls whose sleeping time counts as `lock_wait`.
-pub const LOCK_SYSCALLS: &[&str] = &["futex", "futex_waitv", "futex_wait"];
+pub use kernelkite_common::class::{IO_SYSCALLS, LOCK_SYSCALLS};
 
 /// The latency class one off-CPU sample of a thread votes for (the /proc estimate).
 ///
-/// Applied in this order, first match wins:
-/// 1. state `D`, or a syscall named in [`IO_SYSCALLS`] → `io_wait`;
-/// 2. a syscall named in [`LOCK_SYSCALLS`] → `lock_wait`;
-/// 3. any other syscall with a known name → `syscall_blocked`;
+/// The same order as the eBPF rules (`kernelkite_common::class`), first match wins:
+/// 1. a syscall named in [`LOCK_SYSCALLS`] → `lock_wait`;
+/// 2. state `D` (the kernel's in_iowait flag is not in /proc; uninterruptible sleep
+///    is its proxy) → `io_wait`;
+/// 3. any other syscall with a known name → `syscall_blocked` (so an `S`-state read
+///    of a pipe or socket is `syscall_blocked`, as the eBPF backend counts it);
 /// 4. anything else (no syscall known, `-1`, an unknown number or architecture,
 ///    states other than R/D/S) → `unknown_wait`.
 ///
@@ -68,11 +46,13 @@ pub fn sample_class(arch: &str, state: &str, syscall_nr: Option<i64>) -> Option<
         return None;
     }
     let name = syscall_nr.and_then(|nr| syscall_name(arch, nr));
-    if state == "D" || name.is_some_and(|n| IO_SYSCALLS.contains(&n)) {
+    if name.is_some_and(|n| LOCK_SYSCALLS.contains(&n)) {
+        return Some(LatencyClass::LockWait);
+    }
+    if state == "D" {
         return Some(LatencyClass::IoWait);
     }
     match name {
-        Some(n) if LOCK_SYSCALLS.contains(&n) => Some(LatencyClass::LockWait),
         Some(_) => Some(LatencyClass::SyscallBlocked),
         None => Some(LatencyClass::UnknownWait),
     }
@@ -101,8 +81,9 @@ mod tests {
         use LatencyClass::*;
         assert_eq!(sample_class("x86_64", "R", None), None);
         assert_eq!(sample_class("x86_64", "D", None), Some(IoWait));
-        assert_eq!(sample_class("x86_64", "D", Some(202)), Some(IoWait));
-        assert_eq!(sample_class("x86_64", "S", Some(0)), Some(IoWait));
+        assert_eq!(sample_class("x86_64", "D", Some(202)), Some(LockWait));
+        assert_eq!(sample_class("x86_64", "D", Some(0)), Some(IoWait));
+        assert_eq!(sample_class("x86_64", "S", Some(0)), Some(SyscallBlocked)); // pipe read
         assert_eq!(sample_class("x86_64", "S", Some(202)), Some(LockWait));
         assert_eq!(sample_class("x86_64", "S", Some(7)), Some(SyscallBlocked)); // poll
         assert_eq!(sample_class("x86_64", "S", Some(-1)), Some(UnknownWait));

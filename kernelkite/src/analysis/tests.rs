@@ -174,7 +174,7 @@ fn proc_estimate_splits_the_remainder_by_votes_and_adds_up() {
     let mut frames = Vec::new();
     let states = [
         ("R", None),
-        ("S", Some(0)),   // read → io_wait
+        ("D", Some(0)),   // read in D state → io_wait
         ("S", Some(202)), // futex → lock_wait
         ("S", Some(202)),
         ("S", Some(-1)), // unknown_wait

@@ -2,42 +2,8 @@
 //! sleep inside each one is classified by the BPF programs.
 
 use kernelkite_common::bpf::{syscall_kind, MAX_SYSCALL_NR};
+use kernelkite_common::class::{IO_SYSCALLS, LOCK_SYSCALLS};
 use syscalls::Sysno;
-
-/// File and block I/O syscalls: a D-state sleep inside one is `io_wait`.
-const IO_SYSCALLS: &[&str] = &[
-    "read",
-    "write",
-    "pread64",
-    "pwrite64",
-    "readv",
-    "writev",
-    "preadv",
-    "pwritev",
-    "preadv2",
-    "pwritev2",
-    "fsync",
-    "fdatasync",
-    "sync_file_range",
-    "sync",
-    "syncfs",
-    "io_uring_enter",
-    "io_getevents",
-    "io_pgetevents",
-    "sendfile",
-    "splice",
-    "copy_file_range",
-    "fallocate",
-    "openat",
-    "open",
-    "close",
-    "truncate",
-    "ftruncate",
-    "msync",
-];
-
-/// Syscalls that are always a lock wait.
-const LOCK_SYSCALLS: &[&str] = &["futex_waitv", "futex_wait"];
 
 /// The `SYSCALL_KIND` map contents: one entry per syscall number below MAX_SYSCALL_NR.
 pub fn kind_table() -> Vec<(u32, u8)> {
@@ -50,6 +16,7 @@ pub fn kind_table() -> Vec<(u32, u8)> {
             let kind = if name == "futex" {
                 syscall_kind::FUTEX
             } else if LOCK_SYSCALLS.contains(&name) {
+                // futex_waitv, futex_wait: always a wait.
                 syscall_kind::LOCK
             } else if IO_SYSCALLS.contains(&name) {
                 syscall_kind::IO
