@@ -680,11 +680,24 @@ pub fn analyze(bundle: &Bundle) -> Analysis {
         });
     }
     processes.sort_by_key(|p| (p.first_seen_ns, p.pid, p.start_time_ticks));
+    // The eBPF backend measured every process's on-CPU time exactly (switch-in to
+    // switch-out, including processes that lived between two snapshots): use it
+    // instead of the tick samples.
+    if bundle.backend == Backend::Ebpf {
+        for p in &mut processes {
+            p.cpu_seconds = p.classes.on_cpu as f64 / 1e9;
+        }
+    }
 
-    let sampled_ticks = procs
-        .values()
-        .fold(0u64, |a, p| a.saturating_add(p.cpu.total));
-    let sampled_cpu_seconds = sampled_ticks as f64 / hz as f64;
+    let sampled_cpu_seconds = match bundle.backend {
+        Backend::Ebpf => processes.iter().map(|p| p.cpu_seconds).sum(),
+        Backend::Proc => {
+            let sampled_ticks = procs
+                .values()
+                .fold(0u64, |a, p| a.saturating_add(p.cpu.total));
+            sampled_ticks as f64 / hz as f64
+        }
+    };
     let rusage = bundle.launched.as_ref().and_then(|l| l.rusage);
     let (cpu_seconds, cpu_source, cpu_coverage) = match rusage {
         Some(r) => {
