@@ -141,6 +141,9 @@ pub enum CpuSource {
     /// Per-process utime+stime samples: misses CPU of processes never sampled and CPU
     /// after a process's last sample.
     Samples,
+    /// The eBPF backend's on_cpu intervals (switch-in to switch-out) of every traced
+    /// thread: exact, including processes that lived between two snapshots.
+    EbpfOnCpu,
 }
 
 /// Source of [`Analysis::max_single_rss_bytes`].
@@ -708,6 +711,9 @@ pub fn analyze(bundle: &Bundle) -> Analysis {
                 None
             };
             (exact, CpuSource::Rusage, coverage)
+        }
+        None if bundle.backend == Backend::Ebpf => {
+            (sampled_cpu_seconds, CpuSource::EbpfOnCpu, None)
         }
         None => (sampled_cpu_seconds, CpuSource::Samples, None),
     };

@@ -194,6 +194,7 @@ fn totals(h: &mut String, bundle: &Bundle, a: &Analysis) {
     let mut cpu_sub = match a.cpu_source {
         CpuSource::Rusage => "exact (rusage of the reaped tree)".to_string(),
         CpuSource::Samples => "from per-process samples".to_string(),
+        CpuSource::EbpfOnCpu => "exact (eBPF on_cpu time of every traced thread)".to_string(),
     };
     if dur_s > 0.0 {
         cpu_sub = format!("{:.2} cores on average; {cpu_sub}", a.cpu_seconds / dur_s);

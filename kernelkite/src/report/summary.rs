@@ -183,11 +183,8 @@ pub fn summary_text(a: &Analysis) -> String {
             fmt_share(c)
         ),
         (CpuSource::Rusage, None) => "  (exact, from rusage)".to_string(),
-        (CpuSource::Samples, _) if a.latency_classes_exact && a.latency_classes.on_cpu > 0 => {
-            format!(
-                "  (from per-process samples, which miss processes shorter than a frame; eBPF measured {} on CPU exactly: on_cpu below)",
-                fmt_secs(a.latency_classes.on_cpu as f64 / 1e9)
-            )
+        (CpuSource::EbpfOnCpu, _) => {
+            "  (exact: on_cpu time of every traced thread, from the eBPF programs)".to_string()
         }
         (CpuSource::Samples, _) => {
             "  (from per-process samples; CPU of processes shorter than a frame is missed)"
