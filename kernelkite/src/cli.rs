@@ -50,8 +50,24 @@ pub enum BackendChoice {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Launch a command, profile it and all its descendants, write a bundle, exit with its status.
+    ///
+    /// With privileges (root, or CAP_BPF and CAP_PERFMON) the eBPF backend traces the
+    /// command from its first instruction: exact latency classes, syscall latency and
+    /// every short-lived process. Without them (or with `--backend proc`) /proc is
+    /// sampled every `--interval-ms`: on_cpu and runqueue exact, the other classes
+    /// estimated. Either way the tree's CPU comes from the kernel's exact rusage.
+    /// Under sudo the command runs as the invoking user. Ctrl-C and SIGTERM are passed
+    /// to the command; the bundle is still written (atomically).
     Run(RunArgs),
     /// Attach to running processes with eBPF and explain where their time goes (needs root).
+    ///
+    /// Shows a one-line status while it runs. It stops after `--duration`, on Ctrl-C, or
+    /// when every traced process has exited, then prints each process's (`--threads`:
+    /// each thread's) time in the six latency classes, the top syscalls by total time
+    /// with count and p50/p95/p99/max latency, and the number of events lost (counted in
+    /// the kernel). Cost on the reference machine: about 0.25 µs per traced syscall
+    /// (less than libbpf-tools `syscount -L`); other processes pay a bitmap check
+    /// (docs/PERFORMANCE.md has the measurements).
     Trace(TraceArgs),
     /// Turn a fixture into a bundle, byte for byte the same every time.
     Replay(ReplayArgs),
