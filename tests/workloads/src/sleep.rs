@@ -1,8 +1,8 @@
 //! sleep_stress: the main thread blocks in syscalls that wait for time or for another
 //! thread, never for a device or a lock (syscall_blocked):
 //! 1. `--nanosleeps N` × `nanosleep(--sleep-ms)`;
-//! 2. `--reads R` × a blocking 1-byte `read` on a pipe whose writer thread sleeps
-//!    `--delay-ms` before each 1-byte `write`.
+//! 2. `--reads R` × a blocking 1-byte `read` on a pipe whose writer thread (started
+//!    after step 1) sleeps `--delay-ms` before each 1-byte `write`.
 //!
 //! Exact syscall counts: the process makes N + R `nanosleep`s (N in the main thread, R in
 //! the writer), R `read`s on the pipe and R `write`s to it.
@@ -25,14 +25,17 @@ pub fn run(args: &mut Args) -> Result<(), crate::Fail> {
         return Err(crate::os_err("pipe2").into());
     }
     let [read_fd, write_fd] = fds;
-    // The writer waits on a channel so it starts only after the gate and the sleeps.
-    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+
+    start.wait()?;
+    let t0 = Instant::now();
+    for _ in 0..nanosleeps {
+        nanosleep_ms(sleep_ms);
+    }
+    // The writer is created only now, so it never waits for anything but its own
+    // nanosleeps (waiting on a channel or lock instead would add lock_wait).
     let writer = std::thread::Builder::new()
         .name("delayed-writer".into())
         .spawn(move || -> Result<(), String> {
-            if go_rx.recv().is_err() {
-                return Ok(());
-            }
             for _ in 0..reads {
                 nanosleep_ms(delay_ms);
                 // SAFETY: writes one byte from a live local.
@@ -43,13 +46,6 @@ pub fn run(args: &mut Args) -> Result<(), crate::Fail> {
             Ok(())
         })
         .map_err(|e| format!("spawning thread: {e}"))?;
-
-    start.wait()?;
-    let t0 = Instant::now();
-    for _ in 0..nanosleeps {
-        nanosleep_ms(sleep_ms);
-    }
-    let _ = go_tx.send(());
     let mut done_reads = 0u64;
     let mut byte = 0u8;
     for _ in 0..reads {
