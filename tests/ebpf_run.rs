@@ -187,3 +187,58 @@ fn without_privileges_run_falls_back_to_proc_with_one_line() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("eBPF is not available: not privileged"));
 }
+
+#[test]
+fn run_counts_exactly_the_syscalls_strace_counts() {
+    let Some(_serial) = ebpf_ready("run_counts_exactly_the_syscalls_strace_counts") else {
+        return;
+    };
+    let Ok(strace) = Command::new("strace").arg("-V").output() else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "strace is needed under CI"
+        );
+        eprintln!("skipped: strace is not installed");
+        return;
+    };
+    assert!(strace.status.success());
+    let dd = ["dd", "if=/dev/zero", "of=/dev/null", "bs=1", "count=2000"];
+    let dir = tempfile::tempdir().unwrap();
+    let bundle_path = dir.path().join("dd.json");
+    let out = Command::new(kernelkite_bin())
+        .arg("run")
+        .arg(&bundle_path)
+        .arg("--")
+        .args(dd)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let bundle = load_bundle(&bundle_path).unwrap();
+    let ours: u64 = bundle.syscalls.iter().map(|h| h.count).sum();
+    // strace -c -f: its "total" line counts every call of the same command.
+    let summary = dir.path().join("strace.txt");
+    let st = Command::new("strace")
+        .args(["-c", "-f", "-o"])
+        .arg(&summary)
+        .args(dd)
+        .output()
+        .unwrap();
+    assert!(st.status.success());
+    let text = std::fs::read_to_string(&summary).unwrap();
+    let total_line = text
+        .lines()
+        .find(|l| l.trim_end().ends_with("total"))
+        .unwrap();
+    let fields: Vec<&str> = total_line.split_whitespace().collect();
+    // "100.00 0.013609 6 2125 17 total": calls is the 4th field.
+    let theirs: u64 = fields[3].parse().unwrap();
+    assert_eq!(
+        ours, theirs,
+        "kernelkite {:?} vs strace:\n{text}",
+        bundle.syscalls
+    );
+}

@@ -253,6 +253,40 @@ fn nonexistent_pid_is_a_clear_error() {
 }
 
 #[test]
+fn thread_ids_kernel_threads_and_absurd_durations_are_refused() {
+    let Some(_serial) = ebpf_ready("thread_ids_kernel_threads_and_absurd_durations_are_refused")
+    else {
+        return;
+    };
+    // This test binary is multi-threaded (the harness runs tests on threads).
+    let me = std::process::id() as i32;
+    let _helper = std::thread::spawn(|| std::thread::sleep(std::time::Duration::from_secs(2)));
+    let tid = std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .find(|&t| t != me)
+        .expect("a second thread");
+    let err = |args: &[&str]| {
+        let out = Command::new(kernelkite_bin()).args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        String::from_utf8_lossy(&out.stderr).trim().to_string()
+    };
+    assert_eq!(
+        err(&["trace", "--pid", &tid.to_string(), "--duration", "1"]),
+        format!(
+            "kernelkite: error: {tid} is a thread of process {me}: trace --pid {me} (every thread is traced)"
+        )
+    );
+    assert_eq!(
+        err(&["trace", "--pid", "2", "--duration", "1"]),
+        "kernelkite: error: pid 2 is a kernel thread: kernelkite traces user-space processes"
+    );
+    assert!(
+        err(&["trace", "--pid", &me.to_string(), "--duration", "1e308"]).contains("at most a year")
+    );
+}
+
+#[test]
 fn target_exiting_mid_trace_gives_a_clean_report_and_leaves_no_bpf_behind() {
     let Some(_serial) =
         ebpf_ready("target_exiting_mid_trace_gives_a_clean_report_and_leaves_no_bpf_behind")

@@ -66,6 +66,18 @@ pub struct ThreadState {
     pub class_ns: [u64; NUM_CLASSES],
     /// CLOCK_MONOTONIC ns when tracking of this thread started (attach or fork).
     pub start_ns: u64,
+    /// [`thread_flags`] bits.
+    pub flags: u32,
+    /// Explicit padding; always 0.
+    pub _pad: u32,
+}
+
+/// `ThreadState::flags`.
+pub mod thread_flags {
+    /// Syscalls of this thread are counted only after its next exec: `run` holds its
+    /// command in kernelkite's own gate process until it execs, and the gate's
+    /// syscalls are not the command's.
+    pub const COUNT_AFTER_EXEC: u32 = 1;
 }
 
 /// Key of the per-(process, syscall) latency histogram map.
@@ -162,7 +174,7 @@ pub struct SlowSyscallRecord {
     pub ret: i64,
 }
 
-const _: () = assert!(core::mem::size_of::<ThreadState>() == 96);
+const _: () = assert!(core::mem::size_of::<ThreadState>() == 104);
 const _: () = assert!(core::mem::size_of::<SyscallKey>() == 8);
 const _: () = assert!(core::mem::size_of::<SyscallHist>() == 16 + 8 * NUM_BUCKETS);
 const _: () = assert!(core::mem::size_of::<LifecycleRecord>() == 104);

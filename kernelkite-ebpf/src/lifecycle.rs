@@ -8,7 +8,7 @@ use aya_ebpf::helpers::{
 use aya_ebpf::macros::btf_tracepoint;
 use aya_ebpf::programs::BtfTracePointContext;
 use kernelkite_common::bpf::{
-    lost, record_kind, run_state, LifecycleRecord, ThreadState, COMM_LEN, NO_SYSCALL,
+    lost, record_kind, run_state, thread_flags, LifecycleRecord, ThreadState, COMM_LEN, NO_SYSCALL,
 };
 use kernelkite_common::LatencyClass;
 
@@ -69,6 +69,8 @@ pub fn sched_process_fork(ctx: BtfTracePointContext) -> i32 {
         exit_code: 0,
         class_ns: [0; 6],
         start_ns: now,
+        flags: 0,
+        _pad: 0,
     };
     if THREADS
         .insert(&child_tid, &state, BPF_NOEXIST as u64)
@@ -97,9 +99,15 @@ pub fn sched_process_fork(ctx: BtfTracePointContext) -> i32 {
 pub fn sched_process_exec(_ctx: BtfTracePointContext) -> i32 {
     let pid_tgid = bpf_get_current_pid_tgid();
     let tgid = (pid_tgid >> 32) as u32;
-    if !is_target(tgid) || thread(pid_tgid as u32).is_none() {
+    if !is_target(tgid) {
         return 0;
     }
+    let Some(t) = thread(pid_tgid as u32) else {
+        return 0;
+    };
+    // The command proper starts here: count its syscalls from now on (the exec call
+    // itself included, as its sys_exit comes after this hook).
+    t.flags &= !thread_flags::COUNT_AFTER_EXEC;
     send(LifecycleRecord {
         kind: record_kind::EXEC,
         tgid,

@@ -7,7 +7,8 @@ use aya_ebpf::macros::{btf_tracepoint, map};
 use aya_ebpf::maps::Array;
 use aya_ebpf::programs::BtfTracePointContext;
 use kernelkite_common::bpf::{
-    lost, record_kind, syscall_kind, SlowSyscallRecord, SyscallHist, SyscallKey, NO_SYSCALL,
+    lost, record_kind, syscall_kind, thread_flags, SlowSyscallRecord, SyscallHist, SyscallKey,
+    NO_SYSCALL,
 };
 use kernelkite_common::hist::{bucket_index, NUM_BUCKETS};
 
@@ -88,6 +89,11 @@ pub fn sys_exit(ctx: BtfTracePointContext) -> i32 {
     let nr = t.sys_nr;
     if nr == NO_SYSCALL {
         // Entered before we attached (or a fork child returning): no start time.
+        return 0;
+    }
+    if t.flags & thread_flags::COUNT_AFTER_EXEC != 0 {
+        // Still kernelkite's gate process: its syscalls are not the command's.
+        t.sys_nr = NO_SYSCALL;
         return 0;
     }
     // SAFETY: helper call without preconditions.

@@ -139,7 +139,7 @@ pub struct TraceArgs {
     /// Break the latency classes down per thread.
     #[arg(long)]
     pub threads: bool,
-    /// Stream single syscalls at least this slow (microseconds) into the bundle.
+    /// Stream single syscalls at least this slow (microseconds) into the bundle; 0 streams none.
     #[arg(long, default_value_t = 10_000)]
     pub min_latency_us: u64,
 }

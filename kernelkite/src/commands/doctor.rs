@@ -3,7 +3,6 @@
 use std::process::ExitCode;
 
 use anyhow::Result;
-use serde_json::json;
 
 use crate::cli::GlobalArgs;
 
@@ -70,6 +69,8 @@ mod platform {
 
 #[cfg(target_os = "linux")]
 mod platform {
+    use serde_json::json;
+
     use super::*;
     use crate::source::ebpf::availability::Availability;
     use crate::source::ebpf::loader::{self, ProbeOptions};

@@ -47,7 +47,6 @@ pub fn exec_after_gate(args: &crate::cli::ExecAfterGateArgs) -> Result<ExitCode>
 
 #[cfg(target_os = "linux")]
 mod linux {
-    use std::fs;
     use std::path::Path;
     use std::process::ExitCode;
     use std::time::{Duration, Instant};
@@ -76,7 +75,7 @@ mod linux {
         if args.max_frames == 0 {
             bail!("--max-frames must be at least 1");
         }
-        check_writable(&args.bundle)?;
+        model::check_writable(&args.bundle)?;
         // eBPF when it may (the probes are loaded before the command starts, so a
         // failure can still fall back), else /proc; never a silent downgrade.
         let probes = match global.backend {
@@ -220,7 +219,9 @@ mod linux {
             .spawn_gated(&args.command)
             .with_context(|| format!("cannot run {}", args.command[0]))?;
         raise_open_file_limit();
-        let started = session.attach_to(&[pid]).and_then(|()| session.take_ring());
+        let started = session
+            .attach_to_gated(pid)
+            .and_then(|()| session.take_ring());
         let mut ring = match started {
             Ok(ring) => ring,
             Err(e) => {
@@ -246,6 +247,9 @@ mod linux {
                 }
             }
             if launcher.child_exited() {
+                // Snapshot while the exited children are zombies: /proc still holds
+                // their final I/O and memory counters (and, once reaped, the parent's).
+                session.snapshot()?;
                 if !launcher.reap().context("cannot wait for the command")? {
                     break;
                 }
@@ -332,32 +336,6 @@ mod linux {
             crate::report::fmt_bytes(a.peak_rss_bytes),
             path.display()
         );
-    }
-
-    /// Fail before launching when the bundle could not be written: create and remove a
-    /// probe file beside it (the atomic write needs the directory to be writable).
-    fn check_writable(path: &Path) -> Result<()> {
-        if path.is_dir() {
-            bail!("cannot write bundle {}: it is a directory", path.display());
-        }
-        let Some(name) = path.file_name() else {
-            bail!("cannot write bundle {}: no file name", path.display());
-        };
-        let dir = match path.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p,
-            _ => Path::new("."),
-        };
-        let mut probe_name = std::ffi::OsString::from(".");
-        probe_name.push(name);
-        probe_name.push(format!(".probe-{}", std::process::id()));
-        let probe = dir.join(probe_name);
-        fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&probe)
-            .with_context(|| format!("cannot write bundle {}", path.display()))?;
-        let _ = fs::remove_file(&probe);
-        Ok(())
     }
 
     /// Pass a signal on to the processes that were reparented to kernelkite after the

@@ -1,11 +1,9 @@
 //! `kernelkite trace --pid N`: attach eBPF programs to running processes and explain
 //! where their time goes.
 
-use std::io::Write;
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 
 use crate::cli::{BackendChoice, GlobalArgs, TraceArgs};
 
@@ -16,8 +14,11 @@ pub fn execute(global: &GlobalArgs, args: &TraceArgs) -> Result<ExitCode> {
         );
     }
     if let Some(d) = args.duration {
-        if !(d.is_finite() && d > 0.0) {
-            anyhow::bail!("--duration must be a positive number of seconds, got {d}");
+        // At most a year: keeps the deadline representable.
+        if !(d.is_finite() && d > 0.0 && d <= 31_536_000.0) {
+            anyhow::bail!(
+                "--duration must be a number of seconds above 0 and at most a year, got {d}"
+            );
         }
     }
     platform::execute(global, args)
@@ -33,6 +34,10 @@ mod platform {
 
 #[cfg(target_os = "linux")]
 mod platform {
+    use std::io::Write;
+    use std::time::{Duration, Instant};
+
+    use anyhow::Context;
     use tokio::io::unix::AsyncFd;
     use tokio::signal::unix::{signal, SignalKind};
 
@@ -49,7 +54,7 @@ mod platform {
             anyhow::bail!("eBPF is not available: {reason}");
         }
         if let Some(out) = &args.output {
-            check_writable(out)?;
+            crate::model::check_writable(out)?;
         }
         let options = TraceOptions {
             pids: args.pids.clone(),
@@ -94,22 +99,6 @@ mod platform {
         Ok(ExitCode::SUCCESS)
     }
 
-    /// Fail before attaching if the bundle could not be written at the end.
-    fn check_writable(path: &std::path::Path) -> Result<()> {
-        let dir = match path.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p,
-            _ => std::path::Path::new("."),
-        };
-        if !dir.is_dir() {
-            anyhow::bail!(
-                "cannot write {}: {} is not a directory",
-                path.display(),
-                dir.display()
-            );
-        }
-        Ok(())
-    }
-
     /// Drain the ring buffer as records arrive and snapshot the counters every interval,
     /// until the duration passes, a signal arrives, or every target has exited.
     async fn event_loop(
@@ -137,10 +126,15 @@ mod platform {
                 guard = ring.readable_mut() => {
                     let mut guard = guard?;
                     let rb = guard.get_inner_mut();
+                    let mut exits = false;
                     while let Some(item) = rb.next() {
-                        session.handle_record(&item);
+                        exits |= session.handle_record(&item);
                     }
                     guard.clear_ready();
+                    // Stop as soon as the last traced thread is gone, not a tick later.
+                    if exits && !session.any_target_alive() {
+                        break "every traced process exited";
+                    }
                 }
                 _ = tick.tick() => {
                     session.snapshot()?;

@@ -238,7 +238,9 @@ impl ClassTimes {
     }
 
     pub fn total_ns(&self) -> u64 {
-        self.to_array().iter().fold(0u64, |a, b| a.saturating_add(*b))
+        self.to_array()
+            .iter()
+            .fold(0u64, |a, b| a.saturating_add(*b))
     }
 
     pub fn off_cpu_ns(&self) -> u64 {

@@ -58,6 +58,39 @@ fn parse_bundle(bytes: &[u8]) -> Result<Bundle, ParseFailure> {
     Ok(bundle)
 }
 
+/// Fail early (before a long session) when `path` could not be written at the end:
+/// create and remove a probe file beside it, as the atomic write will.
+pub fn check_writable(path: &Path) -> Result<(), std::io::Error> {
+    let err = |msg: String| std::io::Error::other(msg);
+    if path.is_dir() {
+        return Err(err(format!(
+            "cannot write bundle {}: it is a directory",
+            path.display()
+        )));
+    }
+    let Some(name) = path.file_name() else {
+        return Err(err(format!(
+            "cannot write bundle {}: no file name",
+            path.display()
+        )));
+    };
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let mut probe_name = std::ffi::OsString::from(".");
+    probe_name.push(name);
+    probe_name.push(format!(".probe-{}", std::process::id()));
+    let probe = dir.join(probe_name);
+    fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&probe)
+        .map_err(|e| err(format!("cannot write bundle {}: {e}", path.display())))?;
+    let _ = fs::remove_file(&probe);
+    Ok(())
+}
+
 /// Serialize a bundle: pretty JSON with a trailing newline, deterministic for equal input.
 pub fn bundle_to_bytes(bundle: &Bundle) -> Vec<u8> {
     let mut out = serde_json::to_vec_pretty(bundle).expect("bundle serializes");
@@ -78,7 +111,10 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         _ => PathBuf::from("."),
     };
     let file_name = path.file_name().ok_or_else(|| {
-        std::io::Error::new(std::io::ErrorKind::InvalidInput, "output path has no file name")
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "output path has no file name",
+        )
     })?;
     let mut tmp_name = std::ffi::OsString::from(".");
     tmp_name.push(file_name);

@@ -11,4 +11,4 @@ pub mod io;
 pub mod validate;
 
 pub use bundle::*;
-pub use io::{load_bundle, write_atomically, write_bundle, LoadError};
+pub use io::{check_writable, load_bundle, write_atomically, write_bundle, LoadError};

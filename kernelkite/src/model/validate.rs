@@ -15,7 +15,11 @@ pub fn check_header(value: &serde_json::Value) -> Result<(), String> {
     match obj.get("format").and_then(|v| v.as_str()) {
         Some(BUNDLE_FORMAT) => {}
         Some(other) => return Err(format!("format is {other:?}, expected {BUNDLE_FORMAT:?}")),
-        None => return Err(format!("missing \"format\": {BUNDLE_FORMAT:?} (not a kernelkite bundle?)")),
+        None => {
+            return Err(format!(
+                "missing \"format\": {BUNDLE_FORMAT:?} (not a kernelkite bundle?)"
+            ))
+        }
     }
     match obj.get("format_version").and_then(|v| v.as_u64()) {
         Some(v) if v == BUNDLE_FORMAT_VERSION as u64 => Ok(()),
@@ -44,22 +48,52 @@ pub fn validate(bundle: &Bundle) -> Result<(), String> {
     for (i, frame) in bundle.frames.iter().enumerate() {
         if let Some(p) = prev_t {
             if frame.t_ns < p {
-                return Err(format!("frame {i}: t_ns {} is before the previous frame's {p}", frame.t_ns));
+                return Err(format!(
+                    "frame {i}: t_ns {} is before the previous frame's {p}",
+                    frame.t_ns
+                ));
             }
         }
         prev_t = Some(frame.t_ns);
         let mut prev_pid = None;
         for proc_ in &frame.processes {
             if prev_pid.is_some_and(|p| p >= proc_.pid) {
-                return Err(format!("frame {i}: processes not sorted by pid or pid {} repeated", proc_.pid));
+                return Err(format!(
+                    "frame {i}: processes not sorted by pid or pid {} repeated",
+                    proc_.pid
+                ));
             }
             prev_pid = Some(proc_.pid);
             let key = (proc_.pid, proc_.start_time_ticks);
             if let Some(before) = last_seen.get(&key) {
-                check_forward(i, proc_.pid, "utime_ticks", before.utime_ticks, proc_.utime_ticks)?;
-                check_forward(i, proc_.pid, "stime_ticks", before.stime_ticks, proc_.stime_ticks)?;
-                check_forward(i, proc_.pid, "cutime_ticks", before.cutime_ticks, proc_.cutime_ticks)?;
-                check_forward(i, proc_.pid, "cstime_ticks", before.cstime_ticks, proc_.cstime_ticks)?;
+                check_forward(
+                    i,
+                    proc_.pid,
+                    "utime_ticks",
+                    before.utime_ticks,
+                    proc_.utime_ticks,
+                )?;
+                check_forward(
+                    i,
+                    proc_.pid,
+                    "stime_ticks",
+                    before.stime_ticks,
+                    proc_.stime_ticks,
+                )?;
+                check_forward(
+                    i,
+                    proc_.pid,
+                    "cutime_ticks",
+                    before.cutime_ticks,
+                    proc_.cutime_ticks,
+                )?;
+                check_forward(
+                    i,
+                    proc_.pid,
+                    "cstime_ticks",
+                    before.cstime_ticks,
+                    proc_.cstime_ticks,
+                )?;
                 if let (Some(a), Some(b)) = (before.io, proc_.io) {
                     check_forward(i, proc_.pid, "io.read_bytes", a.read_bytes, b.read_bytes)?;
                     check_forward(i, proc_.pid, "io.write_bytes", a.write_bytes, b.write_bytes)?;
@@ -80,12 +114,27 @@ pub fn validate(bundle: &Bundle) -> Result<(), String> {
                 let tkey = (proc_.pid, proc_.start_time_ticks, thread.tid);
                 if let Some(before) = last_thread.get(&tkey) {
                     if let (Some(a), Some(b)) = (before.schedstat, thread.schedstat) {
-                        check_forward(i, thread.tid, "schedstat.on_cpu_ns", a.on_cpu_ns, b.on_cpu_ns)?;
-                        check_forward(i, thread.tid, "schedstat.runqueue_ns", a.runqueue_ns, b.runqueue_ns)?;
+                        check_forward(
+                            i,
+                            thread.tid,
+                            "schedstat.on_cpu_ns",
+                            a.on_cpu_ns,
+                            b.on_cpu_ns,
+                        )?;
+                        check_forward(
+                            i,
+                            thread.tid,
+                            "schedstat.runqueue_ns",
+                            a.runqueue_ns,
+                            b.runqueue_ns,
+                        )?;
                     }
                     if let (Some(a), Some(b)) = (before.class_ns, thread.class_ns) {
                         if b.checked_sub(&a).is_none() {
-                            return Err(format!("frame {i}: tid {}: class_ns went backwards", thread.tid));
+                            return Err(format!(
+                                "frame {i}: tid {}: class_ns went backwards",
+                                thread.tid
+                            ));
                         }
                     }
                 }
@@ -98,10 +147,16 @@ pub fn validate(bundle: &Bundle) -> Result<(), String> {
         let mut sum = 0u64;
         for &(idx, count) in &h.buckets {
             if idx as usize >= NUM_BUCKETS {
-                return Err(format!("syscall histogram {} of pid {}: bucket {idx} out of range", h.name, h.pid));
+                return Err(format!(
+                    "syscall histogram {} of pid {}: bucket {idx} out of range",
+                    h.name, h.pid
+                ));
             }
             if prev.is_some_and(|p| p >= idx) {
-                return Err(format!("syscall histogram {} of pid {}: buckets not ascending", h.name, h.pid));
+                return Err(format!(
+                    "syscall histogram {} of pid {}: buckets not ascending",
+                    h.name, h.pid
+                ));
             }
             prev = Some(idx);
             sum = sum.saturating_add(count);
@@ -116,9 +171,17 @@ pub fn validate(bundle: &Bundle) -> Result<(), String> {
     Ok(())
 }
 
-fn check_forward(frame: usize, id: i32, field: &str, before: u64, after: u64) -> Result<(), String> {
+fn check_forward(
+    frame: usize,
+    id: i32,
+    field: &str,
+    before: u64,
+    after: u64,
+) -> Result<(), String> {
     if after < before {
-        Err(format!("frame {frame}: {id}: {field} went backwards ({before} -> {after})"))
+        Err(format!(
+            "frame {frame}: {id}: {field} went backwards ({before} -> {after})"
+        ))
     } else {
         Ok(())
     }

@@ -336,6 +336,48 @@ pub fn summary_text(a: &Analysis) -> String {
     out
 }
 
+/// The top syscalls by total time (`a.syscalls` is sorted that way) as an indented
+/// table with its heading; `trace` prints the same table.
+pub fn syscalls_text(a: &Analysis, top: usize) -> String {
+    let mut out = String::new();
+    if a.syscalls.is_empty() {
+        out.push_str("syscalls: none recorded (syscall histograms come from the eBPF backend)\n");
+    } else {
+        out.push_str(&format!(
+            "top syscalls by total time (percentiles are histogram bucket midpoints, within ±{:.2}%)\n",
+            a.histogram_relative_error * 100.0
+        ));
+        let mut rows = vec![["syscall", "count", "total", "p50", "p95", "p99", "max"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect::<Vec<_>>()];
+        for s in a.syscalls.iter().take(top) {
+            rows.push(vec![
+                super::clean(&s.name),
+                s.count.to_string(),
+                fmt_ns(s.total_ns as f64),
+                fmt_ns(s.p50_ns as f64),
+                fmt_ns(s.p95_ns as f64),
+                fmt_ns(s.p99_ns as f64),
+                fmt_ns(s.max_ns as f64),
+            ]);
+        }
+        for line in columns(&rows, &[1, 2, 3, 4, 5, 6]).lines() {
+            out.push_str("  ");
+            out.push_str(line);
+            out.push('\n');
+        }
+        if a.syscalls.len() > top {
+            out.push_str(&format!(
+                "  ... {} more in --json\n",
+                a.syscalls.len() - top
+            ));
+        }
+    }
+
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -385,46 +427,4 @@ mod tests {
         assert!(text.contains("job29") && text.contains("job10") && !text.contains("job9 "));
         assert!(text.contains("30 processes with unreadable /proc/<pid>/io"));
     }
-}
-
-/// The top syscalls by total time (`a.syscalls` is sorted that way) as an indented
-/// table with its heading; `trace` prints the same table.
-pub fn syscalls_text(a: &Analysis, top: usize) -> String {
-    let mut out = String::new();
-    if a.syscalls.is_empty() {
-        out.push_str("syscalls: none recorded (syscall histograms come from the eBPF backend)\n");
-    } else {
-        out.push_str(&format!(
-            "top syscalls by total time (percentiles are histogram bucket midpoints, within ±{:.2}%)\n",
-            a.histogram_relative_error * 100.0
-        ));
-        let mut rows = vec![["syscall", "count", "total", "p50", "p95", "p99", "max"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect::<Vec<_>>()];
-        for s in a.syscalls.iter().take(top) {
-            rows.push(vec![
-                super::clean(&s.name),
-                s.count.to_string(),
-                fmt_ns(s.total_ns as f64),
-                fmt_ns(s.p50_ns as f64),
-                fmt_ns(s.p95_ns as f64),
-                fmt_ns(s.p99_ns as f64),
-                fmt_ns(s.max_ns as f64),
-            ]);
-        }
-        for line in columns(&rows, &[1, 2, 3, 4, 5, 6]).lines() {
-            out.push_str("  ");
-            out.push_str(line);
-            out.push('\n');
-        }
-        if a.syscalls.len() > top {
-            out.push_str(&format!(
-                "  ... {} more in --json\n",
-                a.syscalls.len() - top
-            ));
-        }
-    }
-
-    out
 }

@@ -447,6 +447,15 @@ pub struct GateUser {
 /// The child side of the gate: wait for the byte on `fd`, become `user` if given, then
 /// exec `argv` in place. Returns only on failure (the caller exits 127, as a shell does).
 pub fn exec_after_gate(fd: libc::c_int, user: Option<&GateUser>, argv: &[String]) -> io::Error {
+    // Wear the command's name while waiting, so a snapshot taken before the exec does
+    // not show the command as "kernelkite".
+    if let Some(name) = argv.first().and_then(|p| p.rsplit('/').next()) {
+        let mut comm = [0u8; 16];
+        let n = name.len().min(15);
+        comm[..n].copy_from_slice(&name.as_bytes()[..n]);
+        // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes.
+        unsafe { libc::prctl(libc::PR_SET_NAME, comm.as_ptr() as libc::c_ulong, 0, 0, 0) };
+    }
     let mut byte = 0u8;
     loop {
         // SAFETY: reads one byte into a local from an fd we own.

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use aya::maps::{Array, HashMap, MapData, PerCpuArray, RingBuf};
 use kernelkite_common::bpf::{
-    lost, record_kind, run_state, SyscallHist, SyscallKey, ThreadState, NO_SYSCALL,
+    lost, record_kind, run_state, thread_flags, SyscallHist, SyscallKey, ThreadState, NO_SYSCALL,
 };
 use kernelkite_common::LatencyClass;
 
@@ -38,6 +38,10 @@ pub struct TraceOptions {
 pub enum SessionError {
     #[error("no process with pid {0}")]
     NoSuchProcess(i32),
+    #[error("{tid} is a thread of process {tgid}: trace --pid {tgid} (every thread is traced)")]
+    ThreadNotProcess { tid: i32, tgid: i32 },
+    #[error("pid {0} is a kernel thread: kernelkite traces user-space processes")]
+    KernelThread(i32),
     #[error(transparent)]
     Probe(#[from] ProbeError),
     #[error("BPF map {0}: {1}")]
@@ -69,12 +73,40 @@ pub struct Session {
     undecodable_records: u64,
     /// Exited threads whose exit record arrived, so a later snapshot doesn't count them.
     exited: BTreeSet<u32>,
+    /// Every process ever traced: a snapshot keeps one whose threads have all exited
+    /// while /proc still shows it (a zombie holds its final counters until reaped).
+    known_tgids: BTreeSet<u32>,
 }
 
+/// Every pid must be a live user-space process (not a thread id, not a kernel thread).
 fn check_pids_exist(pids: &[i32]) -> Result<(), SessionError> {
+    const PF_KTHREAD: u64 = 0x0020_0000;
     for &pid in pids {
-        if pid <= 0 || !Path::new(PROC_ROOT).join(pid.to_string()).exists() {
-            return Err(SessionError::NoSuchProcess(pid));
+        let dir = Path::new(PROC_ROOT).join(pid.to_string());
+        let status = match std::fs::read_to_string(dir.join("status")) {
+            Ok(s) if pid > 0 => s,
+            _ => return Err(SessionError::NoSuchProcess(pid)),
+        };
+        let field = |name: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|v| v.trim().parse::<i32>().ok())
+        };
+        if let Some(tgid) = field("Tgid:") {
+            if tgid != pid {
+                return Err(SessionError::ThreadNotProcess { tid: pid, tgid });
+            }
+        }
+        // /proc/<pid>/stat field 9 is the task's flags.
+        let stat = std::fs::read_to_string(dir.join("stat")).unwrap_or_default();
+        let flags = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(6))
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0);
+        if flags & PF_KTHREAD != 0 {
+            return Err(SessionError::KernelThread(pid));
         }
     }
     Ok(())
@@ -148,6 +180,7 @@ impl Session {
             slow: Vec::new(),
             undecodable_records: 0,
             exited: BTreeSet::new(),
+            known_tgids: BTreeSet::new(),
             folded_hists: BTreeMap::new(),
         })
     }
@@ -155,10 +188,20 @@ impl Session {
     /// Start tracking every thread of `pids` (with `follow`, of their existing
     /// descendants too). The session's clock starts here.
     pub fn attach_to(&mut self, pids: &[i32]) -> Result<(), SessionError> {
+        self.attach(pids, 0)
+    }
+
+    /// [`Session::attach_to`] for a process still in kernelkite's start gate: its
+    /// syscalls count only from its exec of the command on.
+    pub fn attach_to_gated(&mut self, pid: i32) -> Result<(), SessionError> {
+        self.attach(&[pid], thread_flags::COUNT_AFTER_EXEC)
+    }
+
+    fn attach(&mut self, pids: &[i32], flags: u32) -> Result<(), SessionError> {
         check_pids_exist(pids)?;
         self.options.pids = pids.to_vec();
         self.start_mono_ns = monotonic_ns();
-        self.add_initial_targets()?;
+        self.add_initial_targets(flags)?;
         let first = self.snapshot_frame(false)?;
         self.recorder.push(first);
         Ok(())
@@ -202,7 +245,7 @@ impl Session {
     /// Insert every existing thread as INITIAL (classified from its /proc state until
     /// its first event), then set the target bits. Repeat once to catch threads created
     /// between the /proc read and the bits being set (later ones go through the fork hook).
-    fn add_initial_targets(&mut self) -> Result<(), SessionError> {
+    fn add_initial_targets(&mut self, flags: u32) -> Result<(), SessionError> {
         let roots = self.scope_pids();
         for _ in 0..2 {
             let frame = self.sampler.sample(Scope::Subtrees(&roots), 0)?;
@@ -220,6 +263,7 @@ impl Session {
                         sleep_class: initial_class(&t.state, t.syscall_nr) as u32,
                         sys_nr: NO_SYSCALL,
                         start_ns: self.start_mono_ns,
+                        flags,
                         ..Default::default()
                     };
                     // NOEXIST: never overwrite an entry the fork hook already made.
@@ -277,13 +321,13 @@ impl Session {
         mono_ns.saturating_sub(self.start_mono_ns)
     }
 
-    /// Fold one ring-buffer record into the session.
-    pub fn handle_record(&mut self, bytes: &[u8]) {
+    /// Fold one ring-buffer record into the session. Returns true for a thread's exit.
+    pub fn handle_record(&mut self, bytes: &[u8]) -> bool {
         let record = match decode(bytes) {
             Ok(r) => r,
             Err(_) => {
                 self.undecodable_records += 1;
-                return;
+                return false;
             }
         };
         match record {
@@ -307,16 +351,20 @@ impl Session {
                     exit_code: exit.then_some((r.exit_code >> 8) as i32 & 0xff),
                     class_ns: exit.then_some(ClassTimes::from_array(r.class_ns)),
                 });
+                exit
             }
-            Record::SlowSyscall(r) => self.slow.push(SlowSyscall {
-                t_ns: self.t_ns(r.start_ns),
-                pid: r.tgid as i32,
-                tid: r.tid as i32,
-                nr: r.nr,
-                name: syscall_table::name(r.nr),
-                duration_ns: r.duration_ns,
-                ret: r.ret,
-            }),
+            Record::SlowSyscall(r) => {
+                self.slow.push(SlowSyscall {
+                    t_ns: self.t_ns(r.start_ns),
+                    pid: r.tgid as i32,
+                    tid: r.tid as i32,
+                    nr: r.nr,
+                    name: syscall_table::name(r.nr),
+                    duration_ns: r.duration_ns,
+                    ret: r.ret,
+                });
+                false
+            }
         }
     }
 
@@ -401,11 +449,11 @@ impl Session {
             let _ = self.threads.remove(&tid);
         }
         self.fold_exited_histograms(&by_tgid);
-        let roots: Vec<i32> = by_tgid.keys().map(|&t| t as i32).collect();
+        self.known_tgids.extend(by_tgid.keys().copied());
+        let roots: Vec<i32> = self.known_tgids.iter().map(|&t| t as i32).collect();
         let mut frame = self.sampler.sample(Scope::Subtrees(&roots), t_ns)?;
-        frame
-            .processes
-            .retain(|p| by_tgid.contains_key(&(p.pid as u32)));
+        let known = &self.known_tgids;
+        frame.processes.retain(|p| known.contains(&(p.pid as u32)));
         let mut emitted: BTreeMap<u32, ClassTimes> = BTreeMap::new();
         for states in by_tgid.values() {
             for (&tid, state) in states {
@@ -419,6 +467,9 @@ impl Session {
         }
         for p in &mut frame.processes {
             let Some(states) = by_tgid.get(&(p.pid as u32)) else {
+                // Every thread has exited (a zombie): its class times are in the exit
+                // records, and a thread row here would go backwards.
+                p.threads.clear();
                 continue;
             };
             let mut proc_threads: BTreeMap<i32, ThreadSample> = std::mem::take(&mut p.threads)
@@ -453,7 +504,12 @@ impl Session {
         // open intervals end now, when observation ended.
         drop(self.probes.take());
         let last = self.snapshot_frame(true)?;
-        self.recorder.push(last);
+        // When everything has exited, the last frame that still showed the processes
+        // (as zombies) holds their final counters; an empty frame would replace it
+        // under a frame cap.
+        if !last.processes.is_empty() || self.recorder.frames().is_empty() {
+            self.recorder.push(last);
+        }
         let events_lost = self.events_lost();
         let mut all = std::mem::take(&mut self.folded_hists);
         for (key, value) in self.hists.iter().filter_map(Result::ok) {
