@@ -242,3 +242,34 @@ fn run_counts_exactly_the_syscalls_strace_counts() {
         bundle.syscalls
     );
 }
+
+#[test]
+fn short_grandchildren_hang_under_their_parent_in_the_tree() {
+    let Some(_serial) = ebpf_ready("short_grandchildren_hang_under_their_parent_in_the_tree")
+    else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let bundle_path = dir.path().join("tree.json");
+    // The inner sh forks `true` long before the first snapshot shows the inner sh.
+    let out = Command::new(kernelkite_bin())
+        .arg("run")
+        .arg(&bundle_path)
+        .args(["--", "sh", "-c", "sh -c '/bin/true; sleep 0.3'; true"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let a = analyze(&load_bundle(&bundle_path).unwrap());
+    assert_eq!(a.tree.len(), 1, "one root: {:#?}", a.tree);
+    let root = &a.tree[0];
+    assert_eq!(root.comm, "sh");
+    assert_eq!(root.children.len(), 1);
+    let inner = &root.children[0];
+    let mut names: Vec<&str> = inner.children.iter().map(|c| c.comm.as_str()).collect();
+    names.sort();
+    assert_eq!(names, ["sleep", "true"]);
+}

@@ -682,7 +682,6 @@ pub fn analyze(bundle: &Bundle) -> Analysis {
             threads: threads_seen,
         });
     }
-    processes.sort_by_key(|p| (p.first_seen_ns, p.pid, p.start_time_ticks));
     // The eBPF backend measured every process's on-CPU time exactly (switch-in to
     // switch-out, including processes that lived between two snapshots): use it
     // instead of the tick samples.
@@ -690,7 +689,9 @@ pub fn analyze(bundle: &Bundle) -> Analysis {
         for p in &mut processes {
             p.cpu_seconds = p.classes.on_cpu as f64 / 1e9;
         }
+        lifetimes_from_events(&mut processes, &bundle.lifecycle);
     }
+    processes.sort_by_key(|p| (p.first_seen_ns, p.pid, p.start_time_ticks));
 
     let sampled_cpu_seconds = match bundle.backend {
         Backend::Ebpf => processes.iter().map(|p| p.cpu_seconds).sum(),
@@ -1016,6 +1017,35 @@ pub const MAX_TREE_DEPTH: usize = 256;
 /// one it is a root. Children and roots are sorted by first appearance, then pid.
 /// Impossible shapes cannot hurt: an edge that would close a cycle is dropped, and a
 /// process nested deeper than [`MAX_TREE_DEPTH`] becomes a root.
+/// The kernel's fork and exit times bound a process's lifetime exactly: widen each
+/// row's first/last seen to its main thread's fork (the latest at or before the first
+/// snapshot, so a reused pid keeps its own) and exit (the earliest at or after the last
+/// snapshot). The process tree needs this: a parent first snapshotted after its child
+/// was forked would otherwise look younger than the child.
+fn lifetimes_from_events(processes: &mut [ProcessRow], events: &[crate::model::LifecycleEvent]) {
+    for p in processes.iter_mut() {
+        let main = |e: &&crate::model::LifecycleEvent| e.pid == p.pid && e.tid == p.pid;
+        if let Some(fork) = events
+            .iter()
+            .filter(main)
+            .filter(|e| e.kind == LifecycleKind::Fork && e.t_ns <= p.first_seen_ns)
+            .map(|e| e.t_ns)
+            .max()
+        {
+            p.first_seen_ns = fork;
+        }
+        if let Some(exit) = events
+            .iter()
+            .filter(main)
+            .filter(|e| e.kind == LifecycleKind::Exit && e.t_ns >= p.last_seen_ns)
+            .map(|e| e.t_ns)
+            .min()
+        {
+            p.last_seen_ns = exit;
+        }
+    }
+}
+
 pub fn build_tree(processes: &[ProcessRow]) -> Vec<TreeNode> {
     let n = processes.len();
     let mut order: Vec<usize> = (0..n).collect();
