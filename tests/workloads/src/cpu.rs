@@ -2,7 +2,6 @@
 //! of its time runnable but waiting for a CPU (runqueue), the rest on_cpu.
 
 use std::hint::black_box;
-use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use crate::args::Args;
@@ -14,23 +13,18 @@ pub fn run(args: &mut Args) -> Result<(), crate::Fail> {
     let seconds = args.f64("seconds", 2.0)?;
     let start = crate::gate(args)?;
 
-    // Threads are created before the gate and released together by the barrier.
-    let barrier = Arc::new(Barrier::new(threads + 1));
+    // Threads are created after the gate: waiting for it (on a barrier, a futex) would
+    // show up as lock_wait while a tracer is attaching.
+    start.wait()?;
+    let t0 = Instant::now();
     let handles: Vec<_> = (0..threads)
         .map(|i| {
-            let barrier = Arc::clone(&barrier);
             std::thread::Builder::new()
                 .name(format!("spin-{i}"))
-                .spawn(move || {
-                    barrier.wait();
-                    spin_for(Duration::from_secs_f64(seconds))
-                })
+                .spawn(move || spin_for(Duration::from_secs_f64(seconds)))
                 .map_err(|e| format!("spawning thread: {e}"))
         })
         .collect::<Result<_, _>>()?;
-    start.wait()?;
-    let t0 = Instant::now();
-    barrier.wait();
     let iterations: u64 = handles.into_iter().map(|h| h.join().unwrap_or(0)).sum();
 
     Report::new("cpu_stress")
