@@ -32,8 +32,9 @@ impl Availability {
                 .ok()
                 .map(|s| s.trim().to_string()),
             btf: Path::new(KERNEL_BTF_PATH).exists(),
-            tracefs_mounted: Path::new("/sys/kernel/tracing/events").exists()
-                || Path::new("/sys/kernel/debug/tracing/events").exists(),
+            // /proc/self/mounts, not the directory: tracefs is root-only to list.
+            tracefs_mounted: std::fs::read_to_string("/proc/self/mounts")
+                .is_ok_and(|m| m.lines().any(|l| l.split_whitespace().nth(2) == Some("tracefs"))),
             // SAFETY: geteuid cannot fail.
             euid: unsafe { libc::geteuid() },
             cap_bpf: has(CAP_BPF),
