@@ -7,7 +7,8 @@
 //!   processes) at 100 ms and 10 ms. kernelkite's own CPU is read from
 //!   /proc/<pid>/stat utime+stime (its threads, not its children) after it exits and
 //!   before it is reaped (`waitid(WNOWAIT)`); reported as % of one core over the run and
-//!   as CPU per process sample (per process per frame).
+//!   as CPU per process sample (per process per frame). The same with `--backend ebpf`
+//!   at 100 ms (kernelkite's user-space side).
 //! - `commands`: median wall time of `summary`, `summary --json`, `compare` and
 //!   `report` on a synthetic 100,000-frame bundle written by [`write_synthetic_bundle`].
 //! - `ebpf`: tracing overhead, side by side with an empty-program floor and peer tools
@@ -211,8 +212,13 @@ pub fn run(args: &[String]) -> Result<()> {
                 "==> sampler: {} idle processes at {interval} ms for {} s",
                 ctx.opts.procs, ctx.opts.seconds
             );
-            rows.extend(sampler_benchmark(&ctx, interval)?);
+            rows.extend(sampler_benchmark(&ctx, "proc", interval)?);
         }
+        println!(
+            "==> run --backend ebpf: {} idle processes at 100 ms for {} s",
+            ctx.opts.procs, ctx.opts.seconds
+        );
+        rows.extend(sampler_benchmark(&ctx, "ebpf", 100)?);
     }
     if wants("commands") {
         println!(
@@ -394,21 +400,38 @@ fn last_line(path: &Path) -> String {
 // ----------------------------------------------------------------------------------
 // (a) the /proc sampler's own cost.
 
-fn sampler_benchmark(ctx: &Ctx, interval_ms: u64) -> Result<Vec<Row>> {
+/// `kernelkite --backend <backend> run` on `idle_tree`: kernelkite's own CPU. With
+/// `ebpf` this is the user-space side only (snapshots, bundle); the BPF programs run in
+/// the traced tasks' context and are charged to them.
+fn sampler_benchmark(ctx: &Ctx, backend: &str, interval_ms: u64) -> Result<Vec<Row>> {
     let o = &ctx.opts;
-    let bundle = ctx.work.join(format!("sampler-{interval_ms}ms.json"));
-    let stderr_path = ctx.work.join(format!("sampler-{interval_ms}ms.stderr"));
+    let bundle = ctx.work.join(format!("{backend}-run-{interval_ms}ms.json"));
+    let stderr_path = ctx
+        .work
+        .join(format!("{backend}-run-{interval_ms}ms.stderr"));
     let _ = std::fs::remove_file(&bundle);
     let shown = format!(
-        "kernelkite --backend proc --interval-ms {interval_ms} run B -- kk-workload idle_tree --count {} --seconds {}",
+        "kernelkite --backend {backend} --interval-ms {interval_ms} run B -- kk-workload idle_tree --count {} --seconds {}",
         o.procs, o.seconds
     );
-    let name_cpu = format!("sampler CPU, {} procs @ {interval_ms} ms", o.procs);
-    let name_cost = format!("sampler CPU per process per frame @ {interval_ms} ms");
+    let (name_cpu, name_cost) = if backend == "proc" {
+        (
+            format!("sampler CPU, {} procs @ {interval_ms} ms", o.procs),
+            format!("sampler CPU per process per frame @ {interval_ms} ms"),
+        )
+    } else {
+        (
+            format!(
+                "run --backend {backend}: kernelkite CPU, {} procs @ {interval_ms} ms",
+                o.procs
+            ),
+            format!("run --backend {backend}: CPU per process per frame @ {interval_ms} ms"),
+        )
+    };
     let mut cmd = Command::new(&ctx.kernelkite);
     cmd.args([
         "--backend",
-        "proc",
+        backend,
         "--interval-ms",
         &interval_ms.to_string(),
         "run",
@@ -443,7 +466,7 @@ fn sampler_benchmark(ctx: &Ctx, interval_ms: u64) -> Result<Vec<Row>> {
     );
     let percent = 100.0 * m.self_cpu_s / m.wall.as_secs_f64();
     let mut cpu_row = Row::new(name_cpu, percent, "% of a core", &shown);
-    if interval_ms == 100 && o.procs == 100 {
+    if backend == "proc" && interval_ms == 100 && o.procs == 100 {
         cpu_row = cpu_row.target(SAMPLER_TARGET_PERCENT);
     }
     let per_sample_us = 1e6 * m.self_cpu_s / samples.max(1) as f64;
