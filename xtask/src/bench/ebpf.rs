@@ -188,9 +188,25 @@ fn read_run(ctx: &Ctx, config: ReadConfig, idle_pid: u32) -> Result<(f64, Option
             Some(Tracer::start(c)?)
         }
     };
+    // Poll the tracer's program statistics while the workload runs: kernelkite stops
+    // (and its programs go away) as soon as its target exits.
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let poller = tracer.as_ref().map(|t| {
+        let (pid, done) = (t.child.id(), done.clone());
+        std::thread::spawn(move || {
+            let mut last = None;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                if let Some(ns) = bpf_run_time_ns(pid) {
+                    last = Some(ns);
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            last
+        })
+    });
     let result = release(child, stdin, lines);
-    // Read the program stats at once: kernelkite stops by itself when its target exits.
-    let program_ns = tracer.as_ref().and_then(|t| bpf_run_time_ns(t.child.id()));
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let program_ns = poller.and_then(|p| p.join().ok().flatten());
     if let Some(t) = tracer {
         t.stop();
     }
