@@ -34,12 +34,15 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::ExecAfterGate(args) => run::exec_after_gate(&args),
         Command::Completions(args) => {
             let mut cmd = Cli::command();
-            clap_complete::generate(args.shell, &mut cmd, "kernelkite", &mut std::io::stdout());
+            let mut out = Vec::new();
+            clap_complete::generate(args.shell, &mut cmd, "kernelkite", &mut out);
+            crate::report::write_stdout(&String::from_utf8_lossy(&out))?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Man => {
-            let man = clap_mangen::Man::new(Cli::command());
-            man.render(&mut std::io::stdout())?;
+            let mut out = Vec::new();
+            clap_mangen::Man::new(Cli::command()).render(&mut out)?;
+            crate::report::write_stdout(&String::from_utf8_lossy(&out))?;
             Ok(ExitCode::SUCCESS)
         }
     }
