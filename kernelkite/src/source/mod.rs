@@ -1,10 +1,10 @@
 //! Sources of bundles: one module per collector. Each has one door to the kernel that
 //! tests can replace (a procfs root path; a BPF loader).
 
-pub mod host;
-#[cfg(target_os = "linux")]
-pub mod procfs;
 #[cfg(target_os = "linux")]
 pub mod ebpf;
+pub mod host;
 #[cfg(target_os = "linux")]
 pub mod launch;
+#[cfg(target_os = "linux")]
+pub mod procfs;

@@ -33,8 +33,10 @@ impl Availability {
                 .map(|s| s.trim().to_string()),
             btf: Path::new(KERNEL_BTF_PATH).exists(),
             // /proc/self/mounts, not the directory: tracefs is root-only to list.
-            tracefs_mounted: std::fs::read_to_string("/proc/self/mounts")
-                .is_ok_and(|m| m.lines().any(|l| l.split_whitespace().nth(2) == Some("tracefs"))),
+            tracefs_mounted: std::fs::read_to_string("/proc/self/mounts").is_ok_and(|m| {
+                m.lines()
+                    .any(|l| l.split_whitespace().nth(2) == Some("tracefs"))
+            }),
             // SAFETY: geteuid cannot fail.
             euid: unsafe { libc::geteuid() },
             cap_bpf: has(CAP_BPF),
