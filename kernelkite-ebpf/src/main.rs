@@ -28,7 +28,9 @@ fn panic(_info: &core::panic::PanicInfo) -> ! {
     unsafe { core::hint::unreachable_unchecked() }
 }
 
-/// License section: GPL is needed for the helpers these programs use.
+/// License section. The kernel lets only GPL-compatible programs call some of the
+/// helpers used here (bpf_probe_read_kernel, bpf_get_current_task); "Dual MIT/GPL" is
+/// such a declaration, and keeps the MIT terms of the rest of kernelkite available.
 #[unsafe(link_section = "license")]
 #[unsafe(no_mangle)]
-static LICENSE: [u8; 4] = *b"GPL\0";
+static LICENSE: [u8; 13] = *b"Dual MIT/GPL\0";
