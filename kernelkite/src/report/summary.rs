@@ -252,7 +252,7 @@ pub fn summary_text(a: &Analysis) -> String {
         out.push_str("latency classes (sum over threads; all exact)\n");
     } else {
         out.push_str(
-            "latency classes (sum over threads; on_cpu and runqueue exact from schedstat, the sleep classes estimated from sampled thread states)\n",
+            "latency classes (sum over threads; on_cpu and runqueue exact from schedstat up to each thread's last sample, the sleep classes estimated from sampled thread states)\n",
         );
     }
     let total = a.latency_classes.total_ns();
