@@ -2,9 +2,7 @@
 //! and exit (send the thread's final class times, then forget it).
 
 use aya_ebpf::bindings::BPF_NOEXIST;
-use aya_ebpf::helpers::{
-    bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_task, bpf_ktime_get_ns,
-};
+use aya_ebpf::helpers::{bpf_get_current_comm, bpf_get_current_task, bpf_ktime_get_ns};
 use aya_ebpf::macros::btf_tracepoint;
 use aya_ebpf::programs::BtfTracePointContext;
 use kernelkite_common::bpf::{
@@ -12,7 +10,7 @@ use kernelkite_common::bpf::{
 };
 use kernelkite_common::LatencyClass;
 
-use crate::maps::{count_lost, is_target, set_target, thread, EVENTS, THREADS};
+use crate::maps::{count_lost, current_thread, set_target, EVENTS, THREADS};
 use crate::sched::close_interval;
 use crate::task;
 
@@ -43,11 +41,9 @@ fn send(record: LifecycleRecord) -> bool {
 #[btf_tracepoint(function = "sched_process_fork")]
 pub fn sched_process_fork(ctx: BtfTracePointContext) -> i32 {
     // Runs in the forking thread.
-    let pid_tgid = bpf_get_current_pid_tgid();
-    let parent_tgid = (pid_tgid >> 32) as u32;
-    if !is_target(parent_tgid) || thread(pid_tgid as u32).is_none() {
+    let Some((parent_tgid, _, _)) = current_thread() else {
         return 0;
-    }
+    };
     let child: *const u8 = ctx.arg(1);
     // SAFETY: child is the tracepoint's task_struct.
     let (child_tid, child_tgid) = unsafe { (task::pid(child), task::tgid(child)) };
@@ -97,12 +93,7 @@ pub fn sched_process_fork(ctx: BtfTracePointContext) -> i32 {
 
 #[btf_tracepoint(function = "sched_process_exec")]
 pub fn sched_process_exec(_ctx: BtfTracePointContext) -> i32 {
-    let pid_tgid = bpf_get_current_pid_tgid();
-    let tgid = (pid_tgid >> 32) as u32;
-    if !is_target(tgid) {
-        return 0;
-    }
-    let Some(t) = thread(pid_tgid as u32) else {
+    let Some((tgid, tid, t)) = current_thread() else {
         return 0;
     };
     // The command proper starts here: count its syscalls from now on (the exec call
@@ -111,7 +102,7 @@ pub fn sched_process_exec(_ctx: BtfTracePointContext) -> i32 {
     send(LifecycleRecord {
         kind: record_kind::EXEC,
         tgid,
-        tid: pid_tgid as u32,
+        tid,
         // SAFETY: helper call without preconditions.
         ts_ns: unsafe { bpf_ktime_get_ns() },
         comm: comm(),
@@ -123,13 +114,7 @@ pub fn sched_process_exec(_ctx: BtfTracePointContext) -> i32 {
 #[btf_tracepoint(function = "sched_process_exit")]
 pub fn sched_process_exit(_ctx: BtfTracePointContext) -> i32 {
     // Runs in the exiting thread, which is on a CPU.
-    let pid_tgid = bpf_get_current_pid_tgid();
-    let tgid = (pid_tgid >> 32) as u32;
-    let tid = pid_tgid as u32;
-    if !is_target(tgid) {
-        return 0;
-    }
-    let Some(t) = thread(tid) else {
+    let Some((tgid, tid, t)) = current_thread() else {
         return 0;
     };
     // SAFETY: helper call without preconditions.

@@ -80,6 +80,18 @@ pub fn set_target(tgid: u32) {
     }
 }
 
+/// The running thread's (tgid, tid, state), when it is traced: the target bit of its
+/// process first (an inlined array load), then its entry.
+#[inline(always)]
+pub fn current_thread() -> Option<(u32, u32, &'static mut ThreadState)> {
+    let pid_tgid = aya_ebpf::helpers::bpf_get_current_pid_tgid();
+    let (tgid, tid) = ((pid_tgid >> 32) as u32, pid_tgid as u32);
+    if !is_target(tgid) {
+        return None;
+    }
+    thread(tid).map(|t| (tgid, tid, t))
+}
+
 #[inline(always)]
 pub fn thread(tid: u32) -> Option<&'static mut ThreadState> {
     // SAFETY: a thread's entry is only written by events of that thread (on its CPU) or

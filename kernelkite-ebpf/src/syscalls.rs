@@ -2,7 +2,7 @@
 //! a sleep inside it) and count its latency into a per-(tgid, nr) histogram.
 
 use aya_ebpf::bindings::BPF_NOEXIST;
-use aya_ebpf::helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel};
+use aya_ebpf::helpers::{bpf_ktime_get_ns, bpf_probe_read_kernel};
 use aya_ebpf::macros::{btf_tracepoint, map};
 use aya_ebpf::maps::Array;
 use aya_ebpf::programs::BtfTracePointContext;
@@ -12,7 +12,7 @@ use kernelkite_common::bpf::{
 };
 use kernelkite_common::hist::{bucket_index, NUM_BUCKETS};
 
-use crate::maps::{atomic_add, count_lost, is_target, thread, EVENTS, SYSCALL_HISTS, SYSCALL_KIND};
+use crate::maps::{atomic_add, count_lost, current_thread, EVENTS, SYSCALL_HISTS, SYSCALL_KIND};
 
 /// Calls at least this slow are streamed as `SlowSyscallRecord`s; 0 disables.
 #[unsafe(no_mangle)]
@@ -60,11 +60,7 @@ fn is_lock_wait(nr: u32, regs: *const u8) -> u32 {
 
 #[btf_tracepoint(function = "sys_enter")]
 pub fn sys_enter(ctx: BtfTracePointContext) -> i32 {
-    let pid_tgid = bpf_get_current_pid_tgid();
-    if !is_target((pid_tgid >> 32) as u32) {
-        return 0;
-    }
-    let Some(t) = thread(pid_tgid as u32) else {
+    let Some((_, _, t)) = current_thread() else {
         return 0;
     };
     let regs: *const u8 = ctx.arg(0);
@@ -78,12 +74,7 @@ pub fn sys_enter(ctx: BtfTracePointContext) -> i32 {
 
 #[btf_tracepoint(function = "sys_exit")]
 pub fn sys_exit(ctx: BtfTracePointContext) -> i32 {
-    let pid_tgid = bpf_get_current_pid_tgid();
-    let tgid = (pid_tgid >> 32) as u32;
-    if !is_target(tgid) {
-        return 0;
-    }
-    let Some(t) = thread(pid_tgid as u32) else {
+    let Some((tgid, tid, t)) = current_thread() else {
         return 0;
     };
     let nr = t.sys_nr;
@@ -111,7 +102,7 @@ pub fn sys_exit(ctx: BtfTracePointContext) -> i32 {
                 entry.write(SlowSyscallRecord {
                     kind: record_kind::SLOW_SYSCALL,
                     tgid,
-                    tid: pid_tgid as u32,
+                    tid,
                     nr,
                     start_ns,
                     duration_ns: latency_ns,
