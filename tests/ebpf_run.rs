@@ -5,27 +5,41 @@
 #[path = "support/ebpf.rs"]
 mod support;
 
-use std::process::Command;
+use std::path::PathBuf;
+use std::process::{Command, Output};
 
 use kernelkite::analysis::analyze;
 use kernelkite::model::{load_bundle, Backend, LifecycleKind};
 use support::*;
+
+/// `kernelkite [global...] run <tempdir>/bundle.json -- command...`; the temporary
+/// directory lives as long as the returned guard.
+fn kk_run(global: &[&str], command: &[String]) -> (Output, PathBuf, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let bundle_path = dir.path().join("bundle.json");
+    let out = Command::new(kernelkite_bin())
+        .args(global)
+        .arg("run")
+        .arg(&bundle_path)
+        .arg("--")
+        .args(command)
+        .output()
+        .unwrap();
+    (out, bundle_path, dir)
+}
+
+fn strings(args: &[&str]) -> Vec<String> {
+    args.iter().map(|s| s.to_string()).collect()
+}
 
 #[test]
 fn exec_storm_under_run_sees_every_process_and_exact_cpu() {
     let Some(_serial) = ebpf_ready("exec_storm_under_run_sees_every_process_and_exact_cpu") else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let bundle_path = dir.path().join("storm.json");
-    let out = Command::new(kernelkite_bin())
-        .arg("run")
-        .arg(&bundle_path)
-        .arg("--")
-        .arg(workload_bin())
-        .args(["exec_storm", "--count", "300", "--self-exec"])
-        .output()
-        .unwrap();
+    let mut storm = vec![workload_bin().to_string_lossy().into_owned()];
+    storm.extend(strings(&["exec_storm", "--count", "300", "--self-exec"]));
+    let (out, bundle_path, _dir) = kk_run(&[], &storm);
     assert!(
         out.status.success(),
         "{}",
@@ -113,14 +127,7 @@ fn backend_proc_is_honoured_and_recorded() {
     let Some(_serial) = ebpf_ready("backend_proc_is_honoured_and_recorded") else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let bundle_path = dir.path().join("proc.json");
-    let out = Command::new(kernelkite_bin())
-        .args(["--backend", "proc", "run"])
-        .arg(&bundle_path)
-        .args(["--", "true"])
-        .output()
-        .unwrap();
+    let (out, bundle_path, _dir) = kk_run(&["--backend", "proc"], &strings(&["true"]));
     assert!(out.status.success());
     assert_eq!(load_bundle(&bundle_path).unwrap().backend, Backend::Proc);
 }
@@ -203,15 +210,7 @@ fn run_counts_exactly_the_syscalls_strace_counts() {
     };
     assert!(strace.status.success());
     let dd = ["dd", "if=/dev/zero", "of=/dev/null", "bs=1", "count=2000"];
-    let dir = tempfile::tempdir().unwrap();
-    let bundle_path = dir.path().join("dd.json");
-    let out = Command::new(kernelkite_bin())
-        .arg("run")
-        .arg(&bundle_path)
-        .arg("--")
-        .args(dd)
-        .output()
-        .unwrap();
+    let (out, bundle_path, dir) = kk_run(&[], &strings(&dd));
     assert!(
         out.status.success(),
         "{}",
@@ -249,15 +248,11 @@ fn short_grandchildren_hang_under_their_parent_in_the_tree() {
     else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let bundle_path = dir.path().join("tree.json");
     // The inner sh forks `true` long before the first snapshot shows the inner sh.
-    let out = Command::new(kernelkite_bin())
-        .arg("run")
-        .arg(&bundle_path)
-        .args(["--", "sh", "-c", "sh -c '/bin/true; sleep 0.3'; true"])
-        .output()
-        .unwrap();
+    let (out, bundle_path, _dir) = kk_run(
+        &[],
+        &strings(&["sh", "-c", "sh -c '/bin/true; sleep 0.3'; true"]),
+    );
     assert!(
         out.status.success(),
         "{}",
