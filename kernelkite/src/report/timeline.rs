@@ -101,7 +101,8 @@ pub struct Timeline {
     pub start_ns: u64,
     pub end_ns: u64,
     /// CPU use of the observed tree, in cores: Δ(utime+stime) of the processes sampled
-    /// in both frames, divided by the interval.
+    /// in both frames, divided by the interval. eBPF bundles: Δ of every thread's exact
+    /// `on_cpu` (threads that exited inside the interval counted from their exit record).
     pub cpu_cores: IntervalSeries<f64>,
     /// Sum of the resident set sizes of the processes in each frame, bytes.
     pub rss_bytes: InstantSeries<u64>,
@@ -120,6 +121,60 @@ pub struct Timeline {
 }
 
 type Key = (i32, u64);
+
+/// eBPF bundles: on-CPU nanoseconds of every interval between consecutive frames, from
+/// the threads' cumulative `class_ns.on_cpu` (0 when tracking started) and, for threads
+/// that exited inside an interval, their exit record's final value.
+fn on_cpu_per_interval(bundle: &Bundle, frames: &[&crate::model::Frame]) -> Vec<u64> {
+    use crate::model::LifecycleKind;
+    let mut last: BTreeMap<(i32, i32), u64> = BTreeMap::new();
+    let mut exits = bundle
+        .lifecycle
+        .iter()
+        .filter(|e| e.kind == LifecycleKind::Exit)
+        .filter_map(|e| e.class_ns.map(|c| (e.t_ns, e.pid, e.tid, c.on_cpu)))
+        .collect::<Vec<_>>();
+    exits.sort_unstable();
+    let mut next_exit = 0;
+    // A thread's on-CPU time since it was last seen, remembering its new total.
+    fn seen(last: &mut BTreeMap<(i32, i32), u64>, key: (i32, i32), total: u64) -> u64 {
+        let before = last.insert(key, total).unwrap_or(0);
+        total.saturating_sub(before)
+    }
+    if let Some(first) = frames.first() {
+        for p in &first.processes {
+            for t in &p.threads {
+                if let Some(c) = t.class_ns {
+                    seen(&mut last, (p.pid, t.tid), c.on_cpu);
+                }
+            }
+        }
+        while next_exit < exits.len() && exits[next_exit].0 <= first.t_ns {
+            let (_, pid, tid, on_cpu) = exits[next_exit];
+            seen(&mut last, (pid, tid), on_cpu);
+            next_exit += 1;
+        }
+    }
+    let mut out = Vec::new();
+    for pair in frames.windows(2) {
+        let b = pair[1];
+        let mut ns = 0u64;
+        while next_exit < exits.len() && exits[next_exit].0 <= b.t_ns {
+            let (_, pid, tid, on_cpu) = exits[next_exit];
+            ns = ns.saturating_add(seen(&mut last, (pid, tid), on_cpu));
+            next_exit += 1;
+        }
+        for p in &b.processes {
+            for t in &p.threads {
+                if let Some(c) = t.class_ns {
+                    ns = ns.saturating_add(seen(&mut last, (p.pid, t.tid), c.on_cpu));
+                }
+            }
+        }
+        out.push(ns);
+    }
+    out
+}
 
 /// Extract every series of `bundle`, using two facts the analysis derived:
 ///
@@ -184,7 +239,9 @@ pub fn extract(bundle: &Bundle, analysis: Option<&Analysis>) -> Timeline {
                 .collect()
         })
         .unwrap_or_default();
-    for pair in frames.windows(2) {
+    let exact_on_cpu = (bundle.backend == crate::model::Backend::Ebpf)
+        .then(|| on_cpu_per_interval(bundle, &frames));
+    for (i, pair) in frames.windows(2).enumerate() {
         let (a, b) = (pair[0], pair[1]);
         let dt_ns = b.t_ns - a.t_ns; // > 0: frames are distinct and ordered
         let before: BTreeMap<Key, &ProcessSample> = a
@@ -218,10 +275,10 @@ pub fn extract(bundle: &Bundle, analysis: Option<&Analysis>) -> Timeline {
                 write = write.saturating_add(dw.saturating_sub(fw));
             }
         }
-        let cores = if hz == 0 {
-            0.0
-        } else {
-            round6(ticks as f64 / hz as f64 / (dt_ns as f64 / 1e9))
+        let cores = match &exact_on_cpu {
+            Some(on_cpu_ns) => round6(on_cpu_ns[i] as f64 / dt_ns as f64),
+            None if hz == 0 => 0.0,
+            None => round6(ticks as f64 / hz as f64 / (dt_ns as f64 / 1e9)),
         };
         tl.cpu_cores.push(a.t_ns, b.t_ns, cores);
         tl.disk_read_bytes.push(a.t_ns, b.t_ns, read);
@@ -476,6 +533,53 @@ mod tests {
         let mut b = Bundle::new(Backend::Proc, host(), 100);
         b.frames = frames;
         b
+    }
+
+    #[test]
+    fn ebpf_cpu_comes_from_exact_on_cpu_including_threads_that_exited_between_frames() {
+        use crate::model::{ClassTimes, LifecycleKind, ThreadSample};
+        let thread = |tid: i32, on_cpu_ms: u64| ThreadSample {
+            tid,
+            comm: "t".into(),
+            state: "S".into(),
+            schedstat: None,
+            syscall_nr: None,
+            class_ns: Some(ClassTimes {
+                on_cpu: on_cpu_ms * 1_000_000,
+                ..ClassTimes::default()
+            }),
+        };
+        let with_threads = |threads: Vec<ThreadSample>| {
+            let mut p = proc_(10, 5, 0, 1, None);
+            p.threads = threads;
+            p
+        };
+        let mut b = bundle(vec![
+            frame(0, vec![with_threads(vec![thread(10, 0), thread(11, 0)])]),
+            frame(100, vec![with_threads(vec![thread(10, 50), thread(11, 20)])]),
+            frame(200, vec![with_threads(vec![thread(10, 60)])]),
+        ]);
+        b.backend = Backend::Ebpf;
+        // Thread 11 ran 30 ms more after the second frame, then exited at 150 ms; a
+        // process that lived only between frames ran 40 ms.
+        for (pid, tid, t_ms, on_cpu_ms) in [(10, 11, 150, 50), (20, 20, 170, 40)] {
+            b.lifecycle.push(LifecycleEvent {
+                t_ns: t_ms * 1_000_000,
+                kind: LifecycleKind::Exit,
+                pid,
+                tid,
+                ppid: 10,
+                comm: "t".into(),
+                exit_code: Some(0),
+                class_ns: Some(ClassTimes {
+                    on_cpu: on_cpu_ms * 1_000_000,
+                    ..ClassTimes::default()
+                }),
+            });
+        }
+        let tl = extract(&b, None);
+        // (50 + 20) ms in the first 100 ms; (10 + 30 + 40) ms in the second.
+        assert_eq!(tl.cpu_cores.values, vec![0.7, 0.8]);
     }
 
     #[test]
