@@ -625,3 +625,66 @@ impl HistAccumulator {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(run_state: u32, since_ns: u64, class_ns: [u64; 6]) -> ThreadState {
+        ThreadState {
+            tgid: 1,
+            run_state,
+            since_ns,
+            sleep_class: LatencyClass::SyscallBlocked as u32,
+            sys_nr: NO_SYSCALL,
+            class_ns,
+            start_ns: 100,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn open_interval_goes_to_the_current_state_class() {
+        let on = state(run_state::ON_CPU, 150, [50, 0, 0, 0, 0, 0]);
+        assert_eq!(class_times_at(&on, 170).on_cpu, 70);
+        let asleep = state(run_state::SLEEPING, 150, [50, 0, 0, 0, 0, 0]);
+        let t = class_times_at(&asleep, 170);
+        assert_eq!((t.on_cpu, t.syscall_blocked), (50, 20));
+        let waiting = state(run_state::RUNNABLE, 150, [50, 0, 0, 0, 0, 0]);
+        assert_eq!(class_times_at(&waiting, 170).runqueue, 20);
+        // An INITIAL thread's first interval is unknown until its first event, and is
+        // only attributed (to the class /proc showed) at the end of the session.
+        let initial = state(run_state::INITIAL, 100, [0; 6]);
+        assert_eq!(class_times_at(&initial, 170).total_ns(), 0);
+        assert_eq!(class_times_final(&initial, 170).syscall_blocked, 70);
+        // A clock a little behind since_ns never underflows.
+        assert_eq!(class_times_at(&on, 140).on_cpu, 50);
+    }
+
+    #[test]
+    fn torn_copies_break_the_invariant() {
+        // Consistent: the closed intervals add up to since_ns - start_ns.
+        assert!(consistent(&state(
+            run_state::SLEEPING,
+            150,
+            [30, 20, 0, 0, 0, 0]
+        )));
+        // A copy that saw since_ns move but not the class counter it went with.
+        assert!(!consistent(&state(
+            run_state::SLEEPING,
+            180,
+            [30, 20, 0, 0, 0, 0]
+        )));
+    }
+
+    #[test]
+    fn threads_found_at_attach_start_in_the_class_their_proc_state_says() {
+        let futex = syscall_table::number("futex").map(i64::from);
+        let read = syscall_table::number("read").map(i64::from);
+        assert_eq!(initial_class("R", None), LatencyClass::OnCpu);
+        assert_eq!(initial_class("S", futex), LatencyClass::LockWait);
+        assert_eq!(initial_class("D", read), LatencyClass::IoWait);
+        assert_eq!(initial_class("S", read), LatencyClass::SyscallBlocked);
+        assert_eq!(initial_class("S", Some(-1)), LatencyClass::UnknownWait);
+    }
+}
