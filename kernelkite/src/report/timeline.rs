@@ -556,7 +556,10 @@ mod tests {
         };
         let mut b = bundle(vec![
             frame(0, vec![with_threads(vec![thread(10, 0), thread(11, 0)])]),
-            frame(100, vec![with_threads(vec![thread(10, 50), thread(11, 20)])]),
+            frame(
+                100,
+                vec![with_threads(vec![thread(10, 50), thread(11, 20)])],
+            ),
             frame(200, vec![with_threads(vec![thread(10, 60)])]),
         ]);
         b.backend = Backend::Ebpf;
