@@ -136,6 +136,11 @@ fn the_frame_cap_keeps_the_latest_sample_last() {
     let mut root = FakeProcess::new(100, 50, "capped");
     for t in 0..5u64 {
         root.utime_ticks = 10 * t;
+        // CPU time only grows when the thread runs, which moves its schedstat too.
+        if let Some(st) = root.threads[0].schedstat.as_mut() {
+            st.on_cpu_ns = 100_000_000 * t;
+            st.timeslices = t;
+        }
         fake.add(&root).unwrap();
         recorder.push(sampler.sample(Scope::Subtrees(&[100]), t).unwrap());
     }

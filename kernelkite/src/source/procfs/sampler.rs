@@ -244,7 +244,21 @@ impl Sampler {
         before: Option<&PrevThread>,
     ) -> Result<(ThreadSample, bool), Vanished> {
         let key = KeptKey::thread(pid, tid, TaskFile::Schedstat);
-        let schedstat = match self.dir.read_kept(key, ino, &mut self.buf) {
+        // The walk already read the leader's schedstat this tick.
+        let walked = if tid == pid {
+            self.walker.leader_schedstat(pid)
+        } else {
+            None
+        };
+        let read = match walked {
+            Some(bytes) => {
+                self.buf.clear();
+                self.buf.extend_from_slice(bytes);
+                Ok(())
+            }
+            None => self.dir.read_kept(key, ino, &mut self.buf),
+        };
+        let schedstat = match read {
             Ok(()) => parse::schedstat(&self.buf),
             // No schedstat file (no CONFIG_SCHED_INFO) or no thread any more: tell apart.
             Err(e) if is_gone(&e) => {

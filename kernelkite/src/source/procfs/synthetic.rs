@@ -132,7 +132,23 @@ impl FakeProc {
 
     /// Remove a process entirely (it exited and was reaped).
     pub fn remove(&self, pid: i32) -> io::Result<()> {
-        fs::remove_dir_all(self.root.join(pid.to_string()))
+        // A dead process's files cannot be read any more, even through descriptors
+        // kept open (the kernel answers ESRCH); emptying them before unlinking is the
+        // closest a plain directory gets.
+        fn empty_files(dir: &Path) -> io::Result<()> {
+            for entry in fs::read_dir(dir)? {
+                let path = entry?.path();
+                if path.is_dir() {
+                    empty_files(&path)?;
+                } else {
+                    fs::File::create(&path)?;
+                }
+            }
+            Ok(())
+        }
+        let dir = self.root.join(pid.to_string());
+        empty_files(&dir)?;
+        fs::remove_dir_all(dir)
     }
 
     /// Remove one file or directory below /proc/<pid>, e.g. "task" or "stat".

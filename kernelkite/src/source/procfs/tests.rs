@@ -419,6 +419,12 @@ fn proc_is_listed_again_only_after_a_pid_was_allocated() {
         .unwrap();
     let mut root = FakeProcess::new(100, 1, "root");
     root.utime_ticks = 4242;
+    // It ran, so its schedstat moved too (a process whose schedstat did not move has
+    // not run, and its stat is not read again).
+    if let Some(st) = root.threads[0].schedstat.as_mut() {
+        st.on_cpu_ns += 42_420_000_000;
+        st.timeslices += 1;
+    }
     fake.add(&root).unwrap();
     let f3 = s.sample(Scope::Subtrees(&[100]), 3).unwrap();
     if listed.elapsed() < tree::FULL_LISTING_EVERY / 2 {
@@ -538,4 +544,29 @@ fn sample_cost_of_100_sleepers() {
         per_sample_us / 1000.0,
         bytes / n as usize
     );
+}
+
+#[test]
+fn an_idle_orphan_is_followed_to_its_new_parent() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = FakeProc::new(dir.path()).unwrap();
+    base(&fake);
+    fake.set_loadavg(500).unwrap();
+    fake.add(&FakeProcess::new(50, 1, "kernelkite")).unwrap();
+    fake.add(&FakeProcess::new(100, 50, "parent")).unwrap();
+    fake.add(&FakeProcess::new(101, 100, "child")).unwrap();
+    let mut s = sampler(&fake);
+    for t in 1..=3 {
+        // Idle ticks: the child's schedstat does not move, its stat is reused.
+        assert_eq!(
+            pids(&s.sample(Scope::DescendantsOf(50), t).unwrap()),
+            [100, 101]
+        );
+    }
+    // The parent exits; the child, which has not run, is reparented to the subreaper.
+    fake.remove(100).unwrap();
+    fake.add(&FakeProcess::new(101, 50, "child")).unwrap();
+    let f = s.sample(Scope::DescendantsOf(50), 4).unwrap();
+    assert_eq!(pids(&f), [101]);
+    assert_eq!(find(&f, 101).ppid, 50);
 }

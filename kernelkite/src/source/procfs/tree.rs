@@ -88,6 +88,12 @@ pub(crate) struct TreeWalker {
     /// whether the next walk must list again.
     listed: Option<(u32, Instant, bool)>,
     loadavg_buf: Vec<u8>,
+    /// Last tick's /proc/<pid>/task/<pid>/schedstat of each subtree process's leader
+    /// (see `quiet_insiders`).
+    last_schedstat: PidMap<i32, Vec<u8>>,
+    next_last_schedstat: PidMap<i32, Vec<u8>>,
+    /// Insiders this tick whose stat need not be read again.
+    quiet: PidMap<i32, ()>,
 }
 
 impl TreeWalker {
@@ -126,12 +132,19 @@ impl TreeWalker {
             self.listing.extend_from_slice(&self.insiders);
         }
 
+        self.quiet_insiders(dir);
         self.fresh.clear();
         self.next_outsiders.clear();
         for &(pid, ino) in &self.listing {
             if self.outsiders.get(&pid) == Some(&ino) {
                 self.next_outsiders.insert(pid, ino);
                 continue;
+            }
+            if self.quiet.contains_key(&pid) {
+                if let Some((bytes, stat)) = self.last_stat.remove(&pid) {
+                    self.fresh.push((ino, bytes, stat));
+                    continue;
+                }
             }
             // A process that vanished since the listing is simply not part of this tick.
             let mut bytes = self.spare.pop().unwrap_or_default();
@@ -233,6 +246,50 @@ impl TreeWalker {
         self.insiders
             .extend(subtree.iter().map(|(ino, s)| (s.pid, *ino)));
         Ok(subtree)
+    }
+
+    /// Find the insiders whose /proc/<pid>/stat cannot have changed since the last tick,
+    /// so the walk reuses it instead of reading it (stat is by far the most expensive
+    /// file the sampler reads). A single-threaded process whose schedstat (time on CPU,
+    /// time waiting, timeslices) did not move has not run: its CPU times, thread count,
+    /// name, I/O and children's times cannot have changed. Its ppid can (its parent
+    /// exited and it was reparented), which is why nothing is skipped in a tick where
+    /// any insider has gone. (New processes are found by listing /proc, whose stat is
+    /// always read.) What can go stale: the
+    /// state of a thread woken but not yet run, and RSS shrunk by reclaim.
+    fn quiet_insiders(&mut self, dir: &mut ProcDir) {
+        self.quiet.clear();
+        self.next_last_schedstat.clear();
+        let mut any_gone = false;
+        // Every insider's leader schedstat is read (it is cheap): a failed read is an
+        // insider gone, whose children may have been reparented.
+        for &(pid, ino) in &self.insiders {
+            let single = self
+                .last_stat
+                .get(&pid)
+                .is_some_and(|(_, s)| s.num_threads == 1 && s.state != 'Z');
+            let mut bytes = self.last_schedstat.remove(&pid).unwrap_or_default();
+            let before = std::mem::take(&mut bytes);
+            let key = KeptKey::thread(pid, pid, TaskFile::Schedstat);
+            // An empty read is a gone process too (a synthetic tree's removed files).
+            if dir.read_kept(key, ino, &mut bytes).is_err() || bytes.is_empty() {
+                any_gone = true;
+                continue;
+            }
+            if single && !before.is_empty() && before == bytes {
+                self.quiet.insert(pid, ());
+            }
+            self.next_last_schedstat.insert(pid, bytes);
+        }
+        if any_gone {
+            self.quiet.clear();
+        }
+        std::mem::swap(&mut self.last_schedstat, &mut self.next_last_schedstat);
+    }
+
+    /// The schedstat of `pid`'s leader thread as this tick's walk read it.
+    pub(crate) fn leader_schedstat(&self, pid: i32) -> Option<&[u8]> {
+        self.last_schedstat.get(&pid).map(Vec::as_slice)
     }
 
     /// The most recently allocated pid, from /proc/loadavg (`None` when unreadable, e.g.
