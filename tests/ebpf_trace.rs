@@ -260,12 +260,15 @@ fn thread_ids_kernel_threads_and_absurd_durations_are_refused() {
     };
     // This test binary is multi-threaded (the harness runs tests on threads).
     let me = std::process::id() as i32;
-    let _helper = std::thread::spawn(|| std::thread::sleep(std::time::Duration::from_secs(2)));
-    let tid = std::fs::read_dir("/proc/self/task")
-        .unwrap()
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .find(|&t| t != me)
-        .expect("a second thread");
+    // A thread of this test process that stays alive while kernelkite looks at it.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let helper = std::thread::spawn(move || {
+        // SAFETY: gettid has no preconditions.
+        tx.send(unsafe { libc::gettid() }).unwrap();
+        let _ = done_rx.recv();
+    });
+    let tid: i32 = rx.recv().unwrap();
     let err = |args: &[&str]| {
         let out = Command::new(kernelkite_bin()).args(args).output().unwrap();
         assert_eq!(out.status.code(), Some(2), "{args:?}");
@@ -284,6 +287,8 @@ fn thread_ids_kernel_threads_and_absurd_durations_are_refused() {
     assert!(
         err(&["trace", "--pid", &me.to_string(), "--duration", "1e308"]).contains("at most a year")
     );
+    done_tx.send(()).unwrap();
+    helper.join().unwrap();
 }
 
 #[test]
