@@ -1018,9 +1018,9 @@ pub const MAX_TREE_DEPTH: usize = 256;
 /// Impossible shapes cannot hurt: an edge that would close a cycle is dropped, and a
 /// process nested deeper than [`MAX_TREE_DEPTH`] becomes a root.
 /// The kernel's fork and exit times bound a process's lifetime exactly: widen each
-/// row's first/last seen to its main thread's fork (the latest at or before the first
-/// snapshot, so a reused pid keeps its own) and exit (the earliest at or after the last
-/// snapshot). The process tree needs this: a parent first snapshotted after its child
+/// row's first seen to its main thread's fork (the latest at or before the first
+/// snapshot, so a reused pid keeps its own) and set its last seen to the exit (the
+/// earliest after the first snapshot). The process tree needs this: a parent first snapshotted after its child
 /// was forked would otherwise look younger than the child.
 fn lifetimes_from_events(processes: &mut [ProcessRow], events: &[crate::model::LifecycleEvent]) {
     for p in processes.iter_mut() {
@@ -1034,10 +1034,11 @@ fn lifetimes_from_events(processes: &mut [ProcessRow], events: &[crate::model::L
         {
             p.first_seen_ns = fork;
         }
+        // A zombie is sampled after its exit: the exit ends the lifetime either way.
         if let Some(exit) = events
             .iter()
             .filter(main)
-            .filter(|e| e.kind == LifecycleKind::Exit && e.t_ns >= p.last_seen_ns)
+            .filter(|e| e.kind == LifecycleKind::Exit && e.t_ns >= p.first_seen_ns)
             .map(|e| e.t_ns)
             .min()
         {

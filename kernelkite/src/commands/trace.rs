@@ -17,7 +17,12 @@ pub fn execute(global: &GlobalArgs, args: &TraceArgs) -> Result<ExitCode> {
         // At most a year: keeps the deadline representable.
         if !(d.is_finite() && d > 0.0 && d <= 31_536_000.0) {
             anyhow::bail!(
-                "--duration must be a number of seconds above 0 and at most a year, got {d}"
+                "--duration must be a number of seconds above 0 and at most a year, got {}",
+                if d.abs() < 1e9 {
+                    d.to_string()
+                } else {
+                    format!("{d:e}")
+                }
             );
         }
     }

@@ -375,8 +375,8 @@ fn spans(bundle: &Bundle, frames: &[&Frame]) -> Vec<ProcessSpan> {
 
     // Attach fork/exit events to sampled incarnations: a fork belongs to the incarnation
     // if it happened after the previous incarnation's last sample and no later than this
-    // one's first; an exit, at or after this one's last sample and before the next one's
-    // first.
+    // one's first; an exit, at or after this one's first sample (a zombie is sampled
+    // after its exit) and before the next one's first.
     for i in 0..spans.len() {
         let pid = spans[i].pid;
         let mine = by_pid.get(&pid).unwrap_or(&none);
@@ -400,9 +400,10 @@ fn spans(bundle: &Bundle, frames: &[&Frame]) -> Vec<ProcessSpan> {
             used[j] = true;
             spans[i].fork_ns = Some(events[j].t_ns);
         }
+        // At or after its first sample: a zombie can be sampled after its exit.
         let exit = mine.iter().copied().find(|&j| {
             let e = events[j];
-            !used[j] && e.kind == LifecycleKind::Exit && e.t_ns >= last && before_next(e.t_ns)
+            !used[j] && e.kind == LifecycleKind::Exit && e.t_ns >= first && before_next(e.t_ns)
         });
         if let Some(j) = exit {
             used[j] = true;
