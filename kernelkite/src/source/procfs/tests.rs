@@ -500,7 +500,7 @@ fn real_proc_sees_this_process_and_its_threads() {
 /// `cargo test --release -p kernelkite --lib -- --ignored --nocapture sample_cost`:
 /// CPU per sample of 100 sleeping processes on the real /proc.
 #[test]
-#[ignore]
+#[ignore = "a measurement on the real /proc, not a check: run by hand (see above)"]
 fn sample_cost_of_100_sleepers() {
     let mut children: Vec<std::process::Child> = (0..100)
         .map(|_| {
