@@ -15,6 +15,7 @@ use kernelkite_common::LatencyClass;
 use super::loader::{self, ProbeError, ProbeOptions, Probes};
 use super::records::{comm_string, decode, Record};
 use super::syscall_table;
+use crate::analysis::sample_class;
 use crate::model::{
     Backend, Bundle, ClassTimes, Frame, LifecycleEvent, LifecycleKind, SlowSyscall,
     SyscallHistogram, ThreadSample,
@@ -545,18 +546,10 @@ impl Session {
 /// The class a thread found asleep at attach time is assumed to be in until its first
 /// event: from its /proc state and the syscall it is blocked in.
 fn initial_class(state: &str, syscall_nr: Option<i64>) -> LatencyClass {
-    let name = syscall_nr
-        .filter(|nr| *nr >= 0)
-        .map(|nr| syscall_table::name(nr as u32));
-    match (state, name.as_deref()) {
-        // Running or runnable: the BPF programs count a first switch-out as on_cpu and a
-        // first switch-in as runqueue.
-        ("R", _) => LatencyClass::OnCpu,
-        (_, Some("futex" | "futex_waitv" | "futex_wait")) => LatencyClass::LockWait,
-        ("D", _) => LatencyClass::IoWait,
-        (_, Some(_)) => LatencyClass::SyscallBlocked,
-        _ => LatencyClass::UnknownWait,
-    }
+    // The /proc estimate's rule for one sample; running or runnable (no sleep class):
+    // the BPF programs count a first switch-out as on_cpu and a first switch-in as
+    // runqueue.
+    sample_class(std::env::consts::ARCH, state, syscall_nr).unwrap_or(LatencyClass::OnCpu)
 }
 
 /// A thread's class times up to `now`: completed intervals plus the one in progress.
@@ -629,6 +622,7 @@ impl HistAccumulator {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::analysis::syscall_number;
 
     fn state(run_state: u32, since_ns: u64, class_ns: [u64; 6]) -> ThreadState {
         ThreadState {
@@ -679,8 +673,9 @@ mod tests {
 
     #[test]
     fn threads_found_at_attach_start_in_the_class_their_proc_state_says() {
-        let futex = syscall_table::number("futex").map(i64::from);
-        let read = syscall_table::number("read").map(i64::from);
+        let arch = std::env::consts::ARCH;
+        let futex = syscall_number(arch, "futex").map(i64::from);
+        let read = syscall_number(arch, "read").map(i64::from);
         assert_eq!(initial_class("R", None), LatencyClass::OnCpu);
         assert_eq!(initial_class("S", futex), LatencyClass::LockWait);
         assert_eq!(initial_class("D", read), LatencyClass::IoWait);

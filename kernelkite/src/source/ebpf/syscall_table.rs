@@ -5,6 +5,8 @@ use kernelkite_common::bpf::{syscall_kind, MAX_SYSCALL_NR};
 use kernelkite_common::class::{IO_SYSCALLS, LOCK_SYSCALLS};
 use syscalls::Sysno;
 
+use crate::analysis::syscall_name;
+
 /// The `SYSCALL_KIND` map contents: one entry per syscall number below MAX_SYSCALL_NR.
 pub fn kind_table() -> Vec<(u32, u8)> {
     Sysno::iter()
@@ -30,17 +32,10 @@ pub fn kind_table() -> Vec<(u32, u8)> {
 
 /// The name of syscall `nr` on this architecture, or `syscall_<nr>`.
 pub fn name(nr: u32) -> String {
-    match Sysno::new(nr as usize) {
-        Some(s) => s.name().to_string(),
+    match syscall_name(std::env::consts::ARCH, i64::from(nr)) {
+        Some(name) => name.to_string(),
         None => format!("syscall_{nr}"),
     }
-}
-
-/// The number of the syscall called `name` on this architecture.
-pub fn number(name: &str) -> Option<u32> {
-    name.parse::<Sysno>()
-        .ok()
-        .and_then(|s| u32::try_from(s.id()).ok())
 }
 
 #[cfg(test)]
@@ -50,6 +45,7 @@ mod tests {
     #[test]
     fn futex_read_and_fsync_are_classified() {
         let table = kind_table();
+        let number = |n: &str| crate::analysis::syscall_number(std::env::consts::ARCH, n);
         let kind_of = |n: &str| {
             table
                 .iter()
