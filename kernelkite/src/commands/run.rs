@@ -154,27 +154,16 @@ mod linux {
         };
 
         take_frame(&mut recorder, &schedule);
-        loop {
-            launcher.wait_until(schedule.next_deadline());
-            if let Some(sig) = launcher.take_signal_for_orphans() {
-                signal_orphans(recorder.frames().last(), me, sig);
+        // Zombie samples hold exited children's final counters; the root's exit is the
+        // final frame unless orphans outlive it.
+        until_reaped(launcher, &mut schedule, |tick, schedule| {
+            match tick {
+                Tick::Woke => {}
+                Tick::ForwardToOrphans(sig) => signal_orphans(recorder.frames().last(), me, sig),
+                Tick::Sample => take_frame(&mut recorder, schedule),
             }
-            if launcher.child_exited() {
-                // Sample while the exited children are zombies: their /proc entries
-                // still hold their final counters. The root's exit is the final frame
-                // unless orphans outlive it.
-                take_frame(&mut recorder, &schedule);
-                if !launcher.reap().context("cannot wait for the command")? {
-                    break;
-                }
-                continue;
-            }
-            let now = Instant::now();
-            if now >= schedule.next_deadline() {
-                take_frame(&mut recorder, &schedule);
-                schedule.advance(now);
-            }
-        }
+            Ok(())
+        })?;
         // Everything is reaped: RUSAGE_CHILDREN now covers the whole tree exactly.
         let rusage = children_rusage();
         let (frames, frame_cap) = recorder.into_parts();
@@ -186,6 +175,46 @@ mod linux {
             frame_cap,
             t_end_ns: schedule.t_ns(Instant::now()),
         })
+    }
+
+    /// What [`until_reaped`] asks of a recorder.
+    enum Tick {
+        /// A child changed state, a signal arrived, or a deadline passed.
+        Woke,
+        /// SIGINT/SIGTERM arrived after the command exited: pass it to the orphans.
+        ForwardToOrphans(i32),
+        /// Take a frame: the interval is up, or children exited and are zombies still
+        /// holding their final counters.
+        Sample,
+    }
+
+    /// The launcher loop both backends share: wake at every deadline or child exit,
+    /// sample every interval and whenever children exit (before reaping them), and
+    /// return once every descendant has been reaped.
+    fn until_reaped(
+        launcher: &mut Launcher,
+        schedule: &mut Schedule,
+        mut on: impl FnMut(Tick, &Schedule) -> Result<()>,
+    ) -> Result<()> {
+        loop {
+            launcher.wait_until(schedule.next_deadline());
+            on(Tick::Woke, schedule)?;
+            if let Some(sig) = launcher.take_signal_for_orphans() {
+                on(Tick::ForwardToOrphans(sig), schedule)?;
+            }
+            if launcher.child_exited() {
+                on(Tick::Sample, schedule)?;
+                if !launcher.reap().context("cannot wait for the command")? {
+                    return Ok(());
+                }
+                continue;
+            }
+            let now = Instant::now();
+            if now >= schedule.next_deadline() {
+                on(Tick::Sample, schedule)?;
+                schedule.advance(now);
+            }
+        }
     }
 
     /// The eBPF programs, loaded and attached, with no target yet.
@@ -234,33 +263,23 @@ mod linux {
             }
         };
         gate.open().context("cannot start the command")?;
-        let start = Instant::now();
-        let mut schedule = Schedule::new(start, Duration::from_millis(global.interval_ms));
-        loop {
-            launcher.wait_until(schedule.next_deadline());
-            while let Some(record) = ring.next() {
-                session.handle_record(&record);
-            }
-            if let Some(sig) = launcher.take_signal_for_orphans() {
-                for p in session.live_pids() {
-                    signal_child(p, sig);
+        let mut schedule = Schedule::new(Instant::now(), Duration::from_millis(global.interval_ms));
+        until_reaped(launcher, &mut schedule, |tick, _| {
+            match tick {
+                Tick::Woke => {
+                    while let Some(record) = ring.next() {
+                        session.handle_record(&record);
+                    }
                 }
-            }
-            if launcher.child_exited() {
-                // Snapshot while the exited children are zombies: /proc still holds
-                // their final I/O and memory counters (and, once reaped, the parent's).
-                session.snapshot()?;
-                if !launcher.reap().context("cannot wait for the command")? {
-                    break;
+                Tick::ForwardToOrphans(sig) => {
+                    for p in session.live_pids() {
+                        signal_child(p, sig);
+                    }
                 }
-                continue;
+                Tick::Sample => session.snapshot()?,
             }
-            let now = Instant::now();
-            if now >= schedule.next_deadline() {
-                session.snapshot()?;
-                schedule.advance(now);
-            }
-        }
+            Ok(())
+        })?;
         while let Some(record) = ring.next() {
             session.handle_record(&record);
         }
