@@ -1,16 +1,29 @@
 //! Bundle types. Field order is the serialization order and is part of the format:
 //! add fields at the end of a struct, with `#[serde(default)]`, and bump
 //! [`BUNDLE_FORMAT_VERSION`] only for changes old readers cannot ignore.
+//!
+//! Format 2 writes the per-frame samples (processes, threads, their counters) as rows:
+//! JSON arrays of the fields in declaration order, without repeating every key in every
+//! frame (docs/BUNDLE.md lists the columns). A 100k-frame bundle is then about a sixth of
+//! its keyed size and loads several times faster. The derived `Deserialize` reads a row
+//! or, for format 1 bundles, the keyed object.
 
 use std::fmt;
 
 use kernelkite_common::{LatencyClass, NUM_CLASSES};
 use serde::{Deserialize, Serialize};
 
+/// A short string stored inline (up to 24 bytes, no heap allocation): a comm (at most
+/// 15 bytes, TASK_COMM_LEN) or a state letter. A bundle holds millions of them, and
+/// allocating each one dominated loading a large bundle.
+pub type InlineStr = compact_str::CompactString;
+
 /// The value of [`Bundle::format`]; anything else is not a kernelkite bundle.
 pub const BUNDLE_FORMAT: &str = "kernelkite-bundle";
-/// The bundle format version this build writes and reads.
-pub const BUNDLE_FORMAT_VERSION: u32 = 1;
+/// The bundle format version this build writes.
+pub const BUNDLE_FORMAT_VERSION: u32 = 2;
+/// The oldest bundle format version this build still reads (format 1: keyed samples).
+pub const BUNDLE_FORMAT_VERSION_OLDEST: u32 = 1;
 
 /// One profiling session.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -109,7 +122,7 @@ pub struct Frame {
 }
 
 /// One process at one instant: raw cumulative counters from /proc/<pid>/{stat,io}.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProcessSample {
     /// /proc/<pid>/stat field 1.
@@ -117,9 +130,9 @@ pub struct ProcessSample {
     /// /proc/<pid>/stat field 4.
     pub ppid: i32,
     /// /proc/<pid>/stat field 2, without the parentheses (may contain spaces and parens).
-    pub comm: String,
+    pub comm: InlineStr,
     /// /proc/<pid>/stat field 3: R, S, D, Z, T, t, X, I, ...
-    pub state: String,
+    pub state: InlineStr,
     /// /proc/<pid>/stat field 22, in clock ticks since boot: with `pid` it identifies a
     /// process across pid reuse.
     pub start_time_ticks: u64,
@@ -142,7 +155,7 @@ pub struct ProcessSample {
 }
 
 /// /proc/<pid>/io, bytes and call counts, cumulative.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct IoCounters {
     /// `rchar`: bytes passed to read-like syscalls (includes cache hits and pipes).
@@ -162,14 +175,14 @@ pub struct IoCounters {
 }
 
 /// One thread at one instant.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ThreadSample {
     pub tid: i32,
     /// /proc/<pid>/task/<tid>/comm (thread name).
-    pub comm: String,
+    pub comm: InlineStr,
     /// /proc/<pid>/task/<tid>/stat field 3.
-    pub state: String,
+    pub state: InlineStr,
     /// /proc/<pid>/task/<tid>/schedstat; `None` when unreadable (no CONFIG_SCHEDSTATS).
     pub schedstat: Option<Schedstat>,
     /// First field of /proc/<pid>/task/<tid>/syscall: the syscall number the thread is
@@ -181,7 +194,7 @@ pub struct ThreadSample {
 }
 
 /// /proc/<pid>/task/<tid>/schedstat, cumulative since the thread started.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Schedstat {
     /// Field 1: time spent on the CPU, ns.
@@ -192,8 +205,9 @@ pub struct Schedstat {
     pub timeslices: u64,
 }
 
-/// Nanoseconds per latency class. Serialized as an object keyed by class name.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// Nanoseconds per latency class. Serialized as a row in class order (on_cpu, runqueue,
+/// io_wait, lock_wait, syscall_blocked, unknown_wait).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClassTimes {
     pub on_cpu: u64,
@@ -268,7 +282,7 @@ impl ClassTimes {
 }
 
 /// One /proc/net/dev row (host-wide: not attributable to the profiled processes).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NetDevCounters {
     pub interface: String,
@@ -381,6 +395,76 @@ pub struct SlowSyscall {
     pub duration_ns: u64,
     pub ret: i64,
 }
+
+/// Serialize a struct as a row: a JSON array of its fields in declaration order (the
+/// order the derived `Deserialize` reads a sequence in). The destructuring makes a field
+/// added to the struct but not here a compile error.
+macro_rules! serialize_as_row {
+    ($ty:ident { $($field:ident),+ $(,)? }) => {
+        impl Serialize for $ty {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                use serde::ser::SerializeTuple;
+                let $ty { $($field),+ } = self;
+                let mut row = serializer.serialize_tuple([$(stringify!($field)),+].len())?;
+                $( row.serialize_element($field)?; )+
+                row.end()
+            }
+        }
+    };
+}
+
+serialize_as_row!(ProcessSample {
+    pid,
+    ppid,
+    comm,
+    state,
+    start_time_ticks,
+    utime_ticks,
+    stime_ticks,
+    cutime_ticks,
+    cstime_ticks,
+    rss_pages,
+    num_threads,
+    io,
+    threads,
+});
+serialize_as_row!(IoCounters {
+    rchar_bytes,
+    wchar_bytes,
+    read_syscalls,
+    write_syscalls,
+    read_bytes,
+    write_bytes,
+    cancelled_write_bytes,
+});
+serialize_as_row!(ThreadSample {
+    tid,
+    comm,
+    state,
+    schedstat,
+    syscall_nr,
+    class_ns,
+});
+serialize_as_row!(Schedstat {
+    on_cpu_ns,
+    runqueue_ns,
+    timeslices,
+});
+serialize_as_row!(ClassTimes {
+    on_cpu,
+    runqueue,
+    io_wait,
+    lock_wait,
+    syscall_blocked,
+    unknown_wait,
+});
+serialize_as_row!(NetDevCounters {
+    interface,
+    rx_bytes,
+    rx_packets,
+    tx_bytes,
+    tx_packets,
+});
 
 impl Bundle {
     /// An empty bundle for a new session.

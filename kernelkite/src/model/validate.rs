@@ -22,9 +22,13 @@ pub fn check_header(value: &serde_json::Value) -> Result<(), String> {
         }
     }
     match obj.get("format_version").and_then(|v| v.as_u64()) {
-        Some(v) if v == BUNDLE_FORMAT_VERSION as u64 => Ok(()),
+        Some(v) if (BUNDLE_FORMAT_VERSION_OLDEST as u64..=BUNDLE_FORMAT_VERSION as u64)
+            .contains(&v) =>
+        {
+            Ok(())
+        }
         Some(v) => Err(format!(
-            "unsupported format_version {v} (this kernelkite reads version {BUNDLE_FORMAT_VERSION})"
+            "unsupported format_version {v} (this kernelkite reads versions {BUNDLE_FORMAT_VERSION_OLDEST} to {BUNDLE_FORMAT_VERSION})"
         )),
         None => Err("missing or non-integer format_version".to_string()),
     }

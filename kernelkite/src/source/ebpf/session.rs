@@ -485,7 +485,7 @@ impl Session {
                             .remove(&(tid as i32))
                             .unwrap_or_else(|| ThreadSample {
                                 tid: tid as i32,
-                                comm: String::new(),
+                                comm: Default::default(),
                                 state: "?".into(),
                                 schedstat: None,
                                 syscall_nr: None,
