@@ -60,6 +60,89 @@ pub struct Bundle {
     pub slow_syscalls: Vec<SlowSyscall>,
     /// Name of the fixture or recording file this bundle was replayed from, if any.
     pub replayed_from: Option<String>,
+    /// Stacks captured with `--stacks` (eBPF backend), with their symbols resolved while
+    /// the processes were alive; `None` (and absent from the file) when stacks were not
+    /// captured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stacks: Option<StackProfile>,
+}
+
+/// Where time was spent, by stack: off-CPU intervals summed per stack in the kernel, and
+/// on-CPU time sampled by a perf event. Frames and stacks are interned: a sample names a
+/// stack by index, a stack names its frames by index.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StackProfile {
+    /// `--sample-hz`: on-CPU stacks are sampled at this rate; one sample stands for
+    /// `1 / sample_hz` seconds of CPU.
+    pub sample_hz: u64,
+    /// `--min-block-us` in nanoseconds: off-CPU intervals shorter than this were not
+    /// given a stack (their time is still in the latency classes).
+    pub min_block_ns: u64,
+    /// Every distinct frame, in first-seen order.
+    pub frames: Vec<StackFrame>,
+    /// Every distinct stack: indices into `frames`, innermost (leaf) first.
+    pub stacks: Vec<Vec<u32>>,
+    /// Time per (process, thread, class, user stack, kernel stack), sorted by that key.
+    pub samples: Vec<StackSample>,
+    /// Stack captures the kernel could not store (stack map full or hash collision, a
+    /// failed walk, a full aggregation map), counted in the kernel. They are also in
+    /// `events_lost`.
+    pub captures_lost: u64,
+}
+
+/// One frame of a stack, resolved while its process was alive (blazesym).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StackFrame {
+    /// The instruction address as captured (a kernel address, or a virtual address in
+    /// the process).
+    pub addr: u64,
+    /// Whether this is a kernel frame.
+    pub kernel: bool,
+    /// The ELF file (or `[kernel]`, `[perf-map]`) the address falls in, when known.
+    pub module: Option<String>,
+    /// The address's offset in `module` (file offset for user code): a stripped binary
+    /// is shown as `module+0xoffset`.
+    pub module_offset: Option<u64>,
+    /// The function, demangled, when a symbol table, DWARF, kallsyms or a perf map names it.
+    pub symbol: Option<String>,
+    /// Source file and line, when DWARF has them.
+    pub file: Option<String>,
+    pub line: Option<u32>,
+}
+
+/// Time spent in one latency class with one pair of stacks by one thread.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StackSample {
+    pub pid: i32,
+    pub tid: i32,
+    /// Latency class name (`on_cpu`, `io_wait`, ...).
+    pub class: String,
+    /// Index into [`StackProfile::stacks`]; `None` when there is no user stack (a kernel
+    /// thread) or it could not be captured.
+    pub user_stack: Option<u32>,
+    /// Index into [`StackProfile::stacks`]; `None` when the kernel stack was not captured.
+    pub kernel_stack: Option<u32>,
+    /// Off-CPU: the summed intervals; on_cpu: `count / sample_hz` seconds, in ns.
+    pub total_ns: u64,
+    /// Off-CPU intervals, or on-CPU samples.
+    pub count: u64,
+}
+
+impl StackFrame {
+    /// How a frame is shown: `symbol`, else `module+0xoffset`, else the raw address.
+    pub fn display_name(&self) -> String {
+        match (&self.symbol, &self.module, self.module_offset) {
+            (Some(sym), _, _) => sym.clone(),
+            (None, Some(module), Some(off)) => {
+                let base = module.rsplit('/').next().unwrap_or(module);
+                format!("{base}+{off:#x}")
+            }
+            _ => format!("{:#x}", self.addr),
+        }
+    }
 }
 
 /// Which collector produced a bundle.
@@ -394,6 +477,10 @@ pub struct SlowSyscall {
     pub name: String,
     pub duration_ns: u64,
     pub ret: i64,
+    /// Index into the bundle's [`StackProfile::stacks`]: the caller's user stack
+    /// (captured with `--stacks`; absent from the file otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_stack: Option<u32>,
 }
 
 /// Serialize a struct as a row: a JSON array of its fields in declaration order (the
@@ -485,6 +572,7 @@ impl Bundle {
             syscalls: Vec::new(),
             slow_syscalls: Vec::new(),
             replayed_from: None,
+            stacks: None,
         }
     }
 }

@@ -172,6 +172,44 @@ pub fn validate(bundle: &Bundle) -> Result<(), String> {
             ));
         }
     }
+    match &bundle.stacks {
+        Some(profile) => validate_stacks(profile, &bundle.slow_syscalls)?,
+        None => {
+            if bundle.slow_syscalls.iter().any(|s| s.user_stack.is_some()) {
+                return Err("slow_syscalls name user stacks but the bundle has no stacks".into());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Every stack index names a stack, every frame index a frame, every class a class.
+fn validate_stacks(profile: &StackProfile, slow: &[SlowSyscall]) -> Result<(), String> {
+    let frames = profile.frames.len();
+    for (i, stack) in profile.stacks.iter().enumerate() {
+        if let Some(f) = stack.iter().find(|&&f| f as usize >= frames) {
+            return Err(format!(
+                "stacks.stacks[{i}]: frame {f} out of range ({frames} frames)"
+            ));
+        }
+    }
+    let stacks = profile.stacks.len();
+    let check = |what: String, idx: Option<u32>| match idx {
+        Some(s) if s as usize >= stacks => {
+            Err(format!("{what}: stack {s} out of range ({stacks} stacks)"))
+        }
+        _ => Ok(()),
+    };
+    for (i, s) in profile.samples.iter().enumerate() {
+        if kernelkite_common::LatencyClass::from_name(&s.class).is_none() {
+            return Err(format!("stacks.samples[{i}]: unknown class {:?}", s.class));
+        }
+        check(format!("stacks.samples[{i}].user_stack"), s.user_stack)?;
+        check(format!("stacks.samples[{i}].kernel_stack"), s.kernel_stack)?;
+    }
+    for (i, s) in slow.iter().enumerate() {
+        check(format!("slow_syscalls[{i}].user_stack"), s.user_stack)?;
+    }
     Ok(())
 }
 

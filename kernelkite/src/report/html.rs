@@ -1888,6 +1888,7 @@ mod tests {
                 name: "read".into(),
                 duration_ns: pick(next(6)),
                 ret: -1,
+                user_stack: None,
             });
         }
         b

@@ -363,6 +363,7 @@ impl Session {
                     name: syscall_table::name(r.nr),
                     duration_ns: r.duration_ns,
                     ret: r.ret,
+                    user_stack: None,
                 });
                 false
             }
