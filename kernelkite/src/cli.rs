@@ -120,6 +120,26 @@ pub struct RunArgs {
     /// totals stay exact; the bundle and reports say the cap was hit).
     #[arg(long, default_value_t = 100_000)]
     pub max_frames: u64,
+    #[command(flatten)]
+    pub stacks: StackArgs,
+}
+
+/// Stack capture options (eBPF backend).
+#[derive(Debug, Args, Clone)]
+pub struct StackArgs {
+    /// Capture user and kernel stacks: off-CPU periods of at least --min-block-us, on-CPU
+    /// samples at --sample-hz, slow syscalls. Symbols are resolved while the processes
+    /// live and stored in the bundle (see `kernelkite stacks`, `kernelkite flamegraph`).
+    /// Needs the eBPF backend. Cost: see docs/PERFORMANCE.md.
+    #[arg(long)]
+    pub stacks: bool,
+    /// With --stacks: off-CPU periods shorter than this get no stack (their time still
+    /// counts in the latency classes).
+    #[arg(long, default_value_t = 1000, value_name = "US", value_parser = clap::value_parser!(u64).range(1..))]
+    pub min_block_us: u64,
+    /// With --stacks: on-CPU stack samples per second per CPU (0: none).
+    #[arg(long, default_value_t = 99, value_name = "HZ", value_parser = clap::value_parser!(u64).range(0..=10_000))]
+    pub sample_hz: u64,
 }
 
 #[derive(Debug, Args)]
@@ -142,6 +162,8 @@ pub struct TraceArgs {
     /// Stream single syscalls at least this slow (microseconds) into the bundle; 0 streams none.
     #[arg(long, default_value_t = 10_000)]
     pub min_latency_us: u64,
+    #[command(flatten)]
+    pub stacks: StackArgs,
 }
 
 #[derive(Debug, Args)]

@@ -17,6 +17,18 @@ pub mod trace;
 pub mod tree;
 pub mod viewer;
 
+/// What `--stacks` and its options ask the eBPF backend to capture.
+#[cfg(target_os = "linux")]
+pub fn stack_options(
+    args: &crate::cli::StackArgs,
+) -> Option<crate::source::ebpf::loader::StackOptions> {
+    args.stacks
+        .then(|| crate::source::ebpf::loader::StackOptions {
+            min_block_ns: args.min_block_us.saturating_mul(1000),
+            sample_hz: args.sample_hz,
+        })
+}
+
 /// Run the parsed command line.
 pub fn dispatch(cli: Cli) -> Result<ExitCode> {
     let global = cli.global;

@@ -69,6 +69,7 @@ mod platform {
             max_frames: 100_000,
             network: global.network,
             label: global.label.clone(),
+            stacks: crate::commands::stack_options(&args.stacks),
         };
         let mut session = Session::start(options)?;
         eprintln!(

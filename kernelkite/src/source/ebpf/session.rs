@@ -8,12 +8,14 @@ use std::time::Duration;
 
 use aya::maps::{Array, HashMap, MapData, PerCpuArray, RingBuf};
 use kernelkite_common::bpf::{
-    lost, record_kind, run_state, thread_flags, SyscallHist, SyscallKey, ThreadState, NO_SYSCALL,
+    lost, record_kind, run_state, thread_flags, SyscallHist, SyscallKey, ThreadState, NO_STACK,
+    NO_SYSCALL,
 };
 use kernelkite_common::LatencyClass;
 
-use super::loader::{self, ProbeError, ProbeOptions, Probes};
+use super::loader::{self, ProbeError, ProbeOptions, Probes, StackOptions};
 use super::records::{comm_string, decode, Record};
+use super::stacks::StackCollector;
 use super::syscall_table;
 use crate::analysis::sample_class;
 use crate::model::{
@@ -33,6 +35,8 @@ pub struct TraceOptions {
     pub max_frames: u64,
     pub network: bool,
     pub label: Option<String>,
+    /// Capture stacks (`--stacks`).
+    pub stacks: Option<StackOptions>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -77,6 +81,10 @@ pub struct Session {
     /// Every process ever traced: a snapshot keeps one whose threads have all exited
     /// while /proc still shows it (a zombie holds its final counters until reaped).
     known_tgids: BTreeSet<u32>,
+    /// `--stacks`: the captured stacks, resolved at every snapshot.
+    stacks: Option<StackCollector>,
+    /// `--stacks`: (index into `slow`, pid, user stack id) of slow calls with a stack.
+    slow_stack_ids: Vec<(usize, u32, i32)>,
 }
 
 /// Every pid must be a live user-space process (not a thread id, not a kernel thread).
@@ -152,7 +160,17 @@ impl Session {
         let mut probes = loader::load(ProbeOptions {
             follow: options.follow,
             min_latency_ns: options.min_latency_ns,
+            stacks: options.stacks,
         })?;
+        let stacks = match options.stacks {
+            Some(stack_options) => Some(StackCollector::new(
+                stack_options,
+                take_map(&mut probes, "STACK_TIMES")?,
+                take_map(&mut probes, "USER_STACKS")?,
+                take_map(&mut probes, "KERNEL_STACKS")?,
+            )),
+            None => None,
+        };
         let threads = take_map(&mut probes, "THREADS")?;
         let hists = take_map(&mut probes, "SYSCALL_HISTS")?;
         let lost = take_map(&mut probes, "LOST")?;
@@ -183,6 +201,8 @@ impl Session {
             exited: BTreeSet::new(),
             known_tgids: BTreeSet::new(),
             folded_hists: BTreeMap::new(),
+            stacks,
+            slow_stack_ids: Vec::new(),
         })
     }
 
@@ -355,6 +375,13 @@ impl Session {
                 exit
             }
             Record::SlowSyscall(r) => {
+                if let Some(stacks) = &mut self.stacks {
+                    if r.user_stack_id != NO_STACK {
+                        stacks.want_user_stack(r.tgid, r.user_stack_id);
+                        self.slow_stack_ids
+                            .push((self.slow.len(), r.tgid, r.user_stack_id));
+                    }
+                }
                 self.slow.push(SlowSyscall {
                     t_ns: self.t_ns(r.start_ns),
                     pid: r.tgid as i32,
@@ -388,6 +415,13 @@ impl Session {
             .iter()
             .filter_map(Result::ok)
             .any(|(tid, s)| s.run_state != run_state::EXITED && !self.exited.contains(&tid))
+    }
+
+    /// One of the kernel's `lost::*` counters, summed over CPUs.
+    fn lost_count(&self, which: u32) -> u64 {
+        self.lost
+            .get(&which, 0)
+            .map_or(0, |per_cpu| per_cpu.iter().sum())
     }
 
     /// Events lost so far, as counted by the BPF programs (plus records we could not
@@ -451,6 +485,9 @@ impl Session {
             let _ = self.threads.remove(&tid);
         }
         self.fold_exited_histograms(&by_tgid);
+        if let Some(stacks) = &mut self.stacks {
+            stacks.resolve_new();
+        }
         self.known_tgids.extend(by_tgid.keys().copied());
         let roots: Vec<i32> = self.known_tgids.iter().map(|&t| t as i32).collect();
         let mut frame = self.sampler.sample(Scope::Subtrees(&roots), t_ns)?;
@@ -513,6 +550,18 @@ impl Session {
             self.recorder.push(last);
         }
         let events_lost = self.events_lost();
+        let stack_profile = match self.stacks.take() {
+            Some(mut collector) => {
+                collector.resolve_new();
+                for &(i, pid, id) in &self.slow_stack_ids {
+                    if let Some(slow) = self.slow.get_mut(i) {
+                        slow.user_stack = collector.user_stack_index(pid, id);
+                    }
+                }
+                Some(collector.finish(self.lost_count(lost::STACK)))
+            }
+            None => None,
+        };
         let mut all = std::mem::take(&mut self.folded_hists);
         for (key, value) in self.hists.iter().filter_map(Result::ok) {
             all.entry(key).or_default().add(&value);
@@ -540,6 +589,7 @@ impl Session {
         bundle.lifecycle = std::mem::take(&mut self.lifecycle);
         bundle.syscalls = syscalls;
         bundle.slow_syscalls = std::mem::take(&mut self.slow);
+        bundle.stacks = stack_profile;
         Ok(bundle)
     }
 }
