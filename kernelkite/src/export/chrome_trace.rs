@@ -237,3 +237,203 @@ pub fn render(bundle: &Bundle, analysis: &Analysis) -> Vec<u8> {
     out.push(b'\n');
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::{BTreeMap, BTreeSet};
+
+    use serde_json::Value;
+
+    use crate::analysis::analyze;
+    use crate::model::fixture::fixture_to_bundle;
+    use crate::model::Bundle;
+
+    fn fixture(name: &str) -> Bundle {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures");
+        fixture_to_bundle(&std::fs::read(dir.join(name)).unwrap(), name).unwrap()
+    }
+
+    /// The colour names trace viewers reserve (catapult's `color_scheme.js`).
+    const RESERVED_CNAMES: &[&str] = &[
+        "thread_state_uninterruptible",
+        "thread_state_iowait",
+        "thread_state_running",
+        "thread_state_runnable",
+        "thread_state_sleeping",
+        "thread_state_unknown",
+    ];
+
+    /// The Trace Event Format's rules for the event types kernelkite writes
+    /// ("Trace Event Format", Google, 2016): object form with `traceEvents`; every event
+    /// has `name`, `ph`, integer `pid` and `tid`; all but metadata have a numeric
+    /// `ts` (µs); `X` has a non-negative `dur`; `b`/`e` (async) carry `cat` and `id`
+    /// and pair up; `M` events are `process_name`/`thread_name` with `args.name`. On
+    /// top, what viewers need to draw it well: complete events on one track nest, and
+    /// every track used is named.
+    fn check_rules(doc: &Value) -> Vec<String> {
+        let mut errors = Vec::new();
+        let Some(events) = doc["traceEvents"].as_array() else {
+            return vec!["no traceEvents array".into()];
+        };
+        let mut named_pids = BTreeSet::new();
+        let mut named_tracks = BTreeSet::new();
+        let mut used_tracks = BTreeSet::new();
+        let mut open_async: BTreeMap<(String, i64, i64), f64> = BTreeMap::new();
+        let mut complete: BTreeMap<(i64, i64), Vec<(f64, f64)>> = BTreeMap::new();
+        for (i, e) in events.iter().enumerate() {
+            let (Some(pid), Some(tid)) = (e["pid"].as_i64(), e["tid"].as_i64()) else {
+                errors.push(format!("event {i}: pid/tid not integers: {e}"));
+                continue;
+            };
+            if !e["name"].is_string() {
+                errors.push(format!("event {i}: no name"));
+            }
+            let ph = e["ph"].as_str().unwrap_or("");
+            if ph != "M" {
+                match e["ts"].as_f64() {
+                    Some(ts) if ts >= 0.0 => {}
+                    _ => errors.push(format!("event {i}: ts missing or negative")),
+                }
+                used_tracks.insert((pid, tid));
+            }
+            if let Some(c) = e.get("cname") {
+                if !RESERVED_CNAMES.contains(&c.as_str().unwrap_or("")) {
+                    errors.push(format!("event {i}: unknown cname {c}"));
+                }
+            }
+            match ph {
+                "M" => {
+                    if !e["args"]["name"].is_string() {
+                        errors.push(format!("event {i}: metadata without args.name"));
+                    }
+                    match e["name"].as_str() {
+                        Some("process_name") => {
+                            named_pids.insert(pid);
+                        }
+                        Some("thread_name") => {
+                            named_tracks.insert((pid, tid));
+                        }
+                        other => errors.push(format!("event {i}: metadata {other:?}")),
+                    }
+                }
+                "X" => match e["dur"].as_f64() {
+                    Some(d) if d >= 0.0 => complete
+                        .entry((pid, tid))
+                        .or_default()
+                        .push((e["ts"].as_f64().unwrap_or(0.0), d)),
+                    _ => errors.push(format!("event {i}: X without non-negative dur")),
+                },
+                "b" | "e" => {
+                    let (Some(cat), Some(id)) = (e["cat"].as_str(), e["id"].as_i64()) else {
+                        errors.push(format!("event {i}: async event without cat/id"));
+                        continue;
+                    };
+                    let key = (cat.to_string(), id, pid);
+                    let ts = e["ts"].as_f64().unwrap_or(0.0);
+                    if ph == "b" {
+                        if open_async.insert(key, ts).is_some() {
+                            errors.push(format!("event {i}: async id {id} opened twice"));
+                        }
+                    } else {
+                        match open_async.remove(&key) {
+                            Some(begin) if begin <= ts => {}
+                            Some(_) => errors.push(format!("event {i}: async end before begin")),
+                            None => errors.push(format!("event {i}: async end without begin")),
+                        }
+                    }
+                }
+                other => errors.push(format!("event {i}: unexpected ph {other:?}")),
+            }
+        }
+        if !open_async.is_empty() {
+            errors.push(format!("unbalanced async events: {open_async:?}"));
+        }
+        for (track, mut slices) in complete {
+            // Nesting: sorted by start (longest first on ties), each slice either ends
+            // before the next starts or contains it.
+            slices.sort_by(|a, b| a.0.total_cmp(&b.0).then(b.1.total_cmp(&a.1)));
+            let mut stack: Vec<f64> = Vec::new();
+            for (ts, dur) in slices {
+                while stack.last().is_some_and(|&end| end <= ts + 1e-6) {
+                    stack.pop();
+                }
+                if stack.last().is_some_and(|&end| ts + dur > end + 1e-6) {
+                    errors.push(format!(
+                        "track {track:?}: slice at {ts} overlaps its parent"
+                    ));
+                }
+                stack.push(ts + dur);
+            }
+        }
+        for (pid, tid) in &used_tracks {
+            if !named_pids.contains(pid) || !named_tracks.contains(&(*pid, *tid)) {
+                errors.push(format!("track {pid}/{tid} has no process_name/thread_name"));
+            }
+        }
+        errors
+    }
+
+    fn export(name: &str) -> (Value, crate::analysis::Analysis) {
+        let b = fixture(name);
+        let a = analyze(&b);
+        (serde_json::from_slice(&super::render(&b, &a)).unwrap(), a)
+    }
+
+    #[test]
+    fn fixture_traces_follow_the_format_rules() {
+        for name in [
+            "api-server-ebpf.json",
+            "cargo-build-before.json",
+            "cargo-build-after.json",
+        ] {
+            let (doc, _) = export(name);
+            let errors = check_rules(&doc);
+            assert!(errors.is_empty(), "{name}: {errors:#?}");
+        }
+    }
+
+    #[test]
+    fn the_rule_check_catches_broken_documents() {
+        let (doc, _) = export("api-server-ebpf.json");
+        let mut unbalanced = doc.clone();
+        let events = unbalanced["traceEvents"].as_array_mut().unwrap();
+        let e = events.iter().position(|e| e["ph"] == "e").unwrap();
+        events.remove(e);
+        assert!(!check_rules(&unbalanced).is_empty());
+        let mut string_pid = doc.clone();
+        string_pid["traceEvents"][0]["pid"] = serde_json::json!("6000");
+        assert!(!check_rules(&string_pid).is_empty());
+    }
+
+    #[test]
+    fn class_slices_add_up_to_each_threads_classes() {
+        let (doc, a) = export("api-server-ebpf.json");
+        let mut per_thread: BTreeMap<(i64, i64), f64> = BTreeMap::new();
+        for e in doc["traceEvents"].as_array().unwrap() {
+            if e["cat"] == "latency_class" {
+                *per_thread
+                    .entry((e["pid"].as_i64().unwrap(), e["tid"].as_i64().unwrap()))
+                    .or_default() += e["dur"].as_f64().unwrap();
+            }
+        }
+        for t in &a.threads {
+            let got_us = per_thread
+                .get(&(t.pid as i64, t.tid as i64))
+                .copied()
+                .unwrap_or(0.0);
+            let want_us = t.classes.total_ns() as f64 / 1000.0;
+            assert!(
+                (got_us - want_us).abs() < 1e-3,
+                "thread {}: {got_us} µs vs {want_us} µs",
+                t.tid
+            );
+        }
+        let syscalls = doc["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["cat"] == "syscall" && e["ph"] == "b")
+            .count();
+        assert_eq!(syscalls, 2);
+    }
+}
