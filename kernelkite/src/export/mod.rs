@@ -10,6 +10,8 @@ pub mod folded;
 pub mod json;
 pub mod otlp;
 pub mod prometheus;
+#[cfg(target_os = "linux")]
+pub mod serve;
 
 use crate::analysis::Analysis;
 use crate::model::Bundle;
