@@ -108,3 +108,84 @@ fn serve_exposes_live_metrics_that_promtool_accepts() {
     // Once the trace has stopped the port is closed.
     assert!(scrape(port).is_err());
 }
+
+/// A real trace with short-lived children and slow syscalls, exported in every format
+/// and checked by the same consumers as the fixtures' exports.
+#[test]
+fn a_real_trace_exports_in_every_format() {
+    use kernelkite::export::{chrome_trace, render, ExportOptions, Format};
+    let Some(_serial) = ebpf_ready("a_real_trace_exports_in_every_format") else {
+        return;
+    };
+    let (traced, _) = support::trace_workload(
+        &[
+            "exec_storm",
+            "--count",
+            "6",
+            "--parallel",
+            "2",
+            "--self-exec",
+        ],
+        &["--follow", "--min-latency-us", "200"],
+    );
+    let (b, a) = (&traced.bundle, &traced.analysis);
+    assert!(
+        a.processes.len() > 3,
+        "children traced: {}",
+        a.processes.len()
+    );
+    assert!(!b.slow_syscalls.is_empty(), "no slow syscall recorded");
+    let options = ExportOptions {
+        start_unix_ns: 1_700_000_000_000_000_000,
+    };
+    let out = |f: Format| render(b, a, f, options).unwrap();
+
+    let doc: serde_json::Value = serde_json::from_slice(&out(Format::ChromeTrace)).unwrap();
+    let violations = chrome_trace::rule_violations(&doc);
+    assert!(violations.is_empty(), "{violations:#?}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let prom = dir.path().join("m.prom");
+    std::fs::write(&prom, out(Format::Prometheus)).unwrap();
+    let check = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::fs::File::open(&prom).unwrap())
+        .output();
+    match check {
+        Ok(o) => assert!(
+            o.status.success() && o.stdout.is_empty() && o.stderr.is_empty(),
+            "promtool: {}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        ),
+        Err(e) => assert!(std::env::var_os("CI").is_none(), "promtool: {e}"),
+    }
+
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/support/otlp_check.py");
+    for (kind, json, proto) in [
+        ("metrics", Format::Otlp, Format::OtlpProto),
+        ("traces", Format::OtlpTraces, Format::OtlpTracesProto),
+    ] {
+        let (j, p) = (dir.path().join("o.json"), dir.path().join("o.pb"));
+        std::fs::write(&j, out(json)).unwrap();
+        std::fs::write(&p, out(proto)).unwrap();
+        let o = Command::new("python3")
+            .arg(&script)
+            .arg(kind)
+            .arg(&j)
+            .arg(&p)
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        if text.contains("ModuleNotFoundError") && std::env::var_os("CI").is_none() {
+            eprintln!("skipped the OTLP check: {text}");
+            continue;
+        }
+        assert!(o.status.success(), "{kind}: {text}");
+    }
+}

@@ -17,7 +17,7 @@
 //!
 //! Times are microseconds since the session start (`ts`, `dur`), fractional.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use kernelkite_common::LatencyClass;
 use serde_json::{json, Value};
@@ -231,6 +231,127 @@ pub fn document(bundle: &Bundle, analysis: &Analysis) -> Value {
     })
 }
 
+/// The reserved colour names (catapult's `color_scheme.js`) this exporter uses.
+const CLASS_CNAMES: &[&str] = &[
+    "thread_state_uninterruptible",
+    "thread_state_iowait",
+    "thread_state_running",
+    "thread_state_runnable",
+    "thread_state_sleeping",
+    "thread_state_unknown",
+];
+
+/// The Trace Event Format's rules for the event types kernelkite writes
+/// ("Trace Event Format", Google, 2016): object form with `traceEvents`; every event
+/// has `name`, `ph`, integer `pid` and `tid`; all but metadata have a numeric
+/// `ts` (µs); `X` has a non-negative `dur`; `b`/`e` (async) carry `cat` and `id`
+/// and pair up; `M` events are `process_name`/`thread_name` with `args.name`. On
+/// top, what viewers need to draw it well: complete events on one track nest, and
+/// every track used is named. Returns the violations (empty: the document is fine);
+/// the tests run it on every export.
+pub fn rule_violations(doc: &Value) -> Vec<String> {
+    let mut errors = Vec::new();
+    let Some(events) = doc["traceEvents"].as_array() else {
+        return vec!["no traceEvents array".into()];
+    };
+    let mut named_pids = BTreeSet::new();
+    let mut named_tracks = BTreeSet::new();
+    let mut used_tracks = BTreeSet::new();
+    let mut open_async: BTreeMap<(String, i64, i64), f64> = BTreeMap::new();
+    let mut complete: BTreeMap<(i64, i64), Vec<(f64, f64)>> = BTreeMap::new();
+    for (i, e) in events.iter().enumerate() {
+        let (Some(pid), Some(tid)) = (e["pid"].as_i64(), e["tid"].as_i64()) else {
+            errors.push(format!("event {i}: pid/tid not integers: {e}"));
+            continue;
+        };
+        if !e["name"].is_string() {
+            errors.push(format!("event {i}: no name"));
+        }
+        let ph = e["ph"].as_str().unwrap_or("");
+        if ph != "M" {
+            match e["ts"].as_f64() {
+                Some(ts) if ts >= 0.0 => {}
+                _ => errors.push(format!("event {i}: ts missing or negative")),
+            }
+            used_tracks.insert((pid, tid));
+        }
+        if let Some(c) = e.get("cname") {
+            if !CLASS_CNAMES.contains(&c.as_str().unwrap_or("")) {
+                errors.push(format!("event {i}: unknown cname {c}"));
+            }
+        }
+        match ph {
+            "M" => {
+                if !e["args"]["name"].is_string() {
+                    errors.push(format!("event {i}: metadata without args.name"));
+                }
+                match e["name"].as_str() {
+                    Some("process_name") => {
+                        named_pids.insert(pid);
+                    }
+                    Some("thread_name") => {
+                        named_tracks.insert((pid, tid));
+                    }
+                    other => errors.push(format!("event {i}: metadata {other:?}")),
+                }
+            }
+            "X" => match e["dur"].as_f64() {
+                Some(d) if d >= 0.0 => complete
+                    .entry((pid, tid))
+                    .or_default()
+                    .push((e["ts"].as_f64().unwrap_or(0.0), d)),
+                _ => errors.push(format!("event {i}: X without non-negative dur")),
+            },
+            "b" | "e" => {
+                let (Some(cat), Some(id)) = (e["cat"].as_str(), e["id"].as_i64()) else {
+                    errors.push(format!("event {i}: async event without cat/id"));
+                    continue;
+                };
+                let key = (cat.to_string(), id, pid);
+                let ts = e["ts"].as_f64().unwrap_or(0.0);
+                if ph == "b" {
+                    if open_async.insert(key, ts).is_some() {
+                        errors.push(format!("event {i}: async id {id} opened twice"));
+                    }
+                } else {
+                    match open_async.remove(&key) {
+                        Some(begin) if begin <= ts => {}
+                        Some(_) => errors.push(format!("event {i}: async end before begin")),
+                        None => errors.push(format!("event {i}: async end without begin")),
+                    }
+                }
+            }
+            other => errors.push(format!("event {i}: unexpected ph {other:?}")),
+        }
+    }
+    if !open_async.is_empty() {
+        errors.push(format!("unbalanced async events: {open_async:?}"));
+    }
+    for (track, mut slices) in complete {
+        // Nesting: sorted by start (longest first on ties), each slice either ends
+        // before the next starts or contains it.
+        slices.sort_by(|a, b| a.0.total_cmp(&b.0).then(b.1.total_cmp(&a.1)));
+        let mut stack: Vec<f64> = Vec::new();
+        for (ts, dur) in slices {
+            while stack.last().is_some_and(|&end| end <= ts + 1e-6) {
+                stack.pop();
+            }
+            if stack.last().is_some_and(|&end| ts + dur > end + 1e-6) {
+                errors.push(format!(
+                    "track {track:?}: slice at {ts} overlaps its parent"
+                ));
+            }
+            stack.push(ts + dur);
+        }
+    }
+    for (pid, tid) in &used_tracks {
+        if !named_pids.contains(pid) || !named_tracks.contains(&(*pid, *tid)) {
+            errors.push(format!("track {pid}/{tid} has no process_name/thread_name"));
+        }
+    }
+    errors
+}
+
 /// `--format chrome-trace`: [`document`] as compact JSON with a trailing newline.
 pub fn render(bundle: &Bundle, analysis: &Analysis) -> Vec<u8> {
     let mut out = serde_json::to_vec(&document(bundle, analysis)).expect("JSON serializes");
@@ -240,10 +361,11 @@ pub fn render(bundle: &Bundle, analysis: &Analysis) -> Vec<u8> {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::{BTreeMap, BTreeSet};
+    use std::collections::BTreeMap;
 
     use serde_json::Value;
 
+    use super::rule_violations;
     use crate::analysis::analyze;
     use crate::model::fixture::fixture_to_bundle;
     use crate::model::Bundle;
@@ -251,126 +373,6 @@ mod tests {
     fn fixture(name: &str) -> Bundle {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures");
         fixture_to_bundle(&std::fs::read(dir.join(name)).unwrap(), name).unwrap()
-    }
-
-    /// The colour names trace viewers reserve (catapult's `color_scheme.js`).
-    const RESERVED_CNAMES: &[&str] = &[
-        "thread_state_uninterruptible",
-        "thread_state_iowait",
-        "thread_state_running",
-        "thread_state_runnable",
-        "thread_state_sleeping",
-        "thread_state_unknown",
-    ];
-
-    /// The Trace Event Format's rules for the event types kernelkite writes
-    /// ("Trace Event Format", Google, 2016): object form with `traceEvents`; every event
-    /// has `name`, `ph`, integer `pid` and `tid`; all but metadata have a numeric
-    /// `ts` (µs); `X` has a non-negative `dur`; `b`/`e` (async) carry `cat` and `id`
-    /// and pair up; `M` events are `process_name`/`thread_name` with `args.name`. On
-    /// top, what viewers need to draw it well: complete events on one track nest, and
-    /// every track used is named.
-    fn check_rules(doc: &Value) -> Vec<String> {
-        let mut errors = Vec::new();
-        let Some(events) = doc["traceEvents"].as_array() else {
-            return vec!["no traceEvents array".into()];
-        };
-        let mut named_pids = BTreeSet::new();
-        let mut named_tracks = BTreeSet::new();
-        let mut used_tracks = BTreeSet::new();
-        let mut open_async: BTreeMap<(String, i64, i64), f64> = BTreeMap::new();
-        let mut complete: BTreeMap<(i64, i64), Vec<(f64, f64)>> = BTreeMap::new();
-        for (i, e) in events.iter().enumerate() {
-            let (Some(pid), Some(tid)) = (e["pid"].as_i64(), e["tid"].as_i64()) else {
-                errors.push(format!("event {i}: pid/tid not integers: {e}"));
-                continue;
-            };
-            if !e["name"].is_string() {
-                errors.push(format!("event {i}: no name"));
-            }
-            let ph = e["ph"].as_str().unwrap_or("");
-            if ph != "M" {
-                match e["ts"].as_f64() {
-                    Some(ts) if ts >= 0.0 => {}
-                    _ => errors.push(format!("event {i}: ts missing or negative")),
-                }
-                used_tracks.insert((pid, tid));
-            }
-            if let Some(c) = e.get("cname") {
-                if !RESERVED_CNAMES.contains(&c.as_str().unwrap_or("")) {
-                    errors.push(format!("event {i}: unknown cname {c}"));
-                }
-            }
-            match ph {
-                "M" => {
-                    if !e["args"]["name"].is_string() {
-                        errors.push(format!("event {i}: metadata without args.name"));
-                    }
-                    match e["name"].as_str() {
-                        Some("process_name") => {
-                            named_pids.insert(pid);
-                        }
-                        Some("thread_name") => {
-                            named_tracks.insert((pid, tid));
-                        }
-                        other => errors.push(format!("event {i}: metadata {other:?}")),
-                    }
-                }
-                "X" => match e["dur"].as_f64() {
-                    Some(d) if d >= 0.0 => complete
-                        .entry((pid, tid))
-                        .or_default()
-                        .push((e["ts"].as_f64().unwrap_or(0.0), d)),
-                    _ => errors.push(format!("event {i}: X without non-negative dur")),
-                },
-                "b" | "e" => {
-                    let (Some(cat), Some(id)) = (e["cat"].as_str(), e["id"].as_i64()) else {
-                        errors.push(format!("event {i}: async event without cat/id"));
-                        continue;
-                    };
-                    let key = (cat.to_string(), id, pid);
-                    let ts = e["ts"].as_f64().unwrap_or(0.0);
-                    if ph == "b" {
-                        if open_async.insert(key, ts).is_some() {
-                            errors.push(format!("event {i}: async id {id} opened twice"));
-                        }
-                    } else {
-                        match open_async.remove(&key) {
-                            Some(begin) if begin <= ts => {}
-                            Some(_) => errors.push(format!("event {i}: async end before begin")),
-                            None => errors.push(format!("event {i}: async end without begin")),
-                        }
-                    }
-                }
-                other => errors.push(format!("event {i}: unexpected ph {other:?}")),
-            }
-        }
-        if !open_async.is_empty() {
-            errors.push(format!("unbalanced async events: {open_async:?}"));
-        }
-        for (track, mut slices) in complete {
-            // Nesting: sorted by start (longest first on ties), each slice either ends
-            // before the next starts or contains it.
-            slices.sort_by(|a, b| a.0.total_cmp(&b.0).then(b.1.total_cmp(&a.1)));
-            let mut stack: Vec<f64> = Vec::new();
-            for (ts, dur) in slices {
-                while stack.last().is_some_and(|&end| end <= ts + 1e-6) {
-                    stack.pop();
-                }
-                if stack.last().is_some_and(|&end| ts + dur > end + 1e-6) {
-                    errors.push(format!(
-                        "track {track:?}: slice at {ts} overlaps its parent"
-                    ));
-                }
-                stack.push(ts + dur);
-            }
-        }
-        for (pid, tid) in &used_tracks {
-            if !named_pids.contains(pid) || !named_tracks.contains(&(*pid, *tid)) {
-                errors.push(format!("track {pid}/{tid} has no process_name/thread_name"));
-            }
-        }
-        errors
     }
 
     fn export(name: &str) -> (Value, crate::analysis::Analysis) {
@@ -387,7 +389,7 @@ mod tests {
             "cargo-build-after.json",
         ] {
             let (doc, _) = export(name);
-            let errors = check_rules(&doc);
+            let errors = rule_violations(&doc);
             assert!(errors.is_empty(), "{name}: {errors:#?}");
         }
     }
@@ -399,10 +401,10 @@ mod tests {
         let events = unbalanced["traceEvents"].as_array_mut().unwrap();
         let e = events.iter().position(|e| e["ph"] == "e").unwrap();
         events.remove(e);
-        assert!(!check_rules(&unbalanced).is_empty());
+        assert!(!rule_violations(&unbalanced).is_empty());
         let mut string_pid = doc.clone();
         string_pid["traceEvents"][0]["pid"] = serde_json::json!("6000");
-        assert!(!check_rules(&string_pid).is_empty());
+        assert!(!rule_violations(&string_pid).is_empty());
     }
 
     #[test]
