@@ -926,15 +926,20 @@ pub fn percentile_ns(buckets: &[(u32, u64)], count: u64, max_ns: u64, p: f64) ->
     max_ns
 }
 
-/// The name a syscall histogram is reported under: its recorded name, else the name
-/// of its number on `arch`, else `syscall_<nr>`.
+/// The name a syscall histogram is reported under (see [`reported_syscall_name`]).
 pub fn histogram_syscall_name(arch: &str, h: &crate::model::SyscallHistogram) -> String {
-    if h.name.is_empty() {
-        syscall_name(arch, h.nr as i64)
+    reported_syscall_name(arch, h.nr, &h.name)
+}
+
+/// The name a recorded syscall is reported under: its recorded name, else the name of
+/// its number on `arch`, else `syscall_<nr>`.
+pub fn reported_syscall_name(arch: &str, nr: u32, recorded: &str) -> String {
+    if recorded.is_empty() {
+        syscall_name(arch, nr as i64)
             .map(str::to_string)
-            .unwrap_or_else(|| format!("syscall_{}", h.nr))
+            .unwrap_or_else(|| format!("syscall_{nr}"))
     } else {
-        h.name.clone()
+        recorded.to_string()
     }
 }
 

@@ -162,7 +162,7 @@ pub fn document(bundle: &Bundle, analysis: &Analysis) -> Value {
         });
         for (ph, t) in [("b", s.t_ns), ("e", s.t_ns.saturating_add(s.duration_ns))] {
             let mut ev = json!({
-                "name": s.name,
+                "name": crate::analysis::reported_syscall_name(&bundle.host.arch, s.nr, &s.name),
                 "cat": "syscall",
                 "ph": ph,
                 "id": i,

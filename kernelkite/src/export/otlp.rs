@@ -408,13 +408,7 @@ fn syscall_span(
     unix: impl Fn(u64) -> u64,
 ) -> Span {
     let s = &bundle.slow_syscalls[index];
-    let name = if s.name.is_empty() {
-        crate::analysis::syscall_name(&bundle.host.arch, s.nr as i64)
-            .map(str::to_string)
-            .unwrap_or_else(|| format!("syscall_{}", s.nr))
-    } else {
-        s.name.clone()
-    };
+    let name = crate::analysis::reported_syscall_name(&bundle.host.arch, s.nr, &s.name);
     let status = if s.ret < 0 {
         Status {
             code: status::StatusCode::Error as i32,
