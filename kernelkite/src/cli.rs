@@ -152,8 +152,9 @@ pub struct TraceArgs {
     /// Stream single syscalls at least this slow (microseconds) into the bundle; 0 streams none.
     #[arg(long, default_value_t = 10_000)]
     pub min_latency_us: u64,
-    /// Serve Prometheus metrics of the running session at http://ADDR/metrics, e.g.
-    /// 127.0.0.1:9464 (bind a loopback address unless the metrics may leave the host).
+    /// Serve Prometheus metrics of the running session at http://ADDR/metrics; ADDR is
+    /// IP:PORT, e.g. 127.0.0.1:9464 (bind a loopback address unless the metrics may
+    /// leave the host; port 0 picks a free port, printed at start).
     #[arg(long, value_name = "ADDR")]
     pub serve: Option<std::net::SocketAddr>,
 }
@@ -195,6 +196,7 @@ pub struct ViewerArgs {
 
 #[derive(Debug, Args)]
 pub struct ExportArgs {
+    /// The bundle to export (as `run`, `trace -o` or `replay` write it).
     pub bundle: PathBuf,
     /// Output format.
     #[arg(long, value_enum)]

@@ -33,7 +33,8 @@ pub enum Format {
     ChromeTrace,
     /// The analysis as versioned JSON (schema: docs/export.schema.json).
     Json,
-    /// Folded stacks (`frame;frame;frame count`) for flame graph tools.
+    /// Folded stacks (`frame;frame;frame count`) for flame graph tools; refused until
+    /// bundles carry stacks.
     Folded,
 }
 
