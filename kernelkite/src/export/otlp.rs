@@ -34,7 +34,7 @@ use prost::Message;
 
 use kernelkite_common::LatencyClass;
 
-use super::{syscall_histograms, ExportOptions};
+use super::{syscall_histograms, ExportHistogram, ExportOptions};
 use crate::analysis::Analysis;
 use crate::model::Bundle;
 use crate::report::timeline::{self, ProcessSpan};
@@ -116,39 +116,11 @@ pub fn metrics_request(
     let mut resource_metrics = Vec::new();
     for p in &analysis.processes {
         let mut metrics = Vec::new();
-        let points: Vec<HistogramDataPoint> = histograms
+        let mine = histograms
             .iter()
-            .filter(|h| h.pid == p.pid && last_row_of_pid(analysis, p))
-            .map(|h| {
-                let mut bucket_counts: Vec<u64> = h.buckets.iter().map(|&(_, n)| n).collect();
-                // The overflow bucket (> last bound) is empty by construction.
-                bucket_counts.push(0);
-                HistogramDataPoint {
-                    attributes: vec![kv_str("kernelkite.syscall.name", &h.syscall)],
-                    start_time_unix_nano: start,
-                    time_unix_nano: time,
-                    count: h.count,
-                    sum: Some(h.sum_ns as f64 / 1e9),
-                    bucket_counts,
-                    explicit_bounds: h.buckets.iter().map(|&(le, _)| le as f64 / 1e9).collect(),
-                    min: None,
-                    max: Some(h.max_ns as f64 / 1e9),
-                    ..Default::default()
-                }
-            })
-            .collect();
-        if !points.is_empty() {
-            metrics.push(Metric {
-                name: "kernelkite.syscall.duration".to_string(),
-                description: "Latency of each syscall (log-linear buckets, bounds inclusive)."
-                    .to_string(),
-                unit: "s".to_string(),
-                data: Some(metric::Data::Histogram(Histogram {
-                    data_points: points,
-                    aggregation_temporality: AggregationTemporality::Cumulative as i32,
-                })),
-                ..Default::default()
-            });
+            .filter(|h| h.pid == p.pid && last_row_of_pid(analysis, p));
+        if let Some(m) = histogram_metric(mine, start, time) {
+            metrics.push(m);
         }
         let class_points = LatencyClass::ALL
             .iter()
@@ -189,6 +161,29 @@ pub fn metrics_request(
             ..Default::default()
         });
     }
+    // Histograms of pids the session saw only in lifecycle events (no process row).
+    let orphan_pids: std::collections::BTreeSet<i32> = histograms
+        .iter()
+        .map(|h| h.pid)
+        .filter(|pid| !analysis.processes.iter().any(|p| p.pid == *pid))
+        .collect();
+    for pid in orphan_pids {
+        let mine = histograms.iter().filter(|h| h.pid == pid);
+        let mut attributes = session_attributes(bundle);
+        attributes.push(kv_int("process.pid", pid as i64));
+        resource_metrics.push(ResourceMetrics {
+            resource: Some(Resource {
+                attributes,
+                ..Default::default()
+            }),
+            scope_metrics: vec![ScopeMetrics {
+                scope: Some(scope()),
+                metrics: histogram_metric(mine, start, time).into_iter().collect(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+    }
     if let Some(lost) = analysis.events_lost {
         resource_metrics.push(ResourceMetrics {
             resource: Some(Resource {
@@ -216,6 +211,46 @@ pub fn metrics_request(
         });
     }
     ExportMetricsServiceRequest { resource_metrics }
+}
+
+/// `kernelkite.syscall.duration` with one point per histogram; `None` without any.
+fn histogram_metric<'a>(
+    histograms: impl Iterator<Item = &'a ExportHistogram<'a>>,
+    start: u64,
+    time: u64,
+) -> Option<Metric> {
+    let points: Vec<HistogramDataPoint> = histograms
+        .map(|h| {
+            let mut bucket_counts: Vec<u64> = h.buckets.iter().map(|&(_, n)| n).collect();
+            // The overflow bucket (> last bound) is empty by construction.
+            bucket_counts.push(0);
+            HistogramDataPoint {
+                attributes: vec![kv_str("kernelkite.syscall.name", &h.syscall)],
+                start_time_unix_nano: start,
+                time_unix_nano: time,
+                count: h.count,
+                sum: Some(h.sum_ns as f64 / 1e9),
+                bucket_counts,
+                explicit_bounds: h.buckets.iter().map(|&(le, _)| le as f64 / 1e9).collect(),
+                min: None,
+                max: Some(h.max_ns as f64 / 1e9),
+                ..Default::default()
+            }
+        })
+        .collect();
+    if points.is_empty() {
+        return None;
+    }
+    Some(Metric {
+        name: "kernelkite.syscall.duration".to_string(),
+        description: "Latency of each syscall (log-linear buckets, bounds inclusive).".to_string(),
+        unit: "s".to_string(),
+        data: Some(metric::Data::Histogram(Histogram {
+            data_points: points,
+            aggregation_temporality: AggregationTemporality::Cumulative as i32,
+        })),
+        ..Default::default()
+    })
 }
 
 /// Histograms are per pid: a reused pid's histograms go to its latest process row,
@@ -464,4 +499,98 @@ pub fn metrics_proto(bundle: &Bundle, analysis: &Analysis, options: ExportOption
 /// `--format otlp-traces-proto`.
 pub fn traces_proto(bundle: &Bundle, analysis: &Analysis, options: ExportOptions) -> Vec<u8> {
     traces_request(bundle, analysis, options).encode_to_vec()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+    use crate::analysis::analyze;
+    use crate::model::fixture::fixture_to_bundle;
+
+    fn fixture(name: &str) -> Bundle {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures");
+        fixture_to_bundle(&std::fs::read(dir.join(name)).unwrap(), name).unwrap()
+    }
+
+    #[test]
+    fn histogram_points_are_consistent_and_exact() {
+        let b = fixture("api-server-ebpf.json");
+        let req = metrics_request(&b, &analyze(&b), ExportOptions::default());
+        let mut read_count = None;
+        for rm in &req.resource_metrics {
+            for m in &rm.scope_metrics[0].metrics {
+                if let Some(metric::Data::Histogram(h)) = &m.data {
+                    for p in &h.data_points {
+                        assert_eq!(p.bucket_counts.len(), p.explicit_bounds.len() + 1);
+                        assert_eq!(p.bucket_counts.iter().sum::<u64>(), p.count);
+                        assert!(p.explicit_bounds.windows(2).all(|w| w[0] < w[1]));
+                        let pid = rm
+                            .resource
+                            .as_ref()
+                            .unwrap()
+                            .attributes
+                            .iter()
+                            .find(|a| a.key == "process.pid")
+                            .cloned();
+                        let name = &p.attributes[0].value.as_ref().unwrap().value;
+                        if name == &Some(any_value::Value::StringValue("read".into()))
+                            && pid.is_some_and(|a| {
+                                a.value.unwrap().value == Some(any_value::Value::IntValue(6000))
+                            })
+                        {
+                            read_count = Some(p.count);
+                        }
+                    }
+                }
+            }
+        }
+        // The fixture's read histogram of pid 6000: 900 + 60 + 3 calls.
+        assert_eq!(read_count, Some(963));
+    }
+
+    #[test]
+    fn span_ids_are_unique_non_zero_deterministic_and_parented() {
+        let b = fixture("api-server-ebpf.json");
+        let a = analyze(&b);
+        let req = traces_request(&b, &a, ExportOptions::default());
+        assert_eq!(req, traces_request(&b, &a, ExportOptions::default()));
+        let spans: Vec<&Span> = req
+            .resource_spans
+            .iter()
+            .flat_map(|r| r.scope_spans.iter().flat_map(|s| s.spans.iter()))
+            .collect();
+        let ids: BTreeSet<&[u8]> = spans.iter().map(|s| s.span_id.as_slice()).collect();
+        assert_eq!(ids.len(), spans.len());
+        for s in &spans {
+            assert_eq!(s.trace_id.len(), 16);
+            assert_eq!(s.span_id.len(), 8);
+            assert!(s.trace_id.iter().any(|&x| x != 0) && s.span_id.iter().any(|&x| x != 0));
+            assert!(s.end_time_unix_nano >= s.start_time_unix_nano);
+            if !s.parent_span_id.is_empty() {
+                let parent = spans
+                    .iter()
+                    .find(|p| p.span_id == s.parent_span_id)
+                    .unwrap();
+                assert_eq!(parent.trace_id, s.trace_id);
+                assert!(parent.start_time_unix_nano <= s.start_time_unix_nano);
+            }
+        }
+        // Two slow syscalls in the fixture, both children of the api-server span.
+        let calls: Vec<&&Span> = spans
+            .iter()
+            .filter(|s| s.name.starts_with("syscall "))
+            .collect();
+        assert_eq!(calls.len(), 2);
+        assert!(calls.iter().all(|s| !s.parent_span_id.is_empty()));
+        // Another session (another label) gets other ids.
+        let mut other = b.clone();
+        other.label = Some("another session".into());
+        let req2 = traces_request(&other, &analyze(&other), ExportOptions::default());
+        assert_ne!(
+            req2.resource_spans[0].scope_spans[0].spans[0].trace_id,
+            spans[0].trace_id
+        );
+    }
 }
