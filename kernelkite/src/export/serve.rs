@@ -51,6 +51,8 @@ pub async fn serve(listener: std::net::TcpListener, scrapes: mpsc::Sender<Scrape
     };
     loop {
         let Ok((stream, _)) = listener.accept().await else {
+            // Out of file descriptors and the like: back off instead of spinning.
+            tokio::time::sleep(Duration::from_millis(100)).await;
             continue;
         };
         let scrapes = scrapes.clone();
