@@ -81,6 +81,16 @@ pub enum Command {
     Viewer(ViewerArgs),
     /// Write a self-contained HTML report of a bundle.
     Report(ReportArgs),
+    /// Export a bundle for other tools: Prometheus, OpenTelemetry (OTLP), Perfetto, JSON.
+    ///
+    /// Formats (docs/EXPORTS.md maps every field): `prometheus` (text exposition format,
+    /// as `promtool check metrics` reads it), `otlp` (OTLP/JSON metrics request),
+    /// `otlp-traces` (OTLP/JSON traces request: process and slow-syscall spans),
+    /// `otlp-proto` and `otlp-traces-proto` (the same as protobuf bytes),
+    /// `chrome-trace` (Trace Event JSON for Perfetto UI and chrome://tracing), `json`
+    /// (the analysis, schema in docs/export.schema.json) and `folded` (folded stacks;
+    /// refused while bundles carry no stacks).
+    Export(ExportArgs),
     /// Say which backend would be used here, and why.
     Doctor,
     /// Print shell completions.
@@ -164,6 +174,11 @@ pub struct TraceArgs {
     pub min_latency_us: u64,
     #[command(flatten)]
     pub stacks: StackArgs,
+    /// Serve Prometheus metrics of the running session at http://ADDR/metrics; ADDR is
+    /// IP:PORT, e.g. 127.0.0.1:9464 (bind a loopback address unless the metrics may
+    /// leave the host; port 0 picks a free port, printed at start).
+    #[arg(long, value_name = "ADDR")]
+    pub serve: Option<std::net::SocketAddr>,
 }
 
 #[derive(Debug, Args)]
@@ -199,6 +214,23 @@ pub struct ViewerArgs {
     pub bundle: PathBuf,
     /// Output file (default: standard output).
     pub output: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct ExportArgs {
+    /// The bundle to export (as `run`, `trace -o` or `replay` write it).
+    pub bundle: PathBuf,
+    /// Output format.
+    #[arg(long, value_enum)]
+    pub format: crate::export::Format,
+    /// Output file, written atomically (default: standard output).
+    #[arg(short = 'o', long = "output")]
+    pub output: Option<PathBuf>,
+    /// Unix time in nanoseconds of the session start, for OTLP timestamps. Bundles hold
+    /// times relative to the session start only; without this flag OTLP times count
+    /// from the Unix epoch (0).
+    #[arg(long, default_value_t = 0)]
+    pub start_unix_ns: u64,
 }
 
 #[derive(Debug, Args)]

@@ -9,6 +9,7 @@ use crate::cli::{Cli, Command};
 
 pub mod compare;
 pub mod doctor;
+pub mod export;
 pub mod replay;
 pub mod report;
 pub mod run;
@@ -41,6 +42,7 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Tree(args) => tree::execute(&global, &args),
         Command::Viewer(args) => viewer::execute(&global, &args),
         Command::Report(args) => report::execute(&global, &args),
+        Command::Export(args) => export::execute(&global, &args),
         Command::Doctor => doctor::execute(&global),
         Command::BenchFloor => doctor::bench_floor(),
         Command::ExecAfterGate(args) => run::exec_after_gate(&args),

@@ -549,8 +549,7 @@ impl Session {
         if !last.processes.is_empty() || self.recorder.frames().is_empty() {
             self.recorder.push(last);
         }
-        let events_lost = self.events_lost();
-        let stack_profile = match self.stacks.take() {
+        let stacks = match self.stacks.take() {
             Some(mut collector) => {
                 collector.resolve_new();
                 for &(i, pid, id) in &self.slow_stack_ids {
@@ -562,7 +561,38 @@ impl Session {
             }
             None => None,
         };
-        let mut all = std::mem::take(&mut self.folded_hists);
+        let (frames, cap) =
+            std::mem::replace(&mut self.recorder, FrameRecorder::new(1)).into_parts();
+        let lifecycle = std::mem::take(&mut self.lifecycle);
+        let slow = std::mem::take(&mut self.slow);
+        Ok(self.assemble(frames, cap, lifecycle, slow, stacks))
+    }
+
+    /// The bundle as it would be if the session stopped at its latest snapshot, for
+    /// live views (`trace --serve`): the frames so far, the histograms and loss counters
+    /// as the kernel holds them now. The programs stay attached.
+    pub fn bundle_so_far(&self) -> Bundle {
+        self.assemble(
+            self.recorder.frames().to_vec(),
+            self.recorder.cap(),
+            self.lifecycle.clone(),
+            self.slow.clone(),
+            None,
+        )
+    }
+
+    /// A bundle of `frames` plus the histograms (exited processes' and the map's) and
+    /// the loss count read now.
+    fn assemble(
+        &self,
+        frames: Vec<Frame>,
+        cap: crate::model::FrameCap,
+        mut lifecycle: Vec<LifecycleEvent>,
+        mut slow: Vec<SlowSyscall>,
+        stacks: Option<crate::model::StackProfile>,
+    ) -> Bundle {
+        let events_lost = self.events_lost();
+        let mut all = self.folded_hists.clone();
         for (key, value) in self.hists.iter().filter_map(Result::ok) {
             all.entry(key).or_default().add(&value);
         }
@@ -571,8 +601,8 @@ impl Session {
             .map(|(key, acc)| acc.into_histogram(key))
             .collect();
         syscalls.sort_by_key(|h| (h.pid, h.nr));
-        self.lifecycle.sort_by_key(|e| (e.t_ns, e.pid, e.tid));
-        self.slow.sort_by_key(|s| (s.t_ns, s.tid));
+        lifecycle.sort_by_key(|e| (e.t_ns, e.pid, e.tid));
+        slow.sort_by_key(|s| (s.t_ns, s.tid));
 
         let mut bundle = Bundle::new(
             Backend::Ebpf,
@@ -581,16 +611,14 @@ impl Session {
         );
         bundle.label = self.options.label.clone();
         bundle.root_pids = self.options.pids.clone();
-        let (frames, cap) =
-            std::mem::replace(&mut self.recorder, FrameRecorder::new(1)).into_parts();
         bundle.frames = frames;
         bundle.frame_cap = cap;
         bundle.events_lost = Some(events_lost);
-        bundle.lifecycle = std::mem::take(&mut self.lifecycle);
+        bundle.lifecycle = lifecycle;
         bundle.syscalls = syscalls;
-        bundle.slow_syscalls = std::mem::take(&mut self.slow);
-        bundle.stacks = stack_profile;
-        Ok(bundle)
+        bundle.slow_syscalls = slow;
+        bundle.stacks = stacks;
+        bundle
     }
 }
 
@@ -639,7 +667,7 @@ fn consistent(state: &ThreadState) -> bool {
 }
 
 /// Sum of one (process, syscall) histogram across map generations.
-#[derive(Default)]
+#[derive(Clone, Default)]
 struct HistAccumulator {
     total_ns: u64,
     max_ns: u64,
