@@ -486,6 +486,9 @@ impl Session {
         }
         self.fold_exited_histograms(&by_tgid);
         if let Some(stacks) = &mut self.stacks {
+            // Mappings first: a process that exits before the next snapshot is then
+            // resolved with the mappings it had at this one.
+            stacks.refresh_maps(by_tgid.keys().copied());
             stacks.resolve_new();
         }
         self.known_tgids.extend(by_tgid.keys().copied());
