@@ -10,3 +10,5 @@ pub mod commands;
 pub mod model;
 pub mod report;
 pub mod source;
+#[cfg(target_os = "linux")]
+pub mod top;

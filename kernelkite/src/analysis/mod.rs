@@ -912,6 +912,16 @@ pub fn percentile_ns(buckets: &[(u32, u64)], count: u64, max_ns: u64, p: f64) ->
 }
 
 fn aggregate_syscalls(bundle: &Bundle) -> Vec<SyscallStats> {
+    syscall_stats(&bundle.host.arch, &bundle.syscalls)
+}
+
+/// Aggregate per-process syscall histograms (recorded on `arch`) by syscall name, with
+/// percentiles, sorted by total time (heaviest first). `analyze` uses it for the whole
+/// bundle; live views use it for one process or one window.
+pub fn syscall_stats<'a>(
+    arch: &str,
+    histograms: impl IntoIterator<Item = &'a crate::model::SyscallHistogram>,
+) -> Vec<SyscallStats> {
     struct Acc {
         processes: BTreeSet<i32>,
         count: u64,
@@ -920,9 +930,9 @@ fn aggregate_syscalls(bundle: &Bundle) -> Vec<SyscallStats> {
         buckets: BTreeMap<u32, u64>,
     }
     let mut by_name: BTreeMap<String, Acc> = BTreeMap::new();
-    for h in &bundle.syscalls {
+    for h in histograms {
         let name = if h.name.is_empty() {
-            syscall_name(&bundle.host.arch, h.nr as i64)
+            syscall_name(arch, h.nr as i64)
                 .map(str::to_string)
                 .unwrap_or_else(|| format!("syscall_{}", h.nr))
         } else {

@@ -376,6 +376,38 @@ impl Session {
         Ok(())
     }
 
+    /// Take a snapshot frame, keep it, and return it (live views such as `top`).
+    pub fn snapshot_now(&mut self) -> Result<Frame, SessionError> {
+        let frame = self.snapshot_frame(false)?;
+        self.recorder.push(frame.clone());
+        Ok(frame)
+    }
+
+    /// The cumulative syscall histograms so far: exited processes' (folded out of the
+    /// kernel map) plus the live map's, one per (process, syscall), sorted.
+    pub fn syscall_histograms(&self) -> Vec<SyscallHistogram> {
+        let mut all: BTreeMap<SyscallKey, HistAccumulator> = self
+            .folded_hists
+            .iter()
+            .map(|(k, acc)| (*k, acc.clone()))
+            .collect();
+        for (key, value) in self.hists.iter().filter_map(Result::ok) {
+            all.entry(key).or_default().add(&value);
+        }
+        let mut syscalls: Vec<SyscallHistogram> = all
+            .into_iter()
+            .map(|(key, acc)| acc.into_histogram(key))
+            .collect();
+        syscalls.sort_by_key(|h| (h.pid, h.nr));
+        syscalls
+    }
+
+    /// Hand over the lifecycle events collected so far (a long-running live view drops
+    /// them instead of letting them grow without bound).
+    pub fn take_lifecycle(&mut self) -> Vec<LifecycleEvent> {
+        std::mem::take(&mut self.lifecycle)
+    }
+
     /// Number of frames kept so far.
     pub fn frames(&self) -> usize {
         self.recorder.frames().len()
@@ -512,15 +544,7 @@ impl Session {
             self.recorder.push(last);
         }
         let events_lost = self.events_lost();
-        let mut all = std::mem::take(&mut self.folded_hists);
-        for (key, value) in self.hists.iter().filter_map(Result::ok) {
-            all.entry(key).or_default().add(&value);
-        }
-        let mut syscalls: Vec<SyscallHistogram> = all
-            .into_iter()
-            .map(|(key, acc)| acc.into_histogram(key))
-            .collect();
-        syscalls.sort_by_key(|h| (h.pid, h.nr));
+        let syscalls = self.syscall_histograms();
         self.lifecycle.sort_by_key(|e| (e.t_ns, e.pid, e.tid));
         self.slow.sort_by_key(|s| (s.t_ns, s.tid));
 
@@ -588,7 +612,7 @@ fn consistent(state: &ThreadState) -> bool {
 }
 
 /// Sum of one (process, syscall) histogram across map generations.
-#[derive(Default)]
+#[derive(Clone, Default)]
 struct HistAccumulator {
     total_ns: u64,
     max_ns: u64,
