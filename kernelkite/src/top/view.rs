@@ -78,29 +78,24 @@ fn header_line(app: &App) -> Line<'static> {
         app.info.backend.to_string()
     };
     let window = match app.data() {
-        Some(d) => format!("{} ({:.1} s)", app.window.label(), d.window_ns as f64 / 1e9),
-        None => app.window.label().to_string(),
+        Some(d) => format!("{:.1} s", d.window_ns as f64 / 1e9),
+        None => "-".to_string(),
     };
     let arrow = if app.descending { "▼" } else { "▲" };
     let processes = app.rows().iter().filter(|r| r.tid.is_none()).count();
-    let mut spans = vec![
+    let spans = vec![
         Span::styled("kernelkite top", Style::new().add_modifier(Modifier::BOLD)),
         Span::raw(format!(
-            " · {} · {} · window {} · sort {} {} · {} processes",
+            " · {} ({} shown) · {} · {} ({}) · sort {} {}",
             clean(&app.info.scope),
+            processes,
             backend,
+            app.window.label(),
             window,
             app.sort.label(),
             arrow,
-            processes
         )),
     ];
-    if app.paused {
-        spans.push(Span::styled(
-            " · PAUSED",
-            Style::new().fg(Color::Yellow).add_modifier(Modifier::BOLD),
-        ));
-    }
     Line::from(spans)
 }
 
@@ -108,7 +103,7 @@ fn legend_line(app: &App) -> Line<'static> {
     let mut spans = Vec::new();
     for class in LatencyClass::ALL {
         spans.push(Span::styled("■ ", Style::new().fg(class_color(class))));
-        spans.push(Span::raw(format!("{}  ", class.name())));
+        spans.push(Span::raw(format!("{} ", class.name())));
     }
     if app.info.backend.latency_classes_exact() {
         spans.push(Span::styled(
@@ -117,7 +112,7 @@ fn legend_line(app: &App) -> Line<'static> {
         ));
     } else {
         spans.push(Span::styled(
-            "(on_cpu, runqueue exact; io_wait..unknown_wait are /proc estimates)",
+            "(on_cpu, runqueue exact; the rest estimated from /proc)",
             Style::new().fg(Color::Yellow),
         ));
     }
@@ -357,14 +352,24 @@ fn status_line(app: &App) -> Line<'static> {
         Some(p) => format!("kernelkite CPU {p:.1}%"),
         None => "kernelkite CPU -".to_string(),
     };
-    let mut spans = vec![Span::raw(format!("{lost} · {hooks} · {overhead}"))];
+    let mut spans = Vec::new();
+    if app.paused {
+        spans.push(Span::styled(
+            "PAUSED · ",
+            Style::new().fg(Color::Yellow).add_modifier(Modifier::BOLD),
+        ));
+    }
     let lost_any = app
         .data()
         .and_then(|d| d.events_lost)
         .is_some_and(|n| n > 0);
-    if lost_any {
-        spans[0] = Span::styled(spans[0].content.to_string(), Style::new().fg(Color::Red));
-    }
+    let lost_style = if lost_any {
+        Style::new().fg(Color::Red)
+    } else {
+        Style::new()
+    };
+    spans.push(Span::styled(lost, lost_style));
+    spans.push(Span::raw(format!(" · {hooks} · {overhead}")));
     if app.editing_filter || !app.filter.is_empty() {
         let cursor = if app.editing_filter { "▏" } else { "" };
         spans.push(Span::styled(

@@ -182,12 +182,13 @@ pub fn window_bundle(info: &FeedInfo, interval_ms: u64, snapshots: &[&Snapshot])
         if info.backend == Backend::Ebpf {
             for p in &mut frame.processes {
                 for t in &mut p.threads {
-                    if let (Some(c), Some(b)) = (
-                        t.class_ns.as_mut(),
-                        base_classes.get(&(p.pid, p.start_time_ticks, t.tid)),
-                    ) {
+                    let Some(c) = t.class_ns.as_mut() else {
+                        continue;
+                    };
+                    if let Some(b) = base_classes.get(&(p.pid, p.start_time_ticks, t.tid)) {
                         *c = rebase_classes(c, b);
                     }
+                    *c = clamp_to_window(*c, frame.t_ns);
                 }
             }
         }
@@ -207,6 +208,24 @@ fn rebase_classes(later: &ClassTimes, earlier: &ClassTimes) -> ClassTimes {
         out[i] = a[i].saturating_sub(b[i]);
     }
     ClassTimes::from_array(out)
+}
+
+/// A thread found at attach time has no class time until its first event, which then
+/// adds its whole first interval at once, even the part before the window's baseline.
+/// No thread spends more wall time in a window than the window: the excess (that first
+/// interval's part before the baseline) is taken from its largest class, the one the
+/// long first interval went to.
+fn clamp_to_window(classes: ClassTimes, window_ns: u64) -> ClassTimes {
+    let mut times = classes.to_array();
+    let total: u64 = times.iter().fold(0u64, |a, b| a.saturating_add(*b));
+    let excess = total.saturating_sub(window_ns);
+    if excess > 0 {
+        let largest = (0..times.len())
+            .max_by_key(|&i| (times[i], std::cmp::Reverse(i)))
+            .unwrap_or(0);
+        times[largest] = times[largest].saturating_sub(excess);
+    }
+    ClassTimes::from_array(times)
 }
 
 /// The calls that completed between two cumulative histogram sets. The window's maximum
@@ -390,5 +409,13 @@ mod tests {
             (800_000_000, 200_000_000)
         );
         assert_eq!(data.alive[&(7, 5)], vec![7]);
+        // A first event after attach adds time from before the baseline: clamped.
+        let a = proc_at(1_000_000_000, 0, 0);
+        let b = proc_at(2_000_000_000, 1_700_000_000, 300_000_000);
+        let p = window_data(&info, 1000, &[&a, &b]).analysis.processes[0].clone();
+        assert_eq!(
+            (p.classes.lock_wait, p.classes.on_cpu),
+            (700_000_000, 300_000_000)
+        );
     }
 }
