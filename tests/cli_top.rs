@@ -143,6 +143,41 @@ fn proc_backend_shows_a_sleeper_blocked_in_a_syscall_and_stops_on_sigterm() {
 }
 
 #[test]
+fn top_exits_when_its_terminal_goes_away() {
+    if !tmux_ready("top_exits_when_its_terminal_goes_away") {
+        return;
+    }
+    let cmd = format!("{} --backend proc top --pid 1", shell_quote(&kk_bin()));
+    let t = Tmux::start("hangup", &cmd, 100, 30);
+    let s = t.wait_for(WAIT, |s| s.contains("TIME BY CLASS"));
+    assert!(s.contains("TIME BY CLASS"), "{s}");
+    let kk_pid = t
+        .pane_processes()
+        .into_iter()
+        .find(|&p| {
+            std::fs::read_to_string(format!("/proc/{p}/comm"))
+                .is_ok_and(|c| c.trim() == "kernelkite")
+        })
+        .expect("kernelkite runs in the pane");
+    t.kill_server();
+    // It must notice the hang-up and exit by itself (not spin on the dead tty).
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let gone = || {
+        std::fs::read_to_string(format!("/proc/{kk_pid}/stat")).map_or(true, |s| {
+            s.rsplit_once(')')
+                .is_some_and(|(_, r)| r.trim_start().starts_with('Z'))
+        })
+    };
+    while !gone() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        gone(),
+        "kernelkite top ({kk_pid}) is still running after its terminal went away"
+    );
+}
+
+#[test]
 fn bad_input_is_one_line_naming_the_problem() {
     kk().args(["top", "--replay", "/nonexistent/x.json"])
         .assert()

@@ -12,9 +12,13 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-/// A tmux server with one session running one command; killed on drop.
+/// A tmux server with one session running one command. Dropping it (on every path,
+/// panics included) kills the server and then every process that ran in the pane and
+/// is still there, so no `top` outlives its test.
 pub struct Tmux {
     socket: String,
+    /// The pane's process and its descendants, as last seen.
+    pane_pid: Option<i32>,
 }
 
 /// `true` when tmux can be used here; otherwise prints why (and panics under CI).
@@ -37,7 +41,10 @@ impl Tmux {
     /// After the command ends, the pane prints `EXIT=<status>` and stays open.
     pub fn start(name: &str, command: &str, width: u16, height: u16) -> Tmux {
         let socket = format!("kk-{name}-{}", std::process::id());
-        let tmux = Tmux { socket };
+        let mut tmux = Tmux {
+            socket,
+            pane_pid: None,
+        };
         let line = format!("{command}; echo EXIT=$?; sleep 600");
         let status = tmux
             .cmd()
@@ -49,6 +56,7 @@ impl Tmux {
             .status()
             .expect("running tmux");
         assert!(status.success(), "tmux new-session failed");
+        tmux.pane_pid = Some(tmux.pane_pid());
         tmux
     }
 
@@ -125,9 +133,67 @@ impl Tmux {
     }
 }
 
+impl Tmux {
+    /// Kill the server now, as closing a terminal window would (the pane hangs up).
+    pub fn kill_server(&self) {
+        let _ = self
+            .cmd()
+            .arg("kill-server")
+            .stderr(std::process::Stdio::null())
+            .status();
+    }
+
+    /// The processes that ran in the pane when it started, and their descendants now.
+    pub fn pane_processes(&self) -> Vec<i32> {
+        self.pane_pid.map(process_tree).unwrap_or_default()
+    }
+}
+
+/// `pid` and all its descendants (from /proc/<pid>/task/*/children).
+pub fn process_tree(pid: i32) -> Vec<i32> {
+    let mut out = vec![pid];
+    let mut i = 0;
+    while i < out.len() {
+        let p = out[i];
+        let tasks = std::fs::read_dir(format!("/proc/{p}/task"))
+            .map(|d| {
+                d.filter_map(Result::ok)
+                    .map(|e| e.path())
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default();
+        for task in tasks {
+            let children = std::fs::read_to_string(task.join("children")).unwrap_or_default();
+            out.extend(
+                children
+                    .split_whitespace()
+                    .filter_map(|c| c.parse::<i32>().ok()),
+            );
+        }
+        i += 1;
+    }
+    out
+}
+
 impl Drop for Tmux {
     fn drop(&mut self) {
-        let _ = self.cmd().arg("kill-server").status();
+        let tree = self.pane_pid.map(process_tree).unwrap_or_default();
+        let _ = self
+            .cmd()
+            .arg("kill-server")
+            .stderr(std::process::Stdio::null())
+            .status();
+        // The hang-up ends `top` at once; anything still there after a grace period is
+        // killed (by pid: only what ran in this pane).
+        let deadline = Instant::now() + Duration::from_secs(2);
+        let alive = |p: &i32| std::path::Path::new(&format!("/proc/{p}")).exists();
+        while tree.iter().any(alive) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        for pid in tree.iter().filter(|p| alive(p)) {
+            // SAFETY: kill has no memory-safety preconditions.
+            unsafe { libc::kill(*pid, libc::SIGKILL) };
+        }
     }
 }
 

@@ -264,6 +264,7 @@ mod ebpf_feed {
                 network: false,
                 label: None,
             })?;
+            session.count_initial_in_frames(true);
             let ring = session.take_ring()?;
             let hooks = session.hooks().to_vec();
             Ok(EbpfFeed {

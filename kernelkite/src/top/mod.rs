@@ -8,6 +8,7 @@
 //! [`run`] is the event loop tying them together.
 
 pub mod feed;
+pub mod input;
 pub mod terminal;
 pub mod view;
 pub mod window;
@@ -17,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use kernelkite_common::LatencyClass;
-use ratatui::crossterm::event::{self, Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
+use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 
 use crate::analysis::{syscall_stats, SyscallStats};
 use crate::model::ClassTimes;
@@ -508,6 +509,9 @@ pub fn run(mut feed: Box<dyn TopFeed>, speed: f64) -> Result<Outcome> {
         if signals.stop_requested() {
             break "terminated by a signal";
         }
+        if signals.take_resized() {
+            dirty = true;
+        }
         let now = Instant::now();
         if now >= next_tick {
             if !app.paused && app.ended.is_none() {
@@ -542,17 +546,15 @@ pub fn run(mut feed: Box<dyn TopFeed>, speed: f64) -> Result<Outcome> {
         let wait = next_tick
             .saturating_duration_since(Instant::now())
             .min(Duration::from_millis(100));
-        if event::poll(wait)? {
-            match event::read()? {
-                Event::Key(key) => {
-                    if app.handle_key(key) == Action::Quit {
-                        break "quit";
-                    }
-                    dirty = true;
+        match input::wait(wait)? {
+            input::Input::Keys(keys) => {
+                if keys.into_iter().any(|k| app.handle_key(k) == Action::Quit) {
+                    break "quit";
                 }
-                Event::Resize(_, _) => dirty = true,
-                _ => {}
+                dirty = true;
             }
+            input::Input::Idle => {}
+            input::Input::Closed => break "the terminal went away",
         }
     };
     drop(term);

@@ -1,6 +1,7 @@
 //! The terminal while `top` runs: raw mode and the alternate screen, always undone —
 //! by the guard's drop (quit, error), by a panic hook (panic), and after SIGTERM, SIGHUP
-//! or SIGINT, which only set a flag the event loop checks at least every 100 ms.
+//! or SIGINT, which only set a flag the event loop checks at least every 100 ms
+//! (SIGWINCH sets another: redraw at the new size).
 
 use std::io::{self, IsTerminal, Stdout, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -82,21 +83,27 @@ impl Drop for TerminalGuard {
 pub struct StopSignals;
 
 static STOP: AtomicBool = AtomicBool::new(false);
+static RESIZED: AtomicBool = AtomicBool::new(false);
 
-extern "C" fn on_stop_signal(_: libc::c_int) {
-    // Only an atomic store: async-signal-safe.
-    STOP.store(true, Ordering::SeqCst);
+extern "C" fn on_signal(sig: libc::c_int) {
+    // Only atomic stores: async-signal-safe.
+    if sig == libc::SIGWINCH {
+        RESIZED.store(true, Ordering::SeqCst);
+    } else {
+        STOP.store(true, Ordering::SeqCst);
+    }
 }
 
 impl StopSignals {
     pub fn install() -> Result<StopSignals> {
-        for sig in [libc::SIGTERM, libc::SIGHUP, libc::SIGINT] {
+        for sig in [libc::SIGTERM, libc::SIGHUP, libc::SIGINT, libc::SIGWINCH] {
             // SAFETY: the handler only stores to an atomic; the sigaction struct is
             // zeroed and then filled in before use.
             let rc = unsafe {
                 let mut action: libc::sigaction = std::mem::zeroed();
-                action.sa_sigaction = on_stop_signal as *const () as usize;
-                // Restart reads and polls: the loop checks the flag every 100 ms anyway.
+                action.sa_sigaction = on_signal as *const () as usize;
+                // poll(2) still returns EINTR (input::wait: idle), so the loop sees the
+                // flag at once; other calls restart.
                 action.sa_flags = libc::SA_RESTART;
                 libc::sigemptyset(&mut action.sa_mask);
                 libc::sigaction(sig, &action, std::ptr::null_mut())
@@ -110,5 +117,10 @@ impl StopSignals {
 
     pub fn stop_requested(&self) -> bool {
         STOP.load(Ordering::SeqCst)
+    }
+
+    /// Whether the terminal was resized since the last call (SIGWINCH).
+    pub fn take_resized(&self) -> bool {
+        RESIZED.swap(false, Ordering::SeqCst)
     }
 }

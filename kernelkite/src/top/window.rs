@@ -210,11 +210,11 @@ fn rebase_classes(later: &ClassTimes, earlier: &ClassTimes) -> ClassTimes {
     ClassTimes::from_array(out)
 }
 
-/// A thread found at attach time has no class time until its first event, which then
-/// adds its whole first interval at once, even the part before the window's baseline.
-/// No thread spends more wall time in a window than the window: the excess (that first
-/// interval's part before the baseline) is taken from its largest class, the one the
-/// long first interval went to.
+/// No thread spends more wall time in a window than the window. The session's counters
+/// can run ahead of that once: a thread's first interval after attach is shown in the
+/// class /proc saw and, rarely, closed by the kernel in another one (the session keeps
+/// both, since counters never go back). The excess is taken from the thread's largest
+/// class, the one that long first interval went to.
 fn clamp_to_window(classes: ClassTimes, window_ns: u64) -> ClassTimes {
     let mut times = classes.to_array();
     let total: u64 = times.iter().fold(0u64, |a, b| a.saturating_add(*b));

@@ -77,6 +77,9 @@ pub struct Session {
     /// Every process ever traced: a snapshot keeps one whose threads have all exited
     /// while /proc still shows it (a zombie holds its final counters until reaped).
     known_tgids: BTreeSet<u32>,
+    /// Live views: count a thread still waiting for its first event (INITIAL) in the
+    /// class /proc showed at attach, as the final frame does, instead of not at all.
+    count_initial_in_frames: bool,
 }
 
 /// Every pid must be a live user-space process (not a thread id, not a kernel thread).
@@ -183,6 +186,7 @@ impl Session {
             exited: BTreeSet::new(),
             known_tgids: BTreeSet::new(),
             folded_hists: BTreeMap::new(),
+            count_initial_in_frames: false,
         })
     }
 
@@ -376,6 +380,15 @@ impl Session {
         Ok(())
     }
 
+    /// Frames count a thread that has had no event since attach (say, blocked in one
+    /// long wait) in the class /proc showed at attach, so a live view sees its time as
+    /// it passes. The BPF programs close that first interval in the same class (a
+    /// wakeup uses it; a switch-out means /proc saw it running, on_cpu), so the
+    /// counters stay monotonic; off by default (bundles count it at the end).
+    pub fn count_initial_in_frames(&mut self, on: bool) {
+        self.count_initial_in_frames = on;
+    }
+
     /// Take a snapshot frame, keep it, and return it (live views such as `top`).
     pub fn snapshot_now(&mut self) -> Result<Frame, SessionError> {
         let frame = self.snapshot_frame(false)?;
@@ -490,7 +503,7 @@ impl Session {
         let mut emitted: BTreeMap<u32, ClassTimes> = BTreeMap::new();
         for states in by_tgid.values() {
             for (&tid, state) in states {
-                let times = if final_frame {
+                let times = if final_frame || self.count_initial_in_frames {
                     class_times_final(state, now)
                 } else {
                     class_times_at(state, now)
