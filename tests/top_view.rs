@@ -160,3 +160,27 @@ fn any_terminal_size_renders() {
         }
     }
 }
+
+#[test]
+fn the_table_scrolls_to_keep_the_selection_visible() {
+    let (mut app, _) = app_from_fixture("cargo-build-before", Some(5));
+    assert_eq!(app.rows().len(), 3);
+    let pid_at = |app: &App, i: usize| app.rows()[i].pid.to_string();
+    // At 100x12 the table has a header and two rows: one of the three is off screen.
+    let table =
+        |text: &str| -> Vec<String> { text.lines().skip(3).take(2).map(str::to_string).collect() };
+    key(&mut app, KeyCode::End);
+    let shown = table(&screen(&mut app, 100, 12));
+    assert!(shown[1].starts_with(&pid_at(&app, 2)), "{shown:?}");
+    assert!(
+        !shown.iter().any(|l| l.starts_with(&pid_at(&app, 0))),
+        "{shown:?}"
+    );
+    key(&mut app, KeyCode::Home);
+    let shown = table(&screen(&mut app, 100, 12));
+    assert!(shown[0].starts_with(&pid_at(&app, 0)), "{shown:?}");
+    assert!(
+        !shown.iter().any(|l| l.starts_with(&pid_at(&app, 2))),
+        "{shown:?}"
+    );
+}

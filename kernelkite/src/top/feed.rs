@@ -244,6 +244,7 @@ mod ebpf_feed {
         session: Session,
         ring: RingBuf<MapData>,
         interval: Duration,
+        system_wide: bool,
         ended: bool,
     }
 
@@ -252,14 +253,16 @@ mod ebpf_feed {
         /// means every process below pid 1, with `follow` (new processes are tracked
         /// from their fork).
         pub fn start(targets: LiveTargets, interval: Duration) -> Result<EbpfFeed> {
-            let follow = targets.follow || targets.system_wide();
+            let system_wide = targets.system_wide();
+            let follow = targets.follow || system_wide;
             let mut session = Session::start(TraceOptions {
                 pids: targets.roots(),
                 follow,
                 // No slow-syscall stream: top shows histograms only.
                 min_latency_ns: 0,
                 interval,
-                // Only the latest frame is kept in the session; top keeps its own ring.
+                // Frames are handed over, not kept (see `snapshot_now`); the session's
+                // own recorder holds only the attach frame.
                 max_frames: 1,
                 network: false,
                 label: None,
@@ -278,6 +281,7 @@ mod ebpf_feed {
                 session,
                 ring,
                 interval,
+                system_wide,
                 ended: false,
             })
         }
@@ -294,7 +298,8 @@ mod ebpf_feed {
             }
             self.pump();
             let frame = self.session.snapshot_now()?;
-            if !self.session.any_target_alive() {
+            // System-wide never ends (and checking walks every thread's map entry).
+            if !self.system_wide && !self.session.any_target_alive() {
                 self.ended = true;
             }
             Ok(Some(Snapshot {

@@ -184,9 +184,25 @@ fn draw_table(f: &mut Frame<'_>, app: &mut App, area: Rect) {
     header.push(Cell::from(bar_title).style(Style::new().add_modifier(Modifier::BOLD)));
     header.push(Cell::from("DOMINANT").style(Style::new().add_modifier(Modifier::BOLD)));
 
+    // Only the rows that fit are built (a system-wide view has hundreds): scroll so the
+    // selection stays visible, as ratatui's TableState would.
+    let visible = area.height.saturating_sub(1).max(1) as usize;
+    let selected = app.selected_index();
+    let total = app.rows().len();
+    let mut offset = app.scroll.min(total.saturating_sub(visible));
+    if let Some(sel) = selected {
+        if sel < offset {
+            offset = sel;
+        } else if sel >= offset + visible {
+            offset = sel + 1 - visible;
+        }
+    }
+    app.scroll = offset;
     let rows: Vec<TableRow> = app
         .rows()
         .iter()
+        .skip(offset)
+        .take(visible)
         .map(|r| {
             let (id, name) = match r.tid {
                 Some(tid) => (format!("  {tid}"), format!("  └ {}", clean(&r.comm))),
@@ -235,11 +251,8 @@ fn draw_table(f: &mut Frame<'_>, app: &mut App, area: Rect) {
     )
     .header(TableRow::new(header))
     .row_highlight_style(Style::new().add_modifier(Modifier::REVERSED));
-    let mut state = TableState::default()
-        .with_offset(app.scroll)
-        .with_selected(app.selected_index());
+    let mut state = TableState::default().with_selected(selected.map(|i| i - offset));
     f.render_stateful_widget(table, area, &mut state);
-    app.scroll = state.offset();
     if empty {
         let msg = if app.data().is_none() {
             "waiting for the first snapshot…".to_string()

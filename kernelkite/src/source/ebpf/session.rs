@@ -389,11 +389,10 @@ impl Session {
         self.count_initial_in_frames = on;
     }
 
-    /// Take a snapshot frame, keep it, and return it (live views such as `top`).
+    /// Take a snapshot frame and hand it over without keeping it (live views such as
+    /// `top` keep their own history).
     pub fn snapshot_now(&mut self) -> Result<Frame, SessionError> {
-        let frame = self.snapshot_frame(false)?;
-        self.recorder.push(frame.clone());
-        Ok(frame)
+        self.snapshot_frame(false)
     }
 
     /// The cumulative syscall histograms so far: exited processes' (folded out of the
