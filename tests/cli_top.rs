@@ -74,6 +74,17 @@ fn replay_in_tmux_follows_the_keys_and_restores_the_terminal() {
         "{s}"
     );
 
+    // Resizes redraw at the new size, down to a one-line notice, and back.
+    t.resize(30, 6);
+    let s = t.wait_for(WAIT, |s| s.contains("terminal too small"));
+    assert!(s.contains("terminal too small (30x6)"), "{s}");
+    t.resize(90, 20);
+    let s = t.wait_for(WAIT, |s| s.contains("TIME BY CLASS"));
+    assert!(
+        s.contains("TIME BY CLASS") && s.contains("api-server"),
+        "{s}"
+    );
+
     t.keys(&["q"]);
     let s = t.wait_for(WAIT, |s| s.contains("EXIT="));
     assert!(s.contains("EXIT=0"), "{s}");
@@ -194,6 +205,28 @@ fn bad_input_is_one_line_naming_the_problem() {
         .assert()
         .code(2)
         .stderr(predicate::str::contains("no process with pid 999999999"));
+    // A thread id names its process; a kernel thread is refused.
+    let thread = std::thread::spawn(|| std::thread::sleep(Duration::from_secs(3)));
+    let tids: Vec<String> = std::fs::read_dir(format!("/proc/{}/task", std::process::id()))
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|t| *t != std::process::id().to_string())
+        .collect();
+    kk().args(["--backend", "proc", "top", "--pid", &tids[0]])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(format!(
+            "is a thread of process {}",
+            std::process::id()
+        )));
+    drop(thread);
+    if Path::new("/proc/2/stat").exists() {
+        // kthreadd, where this pid namespace shows it.
+        kk().args(["--backend", "proc", "top", "--pid", "2"])
+            .assert()
+            .code(2)
+            .stderr(predicate::str::contains("kernel thread"));
+    }
     // Not a terminal: refuse before touching it.
     kk().args(["--backend", "proc", "top"])
         .assert()

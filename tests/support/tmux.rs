@@ -87,6 +87,19 @@ impl Tmux {
         assert!(status.success());
     }
 
+    /// Resize the window (the program gets SIGWINCH).
+    pub fn resize(&self, width: u16, height: u16) {
+        let status = self
+            .cmd()
+            .args(["resize-window", "-t", "kk", "-x"])
+            .arg(width.to_string())
+            .arg("-y")
+            .arg(height.to_string())
+            .status()
+            .expect("tmux resize-window");
+        assert!(status.success());
+    }
+
     /// Type literal text.
     pub fn type_text(&self, text: &str) {
         let status = self

@@ -110,6 +110,9 @@ pub struct ProcFeed {
 
 impl ProcFeed {
     pub fn new(targets: LiveTargets, interval: Duration) -> Result<ProcFeed> {
+        // The same checks as the eBPF session: a thread id or a kernel thread gets a
+        // message naming what to watch instead.
+        crate::source::ebpf::session::check_pids_exist(&targets.pids)?;
         ProcFeed::with_root(Path::new(PROC_ROOT), targets, interval)
     }
 

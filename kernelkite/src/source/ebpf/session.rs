@@ -83,7 +83,7 @@ pub struct Session {
 }
 
 /// Every pid must be a live user-space process (not a thread id, not a kernel thread).
-fn check_pids_exist(pids: &[i32]) -> Result<(), SessionError> {
+pub(crate) fn check_pids_exist(pids: &[i32]) -> Result<(), SessionError> {
     const PF_KTHREAD: u64 = 0x0020_0000;
     for &pid in pids {
         let dir = Path::new(PROC_ROOT).join(pid.to_string());
