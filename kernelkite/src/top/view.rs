@@ -62,7 +62,7 @@ pub fn draw(f: &mut Frame<'_>, app: &mut App) {
         keys,
     );
     if app.show_help {
-        draw_help(f, area);
+        draw_help(f, area, &app.info.hooks);
     }
 }
 
@@ -412,8 +412,8 @@ fn keys_line(app: &App) -> String {
     keys
 }
 
-/// The help overlay's text.
-pub fn help_lines() -> Vec<String> {
+/// The help overlay's text; `hooks` are the attached eBPF hooks (empty for /proc).
+pub fn help_lines(hooks: &[String]) -> Vec<String> {
     let mut lines = vec![
         "kernelkite top: where time goes, live".to_string(),
         String::new(),
@@ -433,15 +433,25 @@ pub fn help_lines() -> Vec<String> {
     for class in LatencyClass::ALL {
         lines.push(format!("  {:<16} {}", class.name(), class.rule()));
     }
+    if !hooks.is_empty() {
+        lines.push(String::new());
+        lines.push(format!("eBPF hooks: {}", hooks.join(", ")));
+    }
     lines.push(String::new());
     lines.push("any key closes this help".to_string());
     lines
 }
 
-fn draw_help(f: &mut Frame<'_>, area: Rect) {
-    let lines = help_lines();
+fn draw_help(f: &mut Frame<'_>, area: Rect, hooks: &[String]) {
+    let lines = help_lines(hooks);
     let width = area.width.saturating_sub(4).min(110);
-    let height = (lines.len() as u16 + 2).min(area.height);
+    // Lines wider than the box wrap: count the rows they take.
+    let inner = width.saturating_sub(2).max(1) as usize;
+    let rows: usize = lines
+        .iter()
+        .map(|l| l.chars().count().div_ceil(inner).max(1))
+        .sum();
+    let height = (rows as u16).saturating_add(2).min(area.height);
     let rect = Rect {
         x: area.x + (area.width - width) / 2,
         y: area.y + (area.height - height) / 2,
