@@ -207,7 +207,20 @@ impl Drop for Tmux {
             // SAFETY: kill has no memory-safety preconditions.
             unsafe { libc::kill(*pid, libc::SIGKILL) };
         }
+        remove_socket(&self.socket);
     }
+}
+
+/// tmux leaves its socket file behind after kill-server: remove ours.
+pub fn remove_socket(name: &str) {
+    let dir = std::env::var_os("TMUX_TMPDIR").unwrap_or_else(|| "/tmp".into());
+    // SAFETY: getuid cannot fail.
+    let uid = unsafe { libc::getuid() };
+    let _ = std::fs::remove_file(
+        std::path::Path::new(&dir)
+            .join(format!("tmux-{uid}"))
+            .join(name),
+    );
 }
 
 /// Single-quote a path or argument for the pane's shell.

@@ -30,6 +30,15 @@ impl Tmux {
 impl Drop for Tmux {
     fn drop(&mut self) {
         let _ = self.cmd().arg("kill-server").stderr(Stdio::null()).status();
+        // tmux leaves the socket file behind.
+        let dir = std::env::var_os("TMUX_TMPDIR").unwrap_or_else(|| "/tmp".into());
+        // SAFETY: getuid cannot fail.
+        let uid = unsafe { libc::getuid() };
+        let _ = std::fs::remove_file(
+            std::path::Path::new(&dir)
+                .join(format!("tmux-{uid}"))
+                .join(&self.0),
+        );
     }
 }
 
