@@ -20,6 +20,7 @@ pub fn execute(global: &GlobalArgs, args: &TopArgs) -> Result<ExitCode> {
 
     use crate::cli::BackendChoice;
     use crate::model::load_bundle;
+    use crate::source::ebpf::availability::Availability;
     use crate::top::feed::{BundleReplayFeed, EbpfFeed, LiveTargets, ProcFeed, TopFeed};
 
     if !(args.refresh.is_finite() && (0.1..=3600.0).contains(&args.refresh)) {
@@ -44,21 +45,20 @@ pub fn execute(global: &GlobalArgs, args: &TopArgs) -> Result<ExitCode> {
             pids: args.pids.clone(),
             follow: args.follow,
         };
+        // A pid that is no process (or a thread, or a kernel thread) is an error with
+        // either backend, never a reason to fall back.
+        crate::source::ebpf::session::check_pids_exist(&targets.pids)?;
         match global.backend {
             BackendChoice::Proc => Box::new(ProcFeed::new(targets, refresh)?),
             BackendChoice::Ebpf => {
                 Box::new(EbpfFeed::start(targets, refresh).context("eBPF is not available")?)
             }
-            BackendChoice::Auto => match EbpfFeed::start(targets.clone(), refresh) {
-                Ok(feed) => Box::new(feed),
-                Err(e) => {
-                    // A missing pid is not a reason to fall back: say so.
-                    if !targets.pids.is_empty() && e.to_string().starts_with("no process") {
-                        return Err(e);
-                    }
-                    eprintln!("kernelkite: using the /proc sampler: eBPF is not available: {e:#}");
+            BackendChoice::Auto => match Availability::probe().unavailable_reason() {
+                Some(why) => {
+                    eprintln!("kernelkite: using the /proc sampler: eBPF is not available: {why}");
                     Box::new(ProcFeed::new(targets, refresh)?)
                 }
+                None => auto_ebpf(targets, refresh)?,
             },
         }
     };
@@ -67,4 +67,21 @@ pub fn execute(global: &GlobalArgs, args: &TopArgs) -> Result<ExitCode> {
         eprintln!("kernelkite: top stopped: {}", outcome.reason);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `--backend auto` with the privilege for eBPF: try it, fall back to /proc with the
+/// reason if loading fails.
+#[cfg(target_os = "linux")]
+fn auto_ebpf(
+    targets: crate::top::feed::LiveTargets,
+    refresh: std::time::Duration,
+) -> Result<Box<dyn crate::top::feed::TopFeed>> {
+    use crate::top::feed::{EbpfFeed, ProcFeed};
+    Ok(match EbpfFeed::start(targets.clone(), refresh) {
+        Err(e) => {
+            eprintln!("kernelkite: using the /proc sampler: eBPF is not available: {e:#}");
+            Box::new(ProcFeed::new(targets, refresh)?)
+        }
+        Ok(feed) => Box::new(feed),
+    })
 }
