@@ -11,3 +11,5 @@ pub mod export;
 pub mod model;
 pub mod report;
 pub mod source;
+#[cfg(target_os = "linux")]
+pub mod top;

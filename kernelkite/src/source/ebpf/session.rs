@@ -85,10 +85,13 @@ pub struct Session {
     stacks: Option<StackCollector>,
     /// `--stacks`: (index into `slow`, pid, user stack id) of slow calls with a stack.
     slow_stack_ids: Vec<(usize, u32, i32)>,
+    /// Live views: count a thread still waiting for its first event (INITIAL) in the
+    /// class /proc showed at attach, as the final frame does, instead of not at all.
+    count_initial_in_frames: bool,
 }
 
 /// Every pid must be a live user-space process (not a thread id, not a kernel thread).
-fn check_pids_exist(pids: &[i32]) -> Result<(), SessionError> {
+pub(crate) fn check_pids_exist(pids: &[i32]) -> Result<(), SessionError> {
     const PF_KTHREAD: u64 = 0x0020_0000;
     for &pid in pids {
         let dir = Path::new(PROC_ROOT).join(pid.to_string());
@@ -203,6 +206,7 @@ impl Session {
             folded_hists: BTreeMap::new(),
             stacks,
             slow_stack_ids: Vec::new(),
+            count_initial_in_frames: false,
         })
     }
 
@@ -404,6 +408,46 @@ impl Session {
         Ok(())
     }
 
+    /// Frames count a thread that has had no event since attach (say, blocked in one
+    /// long wait) in the class /proc showed at attach, so a live view sees its time as
+    /// it passes. The BPF programs close that first interval in the same class (a
+    /// wakeup uses it; a switch-out means /proc saw it running, on_cpu), so the
+    /// counters stay monotonic; off by default (bundles count it at the end).
+    pub fn count_initial_in_frames(&mut self, on: bool) {
+        self.count_initial_in_frames = on;
+    }
+
+    /// Take a snapshot frame and hand it over without keeping it (live views such as
+    /// `top` keep their own history).
+    pub fn snapshot_now(&mut self) -> Result<Frame, SessionError> {
+        self.snapshot_frame(false)
+    }
+
+    /// The cumulative syscall histograms so far: exited processes' (folded out of the
+    /// kernel map) plus the live map's, one per (process, syscall), sorted.
+    pub fn syscall_histograms(&self) -> Vec<SyscallHistogram> {
+        let mut all: BTreeMap<SyscallKey, HistAccumulator> = self
+            .folded_hists
+            .iter()
+            .map(|(k, acc)| (*k, acc.clone()))
+            .collect();
+        for (key, value) in self.hists.iter().filter_map(Result::ok) {
+            all.entry(key).or_default().add(&value);
+        }
+        let mut syscalls: Vec<SyscallHistogram> = all
+            .into_iter()
+            .map(|(key, acc)| acc.into_histogram(key))
+            .collect();
+        syscalls.sort_by_key(|h| (h.pid, h.nr));
+        syscalls
+    }
+
+    /// Hand over the lifecycle events collected so far (a long-running live view drops
+    /// them instead of letting them grow without bound).
+    pub fn take_lifecycle(&mut self) -> Vec<LifecycleEvent> {
+        std::mem::take(&mut self.lifecycle)
+    }
+
     /// Number of frames kept so far.
     pub fn frames(&self) -> usize {
         self.recorder.frames().len()
@@ -499,7 +543,7 @@ impl Session {
         let mut emitted: BTreeMap<u32, ClassTimes> = BTreeMap::new();
         for states in by_tgid.values() {
             for (&tid, state) in states {
-                let times = if final_frame {
+                let times = if final_frame || self.count_initial_in_frames {
                     class_times_final(state, now)
                 } else {
                     class_times_at(state, now)
@@ -595,15 +639,7 @@ impl Session {
         stacks: Option<crate::model::StackProfile>,
     ) -> Bundle {
         let events_lost = self.events_lost();
-        let mut all = self.folded_hists.clone();
-        for (key, value) in self.hists.iter().filter_map(Result::ok) {
-            all.entry(key).or_default().add(&value);
-        }
-        let mut syscalls: Vec<SyscallHistogram> = all
-            .into_iter()
-            .map(|(key, acc)| acc.into_histogram(key))
-            .collect();
-        syscalls.sort_by_key(|h| (h.pid, h.nr));
+        let syscalls = self.syscall_histograms();
         lifecycle.sort_by_key(|e| (e.t_ns, e.pid, e.tid));
         slow.sort_by_key(|s| (s.t_ns, s.tid));
 
