@@ -91,6 +91,7 @@ pub struct Analysis {
     pub processes_without_io: u64,
     /// Σ over threads of their latency classes within the window (ns).
     #[schemars(with = "crate::export::json::model_schema::ClassTimes")]
+    #[serde(serialize_with = "crate::model::class_times_by_name")]
     pub latency_classes: ClassTimes,
     /// `backend.latency_classes_exact()`: false means io_wait, lock_wait,
     /// syscall_blocked and unknown_wait are estimates.
@@ -216,6 +217,7 @@ pub struct ProcessRow {
     pub io_visible: bool,
     /// Σ of its threads' classes.
     #[schemars(with = "crate::export::json::model_schema::ClassTimes")]
+    #[serde(serialize_with = "crate::model::class_times_by_name")]
     pub classes: ClassTimes,
     /// Distinct threads observed.
     pub threads: u64,
@@ -238,6 +240,7 @@ pub struct ThreadRow {
     /// the exact classes from eBPF.
     pub wall_ns: u64,
     #[schemars(with = "crate::export::json::model_schema::ClassTimes")]
+    #[serde(serialize_with = "crate::model::class_times_by_name")]
     pub classes: ClassTimes,
     /// True when the classes came from the kernel (`class_ns`), false when the sleep
     /// classes were estimated from sampled states.

@@ -301,6 +301,20 @@ pub struct ClassTimes {
     pub unknown_wait: u64,
 }
 
+/// Serialize class times as an object keyed by class name (`{"on_cpu": ns, ...}`), the
+/// form of derived documents such as `export --format json`; bundles use the row.
+pub fn class_times_by_name<S: serde::Serializer>(
+    times: &ClassTimes,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeMap;
+    let mut map = serializer.serialize_map(Some(NUM_CLASSES))?;
+    for class in LatencyClass::ALL {
+        map.serialize_entry(class.name(), &times.get(class))?;
+    }
+    map.end()
+}
+
 impl ClassTimes {
     pub fn from_array(ns: [u64; NUM_CLASSES]) -> ClassTimes {
         ClassTimes {
