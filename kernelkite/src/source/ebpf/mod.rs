@@ -6,6 +6,7 @@
 pub mod availability;
 pub mod btf_layout;
 pub mod loader;
+pub mod map_batch;
 pub mod records;
 pub mod session;
 pub mod stacks;

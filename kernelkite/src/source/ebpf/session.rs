@@ -14,6 +14,7 @@ use kernelkite_common::bpf::{
 use kernelkite_common::LatencyClass;
 
 use super::loader::{self, ProbeError, ProbeOptions, Probes, StackOptions};
+use super::map_batch::read_all;
 use super::records::{comm_string, decode, Record};
 use super::stacks::StackCollector;
 use super::syscall_table;
@@ -234,10 +235,8 @@ impl Session {
 
     /// Processes with a live traced thread (for passing on signals).
     pub fn live_pids(&self) -> Vec<i32> {
-        let set: BTreeSet<i32> = self
-            .threads
-            .iter()
-            .filter_map(Result::ok)
+        let set: BTreeSet<i32> = read_all(&self.threads)
+            .into_iter()
             .filter(|(_, s)| s.run_state != run_state::EXITED)
             .map(|(_, s)| s.tgid as i32)
             .collect();
@@ -431,7 +430,7 @@ impl Session {
             .iter()
             .map(|(k, acc)| (*k, acc.clone()))
             .collect();
-        for (key, value) in self.hists.iter().filter_map(Result::ok) {
+        for (key, value) in read_all(&self.hists) {
             all.entry(key).or_default().add(&value);
         }
         let mut syscalls: Vec<SyscallHistogram> = all
@@ -455,9 +454,8 @@ impl Session {
 
     /// Whether any traced thread is still alive.
     pub fn any_target_alive(&self) -> bool {
-        self.threads
-            .iter()
-            .filter_map(Result::ok)
+        read_all(&self.threads)
+            .into_iter()
             .any(|(tid, s)| s.run_state != run_state::EXITED && !self.exited.contains(&tid))
     }
 
@@ -482,17 +480,14 @@ impl Session {
 
     /// Move the histograms of processes with no live thread out of the kernel map.
     fn fold_exited_histograms(&mut self, live: &BTreeMap<u32, BTreeMap<u32, ThreadState>>) {
-        let dead: Vec<SyscallKey> = self
-            .hists
-            .keys()
-            .filter_map(Result::ok)
-            .filter(|k| !live.contains_key(&k.tgid))
+        let dead: Vec<(SyscallKey, SyscallHist)> = read_all(&self.hists)
+            .into_iter()
+            .filter(|(k, _)| !live.contains_key(&k.tgid))
             .collect();
-        for key in dead {
-            if let Ok(value) = self.hists.get(&key, 0) {
-                self.folded_hists.entry(key).or_default().add(&value);
-                let _ = self.hists.remove(&key);
-            }
+        for (key, value) in dead {
+            // No thread of the process is left to update the entry: the copy is final.
+            self.folded_hists.entry(key).or_default().add(&value);
+            let _ = self.hists.remove(&key);
         }
     }
 
@@ -502,7 +497,7 @@ impl Session {
         // Read the map first: a thread's counters are then never ahead of its /proc row.
         let mut by_tgid: BTreeMap<u32, BTreeMap<u32, ThreadState>> = BTreeMap::new();
         let mut lost_exits = Vec::new();
-        let entries: Vec<(u32, ThreadState)> = self.threads.iter().filter_map(Result::ok).collect();
+        let entries: Vec<(u32, ThreadState)> = read_all(&self.threads);
         for (tid, state) in entries {
             let state = self.read_thread(tid, state);
             if state.run_state == run_state::EXITED {
