@@ -4,7 +4,9 @@
 //! described in `docs/JSON.md`; the helpers below format numbers the same way everywhere.
 
 pub mod compare;
+pub mod flamegraph;
 pub mod html;
+pub mod stacks;
 pub mod summary;
 pub mod timeline;
 pub mod trace;
