@@ -142,7 +142,7 @@ pub enum FlameGraphError {
     NoStacks,
     #[error("has no {0} stacks")]
     NoClassStacks(&'static str),
-    #[error("inferno failed: {0}")]
+    #[error("could not be drawn: inferno: {0}")]
     Inferno(#[from] std::io::Error),
 }
 

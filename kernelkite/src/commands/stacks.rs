@@ -1,0 +1,33 @@
+//! `kernelkite stacks`: the heaviest stacks per latency class of one bundle.
+
+use std::process::ExitCode;
+
+use anyhow::{bail, Result};
+
+use crate::analysis::analyze;
+use crate::analysis::stacks::analyze_stacks;
+use crate::cli::{GlobalArgs, StacksArgs};
+use crate::model::load_bundle;
+use crate::report::stacks::{stacks_json, stacks_text};
+use crate::report::{json_text, write_stdout};
+
+pub fn execute(global: &GlobalArgs, args: &StacksArgs) -> Result<ExitCode> {
+    let bundle = load_bundle(&args.bundle)?;
+    if bundle.stacks.is_none() {
+        bail!(
+            "{} has no stacks (record with --stacks)",
+            args.bundle.display()
+        );
+    }
+    let analysis = analyze(&bundle);
+    let top = usize::try_from(args.top).unwrap_or(usize::MAX);
+    let Some(stacks) = analyze_stacks(&bundle, &analysis, args.class, top) else {
+        unreachable!("checked above that the bundle has stacks");
+    };
+    if global.json {
+        write_stdout(&json_text(&stacks_json(&analysis, &stacks)))?;
+    } else {
+        write_stdout(&stacks_text(&analysis, &stacks))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
