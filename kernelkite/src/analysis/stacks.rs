@@ -215,7 +215,7 @@ pub fn analyze_stacks(
                 })
                 .collect();
             // Stable sort over the frame-ordered map: equal times keep frame order.
-            rows.sort_by(|x, y| y.total_ns.cmp(&x.total_ns));
+            rows.sort_by_key(|s| std::cmp::Reverse(s.total_ns));
             rows.truncate(top);
             ClassStacks {
                 class,
