@@ -6,6 +6,7 @@
 pub mod compare;
 pub mod flamegraph;
 pub mod html;
+pub mod html_stacks;
 pub mod stacks;
 pub mod summary;
 pub mod timeline;
