@@ -255,6 +255,42 @@ mod snapshot_tests {
         insta::assert_snapshot!("tree_ebpf_text", super::tree::tree_text(&a));
     }
 
+    /// The issue asks for this: the folded output of a fixture-driven replay.
+    #[test]
+    fn stacks_demo() {
+        use crate::analysis::stacks::{analyze_stacks, folded_lines, FoldOptions};
+        use kernelkite_common::LatencyClass;
+        let path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/stacks-demo.json");
+        let bundle = crate::model::fixture::load_fixture(&path).unwrap();
+        let a = analyze(&bundle);
+        let s = analyze_stacks(&bundle, &a, None, 3).unwrap();
+        insta::assert_snapshot!("stacks_demo_text", super::stacks::stacks_text(&a, &s));
+        insta::assert_json_snapshot!("stacks_demo_json", super::stacks::stacks_json(&a, &s));
+        let folded = |opts: FoldOptions| folded_lines(&bundle, &opts).join("\n");
+        insta::assert_snapshot!(
+            "stacks_demo_folded",
+            folded(FoldOptions {
+                class: None,
+                class_root: true,
+                per_process: false
+            })
+        );
+        insta::assert_snapshot!(
+            "stacks_demo_folded_io_wait_per_process",
+            folded(FoldOptions {
+                class: Some(LatencyClass::IoWait),
+                class_root: false,
+                per_process: true
+            })
+        );
+        let lock = crate::analysis::stacks::top_stacks(&bundle, &a, LatencyClass::LockWait, 3);
+        insta::assert_snapshot!(
+            "stacks_demo_trace_lock_wait",
+            super::stacks::top_stacks_text(LatencyClass::LockWait, &lock)
+        );
+    }
+
     #[test]
     fn fixture_numbers_are_exact() {
         let b = fixture("cargo-build-before.json");
