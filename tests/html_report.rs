@@ -600,38 +600,8 @@ fn stacks_report_renders_in_headless_chromium() {
     assert!(dom.contains("<title>lock_wait ("));
     assert!(dom.contains("ext4_sync_file"));
 
-    let png_path = work.path().join("stacks.png");
-    let mut c = chromium_command(&bin, profile.path());
-    c.arg(format!("--screenshot={}", png_path.display())).args([
-        "--window-size=1280,4000",
-        "--enable-logging=stderr",
-        "--v=0",
-        &url,
-    ]);
-    let out = run_with_timeout(c, 120);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "chromium --screenshot failed: {stderr}"
-    );
-    let problems = page_problems(&stderr);
-    assert!(
-        problems.is_empty(),
-        "chromium logged page problems: {problems:#?}"
-    );
-    let stats = ScreenshotStats::of(&png_path);
-    eprintln!("screenshot: {stats:?}");
-    let shown = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("html_report");
-    if std::fs::create_dir_all(&shown).is_ok() {
-        let _ = std::fs::copy(&page, shown.join("stacks-report.html"));
-        let _ = std::fs::copy(&png_path, shown.join("stacks-report.png"));
-    }
-    if let Err(why) = stats.looks_drawn() {
-        panic!(
-            "the screenshot looks blank: {why} (see {})",
-            shown.display()
-        );
-    }
+    let stats = screenshot_of(&bin, &page, "1280,4000", "stacks-report");
+    assert_eq!((stats.width, stats.height), (1280, 4000));
 }
 
 // ---------------------------------------------------------------------------------------
@@ -710,6 +680,48 @@ fn run_with_timeout(mut cmd: Command, secs: u64) -> std::process::Output {
         stdout: t_out.join().unwrap(),
         stderr: t_err.join().unwrap(),
     }
+}
+
+/// Screenshot `page` at `window` ("W,H"): Chromium must succeed and log no problem of
+/// the page (console messages, uncaught errors, failed loads: it has no script and
+/// nothing to load), and the picture must look drawn. The page and the picture are
+/// copied to target/tmp/html_report/NAME.{html,png} for a person to see.
+fn screenshot_of(bin: &Path, page: &Path, window: &str, name: &str) -> ScreenshotStats {
+    let work = tempfile::tempdir().unwrap();
+    let png_path = work.path().join("shot.png");
+    let url = format!("file://{}", page.canonicalize().unwrap().display());
+    let mut c = chromium_command(bin, &work.path().join("profile"));
+    c.arg(format!("--screenshot={}", png_path.display())).args([
+        &format!("--window-size={window}"),
+        "--enable-logging=stderr",
+        "--v=0",
+        &url,
+    ]);
+    let out = run_with_timeout(c, 120);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "chromium --screenshot failed: {stderr}"
+    );
+    let problems = page_problems(&stderr);
+    assert!(
+        problems.is_empty(),
+        "chromium logged page problems: {problems:#?}"
+    );
+    let stats = ScreenshotStats::of(&png_path);
+    eprintln!("screenshot {name}: {stats:?}");
+    let shown = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("html_report");
+    if std::fs::create_dir_all(&shown).is_ok() {
+        let _ = std::fs::copy(page, shown.join(format!("{name}.html")));
+        let _ = std::fs::copy(&png_path, shown.join(format!("{name}.png")));
+    }
+    if let Err(why) = stats.looks_drawn() {
+        panic!(
+            "the screenshot looks blank: {why} (see {})",
+            shown.display()
+        );
+    }
+    stats
 }
 
 /// What a screenshot shows, roughly.
@@ -920,40 +932,6 @@ fn report_renders_in_headless_chromium() {
     assert!(dom.contains("Where the time went"));
 
     // 2. A screenshot: the page must draw many colours over a large non-white area.
-    let png_path = keep.join("report.png");
-    let profile = tempfile::tempdir().unwrap();
-    let mut c = chromium_command(&bin, profile.path());
-    c.arg(format!("--screenshot={}", png_path.display())).args([
-        "--window-size=1280,2000",
-        "--enable-logging=stderr",
-        "--v=0",
-        &url,
-    ]);
-    let out = run_with_timeout(c, 120);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "chromium --screenshot failed: {stderr}"
-    );
-    // Console messages of the page (there should be none: it has no script) and load
-    // failures of resources (there are none to load) show up in the log.
-    let problems = page_problems(&stderr);
-    assert!(
-        problems.is_empty(),
-        "chromium logged page problems: {problems:#?}"
-    );
-    let stats = ScreenshotStats::of(&png_path);
-    eprintln!("screenshot: {stats:?}");
+    let stats = screenshot_of(&bin, &page, "1280,2000", "report");
     assert_eq!((stats.width, stats.height), (1280, 2000));
-    let shown = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("html_report");
-    if std::fs::create_dir_all(&shown).is_ok() {
-        let _ = std::fs::copy(&page, shown.join("report.html"));
-        let _ = std::fs::copy(&png_path, shown.join("report.png"));
-    }
-    if let Err(why) = stats.looks_drawn() {
-        panic!(
-            "the screenshot looks blank: {why} (see {})",
-            shown.display()
-        );
-    }
 }
