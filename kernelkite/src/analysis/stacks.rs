@@ -261,6 +261,55 @@ pub fn dominant_stack_class(bundle: &Bundle, a: &Analysis) -> Option<LatencyClas
         })
 }
 
+/// A single slow syscall with the user stack that made it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SlowCallStack {
+    /// Start, ns since the session's start.
+    pub t_ns: u64,
+    pub pid: i32,
+    pub tid: i32,
+    pub comm: String,
+    pub name: String,
+    pub duration_ns: u64,
+    /// The caller's user stack, outermost frame first.
+    pub frames: Vec<FrameView>,
+}
+
+/// The `n` slowest single syscalls that have a user stack, slowest first (ties: earlier
+/// first).
+pub fn slow_call_stacks(bundle: &Bundle, n: usize) -> Vec<SlowCallStack> {
+    let Some(profile) = bundle.stacks.as_ref() else {
+        return Vec::new();
+    };
+    let (_, thread_names) = names(bundle);
+    let mut calls: Vec<_> = bundle
+        .slow_syscalls
+        .iter()
+        .filter_map(|s| s.user_stack.map(|stack| (s, stack)))
+        .collect();
+    calls.sort_by(|(x, _), (y, _)| y.duration_ns.cmp(&x.duration_ns).then(x.t_ns.cmp(&y.t_ns)));
+    calls
+        .into_iter()
+        .take(n)
+        .map(|(s, stack)| SlowCallStack {
+            t_ns: s.t_ns,
+            pid: s.pid,
+            tid: s.tid,
+            comm: thread_names
+                .get(&(s.pid, s.tid))
+                .cloned()
+                .unwrap_or_default(),
+            name: s.name.clone(),
+            duration_ns: s.duration_ns,
+            frames: profile.stacks[stack as usize]
+                .iter()
+                .rev()
+                .map(|&f| FrameView::of(&profile.frames[f as usize]))
+                .collect(),
+        })
+        .collect()
+}
+
 /// What [`folded_lines`] puts in each line besides the frames.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FoldOptions {
@@ -429,7 +478,35 @@ mod tests {
         assert_eq!(only.len(), 1);
         assert_eq!(only[0], *top);
         assert!(top_stacks(&b, &a, LatencyClass::IoWait, 3).is_empty());
+        assert!(slow_call_stacks(&b, 3).is_empty());
         assert_eq!(dominant_stack_class(&b, &a), Some(LatencyClass::LockWait));
+    }
+
+    #[test]
+    fn slow_calls_with_stacks_slowest_first() {
+        let mut b = demo();
+        let call = |t_ns, duration_ns, user_stack| crate::model::SlowSyscall {
+            t_ns,
+            pid: 10,
+            tid: 11,
+            nr: 202,
+            name: "futex".into(),
+            duration_ns,
+            ret: 0,
+            user_stack,
+        };
+        b.slow_syscalls = vec![
+            call(1, 20, Some(0)),
+            call(2, 90, None),
+            call(3, 50, Some(2)),
+            call(4, 50, Some(0)),
+        ];
+        let calls = slow_call_stacks(&b, 2);
+        let got: Vec<_> = calls.iter().map(|c| (c.t_ns, c.duration_ns)).collect();
+        assert_eq!(got, [(3, 50), (4, 50)]);
+        assert_eq!(calls[0].comm, "w1");
+        let names: Vec<_> = calls[0].frames.iter().map(|f| f.name.as_str()).collect();
+        assert_eq!(names, ["main", "libz.so+0x1234"]);
     }
 
     #[test]

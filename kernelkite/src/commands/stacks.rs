@@ -5,10 +5,10 @@ use std::process::ExitCode;
 use anyhow::{bail, Result};
 
 use crate::analysis::analyze;
-use crate::analysis::stacks::analyze_stacks;
+use crate::analysis::stacks::{analyze_stacks, slow_call_stacks};
 use crate::cli::{GlobalArgs, StacksArgs};
 use crate::model::load_bundle;
-use crate::report::stacks::{stacks_json, stacks_text};
+use crate::report::stacks::{stacks_json, stacks_text, STACKS_SLOW_CALLS};
 use crate::report::{json_text, write_stdout};
 
 pub fn execute(global: &GlobalArgs, args: &StacksArgs) -> Result<ExitCode> {
@@ -24,10 +24,15 @@ pub fn execute(global: &GlobalArgs, args: &StacksArgs) -> Result<ExitCode> {
     let Some(stacks) = analyze_stacks(&bundle, &analysis, args.class, top) else {
         unreachable!("checked above that the bundle has stacks");
     };
+    // Slow calls have no class: listed only when every class is.
+    let calls = match args.class {
+        Some(_) => Vec::new(),
+        None => slow_call_stacks(&bundle, STACKS_SLOW_CALLS),
+    };
     if global.json {
-        write_stdout(&json_text(&stacks_json(&analysis, &stacks)))?;
+        write_stdout(&json_text(&stacks_json(&analysis, &stacks, &calls)))?;
     } else {
-        write_stdout(&stacks_text(&analysis, &stacks))?;
+        write_stdout(&stacks_text(&analysis, &stacks, &calls))?;
     }
     Ok(ExitCode::SUCCESS)
 }

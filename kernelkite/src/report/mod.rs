@@ -265,8 +265,16 @@ mod snapshot_tests {
         let bundle = crate::model::fixture::load_fixture(&path).unwrap();
         let a = analyze(&bundle);
         let s = analyze_stacks(&bundle, &a, None, 3).unwrap();
-        insta::assert_snapshot!("stacks_demo_text", super::stacks::stacks_text(&a, &s));
-        insta::assert_json_snapshot!("stacks_demo_json", super::stacks::stacks_json(&a, &s));
+        let calls = crate::analysis::stacks::slow_call_stacks(&bundle, 5);
+        assert_eq!(calls.len(), 2);
+        insta::assert_snapshot!(
+            "stacks_demo_text",
+            super::stacks::stacks_text(&a, &s, &calls)
+        );
+        insta::assert_json_snapshot!(
+            "stacks_demo_json",
+            super::stacks::stacks_json(&a, &s, &calls)
+        );
         let folded = |opts: FoldOptions| folded_lines(&bundle, &opts).join("\n");
         insta::assert_snapshot!(
             "stacks_demo_folded",

@@ -5,7 +5,9 @@ use kernelkite_common::LatencyClass;
 use serde_json::{json, Value};
 
 use super::{clean, fmt_ns, fmt_share};
-use crate::analysis::stacks::{ClassStacks, FrameView, HeavyStack, StacksAnalysis, ThreadRef};
+use crate::analysis::stacks::{
+    ClassStacks, FrameView, HeavyStack, SlowCallStack, StacksAnalysis, ThreadRef,
+};
 use crate::analysis::Analysis;
 
 /// The `stacks --json` document's `schema_version`.
@@ -103,8 +105,35 @@ fn class_heading(c: &ClassStacks) -> String {
     )
 }
 
-/// The text of `kernelkite stacks`.
-pub fn stacks_text(a: &Analysis, s: &StacksAnalysis) -> String {
+/// How many slow syscalls with stacks `kernelkite stacks` lists.
+pub const STACKS_SLOW_CALLS: usize = 5;
+
+fn slow_calls_text(out: &mut String, calls: &[SlowCallStack]) {
+    if calls.is_empty() {
+        return;
+    }
+    out.push_str("\nslowest single syscalls with the user stack that made them:\n");
+    for c in calls {
+        let who = if c.comm.is_empty() {
+            format!("{}/{}", c.pid, c.tid)
+        } else {
+            format!("{}/{} {}", c.pid, c.tid, clean(&c.comm))
+        };
+        out.push_str(&format!(
+            "  {}  {}  at {}  {who}\n",
+            clean(&c.name),
+            fmt_ns(c.duration_ns as f64),
+            fmt_ns(c.t_ns as f64)
+        ));
+        for f in c.frames.iter().rev() {
+            out.push_str(&format!("        {}\n", frame_line(f)));
+        }
+    }
+}
+
+/// The text of `kernelkite stacks`: the classes, then `calls` (the slowest single
+/// syscalls with a user stack; pass none to leave them out).
+pub fn stacks_text(a: &Analysis, s: &StacksAnalysis, calls: &[SlowCallStack]) -> String {
     let mut out = String::new();
     out.push_str(&format!(
         "kernelkite stacks: {}\n",
@@ -137,6 +166,7 @@ pub fn stacks_text(a: &Analysis, s: &StacksAnalysis) -> String {
             ));
         }
     }
+    slow_calls_text(&mut out, calls);
     out
 }
 
@@ -163,7 +193,7 @@ fn frame_json(f: &FrameView) -> Value {
 }
 
 /// The `--json` document of `kernelkite stacks`.
-pub fn stacks_json(a: &Analysis, s: &StacksAnalysis) -> Value {
+pub fn stacks_json(a: &Analysis, s: &StacksAnalysis, calls: &[SlowCallStack]) -> Value {
     let classes: Vec<Value> = s
         .classes
         .iter()
@@ -198,5 +228,14 @@ pub fn stacks_json(a: &Analysis, s: &StacksAnalysis) -> Value {
         "min_block_ns": s.min_block_ns,
         "captures_lost": s.captures_lost,
         "classes": classes,
+        "slow_syscalls": calls.iter().map(|c| json!({
+            "t_ns": c.t_ns,
+            "pid": c.pid,
+            "tid": c.tid,
+            "comm": c.comm,
+            "name": c.name,
+            "duration_ns": c.duration_ns,
+            "frames": c.frames.iter().map(frame_json).collect::<Vec<_>>(),
+        })).collect::<Vec<_>>(),
     })
 }
