@@ -13,16 +13,13 @@ use crate::report::{json_text, write_stdout};
 
 pub fn execute(global: &GlobalArgs, args: &StacksArgs) -> Result<ExitCode> {
     let bundle = load_bundle(&args.bundle)?;
-    if bundle.stacks.is_none() {
+    let analysis = analyze(&bundle);
+    let top = usize::try_from(args.top).unwrap_or(usize::MAX);
+    let Some(stacks) = analyze_stacks(&bundle, &analysis, args.class, top) else {
         bail!(
             "{} has no stacks (record with --stacks)",
             args.bundle.display()
         );
-    }
-    let analysis = analyze(&bundle);
-    let top = usize::try_from(args.top).unwrap_or(usize::MAX);
-    let Some(stacks) = analyze_stacks(&bundle, &analysis, args.class, top) else {
-        unreachable!("checked above that the bundle has stacks");
     };
     // Slow calls have no class: listed only when every class is.
     let calls = match args.class {

@@ -142,6 +142,8 @@ pub enum FlameGraphError {
     NoStacks,
     #[error("has no {0} stacks")]
     NoClassStacks(&'static str),
+    #[error("has no stack with any time")]
+    NoTime,
     #[error("could not be drawn: inferno: {0}")]
     Inferno(#[from] std::io::Error),
 }
@@ -156,7 +158,7 @@ pub fn flamegraph_svg(bundle: &Bundle, spec: &FlameGraphSpec) -> Result<String, 
     if lines.is_empty() {
         return Err(match spec.class {
             Some(c) => FlameGraphError::NoClassStacks(c.name()),
-            None => FlameGraphError::NoClassStacks("non-empty"),
+            None => FlameGraphError::NoTime,
         });
     }
     let label = bundle.label.as_deref().map(crate::report::clean);

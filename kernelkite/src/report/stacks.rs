@@ -149,7 +149,7 @@ pub fn stacks_text(a: &Analysis, s: &StacksAnalysis, calls: &[SlowCallStack]) ->
         s.captures_lost
     ));
     if s.classes.is_empty() {
-        out.push_str("\nno stack time in this class\n");
+        out.push_str("\nno stack has any time in the classes asked for\n");
     }
     for c in &s.classes {
         out.push('\n');
