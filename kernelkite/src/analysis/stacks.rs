@@ -8,9 +8,10 @@
 //! addresses or threads.
 //!
 //! Two views: the heaviest stacks per class ([`analyze_stacks`], [`top_stacks`]) and
-//! folded-stack lines for flame graphs and other tools ([`folded_lines`]).
+//! folded-stack lines for flame graphs and other tools ([`folded_lines`]), where frames
+//! are compared by their folded text only.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use kernelkite_common::LatencyClass;
 use serde::Serialize;
@@ -131,19 +132,60 @@ fn sample_class(s: &StackSample) -> Option<LatencyClass> {
     LatencyClass::from_name(&s.class)
 }
 
-/// The joined stack of a sample, outermost frame first.
-pub fn joined_stack(profile: &StackProfile, sample: &StackSample) -> Vec<FrameView> {
-    let mut out = Vec::new();
-    for stack in [sample.user_stack, sample.kernel_stack]
-        .into_iter()
-        .flatten()
-    {
-        // Stacks are stored innermost first.
-        for &f in profile.stacks[stack as usize].iter().rev() {
-            out.push(FrameView::of(&profile.frames[f as usize]));
-        }
+/// The frames of a profile as reports show them, each distinct view once: a bundle has
+/// many frames per function (one per return address), and comparing stacks by view ids
+/// instead of strings keeps large profiles fast.
+struct FrameViews {
+    /// Distinct views, in first-seen order.
+    views: Vec<FrameView>,
+    /// For every frame of the profile, the index of its view.
+    of_frame: Vec<u32>,
+}
+
+impl FrameViews {
+    fn new(profile: &StackProfile) -> FrameViews {
+        let mut index: HashMap<FrameView, u32> = HashMap::new();
+        let mut views = Vec::new();
+        let of_frame = profile
+            .frames
+            .iter()
+            .map(|f| {
+                *index.entry(FrameView::of(f)).or_insert_with_key(|v| {
+                    views.push(v.clone());
+                    (views.len() - 1) as u32
+                })
+            })
+            .collect();
+        FrameViews { views, of_frame }
     }
-    out
+
+    /// The joined stack of a sample as view ids, outermost frame first.
+    fn joined(&self, profile: &StackProfile, sample: &StackSample) -> Vec<u32> {
+        let mut out = Vec::new();
+        for stack in [sample.user_stack, sample.kernel_stack]
+            .into_iter()
+            .flatten()
+        {
+            // Stacks are stored innermost first.
+            for &f in profile.stacks[stack as usize].iter().rev() {
+                out.push(self.of_frame[f as usize]);
+            }
+        }
+        out
+    }
+
+    fn frames(&self, ids: &[u32]) -> Vec<FrameView> {
+        ids.iter()
+            .map(|&i| self.views[i as usize].clone())
+            .collect()
+    }
+
+    /// Stacks in the order of their frames' views (a deterministic tie-break).
+    fn cmp(&self, a: &[u32], b: &[u32]) -> std::cmp::Ordering {
+        a.iter()
+            .map(|&i| &self.views[i as usize])
+            .cmp(b.iter().map(|&i| &self.views[i as usize]))
+    }
 }
 
 /// The last comm of every thread and process seen in the bundle's frames.
@@ -171,8 +213,9 @@ pub fn analyze_stacks(
 ) -> Option<StacksAnalysis> {
     let profile = bundle.stacks.as_ref()?;
     let (_, thread_names) = names(bundle);
-    type Acc = (u64, u64, std::collections::BTreeSet<(i32, i32)>);
-    let mut by_class: BTreeMap<LatencyClass, BTreeMap<Vec<FrameView>, Acc>> = BTreeMap::new();
+    let views = FrameViews::new(profile);
+    type Acc = (u64, u64, BTreeSet<(i32, i32)>);
+    let mut by_class: BTreeMap<LatencyClass, HashMap<Vec<u32>, Acc>> = BTreeMap::new();
     for s in &profile.samples {
         let Some(class) = sample_class(s) else {
             continue;
@@ -183,7 +226,7 @@ pub fn analyze_stacks(
         let entry = by_class
             .entry(class)
             .or_default()
-            .entry(joined_stack(profile, s))
+            .entry(views.joined(profile, s))
             .or_default();
         entry.0 = entry.0.saturating_add(s.total_ns);
         entry.1 = entry.1.saturating_add(s.count);
@@ -196,10 +239,13 @@ pub fn analyze_stacks(
             let stack_ns = stacks.values().fold(0u64, |t, v| t.saturating_add(v.0));
             let count = stacks.values().fold(0u64, |t, v| t.saturating_add(v.1));
             let distinct_stacks = stacks.len();
-            let mut rows: Vec<HeavyStack> = stacks
+            let mut rows: Vec<(Vec<u32>, Acc)> = stacks.into_iter().collect();
+            rows.sort_by(|(xf, x), (yf, y)| y.0.cmp(&x.0).then_with(|| views.cmp(xf, yf)));
+            rows.truncate(top);
+            let top = rows
                 .into_iter()
-                .map(|(frames, (total_ns, count, tids))| HeavyStack {
-                    frames,
+                .map(|(ids, (total_ns, count, tids))| HeavyStack {
+                    frames: views.frames(&ids),
                     total_ns,
                     count,
                     share_of_stacks: share(total_ns, stack_ns).unwrap_or(0.0),
@@ -214,16 +260,13 @@ pub fn analyze_stacks(
                         .collect(),
                 })
                 .collect();
-            // Stable sort over the frame-ordered map: equal times keep frame order.
-            rows.sort_by_key(|s| std::cmp::Reverse(s.total_ns));
-            rows.truncate(top);
             ClassStacks {
                 class,
                 class_ns,
                 stack_ns,
                 count,
                 distinct_stacks,
-                top: rows,
+                top,
             }
         })
         .collect();
@@ -330,7 +373,23 @@ pub fn folded_lines(bundle: &Bundle, opts: &FoldOptions) -> Vec<String> {
         return Vec::new();
     };
     let (process_names, _) = names(bundle);
-    let mut sums: BTreeMap<String, u64> = BTreeMap::new();
+    let views = FrameViews::new(profile);
+    // Views that fold to the same text (they differ in module or line) are one frame
+    // here: `text_of[view]` indexes `texts`.
+    let mut texts: Vec<String> = Vec::new();
+    let mut text_index: HashMap<String, u32> = HashMap::new();
+    let text_of: Vec<u32> = views
+        .views
+        .iter()
+        .map(|v| {
+            *text_index.entry(v.folded_name()).or_insert_with_key(|t| {
+                texts.push(t.clone());
+                (texts.len() - 1) as u32
+            })
+        })
+        .collect();
+    // (root frames, joined stack as text ids) -> ns; the line is made once per key.
+    let mut sums: HashMap<(Vec<String>, Vec<u32>), u64> = HashMap::new();
     for s in &profile.samples {
         let Some(class) = sample_class(s) else {
             continue;
@@ -338,9 +397,9 @@ pub fn folded_lines(bundle: &Bundle, opts: &FoldOptions) -> Vec<String> {
         if opts.class.is_some_and(|c| c != class) || s.total_ns == 0 {
             continue;
         }
-        let mut parts: Vec<String> = Vec::new();
+        let mut roots: Vec<String> = Vec::new();
         if opts.class_root {
-            parts.push(class.name().to_string());
+            roots.push(class.name().to_string());
         }
         if opts.per_process {
             let comm = process_names
@@ -348,19 +407,29 @@ pub fn folded_lines(bundle: &Bundle, opts: &FoldOptions) -> Vec<String> {
                 .map(|c| crate::report::clean(c).replace(';', ":"))
                 .filter(|c| !c.is_empty())
                 .unwrap_or_else(|| format!("pid {}", s.pid));
-            parts.push(comm);
+            roots.push(comm);
         }
-        let frames = joined_stack(profile, s);
-        if frames.is_empty() {
-            parts.push("[unknown]".to_string());
-        }
-        parts.extend(frames.iter().map(FrameView::folded_name));
-        let sum = sums.entry(parts.join(";")).or_default();
+        let ids = views
+            .joined(profile, s)
+            .into_iter()
+            .map(|v| text_of[v as usize])
+            .collect();
+        let sum = sums.entry((roots, ids)).or_default();
         *sum = sum.saturating_add(s.total_ns);
     }
-    sums.into_iter()
-        .map(|(stack, ns)| format!("{stack} {ns}"))
-        .collect()
+    let mut lines: Vec<String> = sums
+        .into_iter()
+        .map(|((roots, ids), ns)| {
+            let mut parts = roots;
+            if ids.is_empty() {
+                parts.push("[unknown]".to_string());
+            }
+            parts.extend(ids.iter().map(|&i| texts[i as usize].clone()));
+            format!("{} {ns}", parts.join(";"))
+        })
+        .collect();
+    lines.sort();
+    lines
 }
 
 #[cfg(test)]
@@ -531,6 +600,14 @@ mod tests {
             folded_lines(&b, &opts),
             ["on_cpu;svc:x;main;libz.so+0x1234 400000000"]
         );
+        // Frames that differ only in their line are one frame in folded text, and two
+        // in the heaviest stacks.
+        let mut lines_differ = b.clone();
+        lines_differ.stacks.as_mut().unwrap().frames[2].line = Some(9);
+        assert_eq!(folded_lines(&lines_differ, &FoldOptions::default()), lines);
+        let a = crate::analysis::analyze(&lines_differ);
+        let s = analyze_stacks(&lines_differ, &a, Some(LatencyClass::LockWait), 5).unwrap();
+        assert_eq!(s.classes[0].distinct_stacks, 3);
         let mut none = b.clone();
         none.stacks = None;
         assert!(folded_lines(&none, &FoldOptions::default()).is_empty());
