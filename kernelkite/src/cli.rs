@@ -29,7 +29,7 @@ pub struct GlobalArgs {
     /// Also record host-wide /proc/net/dev counters (not attributable to the profiled processes).
     #[arg(long, global = true)]
     pub network: bool,
-    /// Print machine-readable JSON instead of text (summary, compare, tree, trace, doctor).
+    /// Print machine-readable JSON instead of text (summary, compare, tree, trace, doctor, stacks).
     #[arg(long, global = true)]
     pub json: bool,
     /// Which collector to use: auto picks eBPF when privileged, else /proc.
@@ -216,6 +216,7 @@ fn parse_class(s: &str) -> Result<kernelkite_common::LatencyClass, String> {
 
 #[derive(Debug, Args)]
 pub struct StacksArgs {
+    /// Bundle recorded with --stacks.
     pub bundle: PathBuf,
     /// Only this latency class (on_cpu, runqueue, io_wait, lock_wait, syscall_blocked, unknown_wait).
     #[arg(long, value_parser = parse_class)]
@@ -227,6 +228,7 @@ pub struct StacksArgs {
 
 #[derive(Debug, Args)]
 pub struct FlamegraphArgs {
+    /// Bundle recorded with --stacks.
     pub bundle: PathBuf,
     /// Only this latency class (default: every class, each under its own root frame).
     #[arg(long, value_parser = parse_class)]
