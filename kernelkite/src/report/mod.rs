@@ -297,6 +297,16 @@ mod snapshot_tests {
             "stacks_demo_trace_lock_wait",
             super::stacks::top_stacks_text(LatencyClass::LockWait, &lock)
         );
+        // What trace prints: the dominant class with stacks is syscall_blocked (2.736 s).
+        let trace = super::stacks::dominant_stacks_text(&bundle, &a, 3).unwrap();
+        assert!(
+            trace.starts_with("heaviest syscall_blocked stacks:\n"),
+            "{trace}"
+        );
+        assert_eq!(trace.matches("  #").count(), 3);
+        let mut plain = bundle.clone();
+        plain.stacks = None;
+        assert_eq!(super::stacks::dominant_stacks_text(&plain, &a, 3), None);
     }
 
     #[test]

@@ -5,10 +5,12 @@ use kernelkite_common::LatencyClass;
 use serde_json::{json, Value};
 
 use super::{clean, fmt_ns, fmt_share};
+use crate::analysis::stacks::{dominant_stack_class, top_stacks};
 use crate::analysis::stacks::{
     ClassStacks, FrameView, HeavyStack, SlowCallStack, StacksAnalysis, ThreadRef,
 };
 use crate::analysis::Analysis;
+use crate::model::Bundle;
 
 /// The `stacks --json` document's `schema_version`.
 pub const STACKS_SCHEMA_VERSION: u32 = 1;
@@ -180,6 +182,13 @@ pub fn top_stacks_text(class: LatencyClass, stacks: &[HeavyStack]) -> String {
         stack_block(&mut out, i + 1, class, s);
     }
     out
+}
+
+/// What `trace` prints at the end of a session with stacks: the `n` heaviest stacks of
+/// the class with the most time among those with stacks; `None` without stacks.
+pub fn dominant_stacks_text(bundle: &Bundle, a: &Analysis, n: usize) -> Option<String> {
+    let class = dominant_stack_class(bundle, a)?;
+    Some(top_stacks_text(class, &top_stacks(bundle, a, class, n)))
 }
 
 fn frame_json(f: &FrameView) -> Value {
