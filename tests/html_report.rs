@@ -377,6 +377,17 @@ fn every_fixture_renders() {
                 path.display()
             );
         }
+        assert_eq!(
+            page.contains("<section id=\"stacks\""),
+            bundle.stacks.is_some(),
+            "{}: a stacks section exactly when the bundle has stacks",
+            path.display()
+        );
+        if bundle.stacks.is_some() {
+            assert!(
+                page.contains("<figure class=\"flame\" id=\"fg-all\"><svg class=\"flamegraph\"")
+            );
+        }
         let a = kernelkite::analysis::analyze(&bundle);
         assert_eq!(
             page.contains("<section id=\"threads\""),
@@ -535,6 +546,64 @@ fn report_command_writes_the_page_and_fails_cleanly_on_bad_input() {
     );
 }
 
+/// The stacks section of a replayed fixture in Chromium: the flame graphs parse as SVG
+/// inside the page, keep their hover titles, draw, and log nothing (inferno's script and
+/// its `onload` handler must be gone).
+#[test]
+fn stacks_report_renders_in_headless_chromium() {
+    let Some(bin) = chromium() else {
+        if std::env::var_os("CI").is_some() {
+            panic!("chromium is not installed, but CI is set (apt-get install chromium)");
+        }
+        eprintln!("SKIP stacks_report_renders_in_headless_chromium: no chromium found");
+        return;
+    };
+    let work = tempfile::tempdir().unwrap();
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/stacks-demo.json");
+    let bundle = work.path().join("stacks.json");
+    let page = work.path().join("report.html");
+    for args in [
+        vec!["replay".as_ref(), fixture.as_os_str(), bundle.as_os_str()],
+        vec![
+            "report".as_ref(),
+            bundle.as_os_str(),
+            "-o".as_ref(),
+            page.as_os_str(),
+        ],
+    ] {
+        let st = kernelkite().args(args).output().unwrap();
+        assert!(
+            st.status.success(),
+            "{}",
+            String::from_utf8_lossy(&st.stderr)
+        );
+    }
+    let url = format!("file://{}", page.canonicalize().unwrap().display());
+    let profile = tempfile::tempdir().unwrap();
+    let mut c = chromium_command(&bin, profile.path());
+    c.args(["--dump-dom", &url]);
+    let out = run_with_timeout(c, 120);
+    let dom = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && dom.contains("</html>"));
+    assert!(dom.contains("id=\"stacks\""), "no #stacks in the DOM");
+    assert!(
+        !dom.contains("<script"),
+        "a script element exists in the DOM"
+    );
+    // The graph of every class and one per class with stacks (5 in the fixture).
+    assert_eq!(dom.matches("<svg class=\"flamegraph\"").count(), 6);
+    assert_eq!(dom.matches("<details class=\"flame\"").count(), 5);
+    for id in ["fg-all", "fg-lock_wait", "fg-io_wait", "fg-on_cpu"] {
+        assert!(dom.contains(&format!("id=\"{id}\"")), "no #{id}");
+    }
+    assert!(dom.contains("<title>kv::Cache::get(std::string const&amp;) ("));
+    assert!(dom.contains("<title>lock_wait ("));
+    assert!(dom.contains("ext4_sync_file"));
+
+    let stats = screenshot_of(&bin, &page, "1280,4000", "stacks-report");
+    assert_eq!((stats.width, stats.height), (1280, 4000));
+}
+
 // ---------------------------------------------------------------------------------------
 // Headless Chromium
 
@@ -611,6 +680,48 @@ fn run_with_timeout(mut cmd: Command, secs: u64) -> std::process::Output {
         stdout: t_out.join().unwrap(),
         stderr: t_err.join().unwrap(),
     }
+}
+
+/// Screenshot `page` at `window` ("W,H"): Chromium must succeed and log no problem of
+/// the page (console messages, uncaught errors, failed loads: it has no script and
+/// nothing to load), and the picture must look drawn. The page and the picture are
+/// copied to target/tmp/html_report/NAME.{html,png} for a person to see.
+fn screenshot_of(bin: &Path, page: &Path, window: &str, name: &str) -> ScreenshotStats {
+    let work = tempfile::tempdir().unwrap();
+    let png_path = work.path().join("shot.png");
+    let url = format!("file://{}", page.canonicalize().unwrap().display());
+    let mut c = chromium_command(bin, &work.path().join("profile"));
+    c.arg(format!("--screenshot={}", png_path.display())).args([
+        &format!("--window-size={window}"),
+        "--enable-logging=stderr",
+        "--v=0",
+        &url,
+    ]);
+    let out = run_with_timeout(c, 120);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "chromium --screenshot failed: {stderr}"
+    );
+    let problems = page_problems(&stderr);
+    assert!(
+        problems.is_empty(),
+        "chromium logged page problems: {problems:#?}"
+    );
+    let stats = ScreenshotStats::of(&png_path);
+    eprintln!("screenshot {name}: {stats:?}");
+    let shown = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("html_report");
+    if std::fs::create_dir_all(&shown).is_ok() {
+        let _ = std::fs::copy(page, shown.join(format!("{name}.html")));
+        let _ = std::fs::copy(&png_path, shown.join(format!("{name}.png")));
+    }
+    if let Err(why) = stats.looks_drawn() {
+        panic!(
+            "the screenshot looks blank: {why} (see {})",
+            shown.display()
+        );
+    }
+    stats
 }
 
 /// What a screenshot shows, roughly.
@@ -821,40 +932,6 @@ fn report_renders_in_headless_chromium() {
     assert!(dom.contains("Where the time went"));
 
     // 2. A screenshot: the page must draw many colours over a large non-white area.
-    let png_path = keep.join("report.png");
-    let profile = tempfile::tempdir().unwrap();
-    let mut c = chromium_command(&bin, profile.path());
-    c.arg(format!("--screenshot={}", png_path.display())).args([
-        "--window-size=1280,2000",
-        "--enable-logging=stderr",
-        "--v=0",
-        &url,
-    ]);
-    let out = run_with_timeout(c, 120);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "chromium --screenshot failed: {stderr}"
-    );
-    // Console messages of the page (there should be none: it has no script) and load
-    // failures of resources (there are none to load) show up in the log.
-    let problems = page_problems(&stderr);
-    assert!(
-        problems.is_empty(),
-        "chromium logged page problems: {problems:#?}"
-    );
-    let stats = ScreenshotStats::of(&png_path);
-    eprintln!("screenshot: {stats:?}");
+    let stats = screenshot_of(&bin, &page, "1280,2000", "report");
     assert_eq!((stats.width, stats.height), (1280, 2000));
-    let shown = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("html_report");
-    if std::fs::create_dir_all(&shown).is_ok() {
-        let _ = std::fs::copy(&page, shown.join("report.html"));
-        let _ = std::fs::copy(&png_path, shown.join("report.png"));
-    }
-    if let Err(why) = stats.looks_drawn() {
-        panic!(
-            "the screenshot looks blank: {why} (see {})",
-            shown.display()
-        );
-    }
 }

@@ -29,7 +29,7 @@ pub struct GlobalArgs {
     /// Also record host-wide /proc/net/dev counters (not attributable to the profiled processes).
     #[arg(long, global = true)]
     pub network: bool,
-    /// Print machine-readable JSON instead of text (summary, compare, tree, trace, doctor).
+    /// Print machine-readable JSON instead of text (summary, compare, tree, trace, doctor, stacks).
     #[arg(long, global = true)]
     pub json: bool,
     /// Which collector to use: auto picks eBPF when privileged, else /proc.
@@ -105,6 +105,22 @@ pub enum Command {
     /// (the analysis, schema in docs/export.schema.json) and `folded` (folded stacks;
     /// refused while bundles carry no stacks).
     Export(ExportArgs),
+    /// The heaviest stacks of each latency class, with time and share (needs a bundle
+    /// recorded with --stacks).
+    ///
+    /// A stack is the user stack joined to the kernel stack, printed innermost frame
+    /// first (kernel frames marked [k], then `--`, then user frames). Its time is the
+    /// summed off-CPU intervals (or on-CPU samples / sample rate) of every thread in it;
+    /// its shares are of the class's time with stacks and of the class's time in the
+    /// latency classes (docs/STACKS.md).
+    Stacks(StacksArgs),
+    /// Draw a flame graph (SVG, with the inferno crate) of a bundle's stacks, or write
+    /// their folded-stack text.
+    ///
+    /// One class: on_cpu in a hot palette, off-CPU classes in a blue one. Without
+    /// --class, one graph of every class with the class as the root frame. Frame width
+    /// is time in nanoseconds. The file is written atomically.
+    Flamegraph(FlamegraphArgs),
     /// Say which backend would be used here, and why.
     Doctor,
     /// Print shell completions.
@@ -272,6 +288,47 @@ pub struct ReportArgs {
     /// Output HTML file.
     #[arg(short = 'o', long = "output", required = true)]
     pub output: PathBuf,
+}
+
+/// A latency class name on the command line.
+fn parse_class(s: &str) -> Result<kernelkite_common::LatencyClass, String> {
+    kernelkite_common::LatencyClass::from_name(s).ok_or_else(|| {
+        let names: Vec<&str> = kernelkite_common::LatencyClass::ALL
+            .iter()
+            .map(|c| c.name())
+            .collect();
+        format!("unknown class {s:?} (expected one of {})", names.join(", "))
+    })
+}
+
+#[derive(Debug, Args)]
+pub struct StacksArgs {
+    /// Bundle recorded with --stacks.
+    pub bundle: PathBuf,
+    /// Only this latency class (on_cpu, runqueue, io_wait, lock_wait, syscall_blocked, unknown_wait).
+    #[arg(long, value_parser = parse_class)]
+    pub class: Option<kernelkite_common::LatencyClass>,
+    /// How many stacks per class.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
+    pub top: u64,
+}
+
+#[derive(Debug, Args)]
+pub struct FlamegraphArgs {
+    /// Bundle recorded with --stacks.
+    pub bundle: PathBuf,
+    /// Only this latency class (default: every class, each under its own root frame).
+    #[arg(long, value_parser = parse_class)]
+    pub class: Option<kernelkite_common::LatencyClass>,
+    /// Output file (SVG; with --folded, the folded text, else standard output).
+    #[arg(short = 'o', long = "output", required_unless_present = "folded")]
+    pub output: Option<PathBuf>,
+    /// Write folded-stack lines (`class;root;...;leaf ns`) instead of an SVG.
+    #[arg(long)]
+    pub folded: bool,
+    /// Add each process's command name as a frame under the class.
+    #[arg(long)]
+    pub per_process: bool,
 }
 
 #[derive(Debug, Args)]

@@ -3,7 +3,10 @@
 //! For every fixture `NAME.json` (not `fixtures/bad/`): `NAME.bundle.json` (replay),
 //! `NAME.summary.txt`/`.json`, `NAME.tree.txt`/`.json`, `NAME.viewer.json` and
 //! `NAME.report.html`, and the exports `NAME.prom`, `.otlp.json`, `.otlp-traces.json`,
-//! `.chrome-trace.json` and `.export.json`; for every pair `X-before.json`/`X-after.json`:
+//! `.chrome-trace.json` and `.export.json`; for a fixture with stacks also
+//! `NAME.stacks.txt`/`.json`, `NAME.folded` (every class, class root frames),
+//! `NAME.flamegraph.svg` (the same) and `NAME.CLASS.flamegraph.svg` for every class with
+//! stacks; for every pair `X-before.json`/`X-after.json`:
 //! `X.compare.txt`/`.json`. Commands run with the output directory as the working
 //! directory and relative bundle names, so no absolute path ends up in a sample.
 //!
@@ -133,6 +136,15 @@ fn capture(bin: &Path, dir: &Path, args: &[&str], file: &str) -> Result<()> {
     Ok(())
 }
 
+/// Run a command that must succeed and write `dir/file` itself.
+fn written(bin: &Path, dir: &Path, args: &[&str], file: &str) -> Result<()> {
+    let out = kernelkite(bin, dir, args)?;
+    if !out.ok || !dir.join(file).exists() {
+        bail!("kernelkite {} failed: {}", args.join(" "), out.stderr);
+    }
+    Ok(())
+}
+
 /// Run a command that writes `dir/file` itself; a command that is "not built yet" is
 /// skipped with a note.
 fn optional(bin: &Path, dir: &Path, args: &[&str], file: &str) -> Result<()> {
@@ -206,6 +218,7 @@ fn generate(root: &Path, bin: &Path, dir: &Path) -> Result<()> {
                 &format!("{name}.{suffix}"),
             )?;
         }
+        stacks(bin, dir, &name, &bundle)?;
         names.insert(name);
     }
     for name in &names {
@@ -232,6 +245,58 @@ fn generate(root: &Path, bin: &Path, dir: &Path) -> Result<()> {
             &["compare", "--json", &b, &a],
             &format!("{stem}.compare.json"),
         )?;
+    }
+    Ok(())
+}
+
+/// The class names, as `kernelkite flamegraph --class` takes them.
+const CLASSES: [&str; 6] = [
+    "on_cpu",
+    "runqueue",
+    "io_wait",
+    "lock_wait",
+    "syscall_blocked",
+    "unknown_wait",
+];
+
+/// The stacks outputs of a bundle recorded with stacks; nothing for one without.
+fn stacks(bin: &Path, dir: &Path, name: &str, bundle: &str) -> Result<()> {
+    let probe = kernelkite(bin, dir, &["stacks", bundle])?;
+    if !probe.ok {
+        if probe.stderr.contains("has no stacks") {
+            return Ok(());
+        }
+        bail!("kernelkite stacks {bundle} failed: {}", probe.stderr);
+    }
+    fs::write(dir.join(format!("{name}.stacks.txt")), probe.stdout)?;
+    capture(
+        bin,
+        dir,
+        &["stacks", "--json", bundle],
+        &format!("{name}.stacks.json"),
+    )?;
+    let folded = format!("{name}.folded");
+    written(
+        bin,
+        dir,
+        &["flamegraph", "--folded", bundle, "-o", &folded],
+        &folded,
+    )?;
+    let svg = format!("{name}.flamegraph.svg");
+    written(bin, dir, &["flamegraph", bundle, "-o", &svg], &svg)?;
+    for class in CLASSES {
+        let svg = format!("{name}.{class}.flamegraph.svg");
+        let out = kernelkite(
+            bin,
+            dir,
+            &["flamegraph", "--class", class, bundle, "-o", &svg],
+        )?;
+        if !out.ok && !out.stderr.contains(&format!("has no {class} stacks")) {
+            bail!(
+                "kernelkite flamegraph --class {class} {bundle} failed: {}",
+                out.stderr
+            );
+        }
     }
     Ok(())
 }

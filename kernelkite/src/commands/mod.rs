@@ -10,9 +10,11 @@ use crate::cli::{Cli, Command};
 pub mod compare;
 pub mod doctor;
 pub mod export;
+pub mod flamegraph;
 pub mod replay;
 pub mod report;
 pub mod run;
+pub mod stacks;
 pub mod summary;
 pub mod top;
 pub mod trace;
@@ -45,6 +47,8 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Viewer(args) => viewer::execute(&global, &args),
         Command::Report(args) => report::execute(&global, &args),
         Command::Export(args) => export::execute(&global, &args),
+        Command::Stacks(args) => stacks::execute(&global, &args),
+        Command::Flamegraph(args) => flamegraph::execute(&global, &args),
         Command::Doctor => doctor::execute(&global),
         Command::BenchFloor => doctor::bench_floor(),
         Command::ExecAfterGate(args) => run::exec_after_gate(&args),

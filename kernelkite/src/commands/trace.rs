@@ -50,6 +50,7 @@ mod platform {
     use crate::analysis::analyze;
     use crate::export::serve;
     use crate::model::write_bundle;
+    use crate::report::stacks::dominant_stacks_text;
     use crate::report::summary::summary_json;
     use crate::report::trace::trace_text;
     use crate::source::ebpf::availability::Availability;
@@ -116,6 +117,10 @@ mod platform {
             );
         } else {
             print!("{}", trace_text(&analysis, args.threads));
+            // With --stacks: where the dominant class's time went.
+            if let Some(text) = dominant_stacks_text(&bundle, &analysis, 3) {
+                print!("\n{text}");
+            }
         }
         if let Some(out) = &args.output {
             write_bundle(out, &bundle).with_context(|| format!("writing {}", out.display()))?;

@@ -46,9 +46,24 @@
 //!   }],
 //!   "syscalls": [{"pid": 5000, "name": "read", "latencies_ns": [[1500, 20], [90000, 1]]}],
 //!   "lifecycle": [ ... ],                  // optional, bundle LifecycleEvent objects
-//!   "slow_syscalls": [ ... ]               // optional, bundle SlowSyscall objects
+//!   "slow_syscalls": [ ... ],              // optional, bundle SlowSyscall objects
+//!   "stacks": {                            // optional: becomes the bundle's `stacks`
+//!     "sample_hz": 99, "min_block_us": 1000, "captures_lost": 0,   // captures_lost optional
+//!     "frames": [{"id": "lock", "addr": 94558443520, "kernel": false,  // kernel default false
+//!                 "module": "/usr/lib/libc.so.6", "module_offset": 561536,  // all optional
+//!                 "symbol": "pthread_mutex_lock", "file": "src/x.c", "line": 12}],
+//!     "stacks": [{"id": "get", "frames": ["lock", "cache_get", "main"]}], // innermost first
+//!     "samples": [{"pid": 5000, "tid": 5003, "class": "lock_wait",
+//!                  "user_stack": "get", "kernel_stack": "futex",   // stack ids, or null
+//!                  "total_ns": 900000000, "count": 42}]
+//!   }
 //! }
 //! ```
+//!
+//! In `stacks`, frame and stack ids are names local to the fixture; the bundle interns
+//! them as indices in the order listed, and its samples are sorted by (pid, tid, class,
+//! user stack, kernel stack). A `slow_syscalls[].user_stack` is a stack index, as in a
+//! bundle.
 //!
 //! `syscalls[].latencies_ns` lists `[latency_ns, calls]` pairs; the histogram (count,
 //! total, max, buckets) is computed from them. The syscall number comes from the name on
@@ -62,7 +77,9 @@
 //! truncated or malformed JSON; `format`/`version` wrong; unknown backend; no frames or
 //! frame times going backwards; a lifetime outside the frames; a per-frame array whose
 //! length disagrees with the lifetime (misaligned arrays); a cumulative counter going
-//! backwards; an unknown syscall name; the same pid twice in one frame. The resulting
+//! backwards; an unknown syscall name; the same pid twice in one frame; in `stacks`, a
+//! frame or stack id given twice or naming nothing, an empty stack, an unknown class, a
+//! sample of a pid that is in no frame, the same (pid, tid, class, stacks) twice. The resulting
 //! bundle must also pass [`super::validate::validate`].
 
 use std::collections::BTreeMap;
@@ -109,6 +126,60 @@ struct Fixture {
     lifecycle: Vec<LifecycleEvent>,
     #[serde(default)]
     slow_syscalls: Vec<SlowSyscall>,
+    #[serde(default)]
+    stacks: Option<FixtureStacks>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FixtureStacks {
+    sample_hz: u64,
+    min_block_us: u64,
+    #[serde(default)]
+    captures_lost: u64,
+    frames: Vec<FixtureFrame>,
+    stacks: Vec<FixtureStack>,
+    samples: Vec<FixtureStackSample>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FixtureFrame {
+    id: String,
+    addr: u64,
+    #[serde(default)]
+    kernel: bool,
+    #[serde(default)]
+    module: Option<String>,
+    #[serde(default)]
+    module_offset: Option<u64>,
+    #[serde(default)]
+    symbol: Option<String>,
+    #[serde(default)]
+    file: Option<String>,
+    #[serde(default)]
+    line: Option<u32>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FixtureStack {
+    id: String,
+    frames: Vec<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FixtureStackSample {
+    pid: i32,
+    tid: i32,
+    class: String,
+    #[serde(default)]
+    user_stack: Option<String>,
+    #[serde(default)]
+    kernel_stack: Option<String>,
+    total_ns: u64,
+    count: u64,
 }
 
 #[derive(Debug, Deserialize)]
@@ -693,8 +764,105 @@ fn convert(fx: Fixture, source_name: &str) -> Result<Bundle, FixtureError> {
     bundle.syscalls = histograms;
     bundle.slow_syscalls = fx.slow_syscalls;
     bundle.replayed_from = Some(source_name.to_string());
+    if let Some(stacks) = fx.stacks {
+        bundle.stacks = Some(convert_stacks(stacks, &bundle.frames)?);
+    }
     super::validate::validate(&bundle).map_err(FixtureError::Invalid)?;
     Ok(bundle)
+}
+
+/// The fixture's `stacks` section as a bundle [`StackProfile`]: ids become indices in
+/// the order listed, samples are sorted by their key.
+fn convert_stacks(fx: FixtureStacks, frames: &[Frame]) -> Result<StackProfile, FixtureError> {
+    let mut frame_ids: BTreeMap<&str, u32> = BTreeMap::new();
+    for (i, f) in fx.frames.iter().enumerate() {
+        if frame_ids.insert(f.id.as_str(), i as u32).is_some() {
+            return invalid(format!("stacks.frames: frame id {:?} listed twice", f.id));
+        }
+    }
+    let mut stack_ids: BTreeMap<&str, u32> = BTreeMap::new();
+    let mut stacks = Vec::with_capacity(fx.stacks.len());
+    for (i, s) in fx.stacks.iter().enumerate() {
+        if stack_ids.insert(s.id.as_str(), i as u32).is_some() {
+            return invalid(format!("stacks.stacks: stack id {:?} listed twice", s.id));
+        }
+        if s.frames.is_empty() {
+            return invalid(format!("stacks.stacks: stack {:?} has no frames", s.id));
+        }
+        let mut indices = Vec::with_capacity(s.frames.len());
+        for f in &s.frames {
+            match frame_ids.get(f.as_str()) {
+                Some(&idx) => indices.push(idx),
+                None => {
+                    return invalid(format!(
+                        "stacks.stacks: stack {:?} names unknown frame {f:?}",
+                        s.id
+                    ))
+                }
+            }
+        }
+        stacks.push(indices);
+    }
+    let pids: std::collections::BTreeSet<i32> = frames
+        .iter()
+        .flat_map(|f| f.processes.iter().map(|p| p.pid))
+        .collect();
+    let mut samples = Vec::with_capacity(fx.samples.len());
+    for (i, s) in fx.samples.iter().enumerate() {
+        let what = format!("stacks.samples[{i}]");
+        if kernelkite_common::LatencyClass::from_name(&s.class).is_none() {
+            return invalid(format!("{what}: unknown class {:?}", s.class));
+        }
+        if !pids.contains(&s.pid) {
+            return invalid(format!("{what}: pid {} is in no frame", s.pid));
+        }
+        let stack = |id: &Option<String>, which: &str| -> Result<Option<u32>, FixtureError> {
+            match id {
+                None => Ok(None),
+                Some(id) => match stack_ids.get(id.as_str()) {
+                    Some(&idx) => Ok(Some(idx)),
+                    None => invalid(format!("{what}: {which} names unknown stack {id:?}")),
+                },
+            }
+        };
+        samples.push(StackSample {
+            pid: s.pid,
+            tid: s.tid,
+            class: s.class.clone(),
+            user_stack: stack(&s.user_stack, "user_stack")?,
+            kernel_stack: stack(&s.kernel_stack, "kernel_stack")?,
+            total_ns: s.total_ns,
+            count: s.count,
+        });
+    }
+    let key = |s: &StackSample| (s.pid, s.tid, s.class.clone(), s.user_stack, s.kernel_stack);
+    samples.sort_by_key(key);
+    if let Some(w) = samples.windows(2).find(|w| key(&w[0]) == key(&w[1])) {
+        return invalid(format!(
+            "stacks.samples: pid {} tid {} class {} has the same pair of stacks twice",
+            w[0].pid, w[0].tid, w[0].class
+        ));
+    }
+    Ok(StackProfile {
+        sample_hz: fx.sample_hz,
+        min_block_ns: fx.min_block_us.saturating_mul(1000),
+        frames: fx
+            .frames
+            .into_iter()
+            .map(|f| StackFrame {
+                addr: f.addr,
+                kernel: f.kernel,
+                module: f.module,
+                module_offset: f.module_offset,
+                symbol: f.symbol,
+                file: f.file,
+                line: f.line,
+            })
+            .collect(),
+        stacks,
+        samples,
+        captures_lost: fx.captures_lost,
+    })
 }
 
 #[cfg(test)]
@@ -802,5 +970,94 @@ mod tests {
             fixture_to_bundle(truncated, "t"),
             Err(FixtureError::Json(_))
         ));
+    }
+
+    fn with_stacks() -> serde_json::Value {
+        let mut v = base();
+        v["stacks"] = serde_json::json!({
+            "sample_hz": 99, "min_block_us": 1000,
+            "frames": [
+                {"id": "lock", "addr": 4096, "symbol": "pthread_mutex_lock"},
+                {"id": "main", "addr": 8192, "module": "/bin/a", "module_offset": 4660},
+                {"id": "futex", "addr": 18446744071562067968u64, "kernel": true, "symbol": "futex_wait"}
+            ],
+            "stacks": [{"id": "u", "frames": ["lock", "main"]}, {"id": "k", "frames": ["futex"]}],
+            "samples": [
+                {"pid": 10, "tid": 10, "class": "on_cpu", "user_stack": "u", "total_ns": 30, "count": 3},
+                {"pid": 10, "tid": 10, "class": "lock_wait", "user_stack": "u", "kernel_stack": "k",
+                 "total_ns": 500, "count": 2}
+            ]
+        });
+        v
+    }
+
+    #[test]
+    fn converts_stacks() {
+        let b = conv(&with_stacks()).unwrap();
+        let p = b.stacks.unwrap();
+        assert_eq!(p.min_block_ns, 1_000_000);
+        assert_eq!(p.stacks, vec![vec![0, 1], vec![2]]);
+        assert_eq!(p.frames[1].display_name(), "a+0x1234");
+        assert!(p.frames[2].kernel);
+        // Sorted by (pid, tid, class, user stack, kernel stack).
+        assert_eq!(p.samples[0].class, "lock_wait");
+        assert_eq!(p.samples[0].kernel_stack, Some(1));
+        assert_eq!(p.samples[1].class, "on_cpu");
+        assert_eq!(p.samples[1].kernel_stack, None);
+        assert!(conv(&base()).unwrap().stacks.is_none());
+    }
+
+    #[test]
+    fn rejects_bad_stacks_with_one_line() {
+        type Mutation = Box<dyn Fn(&mut serde_json::Value)>;
+        let cases: Vec<(Mutation, &str)> = vec![
+            (
+                Box::new(|v| v["stacks"]["frames"][1]["id"] = "lock".into()),
+                "frame id \"lock\" listed twice",
+            ),
+            (
+                Box::new(|v| v["stacks"]["stacks"][0]["frames"][0] = "nope".into()),
+                "stack \"u\" names unknown frame \"nope\"",
+            ),
+            (
+                Box::new(|v| v["stacks"]["stacks"][1]["frames"] = serde_json::json!([])),
+                "stack \"k\" has no frames",
+            ),
+            (
+                Box::new(|v| v["stacks"]["samples"][0]["class"] = "napping".into()),
+                "stacks.samples[0]: unknown class \"napping\"",
+            ),
+            (
+                Box::new(|v| v["stacks"]["samples"][1]["kernel_stack"] = "zz".into()),
+                "stacks.samples[1]: kernel_stack names unknown stack \"zz\"",
+            ),
+            (
+                Box::new(|v| v["stacks"]["samples"][0]["pid"] = 99.into()),
+                "stacks.samples[0]: pid 99 is in no frame",
+            ),
+            (
+                Box::new(|v| v["stacks"]["samples"][0]["class"] = "lock_wait".into()),
+                "pid 10 tid 10 class lock_wait has the same pair of stacks twice",
+            ),
+        ];
+        for (mutate, expected) in cases {
+            let mut v = with_stacks();
+            v["stacks"]["samples"][0]["kernel_stack"] =
+                if expected.contains("twice") && expected.contains("pair") {
+                    "k".into()
+                } else {
+                    serde_json::Value::Null
+                };
+            mutate(&mut v);
+            let err = conv(&v).unwrap_err().to_string();
+            assert!(
+                err.contains(expected),
+                "{err:?} should contain {expected:?}"
+            );
+            assert!(!err.contains('\n'));
+        }
+        let mut v = with_stacks();
+        v["stacks"]["frames"][0]["colour"] = "red".into();
+        assert!(matches!(conv(&v), Err(FixtureError::Json(_))));
     }
 }

@@ -44,6 +44,9 @@ pub fn render_with(bundle: &Bundle, a: &Analysis, tl: &Timeline) -> String {
     let _ = writeln!(h, "<title>kernelkite report: {}</title>", esc(&title));
     h.push_str("<style>\n");
     h.push_str(CSS);
+    if bundle.stacks.is_some() {
+        h.push_str(super::html_stacks::CSS);
+    }
     h.push_str("</style>\n</head>\n<body>\n<main>\n");
 
     header(&mut h, bundle, a, &title);
@@ -52,6 +55,7 @@ pub fn render_with(bundle: &Bundle, a: &Analysis, tl: &Timeline) -> String {
     timeline_section(&mut h, bundle, tl);
     lanes_section(&mut h, bundle, a, tl);
     classes_section(&mut h, a);
+    super::html_stacks::stacks_section(&mut h, bundle, a);
     processes_section(&mut h, a);
     threads_section(&mut h, a);
     syscalls_section(&mut h, a);

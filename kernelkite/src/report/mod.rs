@@ -4,7 +4,10 @@
 //! described in `docs/JSON.md`; the helpers below format numbers the same way everywhere.
 
 pub mod compare;
+pub mod flamegraph;
 pub mod html;
+pub mod html_stacks;
+pub mod stacks;
 pub mod summary;
 pub mod timeline;
 pub mod trace;
@@ -250,6 +253,60 @@ mod snapshot_tests {
         insta::assert_snapshot!("summary_ebpf_text", super::summary::summary_text(&a));
         insta::assert_json_snapshot!("summary_ebpf_json", super::summary::summary_json(&a));
         insta::assert_snapshot!("tree_ebpf_text", super::tree::tree_text(&a));
+    }
+
+    /// The issue asks for this: the folded output of a fixture-driven replay.
+    #[test]
+    fn stacks_demo() {
+        use crate::analysis::stacks::{analyze_stacks, folded_lines, FoldOptions};
+        use kernelkite_common::LatencyClass;
+        let path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/stacks-demo.json");
+        let bundle = crate::model::fixture::load_fixture(&path).unwrap();
+        let a = analyze(&bundle);
+        let s = analyze_stacks(&bundle, &a, None, 3).unwrap();
+        let calls = crate::analysis::stacks::slow_call_stacks(&bundle, 5);
+        assert_eq!(calls.len(), 2);
+        insta::assert_snapshot!(
+            "stacks_demo_text",
+            super::stacks::stacks_text(&a, &s, &calls)
+        );
+        insta::assert_json_snapshot!(
+            "stacks_demo_json",
+            super::stacks::stacks_json(&a, &s, &calls)
+        );
+        let folded = |opts: FoldOptions| folded_lines(&bundle, &opts).join("\n");
+        insta::assert_snapshot!(
+            "stacks_demo_folded",
+            folded(FoldOptions {
+                class: None,
+                class_root: true,
+                per_process: false
+            })
+        );
+        insta::assert_snapshot!(
+            "stacks_demo_folded_io_wait_per_process",
+            folded(FoldOptions {
+                class: Some(LatencyClass::IoWait),
+                class_root: false,
+                per_process: true
+            })
+        );
+        let lock = crate::analysis::stacks::top_stacks(&bundle, &a, LatencyClass::LockWait, 3);
+        insta::assert_snapshot!(
+            "stacks_demo_trace_lock_wait",
+            super::stacks::top_stacks_text(LatencyClass::LockWait, &lock)
+        );
+        // What trace prints: the dominant class with stacks is syscall_blocked (2.736 s).
+        let trace = super::stacks::dominant_stacks_text(&bundle, &a, 3).unwrap();
+        assert!(
+            trace.starts_with("heaviest syscall_blocked stacks:\n"),
+            "{trace}"
+        );
+        assert_eq!(trace.matches("  #").count(), 3);
+        let mut plain = bundle.clone();
+        plain.stacks = None;
+        assert_eq!(super::stacks::dominant_stacks_text(&plain, &a, 3), None);
     }
 
     #[test]

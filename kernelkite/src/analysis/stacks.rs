@@ -1,0 +1,618 @@
+//! Stacks: where each latency class's time went, by call stack.
+//!
+//! A bundle's [`StackProfile`] holds time per (thread, class, user stack, kernel stack).
+//! Reports join the two stacks of a sample into one, outermost frame first: the user
+//! stack from its root (`_start`, `clone3`) to its leaf (the libc call), then the kernel
+//! stack from the syscall entry to the scheduler. Samples whose joined stacks read the
+//! same (same frame names, modules and source lines) are one stack here, whatever their
+//! addresses or threads.
+//!
+//! Two views: the heaviest stacks per class ([`analyze_stacks`], [`top_stacks`]) and
+//! folded-stack lines for flame graphs and other tools ([`folded_lines`]), where frames
+//! are compared by their folded text only.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use kernelkite_common::LatencyClass;
+use serde::Serialize;
+
+use super::Analysis;
+use crate::model::{Bundle, StackFrame, StackProfile, StackSample};
+
+/// One frame of a joined stack, as reports show it.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct FrameView {
+    /// [`StackFrame::display_name`]: the symbol, else `module+0xoffset`, else the address.
+    pub name: String,
+    pub kernel: bool,
+    /// The module's file name (no directory), when known.
+    pub module: Option<String>,
+    pub file: Option<String>,
+    pub line: Option<u32>,
+}
+
+impl FrameView {
+    fn of(frame: &StackFrame) -> FrameView {
+        FrameView {
+            name: frame.display_name(),
+            kernel: frame.kernel,
+            module: frame
+                .module
+                .as_deref()
+                .map(|m| m.rsplit('/').next().unwrap_or(m).to_string()),
+            file: frame.file.clone(),
+            line: frame.line,
+        }
+    }
+
+    /// The frame in a folded-stack line: the name with `;` (the frame separator) shown
+    /// as `:` and control characters escaped; kernel frames end in `_[k]` (Brendan
+    /// Gregg's annotation, which flame graph tools colour and strip for display).
+    pub fn folded_name(&self) -> String {
+        let mut name = crate::report::clean(&self.name).replace(';', ":");
+        if name.is_empty() {
+            name.push_str("[unknown]");
+        }
+        if self.kernel {
+            name.push_str("_[k]");
+        }
+        name
+    }
+}
+
+/// A thread that spent time in a stack.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct ThreadRef {
+    pub pid: i32,
+    pub tid: i32,
+    /// The thread's name (its last comm in the bundle's frames), or `""` when unseen.
+    pub comm: String,
+}
+
+/// One of the heaviest stacks of a class.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct HeavyStack {
+    /// The joined stack, outermost frame first (user root ... user leaf, kernel entry ...
+    /// kernel leaf). Empty when neither stack was captured.
+    pub frames: Vec<FrameView>,
+    /// Off-CPU: summed intervals; on_cpu: samples / sample_hz; ns.
+    pub total_ns: u64,
+    /// Off-CPU intervals, or on-CPU samples.
+    pub count: u64,
+    /// `total_ns` over the class's time with stacks (0..=1).
+    pub share_of_stacks: f64,
+    /// `total_ns` over the class's time in the latency classes; `None` when that is 0.
+    pub share_of_class: Option<f64>,
+    /// The threads that spent time in this stack, by pid and tid.
+    pub threads: Vec<ThreadRef>,
+}
+
+/// The stacks of one latency class.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClassStacks {
+    pub class: LatencyClass,
+    /// The class's time in the latency classes (every thread, with or without stacks).
+    pub class_ns: u64,
+    /// The class's time that has a stack. Off-CPU intervals shorter than `min_block_ns`
+    /// have none, so this is usually below `class_ns`; on-CPU time is estimated from
+    /// samples and may differ from `class_ns` either way.
+    pub stack_ns: u64,
+    /// Intervals (off-CPU) or samples (on_cpu) with a stack.
+    pub count: u64,
+    /// Distinct joined stacks of the class.
+    pub distinct_stacks: usize,
+    /// The heaviest stacks, by time (ties: by frames), at most the requested number.
+    pub top: Vec<HeavyStack>,
+}
+
+impl ClassStacks {
+    /// `stack_ns / class_ns`; `None` when the class has no time.
+    pub fn share_of_class(&self) -> Option<f64> {
+        share(self.stack_ns, self.class_ns)
+    }
+}
+
+/// The heaviest stacks of every class with stacks.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StacksAnalysis {
+    pub sample_hz: u64,
+    pub min_block_ns: u64,
+    pub captures_lost: u64,
+    /// Classes with stack time, the class with the most time in the latency classes
+    /// first (ties: class order).
+    pub classes: Vec<ClassStacks>,
+}
+
+fn share(part: u64, whole: u64) -> Option<f64> {
+    (whole > 0).then(|| part as f64 / whole as f64)
+}
+
+/// The class of a sample (validated bundles only name known classes).
+fn sample_class(s: &StackSample) -> Option<LatencyClass> {
+    LatencyClass::from_name(&s.class)
+}
+
+/// The frames of a profile as reports show them, each distinct view once: a bundle has
+/// many frames per function (one per return address), and comparing stacks by view ids
+/// instead of strings keeps large profiles fast.
+struct FrameViews {
+    /// Distinct views, in first-seen order.
+    views: Vec<FrameView>,
+    /// For every frame of the profile, the index of its view.
+    of_frame: Vec<u32>,
+}
+
+impl FrameViews {
+    fn new(profile: &StackProfile) -> FrameViews {
+        let mut index: HashMap<FrameView, u32> = HashMap::new();
+        let mut views = Vec::new();
+        let of_frame = profile
+            .frames
+            .iter()
+            .map(|f| {
+                *index.entry(FrameView::of(f)).or_insert_with_key(|v| {
+                    views.push(v.clone());
+                    (views.len() - 1) as u32
+                })
+            })
+            .collect();
+        FrameViews { views, of_frame }
+    }
+
+    /// The joined stack of a sample as view ids, outermost frame first.
+    fn joined(&self, profile: &StackProfile, sample: &StackSample) -> Vec<u32> {
+        let mut out = Vec::new();
+        for stack in [sample.user_stack, sample.kernel_stack]
+            .into_iter()
+            .flatten()
+        {
+            // Stacks are stored innermost first.
+            for &f in profile.stacks[stack as usize].iter().rev() {
+                out.push(self.of_frame[f as usize]);
+            }
+        }
+        out
+    }
+
+    fn frames(&self, ids: &[u32]) -> Vec<FrameView> {
+        ids.iter()
+            .map(|&i| self.views[i as usize].clone())
+            .collect()
+    }
+
+    /// Stacks in the order of their frames' views (a deterministic tie-break).
+    fn cmp(&self, a: &[u32], b: &[u32]) -> std::cmp::Ordering {
+        a.iter()
+            .map(|&i| &self.views[i as usize])
+            .cmp(b.iter().map(|&i| &self.views[i as usize]))
+    }
+}
+
+/// The last comm of every thread and process seen in the bundle's frames.
+fn names(bundle: &Bundle) -> (BTreeMap<i32, String>, BTreeMap<(i32, i32), String>) {
+    let mut procs = BTreeMap::new();
+    let mut threads = BTreeMap::new();
+    for frame in &bundle.frames {
+        for p in &frame.processes {
+            procs.insert(p.pid, p.comm.to_string());
+            for t in &p.threads {
+                threads.insert((p.pid, t.tid), t.comm.to_string());
+            }
+        }
+    }
+    (procs, threads)
+}
+
+/// The heaviest `top` stacks of each class (or of `only` that class) with time and
+/// shares; `None` when the bundle has no stacks.
+pub fn analyze_stacks(
+    bundle: &Bundle,
+    a: &Analysis,
+    only: Option<LatencyClass>,
+    top: usize,
+) -> Option<StacksAnalysis> {
+    let profile = bundle.stacks.as_ref()?;
+    let (_, thread_names) = names(bundle);
+    let views = FrameViews::new(profile);
+    type Acc = (u64, u64, BTreeSet<(i32, i32)>);
+    let mut by_class: BTreeMap<LatencyClass, HashMap<Vec<u32>, Acc>> = BTreeMap::new();
+    for s in &profile.samples {
+        let Some(class) = sample_class(s) else {
+            continue;
+        };
+        if only.is_some_and(|c| c != class) {
+            continue;
+        }
+        let entry = by_class
+            .entry(class)
+            .or_default()
+            .entry(views.joined(profile, s))
+            .or_default();
+        entry.0 = entry.0.saturating_add(s.total_ns);
+        entry.1 = entry.1.saturating_add(s.count);
+        entry.2.insert((s.pid, s.tid));
+    }
+    let mut classes: Vec<ClassStacks> = by_class
+        .into_iter()
+        .map(|(class, stacks)| {
+            let class_ns = a.latency_classes.get(class);
+            let stack_ns = stacks.values().fold(0u64, |t, v| t.saturating_add(v.0));
+            let count = stacks.values().fold(0u64, |t, v| t.saturating_add(v.1));
+            let distinct_stacks = stacks.len();
+            let mut rows: Vec<(Vec<u32>, Acc)> = stacks.into_iter().collect();
+            rows.sort_by(|(xf, x), (yf, y)| y.0.cmp(&x.0).then_with(|| views.cmp(xf, yf)));
+            rows.truncate(top);
+            let top = rows
+                .into_iter()
+                .map(|(ids, (total_ns, count, tids))| HeavyStack {
+                    frames: views.frames(&ids),
+                    total_ns,
+                    count,
+                    share_of_stacks: share(total_ns, stack_ns).unwrap_or(0.0),
+                    share_of_class: share(total_ns, class_ns),
+                    threads: tids
+                        .into_iter()
+                        .map(|(pid, tid)| ThreadRef {
+                            pid,
+                            tid,
+                            comm: thread_names.get(&(pid, tid)).cloned().unwrap_or_default(),
+                        })
+                        .collect(),
+                })
+                .collect();
+            ClassStacks {
+                class,
+                class_ns,
+                stack_ns,
+                count,
+                distinct_stacks,
+                top,
+            }
+        })
+        .collect();
+    classes.sort_by(|x, y| y.class_ns.cmp(&x.class_ns).then(x.class.cmp(&y.class)));
+    Some(StacksAnalysis {
+        sample_hz: profile.sample_hz,
+        min_block_ns: profile.min_block_ns,
+        captures_lost: profile.captures_lost,
+        classes,
+    })
+}
+
+/// The `n` heaviest stacks of `class` (empty when the bundle has no stacks of it).
+pub fn top_stacks(bundle: &Bundle, a: &Analysis, class: LatencyClass, n: usize) -> Vec<HeavyStack> {
+    analyze_stacks(bundle, a, Some(class), n)
+        .and_then(|s| s.classes.into_iter().next())
+        .map(|c| c.top)
+        .unwrap_or_default()
+}
+
+/// The class with the most time in the latency classes among those that have stacks
+/// (what `trace` shows the stacks of); `None` without stacks.
+pub fn dominant_stack_class(bundle: &Bundle, a: &Analysis) -> Option<LatencyClass> {
+    let profile = bundle.stacks.as_ref()?;
+    profile
+        .samples
+        .iter()
+        .filter(|s| s.total_ns > 0)
+        .filter_map(sample_class)
+        .max_by(|x, y| {
+            a.latency_classes
+                .get(*x)
+                .cmp(&a.latency_classes.get(*y))
+                .then(y.cmp(x))
+        })
+}
+
+/// A single slow syscall with the user stack that made it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SlowCallStack {
+    /// Start, ns since the session's start.
+    pub t_ns: u64,
+    pub pid: i32,
+    pub tid: i32,
+    pub comm: String,
+    pub name: String,
+    pub duration_ns: u64,
+    /// The caller's user stack, outermost frame first.
+    pub frames: Vec<FrameView>,
+}
+
+/// The `n` slowest single syscalls that have a user stack, slowest first (ties: earlier
+/// first).
+pub fn slow_call_stacks(bundle: &Bundle, n: usize) -> Vec<SlowCallStack> {
+    let Some(profile) = bundle.stacks.as_ref() else {
+        return Vec::new();
+    };
+    let (_, thread_names) = names(bundle);
+    let mut calls: Vec<_> = bundle
+        .slow_syscalls
+        .iter()
+        .filter_map(|s| s.user_stack.map(|stack| (s, stack)))
+        .collect();
+    calls.sort_by(|(x, _), (y, _)| y.duration_ns.cmp(&x.duration_ns).then(x.t_ns.cmp(&y.t_ns)));
+    calls
+        .into_iter()
+        .take(n)
+        .map(|(s, stack)| SlowCallStack {
+            t_ns: s.t_ns,
+            pid: s.pid,
+            tid: s.tid,
+            comm: thread_names
+                .get(&(s.pid, s.tid))
+                .cloned()
+                .unwrap_or_default(),
+            name: s.name.clone(),
+            duration_ns: s.duration_ns,
+            frames: profile.stacks[stack as usize]
+                .iter()
+                .rev()
+                .map(|&f| FrameView::of(&profile.frames[f as usize]))
+                .collect(),
+        })
+        .collect()
+}
+
+/// What [`folded_lines`] puts in each line besides the frames.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FoldOptions {
+    /// Only this class's samples.
+    pub class: Option<LatencyClass>,
+    /// Start every line with the class name (one graph of all classes).
+    pub class_root: bool,
+    /// Then the process's comm (one tower per process).
+    pub per_process: bool,
+}
+
+/// Folded-stack lines (`[class;][comm;]root;...;leaf ns`), one per distinct stack text,
+/// sorted, with the summed nanoseconds of every sample that folds to it. Frames are
+/// [`FrameView::folded_name`]s; a sample with neither stack is the single frame
+/// `[unknown]`. Empty when the bundle has no stacks (or none of the class).
+pub fn folded_lines(bundle: &Bundle, opts: &FoldOptions) -> Vec<String> {
+    let Some(profile) = bundle.stacks.as_ref() else {
+        return Vec::new();
+    };
+    let (process_names, _) = names(bundle);
+    let views = FrameViews::new(profile);
+    // Views that fold to the same text (they differ in module or line) are one frame
+    // here: `text_of[view]` indexes `texts`.
+    let mut texts: Vec<String> = Vec::new();
+    let mut text_index: HashMap<String, u32> = HashMap::new();
+    let text_of: Vec<u32> = views
+        .views
+        .iter()
+        .map(|v| {
+            *text_index.entry(v.folded_name()).or_insert_with_key(|t| {
+                texts.push(t.clone());
+                (texts.len() - 1) as u32
+            })
+        })
+        .collect();
+    // (root frames, joined stack as text ids) -> ns; the line is made once per key.
+    let mut sums: HashMap<(Vec<String>, Vec<u32>), u64> = HashMap::new();
+    for s in &profile.samples {
+        let Some(class) = sample_class(s) else {
+            continue;
+        };
+        if opts.class.is_some_and(|c| c != class) || s.total_ns == 0 {
+            continue;
+        }
+        let mut roots: Vec<String> = Vec::new();
+        if opts.class_root {
+            roots.push(class.name().to_string());
+        }
+        if opts.per_process {
+            let comm = process_names
+                .get(&s.pid)
+                .map(|c| crate::report::clean(c).replace(';', ":"))
+                .filter(|c| !c.is_empty())
+                .unwrap_or_else(|| format!("pid {}", s.pid));
+            roots.push(comm);
+        }
+        let ids = views
+            .joined(profile, s)
+            .into_iter()
+            .map(|v| text_of[v as usize])
+            .collect();
+        let sum = sums.entry((roots, ids)).or_default();
+        *sum = sum.saturating_add(s.total_ns);
+    }
+    let mut lines: Vec<String> = sums
+        .into_iter()
+        .map(|((roots, ids), ns)| {
+            let mut parts = roots;
+            if ids.is_empty() {
+                parts.push("[unknown]".to_string());
+            }
+            parts.extend(ids.iter().map(|&i| texts[i as usize].clone()));
+            format!("{} {ns}", parts.join(";"))
+        })
+        .collect();
+    lines.sort();
+    lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::fixture::fixture_to_bundle;
+
+    fn fixture(stacks: serde_json::Value) -> Bundle {
+        let v = serde_json::json!({
+            "format": "kernelkite-fixture", "version": 1, "backend": "ebpf",
+            "host": {"clock_ticks_per_sec": 100, "page_size_bytes": 4096, "num_cpus": 2,
+                     "kernel_release": null, "arch": "x86_64"},
+            "interval_ms": 1000, "frames_ms": [0, 1000],
+            "processes": [{
+                "pid": 10, "ppid": 1, "comm": "svc;x", "start_time_ticks": 5,
+                "first_frame": 0, "last_frame": 1,
+                "utime_ticks": [0, 50], "stime_ticks": [0, 0], "rss_kib": [4, 4],
+                "threads": [
+                  {"tid": 10, "states": "SS", "class_ns": {"on_cpu": [0, 500000000],
+                    "runqueue": [0, 0], "io_wait": [0, 0], "lock_wait": [0, 500000000],
+                    "syscall_blocked": [0, 0], "unknown_wait": [0, 0]}},
+                  {"tid": 11, "comm": "w1", "states": "SS", "class_ns": {"on_cpu": [0, 0],
+                    "runqueue": [0, 0], "io_wait": [0, 0], "lock_wait": [0, 1000000000],
+                    "syscall_blocked": [0, 0], "unknown_wait": [0, 0]}}
+                ]
+            }],
+            "stacks": stacks
+        });
+        fixture_to_bundle(&serde_json::to_vec(&v).unwrap(), "t.json").unwrap()
+    }
+
+    fn demo() -> Bundle {
+        fixture(serde_json::json!({
+            "sample_hz": 100, "min_block_us": 1000,
+            "frames": [
+                {"id": "lock", "addr": 1, "symbol": "pthread_mutex_lock"},
+                {"id": "get", "addr": 2, "symbol": "Cache::get", "file": "c.cc", "line": 8},
+                {"id": "get2", "addr": 3, "symbol": "Cache::get", "file": "c.cc", "line": 8},
+                {"id": "main", "addr": 4, "symbol": "main"},
+                {"id": "strip", "addr": 5, "module": "/lib/libz.so", "module_offset": 4660},
+                {"id": "fw", "addr": 6, "kernel": true, "symbol": "futex_wait"},
+                {"id": "sys", "addr": 7, "kernel": true, "symbol": "__x64_sys_futex"}
+            ],
+            "stacks": [
+                {"id": "u1", "frames": ["lock", "get", "main"]},
+                {"id": "u2", "frames": ["lock", "get2", "main"]},
+                {"id": "u3", "frames": ["strip", "main"]},
+                {"id": "k", "frames": ["fw", "sys"]}
+            ],
+            "samples": [
+                {"pid": 10, "tid": 10, "class": "lock_wait", "user_stack": "u1",
+                 "kernel_stack": "k", "total_ns": 300000000, "count": 3},
+                {"pid": 10, "tid": 11, "class": "lock_wait", "user_stack": "u2",
+                 "kernel_stack": "k", "total_ns": 600000000, "count": 6},
+                {"pid": 10, "tid": 11, "class": "lock_wait", "kernel_stack": "k",
+                 "total_ns": 100000000, "count": 1},
+                {"pid": 10, "tid": 10, "class": "on_cpu", "user_stack": "u3",
+                 "total_ns": 400000000, "count": 40},
+                {"pid": 10, "tid": 10, "class": "unknown_wait", "total_ns": 5, "count": 1}
+            ]
+        }))
+    }
+
+    #[test]
+    fn heaviest_stacks_join_user_and_kernel_root_first_and_merge_equal_text() {
+        let b = demo();
+        let a = crate::analysis::analyze(&b);
+        let s = analyze_stacks(&b, &a, None, 10).unwrap();
+        let classes: Vec<_> = s.classes.iter().map(|c| c.class).collect();
+        // By the class's time: lock_wait 1.5 s, on_cpu 0.5 s, unknown_wait 0 s.
+        assert_eq!(
+            classes,
+            [
+                LatencyClass::LockWait,
+                LatencyClass::OnCpu,
+                LatencyClass::UnknownWait
+            ]
+        );
+        let lock = &s.classes[0];
+        assert_eq!(lock.class_ns, 1_500_000_000);
+        assert_eq!(lock.stack_ns, 1_000_000_000);
+        assert_eq!(lock.count, 10);
+        // u1 and u2 differ only in an address: one stack.
+        assert_eq!(lock.distinct_stacks, 2);
+        let top = &lock.top[0];
+        assert_eq!(top.total_ns, 900_000_000);
+        assert_eq!(top.count, 9);
+        assert!((top.share_of_stacks - 0.9).abs() < 1e-12);
+        assert!((top.share_of_class.unwrap() - 0.6).abs() < 1e-12);
+        let names: Vec<_> = top.frames.iter().map(|f| f.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "main",
+                "Cache::get",
+                "pthread_mutex_lock",
+                "__x64_sys_futex",
+                "futex_wait"
+            ]
+        );
+        assert_eq!(top.frames[1].line, Some(8));
+        let tids: Vec<_> = top
+            .threads
+            .iter()
+            .map(|t| (t.tid, t.comm.as_str()))
+            .collect();
+        assert_eq!(tids, [(10, "svc;x"), (11, "w1")]);
+        // The kernel-only sample.
+        assert_eq!(lock.top[1].frames.len(), 2);
+        assert!(lock.top[1].frames.iter().all(|f| f.kernel));
+        assert_eq!(s.classes[1].top[0].frames[1].name, "libz.so+0x1234");
+        assert_eq!(s.classes[2].share_of_class(), None);
+
+        let only = top_stacks(&b, &a, LatencyClass::LockWait, 1);
+        assert_eq!(only.len(), 1);
+        assert_eq!(only[0], *top);
+        assert!(top_stacks(&b, &a, LatencyClass::IoWait, 3).is_empty());
+        assert!(slow_call_stacks(&b, 3).is_empty());
+        assert_eq!(dominant_stack_class(&b, &a), Some(LatencyClass::LockWait));
+    }
+
+    #[test]
+    fn slow_calls_with_stacks_slowest_first() {
+        let mut b = demo();
+        let call = |t_ns, duration_ns, user_stack| crate::model::SlowSyscall {
+            t_ns,
+            pid: 10,
+            tid: 11,
+            nr: 202,
+            name: "futex".into(),
+            duration_ns,
+            ret: 0,
+            user_stack,
+        };
+        b.slow_syscalls = vec![
+            call(1, 20, Some(0)),
+            call(2, 90, None),
+            call(3, 50, Some(2)),
+            call(4, 50, Some(0)),
+        ];
+        let calls = slow_call_stacks(&b, 2);
+        let got: Vec<_> = calls.iter().map(|c| (c.t_ns, c.duration_ns)).collect();
+        assert_eq!(got, [(3, 50), (4, 50)]);
+        assert_eq!(calls[0].comm, "w1");
+        let names: Vec<_> = calls[0].frames.iter().map(|f| f.name.as_str()).collect();
+        assert_eq!(names, ["main", "libz.so+0x1234"]);
+    }
+
+    #[test]
+    fn folded_lines_are_merged_sorted_and_annotated() {
+        let b = demo();
+        let lines = folded_lines(&b, &FoldOptions::default());
+        assert_eq!(
+            lines,
+            [
+                "[unknown] 5",
+                "__x64_sys_futex_[k];futex_wait_[k] 100000000",
+                "main;Cache::get;pthread_mutex_lock;__x64_sys_futex_[k];futex_wait_[k] 900000000",
+                "main;libz.so+0x1234 400000000",
+            ]
+        );
+        let opts = FoldOptions {
+            class: Some(LatencyClass::OnCpu),
+            class_root: true,
+            per_process: true,
+        };
+        assert_eq!(
+            folded_lines(&b, &opts),
+            ["on_cpu;svc:x;main;libz.so+0x1234 400000000"]
+        );
+        // Frames that differ only in their line are one frame in folded text, and two
+        // in the heaviest stacks.
+        let mut lines_differ = b.clone();
+        lines_differ.stacks.as_mut().unwrap().frames[2].line = Some(9);
+        assert_eq!(folded_lines(&lines_differ, &FoldOptions::default()), lines);
+        let a = crate::analysis::analyze(&lines_differ);
+        let s = analyze_stacks(&lines_differ, &a, Some(LatencyClass::LockWait), 5).unwrap();
+        assert_eq!(s.classes[0].distinct_stacks, 3);
+        let mut none = b.clone();
+        none.stacks = None;
+        assert!(folded_lines(&none, &FoldOptions::default()).is_empty());
+        let a = crate::analysis::analyze(&none);
+        assert!(analyze_stacks(&none, &a, None, 3).is_none());
+        assert_eq!(dominant_stack_class(&none, &a), None);
+    }
+}
