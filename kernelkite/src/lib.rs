@@ -8,5 +8,6 @@ pub mod analysis;
 pub mod cli;
 pub mod commands;
 pub mod model;
+pub mod recording;
 pub mod report;
 pub mod source;

@@ -17,9 +17,10 @@ use super::records::{comm_string, decode, Record};
 use super::syscall_table;
 use crate::analysis::sample_class;
 use crate::model::{
-    Backend, Bundle, ClassTimes, Frame, LifecycleEvent, LifecycleKind, SlowSyscall,
+    Backend, Bundle, ClassTimes, Frame, HostConstants, LifecycleEvent, LifecycleKind, SlowSyscall,
     SyscallHistogram, ThreadSample,
 };
+use crate::recording::{ClockAnchor, RecordRef, RecordSink, SessionStart};
 use crate::source::host::current_host;
 use crate::source::procfs::{FrameRecorder, Sampler, SamplerOptions, Scope, PROC_ROOT};
 
@@ -77,7 +78,18 @@ pub struct Session {
     /// Every process ever traced: a snapshot keeps one whose threads have all exited
     /// while /proc still shows it (a zombie holds its final counters until reaped).
     known_tgids: BTreeSet<u32>,
+    /// The machine's constants when the session's clock started.
+    host: HostConstants,
+    /// Where each kept frame and event also goes (`--record`), as it is appended.
+    sink: Option<Box<dyn RecordSink>>,
+    /// Session time of the last histogram snapshot sent to the sink.
+    last_sink_histograms_ns: u64,
 }
+
+/// How often (session time) a recorded session also records its histograms and lost
+/// event count: they cost a walk of the kernel maps, and only a killed session's
+/// replay needs the intermediate ones.
+const SINK_HISTOGRAM_INTERVAL_NS: u64 = 1_000_000_000;
 
 /// Every pid must be a live user-space process (not a thread id, not a kernel thread).
 fn check_pids_exist(pids: &[i32]) -> Result<(), SessionError> {
@@ -139,11 +151,26 @@ impl Session {
     /// Check the targets exist, load and attach the programs, and start tracking every
     /// thread of the targets (with `follow`, of their existing descendants too).
     pub fn start(options: TraceOptions) -> Result<Session, SessionError> {
+        Session::start_recorded(options, None)
+    }
+
+    /// [`Session::start`], sending everything the session keeps to `sink` as well.
+    pub fn start_recorded(
+        options: TraceOptions,
+        sink: Option<Box<dyn RecordSink>>,
+    ) -> Result<Session, SessionError> {
         let pids = options.pids.clone();
         check_pids_exist(&pids)?;
         let mut session = Session::load(options)?;
+        session.sink = sink;
         session.attach_to(&pids)?;
         Ok(session)
+    }
+
+    /// Send everything the session keeps from its start on (call before attaching) to
+    /// `sink` as well.
+    pub fn record_to(&mut self, sink: Box<dyn RecordSink>) {
+        self.sink = Some(sink);
     }
 
     /// Load and attach the programs with no target yet (see [`Session::attach_to`]).
@@ -183,6 +210,9 @@ impl Session {
             exited: BTreeSet::new(),
             known_tgids: BTreeSet::new(),
             folded_hists: BTreeMap::new(),
+            host: current_host(),
+            sink: None,
+            last_sink_histograms_ns: 0,
         })
     }
 
@@ -201,11 +231,59 @@ impl Session {
     fn attach(&mut self, pids: &[i32], flags: u32) -> Result<(), SessionError> {
         check_pids_exist(pids)?;
         self.options.pids = pids.to_vec();
-        self.start_mono_ns = monotonic_ns();
+        let clock = ClockAnchor::read();
+        self.start_mono_ns = clock.monotonic_ns;
+        self.host = current_host();
+        if let Some(sink) = self.sink.as_mut() {
+            sink.record(RecordRef::SessionStart(&SessionStart {
+                backend: Backend::Ebpf,
+                label: self.options.label.clone(),
+                host: self.host.clone(),
+                interval_ms: self.options.interval.as_millis() as u64,
+                max_frames: self.options.max_frames,
+                min_latency_ns: self.options.min_latency_ns,
+                follow: self.options.follow,
+                network: self.options.network,
+                root_pids: self.options.pids.clone(),
+                clock,
+            }));
+        }
         self.add_initial_targets(flags)?;
         let first = self.snapshot_frame(false)?;
-        self.recorder.push(first);
+        self.keep_frame(first);
         Ok(())
+    }
+
+    /// Keep a frame (under the frame cap), and record it.
+    fn keep_frame(&mut self, frame: Frame) {
+        if let Some(sink) = self.sink.as_mut() {
+            sink.record(RecordRef::Frame(&frame));
+        }
+        self.recorder.push(frame);
+    }
+
+    fn keep_lifecycle(&mut self, event: LifecycleEvent) {
+        if let Some(sink) = self.sink.as_mut() {
+            sink.record(RecordRef::Lifecycle(&event));
+        }
+        self.lifecycle.push(event);
+    }
+
+    /// Record the histograms and the lost event count as they are at `t_ns`.
+    fn record_histograms(&mut self, t_ns: u64) {
+        if self.sink.is_none() {
+            return;
+        }
+        let histograms = self.histograms();
+        let count = self.events_lost();
+        if let Some(sink) = self.sink.as_mut() {
+            sink.record(RecordRef::Histograms {
+                t_ns,
+                histograms: &histograms,
+            });
+            sink.record(RecordRef::EventsLost { t_ns, count });
+        }
+        self.last_sink_histograms_ns = t_ns;
     }
 
     /// Processes with a live traced thread (for passing on signals).
@@ -342,7 +420,7 @@ impl Session {
                 if exit {
                     self.exited.insert(r.tid);
                 }
-                self.lifecycle.push(LifecycleEvent {
+                self.keep_lifecycle(LifecycleEvent {
                     t_ns: self.t_ns(r.ts_ns),
                     kind,
                     pid: r.tgid as i32,
@@ -355,7 +433,7 @@ impl Session {
                 exit
             }
             Record::SlowSyscall(r) => {
-                self.slow.push(SlowSyscall {
+                let slow = SlowSyscall {
                     t_ns: self.t_ns(r.start_ns),
                     pid: r.tgid as i32,
                     tid: r.tid as i32,
@@ -363,7 +441,11 @@ impl Session {
                     name: syscall_table::name(r.nr),
                     duration_ns: r.duration_ns,
                     ret: r.ret,
-                });
+                };
+                if let Some(sink) = self.sink.as_mut() {
+                    sink.record(RecordRef::SlowSyscall(&slow));
+                }
+                self.slow.push(slow);
                 false
             }
         }
@@ -372,7 +454,11 @@ impl Session {
     /// Take a snapshot frame and keep it.
     pub fn snapshot(&mut self) -> Result<(), SessionError> {
         let frame = self.snapshot_frame(false)?;
-        self.recorder.push(frame);
+        let t_ns = frame.t_ns;
+        self.keep_frame(frame);
+        if t_ns.saturating_sub(self.last_sink_histograms_ns) >= SINK_HISTOGRAM_INTERVAL_NS {
+            self.record_histograms(t_ns);
+        }
         Ok(())
     }
 
@@ -399,6 +485,24 @@ impl Session {
             }
         }
         total
+    }
+
+    /// Every (process, syscall) histogram so far: the folded ones plus the live map.
+    fn histograms(&self) -> Vec<SyscallHistogram> {
+        let mut all: BTreeMap<SyscallKey, HistAccumulator> = self
+            .folded_hists
+            .iter()
+            .map(|(k, acc)| (*k, acc.clone()))
+            .collect();
+        for (key, value) in self.hists.iter().filter_map(Result::ok) {
+            all.entry(key).or_default().add(&value);
+        }
+        let mut out: Vec<SyscallHistogram> = all
+            .into_iter()
+            .map(|(key, acc)| acc.into_histogram(key))
+            .collect();
+        out.sort_by_key(|h| (h.pid, h.nr));
+        out
     }
 
     /// Move the histograms of processes with no live thread out of the kernel map.
@@ -436,7 +540,7 @@ impl Session {
         // from the map, so no measured time is lost with the record.
         for (tid, state) in lost_exits {
             if self.exited.insert(tid) {
-                self.lifecycle.push(LifecycleEvent {
+                self.keep_lifecycle(LifecycleEvent {
                     t_ns,
                     kind: LifecycleKind::Exit,
                     pid: state.tgid as i32,
@@ -508,25 +612,19 @@ impl Session {
         // When everything has exited, the last frame that still showed the processes
         // (as zombies) holds their final counters; an empty frame would replace it
         // under a frame cap.
+        let t_end_ns = last.t_ns;
         if !last.processes.is_empty() || self.recorder.frames().is_empty() {
-            self.recorder.push(last);
+            self.keep_frame(last);
         }
+        self.record_histograms(t_end_ns);
         let events_lost = self.events_lost();
-        let mut all = std::mem::take(&mut self.folded_hists);
-        for (key, value) in self.hists.iter().filter_map(Result::ok) {
-            all.entry(key).or_default().add(&value);
-        }
-        let mut syscalls: Vec<SyscallHistogram> = all
-            .into_iter()
-            .map(|(key, acc)| acc.into_histogram(key))
-            .collect();
-        syscalls.sort_by_key(|h| (h.pid, h.nr));
+        let syscalls = self.histograms();
         self.lifecycle.sort_by_key(|e| (e.t_ns, e.pid, e.tid));
         self.slow.sort_by_key(|s| (s.t_ns, s.tid));
 
         let mut bundle = Bundle::new(
             Backend::Ebpf,
-            current_host(),
+            self.host.clone(),
             self.options.interval.as_millis() as u64,
         );
         bundle.label = self.options.label.clone();
@@ -588,7 +686,7 @@ fn consistent(state: &ThreadState) -> bool {
 }
 
 /// Sum of one (process, syscall) histogram across map generations.
-#[derive(Default)]
+#[derive(Clone, Default)]
 struct HistAccumulator {
     total_ns: u64,
     max_ns: u64,
