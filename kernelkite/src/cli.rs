@@ -69,7 +69,12 @@ pub enum Command {
     /// (less than libbpf-tools `syscount -L`); other processes pay a bitmap check
     /// (docs/PERFORMANCE.md has the measurements).
     Trace(TraceArgs),
-    /// Turn a fixture into a bundle, byte for byte the same every time.
+    /// Turn a fixture or a recording into a bundle, byte for byte the same every time.
+    ///
+    /// A recording (`trace`/`run --record`) becomes the bundle its live session wrote,
+    /// byte for byte. A recording cut short (the session was killed, the disk filled)
+    /// replays every complete chunk and says on stderr how many bytes at its end were
+    /// incomplete (exit 0); a corrupt one is an error naming the byte offset.
     Replay(ReplayArgs),
     /// Totals, latency classes and syscalls of one bundle.
     Summary(SummaryArgs),
@@ -120,6 +125,29 @@ pub struct RunArgs {
     /// totals stay exact; the bundle and reports say the cap was hit).
     #[arg(long, default_value_t = 100_000)]
     pub max_frames: u64,
+    #[command(flatten)]
+    pub recording: RecordArgs,
+}
+
+/// `--record`: the session's stream, written while it runs.
+#[derive(Debug, Args, Clone)]
+pub struct RecordArgs {
+    /// Also write the session as it runs to this recording file (.kkr, docs/FORMAT.md),
+    /// one checksummed chunk per frame, so even a killed session leaves every complete
+    /// chunk; `kernelkite replay FILE OUT.json` rebuilds the bundle, without root, on any OS.
+    #[arg(long, value_name = "FILE")]
+    pub record: Option<PathBuf>,
+    /// How the recording's chunks are stored.
+    #[arg(long, value_enum, value_name = "HOW", default_value_t = RecordCompression::Zstd)]
+    pub record_compression: RecordCompression,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RecordCompression {
+    /// zstd per chunk (a chunk that would not shrink is stored as is).
+    Zstd,
+    /// Every chunk as is.
+    None,
 }
 
 #[derive(Debug, Args)]
@@ -142,11 +170,13 @@ pub struct TraceArgs {
     /// Stream single syscalls at least this slow (microseconds) into the bundle; 0 streams none.
     #[arg(long, default_value_t = 10_000)]
     pub min_latency_us: u64,
+    #[command(flatten)]
+    pub recording: RecordArgs,
 }
 
 #[derive(Debug, Args)]
 pub struct ReplayArgs {
-    /// Fixture (JSON) to replay.
+    /// Fixture (JSON) or recording (.kkr, recognised by its magic bytes) to replay.
     pub input: PathBuf,
     /// Where to write the bundle.
     pub bundle: PathBuf,

@@ -9,6 +9,8 @@ use crate::cli::{Cli, Command};
 
 pub mod compare;
 pub mod doctor;
+#[cfg(target_os = "linux")]
+mod record_file;
 pub mod replay;
 pub mod report;
 pub mod run;

@@ -48,6 +48,7 @@ mod platform {
 
     use super::*;
     use crate::analysis::analyze;
+    use crate::commands::record_file::RecordFile;
     use crate::model::write_bundle;
     use crate::report::summary::summary_json;
     use crate::report::trace::trace_text;
@@ -70,7 +71,8 @@ mod platform {
             network: global.network,
             label: global.label.clone(),
         };
-        let mut session = Session::start(options)?;
+        let record = RecordFile::create(&args.recording)?;
+        let mut session = Session::start_recorded(options, record.as_ref().map(RecordFile::sink))?;
         eprintln!(
             "kernelkite: tracing pid {} with eBPF ({} hooks live in {:.0} ms); Ctrl-C to stop",
             args.pids
@@ -100,6 +102,9 @@ mod platform {
         if let Some(out) = &args.output {
             write_bundle(out, &bundle).with_context(|| format!("writing {}", out.display()))?;
             eprintln!("kernelkite: wrote {}", out.display());
+        }
+        if let Some(record) = record {
+            record.finish(bundle.frames.last().map_or(0, |f| f.t_ns))?;
         }
         Ok(ExitCode::SUCCESS)
     }
