@@ -247,3 +247,6 @@ pub enum RecordRef<'a> {
 pub trait RecordSink: Send {
     fn record(&mut self, record: RecordRef<'_>);
 }
+
+#[cfg(test)]
+mod tests;

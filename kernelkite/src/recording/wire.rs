@@ -156,12 +156,16 @@ impl<'a> Take<'a> {
         min_item_bytes: usize,
         mut f: impl FnMut(&mut Self) -> FieldResult<T>,
     ) -> FieldResult<Vec<T>> {
+        let at = self.offset();
         let n = self.u32(what)? as usize;
         if n.saturating_mul(min_item_bytes.max(1)) > self.remaining() {
-            return self.fail(format!(
-                "{what}: count {n} cannot fit in the {} bytes that remain",
-                self.remaining()
-            ));
+            return Err(FieldError {
+                at,
+                message: format!(
+                    "{what}: count {n} cannot fit in the {} bytes that remain",
+                    self.remaining()
+                ),
+            });
         }
         let mut out = Vec::with_capacity(n);
         for _ in 0..n {
@@ -206,7 +210,7 @@ mod tests {
     fn huge_counts_and_lengths_fail_without_allocating() {
         let buf = u32::MAX.to_le_bytes();
         let e = Take::new(&buf, 100).vec("items", 8, |t| t.u64("x"));
-        assert_eq!(e.unwrap_err().at, 104);
+        assert_eq!(e.unwrap_err().at, 100);
         let e = Take::new(&buf, 0).str("name").unwrap_err();
         assert!(
             e.message.contains("needs 4294967295 bytes"),
