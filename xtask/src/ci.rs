@@ -6,12 +6,14 @@
 //!    or `--no-install`): `apt-get update` once, then `apt-get install -y` of chromium,
 //!    time, strace, bpftool and llvm-22-dev; `rustup component add rust-src`; bpf-linker
 //!    (`cargo install`, built against LLVM 22) when the eBPF crate is present;
+//!    cargo-fuzz (`cargo install`);
 //! 2. `cargo fmt --all -- --check`;
 //! 3. `cargo clippy --workspace --all-targets -- -D warnings`;
 //! 4. the eBPF object check (`cargo xtask build-ebpf --check`);
 //! 5. `cargo test --workspace --no-fail-fast` with `CI=true` (real-kernel tests fail instead of
 //!    skipping when they cannot run), then the `test result:` lines again as a summary;
-//! 6. `cargo xtask samples --check`.
+//! 6. `cargo xtask samples --check`;
+//! 7. a short fuzz pass of the recording decoder (`cargo xtask fuzz --seconds 45`).
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -22,7 +24,8 @@ use anyhow::{bail, Context, Result};
 
 const USAGE: &str = "usage: cargo xtask ci [--no-install] [--from N]
   Runs, failing fast: dependency install, cargo fmt --check, clippy -D warnings,
-  the eBPF object check, cargo test --workspace (CI=true), cargo xtask samples --check.
+  the eBPF object check, cargo test --workspace (CI=true), cargo xtask samples --check,
+  a 45 s fuzz pass of the recording decoder (cargo xtask fuzz).
   --no-install (or KK_CI_NO_INSTALL=1): do not install system packages or tools.
   --from N: start at step N (to re-run locally after a fix; CI always runs them all).";
 
@@ -96,6 +99,10 @@ pub fn run(args: &[String]) -> Result<()> {
                 crate::samples::run(&["--check".into()])
                     .context("samples are out of date: run `cargo xtask samples`")
             }),
+        ),
+        (
+            "fuzz the recording decoder (cargo xtask fuzz --seconds 45)",
+            Box::new(|| crate::fuzz::run(&["--seconds".into(), "45".into()])),
         ),
     ];
 
@@ -377,6 +384,7 @@ fn install_dependencies() -> Result<()> {
         apt(&args).with_context(|| format!("apt-get install {} failed", packages.join(" ")))?;
     }
 
+    crate::fuzz::ensure_cargo_fuzz()?;
     // rust-src and bpf-linker, for building the BPF programs (one place knows how).
     crate::build_ebpf::ensure_tools()
 }

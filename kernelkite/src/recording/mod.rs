@@ -250,3 +250,21 @@ pub trait RecordSink: Send {
 
 #[cfg(test)]
 mod tests;
+
+/// Helpers for the fuzz target (`fuzz/`) and its seeds.
+#[doc(hidden)]
+pub mod fuzz_support {
+    use super::encode::{chunk_with_payload, file_header, ENCODING_STORED};
+    use super::{has_magic, FORMAT_VERSION};
+
+    /// `data` itself when it starts with the magic; otherwise a file holding `data` as
+    /// the payload of one stored chunk with a correct checksum.
+    pub fn as_recording(data: &[u8]) -> Vec<u8> {
+        if has_magic(data) {
+            return data.to_vec();
+        }
+        let mut out = file_header(FORMAT_VERSION);
+        out.extend(chunk_with_payload(data, data.len() as u32, ENCODING_STORED));
+        out
+    }
+}
