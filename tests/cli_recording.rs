@@ -310,3 +310,19 @@ fn an_unwritable_recording_path_fails_before_the_command_runs() {
     assert!(stderr.contains("cannot create recording"), "{stderr}");
     assert!(!marker.exists(), "the command must not run");
 }
+
+#[test]
+fn a_command_that_cannot_run_leaves_no_recording_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let kkr = dir.path().join("s.kkr");
+    let out = kk()
+        .args(["--backend", "proc", "run"])
+        .arg(dir.path().join("b.json"))
+        .arg("--record")
+        .arg(&kkr)
+        .args(["--", "/nonexistent/kk-no-such-program"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(!kkr.exists(), "an empty recording is removed");
+}

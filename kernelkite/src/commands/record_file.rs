@@ -40,6 +40,14 @@ impl RecordFile {
         &self.path
     }
 
+    /// The session never started (a bad pid, a command that cannot run): remove the
+    /// file rather than leave a recording with nothing in it.
+    pub fn discard_if_empty(&self) {
+        if self.recording.records() == 0 {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+
     /// Write the end record, sync, and say what was recorded.
     pub fn finish(self, end_t_ns: u64) -> Result<()> {
         let stats = self.recording.finish(end_t_ns).with_context(|| {

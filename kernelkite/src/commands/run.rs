@@ -79,6 +79,37 @@ mod linux {
         }
         model::check_writable(&args.bundle)?;
         let record_file = RecordFile::create(&args.recording)?;
+        let profiled = profile(global, args, record_file.as_ref());
+        if profiled.is_err() {
+            record_file.iter().for_each(RecordFile::discard_if_empty);
+        }
+        let (bundle, exit, launcher) = profiled?;
+        model::write_bundle(&args.bundle, &bundle)
+            .with_context(|| format!("cannot write bundle {}", args.bundle.display()))?;
+        if let Some(user) = launcher.invoking_user() {
+            give_to_user(&args.bundle, user);
+        }
+        report_written(&args.bundle, &bundle);
+        if let Some(record) = record_file {
+            if let Some(launched) = &bundle.launched {
+                record.recording.append(RecordRef::Launched(launched));
+            }
+            if let Some(user) = launcher.invoking_user() {
+                give_to_user(record.path(), user);
+            }
+            record.finish(bundle.frames.last().map_or(0, |f| f.t_ns))?;
+        }
+        // Only if someone else reaped the command (it cannot happen: we are its parent).
+        Ok(ExitCode::from(exit.map_or(1, Exit::shell_status)))
+    }
+
+    /// Choose the backend, launch the command and profile it until its whole tree has
+    /// been reaped.
+    fn profile(
+        global: &GlobalArgs,
+        args: &RunArgs,
+        record_file: Option<&RecordFile>,
+    ) -> Result<(Bundle, Option<Exit>, Launcher)> {
         // eBPF when it may (the probes are loaded before the command starts, so a
         // failure can still fall back), else /proc; never a silent downgrade.
         let probes = match global.backend {
@@ -97,10 +128,10 @@ mod linux {
         let host = current_host();
         let mut launcher = Launcher::prepare().context("cannot prepare to launch the command")?;
 
-        let recording = record_file.as_ref().map(|r| &r.recording);
+        let recording = record_file.map(|r| &r.recording);
         let (bundle, exit) = match probes {
             Some(mut ebpf) => {
-                if let Some(r) = &record_file {
+                if let Some(r) = record_file {
                     ebpf.record_to(r.sink());
                 }
                 record_ebpf(&mut launcher, ebpf, global, args)?
@@ -117,23 +148,7 @@ mod linux {
                 (assemble(global, args, host, session), exit)
             }
         };
-        model::write_bundle(&args.bundle, &bundle)
-            .with_context(|| format!("cannot write bundle {}", args.bundle.display()))?;
-        if let Some(user) = launcher.invoking_user() {
-            give_to_user(&args.bundle, user);
-        }
-        report_written(&args.bundle, &bundle);
-        if let Some(record) = record_file {
-            if let Some(launched) = &bundle.launched {
-                record.recording.append(RecordRef::Launched(launched));
-            }
-            if let Some(user) = launcher.invoking_user() {
-                give_to_user(record.path(), user);
-            }
-            record.finish(bundle.frames.last().map_or(0, |f| f.t_ns))?;
-        }
-        // Only if someone else reaped the command (it cannot happen: we are its parent).
-        Ok(ExitCode::from(exit.map_or(1, Exit::shell_status)))
+        Ok((bundle, exit, launcher))
     }
 
     /// What one recording session produced.

@@ -72,7 +72,14 @@ mod platform {
             label: global.label.clone(),
         };
         let record = RecordFile::create(&args.recording)?;
-        let mut session = Session::start_recorded(options, record.as_ref().map(RecordFile::sink))?;
+        let started = Session::start_recorded(options, record.as_ref().map(RecordFile::sink));
+        let mut session = match started {
+            Ok(session) => session,
+            Err(e) => {
+                record.iter().for_each(RecordFile::discard_if_empty);
+                return Err(e.into());
+            }
+        };
         eprintln!(
             "kernelkite: tracing pid {} with eBPF ({} hooks live in {:.0} ms); Ctrl-C to stop",
             args.pids

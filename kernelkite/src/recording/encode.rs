@@ -383,6 +383,12 @@ impl SharedRecording {
         Ok(SharedRecording(Arc::new(Mutex::new(Some(writer)))))
     }
 
+    /// Records appended so far.
+    pub fn records(&self) -> u64 {
+        let guard = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        guard.as_ref().map_or(0, |w| w.stats.records)
+    }
+
     pub fn append(&self, record: RecordRef<'_>) {
         let mut guard = self.0.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(w) = guard.as_mut() {
