@@ -236,6 +236,7 @@ fn build_session(backend: Backend) -> Bundle {
                 name: name.into(),
                 duration_ns: dur_ms * 1_000_000,
                 ret,
+                user_stack: None,
             };
         b.slow_syscalls = vec![
             slow(450, 1001, 1001, 0, "read", 2, 4096),

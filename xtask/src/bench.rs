@@ -611,7 +611,7 @@ fn median(sorted: &[f64]) -> f64 {
 }
 
 /// Bumped whenever [`write_synthetic_bundle`] changes, so cached files are rewritten.
-const SYNTHETIC_VERSION: u32 = 1;
+const SYNTHETIC_VERSION: u32 = 2;
 
 /// Processes in every synthetic frame (a root and its workers) and threads per process.
 const SYNTHETIC_PROCS: i32 = 3;
@@ -619,15 +619,15 @@ const SYNTHETIC_THREADS: i32 = 2;
 
 /// Write a valid /proc-backend bundle of `frames` frames at 100 ms: a root process and
 /// two busy workers, two threads each, with monotonic counters. `variant` 1 gives the
-/// workers 10% more CPU (the "after" side of `compare`). Written as pretty JSON like
-/// kernelkite's own bundles, directly (no serde tree), so 100k frames take seconds.
+/// workers 10% more CPU (the "after" side of `compare`). Written in the layout of
+/// kernelkite's own bundles (format 2: a line per frame, samples as rows), directly
+/// (no serde tree), so 100k frames take seconds.
 ///
-/// Follows kernelkite/src/model/bundle.rs; `kernelkite summary` validates it, so a
-/// format change shows up as a "not measured: ... invalid" row.
+/// Follows kernelkite/src/model/bundle.rs and docs/BUNDLE.md; `kernelkite summary`
+/// validates it, so a format change shows up as a "not measured: ... invalid" row.
 pub fn write_synthetic_bundle(path: &Path, frames: u64, variant: u64) -> Result<()> {
     let tmp = path.with_extension("json.partial");
     let mut out = BufWriter::with_capacity(1 << 20, File::create(&tmp)?);
-    let mut p = Pretty::default();
     let cpu_pct = |worker: bool| {
         if !worker {
             1
@@ -638,230 +638,121 @@ pub fn write_synthetic_bundle(path: &Path, frames: u64, variant: u64) -> Result<
         }
     };
     let last = frames - 1;
-    p.begin_obj(None);
-    p.str("format", "kernelkite-bundle");
-    p.num("format_version", 1);
-    p.str("backend", "proc");
-    p.str(
-        "label",
-        if variant == 1 {
-            "synthetic after"
-        } else {
-            "synthetic before"
-        },
-    );
-    p.begin_obj(Some("host"));
-    p.num("clock_ticks_per_sec", 100);
-    p.num("page_size_bytes", 4096);
-    p.num("num_cpus", 8);
-    p.str("kernel_release", "6.18.0-bench");
-    p.str("arch", "x86_64");
-    p.end_obj();
-    p.num("interval_ms", 100);
-    p.begin_arr(Some("root_pids"));
-    p.elem_num(1000);
-    p.end_arr();
-    p.begin_obj(Some("launched"));
-    p.begin_arr(Some("argv"));
-    p.elem_str("bench-root");
-    p.end_arr();
-    p.num("pid", 1000);
-    p.num("exit_code", 0);
-    p.null("signal");
-    p.begin_obj(Some("rusage"));
+    let label = if variant == 1 {
+        "synthetic after"
+    } else {
+        "synthetic before"
+    };
     let total_ticks: u64 = (0..SYNTHETIC_PROCS)
         .map(|i| last * cpu_pct(i > 0) / 10)
         .sum();
-    p.num("user_us", total_ticks * 10_000 * 9 / 10);
-    p.num("system_us", total_ticks * 10_000 / 10);
-    p.num("max_rss_kib", 40_960);
-    p.num("minor_faults", 12_345);
-    p.num("major_faults", 3);
-    p.num("voluntary_switches", last * 20);
-    p.num("involuntary_switches", last * 2);
-    p.end_obj();
-    p.end_obj();
-    p.begin_arr(Some("frames"));
-    out.write_all(p.take().as_bytes())?;
+    write!(
+        out,
+        r#"{{
+  "format": "kernelkite-bundle",
+  "format_version": 2,
+  "backend": "proc",
+  "label": "{label}",
+  "host": {{
+    "clock_ticks_per_sec": 100,
+    "page_size_bytes": 4096,
+    "num_cpus": 8,
+    "kernel_release": "6.18.0-bench",
+    "arch": "x86_64"
+  }},
+  "interval_ms": 100,
+  "root_pids": [
+    1000
+  ],
+  "launched": {{"argv":["bench-root"],"pid":1000,"exit_code":0,"signal":null,"rusage":{{"user_us":{user_us},"system_us":{system_us},"max_rss_kib":40960,"minor_faults":12345,"major_faults":3,"voluntary_switches":{vcsw},"involuntary_switches":{ivcsw}}}}},
+  "frames": ["#,
+        user_us = total_ticks * 10_000 * 9 / 10,
+        system_us = total_ticks * 10_000 / 10,
+        vcsw = last * 20,
+        ivcsw = last * 2,
+    )?;
+    let mut line = String::new();
     for k in 0..frames {
-        p.begin_obj(None);
-        p.num("t_ns", k * 100_000_000);
-        p.begin_arr(Some("processes"));
+        line.clear();
+        let sep = if k == 0 { "" } else { "," };
+        let _ = write!(
+            line,
+            "{sep}\n    {{\"t_ns\":{},\"processes\":[",
+            k * 100_000_000
+        );
         for i in 0..SYNTHETIC_PROCS {
             let pid = 1000 + i;
             let worker = i > 0;
             let ticks = k * cpu_pct(worker) / 10; // cumulative CPU ticks at 100 ms per frame
-            p.begin_obj(None);
-            p.num("pid", pid as u64);
-            p.num("ppid", if worker { 1000 } else { 1 });
-            p.str("comm", if worker { "worker" } else { "bench-root" });
-            p.str(
-                "state",
-                if worker && !k.is_multiple_of(3) {
-                    "R"
-                } else {
-                    "S"
-                },
+            let comm = if worker { "worker" } else { "bench-root" };
+            let state = if worker && !k.is_multiple_of(3) {
+                "R"
+            } else {
+                "S"
+            };
+            let i64_ = i as u64;
+            // pid, ppid, comm, state, start_time_ticks, utime, stime, cutime, cstime,
+            // rss_pages, num_threads, io row, thread rows
+            let _ = write!(
+                line,
+                "{}[{pid},{},\"{comm}\",\"{state}\",{},{},{},0,0,{},{SYNTHETIC_THREADS},[{},{},{},{},{},{},0],[",
+                if i == 0 { "" } else { "," },
+                if worker { 1000 } else { 1 },
+                500_000 + i64_,
+                ticks * 9 / 10,
+                ticks - ticks * 9 / 10,
+                2_560 + (k % 97) * (i64_ + 1),
+                k * 65_536 * i64_,
+                k * 16_384 * i64_,
+                k * 16 * i64_,
+                k * 4 * i64_,
+                k * 4_096 * i64_,
+                k * 8_192 * i64_,
             );
-            p.num("start_time_ticks", 500_000 + i as u64);
-            p.num("utime_ticks", ticks * 9 / 10);
-            p.num("stime_ticks", ticks - ticks * 9 / 10);
-            p.num("cutime_ticks", 0);
-            p.num("cstime_ticks", 0);
-            p.num("rss_pages", 2_560 + (k % 97) * (i as u64 + 1));
-            p.num("num_threads", SYNTHETIC_THREADS as u64);
-            p.begin_obj(Some("io"));
-            p.num("rchar_bytes", k * 65_536 * i as u64);
-            p.num("wchar_bytes", k * 16_384 * i as u64);
-            p.num("read_syscalls", k * 16 * i as u64);
-            p.num("write_syscalls", k * 4 * i as u64);
-            p.num("read_bytes", k * 4_096 * i as u64);
-            p.num("write_bytes", k * 8_192 * i as u64);
-            p.num("cancelled_write_bytes", 0);
-            p.end_obj();
-            p.begin_arr(Some("threads"));
             for j in 0..SYNTHETIC_THREADS {
                 let tid = if j == 0 { pid } else { 20_000 + pid * 8 + j };
                 let on_cpu = ticks * 10_000_000 / SYNTHETIC_THREADS as u64;
                 let running = worker && !(k + j as u64).is_multiple_of(3);
-                p.begin_obj(None);
-                p.num("tid", tid as u64);
-                p.str("comm", if worker { "worker" } else { "bench-root" });
-                p.str("state", if running { "R" } else { "S" });
-                p.begin_obj(Some("schedstat"));
-                p.num("on_cpu_ns", on_cpu);
-                p.num("runqueue_ns", k * 3_000_000 * i as u64);
-                p.num("timeslices", k * 7);
-                p.end_obj();
-                if running {
-                    p.null("syscall_nr");
+                let syscall_nr = if running {
+                    "null".to_string()
                 } else {
-                    p.num("syscall_nr", if j == 0 { 61 } else { 202 });
-                }
-                p.null("class_ns");
-                p.end_obj();
+                    (if j == 0 { 61 } else { 202 }).to_string()
+                };
+                // tid, comm, state, schedstat row, syscall_nr, class_ns
+                let _ = write!(
+                    line,
+                    "{}[{tid},\"{comm}\",\"{}\",[{on_cpu},{},{}],{syscall_nr},null]",
+                    if j == 0 { "" } else { "," },
+                    if running { "R" } else { "S" },
+                    k * 3_000_000 * i64_,
+                    k * 7,
+                );
             }
-            p.end_arr();
-            p.end_obj();
+            line.push_str("]]");
         }
-        p.end_arr();
-        p.null("network");
-        p.end_obj();
-        if p.out.len() > 1 << 19 {
-            out.write_all(p.take().as_bytes())?;
-        }
+        line.push_str("],\"network\":null}");
+        out.write_all(line.as_bytes())?;
     }
-    p.end_arr();
-    p.begin_obj(Some("frame_cap"));
-    p.num("max_frames", frames.max(100_000));
-    p.num("frames_dropped", 0);
-    p.end_obj();
-    p.null("events_lost");
-    p.begin_arr(Some("lifecycle"));
-    p.end_arr();
-    p.begin_arr(Some("syscalls"));
-    p.end_arr();
-    p.begin_arr(Some("slow_syscalls"));
-    p.end_arr();
-    p.null("replayed_from");
-    p.end_obj();
-    p.out.push('\n');
-    out.write_all(p.take().as_bytes())?;
+    write!(
+        out,
+        r#"
+  ],
+  "frame_cap": {{
+    "max_frames": {},
+    "frames_dropped": 0
+  }},
+  "events_lost": null,
+  "lifecycle": [],
+  "syscalls": [],
+  "slow_syscalls": [],
+  "replayed_from": null
+}}
+"#,
+        frames.max(100_000)
+    )?;
     out.into_inner().map_err(|e| e.into_error())?.sync_all()?;
     std::fs::rename(&tmp, path)?;
     Ok(())
-}
-
-/// A streaming pretty-printer producing serde_json's `to_vec_pretty` layout.
-#[derive(Default)]
-struct Pretty {
-    out: String,
-    depth: usize,
-    /// Whether the innermost open container has no member yet.
-    empty: bool,
-}
-
-impl Pretty {
-    fn take(&mut self) -> String {
-        std::mem::take(&mut self.out)
-    }
-
-    /// Separator, newline and indentation before a member; then `"key": ` if any.
-    fn member(&mut self, key: Option<&str>) {
-        if self.depth > 0 {
-            if !self.empty {
-                self.out.push(',');
-            }
-            self.out.push('\n');
-            for _ in 0..self.depth {
-                self.out.push_str("  ");
-            }
-        }
-        self.empty = false;
-        if let Some(k) = key {
-            let _ = write!(self.out, "\"{k}\": ");
-        }
-    }
-
-    fn num(&mut self, key: &str, v: u64) {
-        self.member(Some(key));
-        let _ = write!(self.out, "{v}");
-    }
-
-    fn str(&mut self, key: &str, v: &str) {
-        self.member(Some(key));
-        let _ = write!(self.out, "\"{v}\"");
-    }
-
-    fn null(&mut self, key: &str) {
-        self.member(Some(key));
-        self.out.push_str("null");
-    }
-
-    fn elem_num(&mut self, v: u64) {
-        self.member(None);
-        let _ = write!(self.out, "{v}");
-    }
-
-    fn elem_str(&mut self, v: &str) {
-        self.member(None);
-        let _ = write!(self.out, "\"{v}\"");
-    }
-
-    fn begin(&mut self, key: Option<&str>, open: char) {
-        self.member(key);
-        self.out.push(open);
-        self.depth += 1;
-        self.empty = true;
-    }
-
-    fn end(&mut self, close: char) {
-        self.depth -= 1;
-        if !self.empty {
-            self.out.push('\n');
-            for _ in 0..self.depth {
-                self.out.push_str("  ");
-            }
-        }
-        self.out.push(close);
-        self.empty = false;
-    }
-
-    fn begin_obj(&mut self, key: Option<&str>) {
-        self.begin(key, '{');
-    }
-
-    fn end_obj(&mut self) {
-        self.end('}');
-    }
-
-    fn begin_arr(&mut self, key: Option<&str>) {
-        self.begin(key, '[');
-    }
-
-    fn end_arr(&mut self) {
-        self.end(']');
-    }
 }
 
 // ----------------------------------------------------------------------------------
@@ -928,7 +819,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn synthetic_bundle_is_pretty_json_with_the_expected_shape() {
+    fn synthetic_bundle_is_json_with_the_expected_shape() {
         let dir = std::env::temp_dir().join(format!("kk-bench-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("b.json");
@@ -937,14 +828,15 @@ mod tests {
         let v: serde_json::Value = serde_json::from_str(&text).unwrap();
         assert_eq!(v["format"], "kernelkite-bundle");
         assert_eq!(v["frames"].as_array().unwrap().len(), 5);
-        assert_eq!(
-            v["frames"][4]["processes"].as_array().unwrap().len(),
-            SYNTHETIC_PROCS as usize
-        );
-        // Same layout as serde_json's pretty printer.
-        let mut again = serde_json::to_string_pretty(&v).unwrap();
-        again.push('\n');
-        assert_eq!(text, again);
+        let procs = v["frames"][4]["processes"].as_array().unwrap();
+        assert_eq!(procs.len(), SYNTHETIC_PROCS as usize);
+        // A process row has 13 columns, its last the thread rows (6 columns each).
+        assert_eq!(procs[1].as_array().unwrap().len(), 13);
+        let threads = procs[1][12].as_array().unwrap();
+        assert_eq!(threads.len(), SYNTHETIC_THREADS as usize);
+        assert_eq!(threads[0].as_array().unwrap().len(), 6);
+        // A line per frame, as kernelkite writes bundles.
+        assert_eq!(text.lines().filter(|l| l.contains("\"t_ns\"")).count(), 5);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -29,7 +29,7 @@ use kernelkite_common::hist::{bucket_lower, bucket_upper, NUM_BUCKETS};
 use kernelkite_common::{LatencyClass, NUM_CLASSES};
 use serde::Serialize;
 
-use crate::model::{Backend, Bundle, ClassTimes, FrameCap, LifecycleKind};
+use crate::model::{Backend, Bundle, ClassTimes, FrameCap, InlineStr, LifecycleKind};
 
 pub use syscall_names::{sample_class, syscall_name, syscall_number, IO_SYSCALLS, LOCK_SYSCALLS};
 
@@ -318,7 +318,7 @@ impl Counter {
 struct ProcAcc {
     ppid: i32,
     last_ppid: i32,
-    comm: String,
+    comm: InlineStr,
     first_frame: usize,
     last_frame: usize,
     frames: u64,
@@ -332,7 +332,7 @@ struct ProcAcc {
 }
 
 struct ThreadAcc {
-    comm: String,
+    comm: InlineStr,
     first_frame: usize,
     last_frame: usize,
     samples: u64,
@@ -432,7 +432,7 @@ pub fn analyze(bundle: &Bundle) -> Analysis {
                 let tacc = threads
                     .entry((p.pid, p.start_time_ticks, t.tid))
                     .or_insert_with(|| ThreadAcc {
-                        comm: String::new(),
+                        comm: InlineStr::default(),
                         first_frame: fi,
                         last_frame: fi,
                         samples: 0,
@@ -562,7 +562,7 @@ pub fn analyze(bundle: &Bundle) -> Analysis {
             pid,
             process_start_time_ticks: start,
             tid,
-            comm: t.comm.clone(),
+            comm: t.comm.to_string(),
             window_start_ns: window_start,
             window_end_ns: window_end,
             wall_ns,
@@ -647,7 +647,7 @@ pub fn analyze(bundle: &Bundle) -> Analysis {
         .map(|(&(pid, start), a)| ProcessRow {
             pid,
             ppid: a.ppid,
-            comm: a.comm.clone(),
+            comm: a.comm.to_string(),
             start_time_ticks: start,
             started_in_session: a.in_session,
             first_seen_ns: frame_t(a.first_frame),

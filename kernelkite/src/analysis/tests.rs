@@ -15,7 +15,7 @@ fn proc_(pid: i32, ppid: i32, start: u64, cpu: u64, rss: u64, rd: u64, wr: u64) 
     ProcessSample {
         pid,
         ppid,
-        comm: format!("p{pid}"),
+        comm: format!("p{pid}").into(),
         state: "S".into(),
         start_time_ticks: start,
         utime_ticks: cpu,
@@ -36,7 +36,7 @@ fn proc_(pid: i32, ppid: i32, start: u64, cpu: u64, rss: u64, rd: u64, wr: u64) 
 fn thread(tid: i32, state: &str, on: u64, rq: u64, nr: Option<i64>) -> ThreadSample {
     ThreadSample {
         tid,
-        comm: format!("t{tid}"),
+        comm: format!("t{tid}").into(),
         state: state.into(),
         schedstat: Some(Schedstat {
             on_cpu_ns: on,

@@ -1,16 +1,29 @@
 //! Bundle types. Field order is the serialization order and is part of the format:
 //! add fields at the end of a struct, with `#[serde(default)]`, and bump
 //! [`BUNDLE_FORMAT_VERSION`] only for changes old readers cannot ignore.
+//!
+//! Format 2 writes the per-frame samples (processes, threads, their counters) as rows:
+//! JSON arrays of the fields in declaration order, without repeating every key in every
+//! frame (docs/BUNDLE.md lists the columns). A 100k-frame bundle is then about a sixth of
+//! its keyed size and loads several times faster. The derived `Deserialize` reads a row
+//! or, for format 1 bundles, the keyed object.
 
 use std::fmt;
 
 use kernelkite_common::{LatencyClass, NUM_CLASSES};
 use serde::{Deserialize, Serialize};
 
+/// A short string stored inline (up to 24 bytes, no heap allocation): a comm (at most
+/// 15 bytes, TASK_COMM_LEN) or a state letter. A bundle holds millions of them, and
+/// allocating each one dominated loading a large bundle.
+pub type InlineStr = compact_str::CompactString;
+
 /// The value of [`Bundle::format`]; anything else is not a kernelkite bundle.
 pub const BUNDLE_FORMAT: &str = "kernelkite-bundle";
-/// The bundle format version this build writes and reads.
-pub const BUNDLE_FORMAT_VERSION: u32 = 1;
+/// The bundle format version this build writes.
+pub const BUNDLE_FORMAT_VERSION: u32 = 2;
+/// The oldest bundle format version this build still reads (format 1: keyed samples).
+pub const BUNDLE_FORMAT_VERSION_OLDEST: u32 = 1;
 
 /// One profiling session.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -47,6 +60,89 @@ pub struct Bundle {
     pub slow_syscalls: Vec<SlowSyscall>,
     /// Name of the fixture or recording file this bundle was replayed from, if any.
     pub replayed_from: Option<String>,
+    /// Stacks captured with `--stacks` (eBPF backend), with their symbols resolved while
+    /// the processes were alive; `None` (and absent from the file) when stacks were not
+    /// captured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stacks: Option<StackProfile>,
+}
+
+/// Where time was spent, by stack: off-CPU intervals summed per stack in the kernel, and
+/// on-CPU time sampled by a perf event. Frames and stacks are interned: a sample names a
+/// stack by index, a stack names its frames by index.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StackProfile {
+    /// `--sample-hz`: on-CPU stacks are sampled at this rate; one sample stands for
+    /// `1 / sample_hz` seconds of CPU.
+    pub sample_hz: u64,
+    /// `--min-block-us` in nanoseconds: off-CPU intervals shorter than this were not
+    /// given a stack (their time is still in the latency classes).
+    pub min_block_ns: u64,
+    /// Every distinct frame, in first-seen order.
+    pub frames: Vec<StackFrame>,
+    /// Every distinct stack: indices into `frames`, innermost (leaf) first.
+    pub stacks: Vec<Vec<u32>>,
+    /// Time per (process, thread, class, user stack, kernel stack), sorted by that key.
+    pub samples: Vec<StackSample>,
+    /// Stack captures the kernel could not store (stack map full or hash collision, a
+    /// failed walk, a full aggregation map), counted in the kernel. They are also in
+    /// `events_lost`.
+    pub captures_lost: u64,
+}
+
+/// One frame of a stack, resolved while its process was alive (blazesym).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StackFrame {
+    /// The instruction address as captured (a kernel address, or a virtual address in
+    /// the process).
+    pub addr: u64,
+    /// Whether this is a kernel frame.
+    pub kernel: bool,
+    /// The ELF file (or `[kernel]`, `[perf-map]`) the address falls in, when known.
+    pub module: Option<String>,
+    /// The address's offset in `module` (file offset for user code): a stripped binary
+    /// is shown as `module+0xoffset`.
+    pub module_offset: Option<u64>,
+    /// The function, demangled, when a symbol table, DWARF, kallsyms or a perf map names it.
+    pub symbol: Option<String>,
+    /// Source file and line, when DWARF has them.
+    pub file: Option<String>,
+    pub line: Option<u32>,
+}
+
+/// Time spent in one latency class with one pair of stacks by one thread.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StackSample {
+    pub pid: i32,
+    pub tid: i32,
+    /// Latency class name (`on_cpu`, `io_wait`, ...).
+    pub class: String,
+    /// Index into [`StackProfile::stacks`]; `None` when there is no user stack (a kernel
+    /// thread) or it could not be captured.
+    pub user_stack: Option<u32>,
+    /// Index into [`StackProfile::stacks`]; `None` when the kernel stack was not captured.
+    pub kernel_stack: Option<u32>,
+    /// Off-CPU: the summed intervals; on_cpu: `count / sample_hz` seconds, in ns.
+    pub total_ns: u64,
+    /// Off-CPU intervals, or on-CPU samples.
+    pub count: u64,
+}
+
+impl StackFrame {
+    /// How a frame is shown: `symbol`, else `module+0xoffset`, else the raw address.
+    pub fn display_name(&self) -> String {
+        match (&self.symbol, &self.module, self.module_offset) {
+            (Some(sym), _, _) => sym.clone(),
+            (None, Some(module), Some(off)) => {
+                let base = module.rsplit('/').next().unwrap_or(module);
+                format!("{base}+{off:#x}")
+            }
+            _ => format!("{:#x}", self.addr),
+        }
+    }
 }
 
 /// Which collector produced a bundle.
@@ -109,7 +205,7 @@ pub struct Frame {
 }
 
 /// One process at one instant: raw cumulative counters from /proc/<pid>/{stat,io}.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProcessSample {
     /// /proc/<pid>/stat field 1.
@@ -117,9 +213,9 @@ pub struct ProcessSample {
     /// /proc/<pid>/stat field 4.
     pub ppid: i32,
     /// /proc/<pid>/stat field 2, without the parentheses (may contain spaces and parens).
-    pub comm: String,
+    pub comm: InlineStr,
     /// /proc/<pid>/stat field 3: R, S, D, Z, T, t, X, I, ...
-    pub state: String,
+    pub state: InlineStr,
     /// /proc/<pid>/stat field 22, in clock ticks since boot: with `pid` it identifies a
     /// process across pid reuse.
     pub start_time_ticks: u64,
@@ -142,7 +238,7 @@ pub struct ProcessSample {
 }
 
 /// /proc/<pid>/io, bytes and call counts, cumulative.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct IoCounters {
     /// `rchar`: bytes passed to read-like syscalls (includes cache hits and pipes).
@@ -162,14 +258,14 @@ pub struct IoCounters {
 }
 
 /// One thread at one instant.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ThreadSample {
     pub tid: i32,
     /// /proc/<pid>/task/<tid>/comm (thread name).
-    pub comm: String,
+    pub comm: InlineStr,
     /// /proc/<pid>/task/<tid>/stat field 3.
-    pub state: String,
+    pub state: InlineStr,
     /// /proc/<pid>/task/<tid>/schedstat; `None` when unreadable (no CONFIG_SCHEDSTATS).
     pub schedstat: Option<Schedstat>,
     /// First field of /proc/<pid>/task/<tid>/syscall: the syscall number the thread is
@@ -181,7 +277,7 @@ pub struct ThreadSample {
 }
 
 /// /proc/<pid>/task/<tid>/schedstat, cumulative since the thread started.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Schedstat {
     /// Field 1: time spent on the CPU, ns.
@@ -192,8 +288,9 @@ pub struct Schedstat {
     pub timeslices: u64,
 }
 
-/// Nanoseconds per latency class. Serialized as an object keyed by class name.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// Nanoseconds per latency class. Serialized as a row in class order (on_cpu, runqueue,
+/// io_wait, lock_wait, syscall_blocked, unknown_wait).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClassTimes {
     pub on_cpu: u64,
@@ -268,7 +365,7 @@ impl ClassTimes {
 }
 
 /// One /proc/net/dev row (host-wide: not attributable to the profiled processes).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NetDevCounters {
     pub interface: String,
@@ -380,7 +477,81 @@ pub struct SlowSyscall {
     pub name: String,
     pub duration_ns: u64,
     pub ret: i64,
+    /// Index into the bundle's [`StackProfile::stacks`]: the caller's user stack
+    /// (captured with `--stacks`; absent from the file otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_stack: Option<u32>,
 }
+
+/// Serialize a struct as a row: a JSON array of its fields in declaration order (the
+/// order the derived `Deserialize` reads a sequence in). The destructuring makes a field
+/// added to the struct but not here a compile error.
+macro_rules! serialize_as_row {
+    ($ty:ident { $($field:ident),+ $(,)? }) => {
+        impl Serialize for $ty {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                use serde::ser::SerializeTuple;
+                let $ty { $($field),+ } = self;
+                let mut row = serializer.serialize_tuple([$(stringify!($field)),+].len())?;
+                $( row.serialize_element($field)?; )+
+                row.end()
+            }
+        }
+    };
+}
+
+serialize_as_row!(ProcessSample {
+    pid,
+    ppid,
+    comm,
+    state,
+    start_time_ticks,
+    utime_ticks,
+    stime_ticks,
+    cutime_ticks,
+    cstime_ticks,
+    rss_pages,
+    num_threads,
+    io,
+    threads,
+});
+serialize_as_row!(IoCounters {
+    rchar_bytes,
+    wchar_bytes,
+    read_syscalls,
+    write_syscalls,
+    read_bytes,
+    write_bytes,
+    cancelled_write_bytes,
+});
+serialize_as_row!(ThreadSample {
+    tid,
+    comm,
+    state,
+    schedstat,
+    syscall_nr,
+    class_ns,
+});
+serialize_as_row!(Schedstat {
+    on_cpu_ns,
+    runqueue_ns,
+    timeslices,
+});
+serialize_as_row!(ClassTimes {
+    on_cpu,
+    runqueue,
+    io_wait,
+    lock_wait,
+    syscall_blocked,
+    unknown_wait,
+});
+serialize_as_row!(NetDevCounters {
+    interface,
+    rx_bytes,
+    rx_packets,
+    tx_bytes,
+    tx_packets,
+});
 
 impl Bundle {
     /// An empty bundle for a new session.
@@ -401,6 +572,7 @@ impl Bundle {
             syscalls: Vec::new(),
             slow_syscalls: Vec::new(),
             replayed_from: None,
+            stacks: None,
         }
     }
 }

@@ -538,8 +538,8 @@ fn convert(fx: Fixture, source_name: &str) -> Result<Bundle, FixtureError> {
             for (k, fi) in (tf..=tl).enumerate() {
                 thread_samples.entry(fi).or_default().push(ThreadSample {
                     tid: t.tid,
-                    comm: t.comm.clone().unwrap_or_else(|| p.comm.clone()),
-                    state: tstates[k].clone(),
+                    comm: t.comm.as_deref().unwrap_or(&p.comm).into(),
+                    state: tstates[k].as_str().into(),
                     schedstat: sched.as_ref().map(|(on, rq, ts)| Schedstat {
                         on_cpu_ns: on[k],
                         runqueue_ns: rq[k],
@@ -574,8 +574,8 @@ fn convert(fx: Fixture, source_name: &str) -> Result<Bundle, FixtureError> {
             frame.processes.push(ProcessSample {
                 pid: p.pid,
                 ppid: p.ppid,
-                comm: p.comm.clone(),
-                state: states[k].clone(),
+                comm: p.comm.as_str().into(),
+                state: states[k].as_str().into(),
                 start_time_ticks: p.start_time_ticks,
                 utime_ticks: utime[k],
                 stime_ticks: stime[k],

@@ -169,11 +169,110 @@ pub fn check_writable(path: &Path) -> Result<(), std::io::Error> {
     Ok(())
 }
 
-/// Serialize a bundle: pretty JSON with a trailing newline, deterministic for equal input.
+/// Serialize a bundle: JSON with one line per top-level field and per element of its
+/// top-level arrays (a frame, a lifecycle event, a histogram), so a diff of two bundles
+/// reads frame by frame; deterministic for equal input, with a trailing newline.
 pub fn bundle_to_bytes(bundle: &Bundle) -> Vec<u8> {
-    let mut out = serde_json::to_vec_pretty(bundle).expect("bundle serializes");
+    use serde::Serialize;
+    let mut out = Vec::new();
+    let mut ser = serde_json::Serializer::with_formatter(&mut out, LinePerElement::default());
+    bundle.serialize(&mut ser).expect("bundle serializes");
     out.push(b'\n');
     out
+}
+
+/// A JSON layout between compact and pretty: containers nested at most
+/// [`LinePerElement::LINE_DEPTH`] deep put each element on its own indented line; deeper
+/// ones are written compactly, on the line of the element that holds them.
+#[derive(Default)]
+struct LinePerElement {
+    /// How many containers enclose the current position.
+    depth: usize,
+    /// Whether the innermost open container has had an element yet.
+    has_value: bool,
+}
+
+impl LinePerElement {
+    /// The bundle object (1) and its arrays and objects (2) are laid out a line per element.
+    const LINE_DEPTH: usize = 2;
+
+    fn begin<W: ?Sized + Write>(&mut self, w: &mut W, open: &[u8]) -> std::io::Result<()> {
+        self.depth += 1;
+        self.has_value = false;
+        w.write_all(open)
+    }
+
+    fn end<W: ?Sized + Write>(&mut self, w: &mut W, close: &[u8]) -> std::io::Result<()> {
+        if self.depth <= Self::LINE_DEPTH && self.has_value {
+            self.newline(w, self.depth - 1)?;
+        }
+        self.depth -= 1;
+        // The enclosing container is non-empty: it holds the one just closed.
+        self.has_value = true;
+        w.write_all(close)
+    }
+
+    fn element<W: ?Sized + Write>(&mut self, w: &mut W, first: bool) -> std::io::Result<()> {
+        if !first {
+            w.write_all(b",")?;
+        }
+        if self.depth <= Self::LINE_DEPTH {
+            self.newline(w, self.depth)?;
+        }
+        Ok(())
+    }
+
+    fn newline<W: ?Sized + Write>(&self, w: &mut W, indent: usize) -> std::io::Result<()> {
+        w.write_all(b"\n")?;
+        for _ in 0..indent {
+            w.write_all(b"  ")?;
+        }
+        Ok(())
+    }
+}
+
+impl serde_json::ser::Formatter for LinePerElement {
+    fn begin_array<W: ?Sized + Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.begin(w, b"[")
+    }
+    fn end_array<W: ?Sized + Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.end(w, b"]")
+    }
+    fn begin_array_value<W: ?Sized + Write>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        self.element(w, first)
+    }
+    fn end_array_value<W: ?Sized + Write>(&mut self, _w: &mut W) -> std::io::Result<()> {
+        self.has_value = true;
+        Ok(())
+    }
+    fn begin_object<W: ?Sized + Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.begin(w, b"{")
+    }
+    fn end_object<W: ?Sized + Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.end(w, b"}")
+    }
+    fn begin_object_key<W: ?Sized + Write>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        self.element(w, first)
+    }
+    fn begin_object_value<W: ?Sized + Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        w.write_all(if self.depth <= Self::LINE_DEPTH {
+            b": "
+        } else {
+            b":"
+        })
+    }
+    fn end_object_value<W: ?Sized + Write>(&mut self, _w: &mut W) -> std::io::Result<()> {
+        self.has_value = true;
+        Ok(())
+    }
 }
 
 /// Write a bundle atomically (see [`write_atomically`]).
@@ -213,6 +312,131 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::*;
+
+    /// A bundle with every optional field present and distinct values everywhere, so a
+    /// row written in the wrong column order cannot read back equal.
+    fn every_field_bundle() -> Bundle {
+        let host = HostConstants {
+            clock_ticks_per_sec: 100,
+            page_size_bytes: 4096,
+            num_cpus: 2,
+            kernel_release: Some("6.18.0".into()),
+            arch: "x86_64".into(),
+        };
+        let mut b = Bundle::new(Backend::Ebpf, host, 100);
+        b.root_pids = vec![10];
+        let thread = ThreadSample {
+            tid: 11,
+            comm: "(my cmd) x".into(),
+            state: "D".into(),
+            schedstat: Some(Schedstat {
+                on_cpu_ns: 1,
+                runqueue_ns: 2,
+                timeslices: 3,
+            }),
+            syscall_nr: Some(-1),
+            class_ns: Some(ClassTimes::from_array([4, 5, 6, 7, 8, 9])),
+        };
+        let process = ProcessSample {
+            pid: 10,
+            ppid: 1,
+            comm: "proc".into(),
+            state: "S".into(),
+            start_time_ticks: 12,
+            utime_ticks: 13,
+            stime_ticks: 14,
+            cutime_ticks: 15,
+            cstime_ticks: 16,
+            rss_pages: 17,
+            num_threads: 18,
+            io: Some(IoCounters {
+                rchar_bytes: 19,
+                wchar_bytes: 20,
+                read_syscalls: 21,
+                write_syscalls: 22,
+                read_bytes: 23,
+                write_bytes: 24,
+                cancelled_write_bytes: 25,
+            }),
+            threads: vec![thread],
+        };
+        b.frames.push(Frame {
+            t_ns: 0,
+            processes: vec![process],
+            network: Some(vec![NetDevCounters {
+                interface: "lo".into(),
+                rx_bytes: 26,
+                rx_packets: 27,
+                tx_bytes: 28,
+                tx_packets: 29,
+            }]),
+        });
+        b
+    }
+
+    #[test]
+    fn bundle_rows_read_back_equal() {
+        let b = every_field_bundle();
+        let bytes = bundle_to_bytes(&b);
+        let text = std::str::from_utf8(&bytes).unwrap();
+        // One line per frame, samples as rows.
+        assert!(text.contains(
+            "\n    {\"t_ns\":0,\"processes\":[[10,1,\"proc\",\"S\",12,13,14,15,16,17,18,"
+        ));
+        let back: Bundle = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(back, b);
+        assert!(matches!(parse_bundle(&bytes), Ok(ref l) if *l == b));
+    }
+
+    #[test]
+    fn format_1_bundles_with_keyed_samples_still_load() {
+        let b = every_field_bundle();
+        // Format 1 wrote every sample as an object keyed by field name.
+        let mut v = serde_json::to_value(&b).unwrap();
+        v["format_version"] = 1.into();
+        v["frames"][0]["processes"][0] = serde_json::json!({
+            "pid": 10, "ppid": 1, "comm": "proc", "state": "S", "start_time_ticks": 12,
+            "utime_ticks": 13, "stime_ticks": 14, "cutime_ticks": 15, "cstime_ticks": 16,
+            "rss_pages": 17, "num_threads": 18,
+            "io": {"rchar_bytes": 19, "wchar_bytes": 20, "read_syscalls": 21,
+                   "write_syscalls": 22, "read_bytes": 23, "write_bytes": 24,
+                   "cancelled_write_bytes": 25},
+            "threads": [{"tid": 11, "comm": "(my cmd) x", "state": "D",
+                "schedstat": {"on_cpu_ns": 1, "runqueue_ns": 2, "timeslices": 3},
+                "syscall_nr": -1,
+                "class_ns": {"on_cpu": 4, "runqueue": 5, "io_wait": 6, "lock_wait": 7,
+                             "syscall_blocked": 8, "unknown_wait": 9}}]
+        });
+        let loaded = match parse_bundle(&serde_json::to_vec_pretty(&v).unwrap()) {
+            Ok(l) => l,
+            Err(_) => panic!("format 1 bundle did not load"),
+        };
+        assert_eq!(loaded.format_version, 1);
+        assert_eq!(loaded.frames, b.frames);
+    }
+
+    #[test]
+    fn a_row_with_a_missing_or_extra_column_is_rejected() {
+        let b = every_field_bundle();
+        for edit in [
+            |row: &mut Vec<serde_json::Value>| {
+                row.pop();
+            },
+            |row: &mut Vec<serde_json::Value>| row.push(0.into()),
+        ] {
+            let mut v = serde_json::to_value(&b).unwrap();
+            edit(
+                v["frames"][0]["processes"][0]
+                    .as_array_mut()
+                    .expect("process row"),
+            );
+            assert!(matches!(
+                parse_bundle(&serde_json::to_vec(&v).unwrap()),
+                Err(ParseFailure::Json(_))
+            ));
+        }
+    }
 
     #[test]
     fn atomic_write_replaces_and_leaves_no_temp_file() {

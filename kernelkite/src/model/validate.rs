@@ -22,9 +22,13 @@ pub fn check_header(value: &serde_json::Value) -> Result<(), String> {
         }
     }
     match obj.get("format_version").and_then(|v| v.as_u64()) {
-        Some(v) if v == BUNDLE_FORMAT_VERSION as u64 => Ok(()),
+        Some(v) if (BUNDLE_FORMAT_VERSION_OLDEST as u64..=BUNDLE_FORMAT_VERSION as u64)
+            .contains(&v) =>
+        {
+            Ok(())
+        }
         Some(v) => Err(format!(
-            "unsupported format_version {v} (this kernelkite reads version {BUNDLE_FORMAT_VERSION})"
+            "unsupported format_version {v} (this kernelkite reads versions {BUNDLE_FORMAT_VERSION_OLDEST} to {BUNDLE_FORMAT_VERSION})"
         )),
         None => Err("missing or non-integer format_version".to_string()),
     }
@@ -167,6 +171,44 @@ pub fn validate(bundle: &Bundle) -> Result<(), String> {
                 h.name, h.pid, h.count
             ));
         }
+    }
+    match &bundle.stacks {
+        Some(profile) => validate_stacks(profile, &bundle.slow_syscalls)?,
+        None => {
+            if bundle.slow_syscalls.iter().any(|s| s.user_stack.is_some()) {
+                return Err("slow_syscalls name user stacks but the bundle has no stacks".into());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Every stack index names a stack, every frame index a frame, every class a class.
+fn validate_stacks(profile: &StackProfile, slow: &[SlowSyscall]) -> Result<(), String> {
+    let frames = profile.frames.len();
+    for (i, stack) in profile.stacks.iter().enumerate() {
+        if let Some(f) = stack.iter().find(|&&f| f as usize >= frames) {
+            return Err(format!(
+                "stacks.stacks[{i}]: frame {f} out of range ({frames} frames)"
+            ));
+        }
+    }
+    let stacks = profile.stacks.len();
+    let check = |what: String, idx: Option<u32>| match idx {
+        Some(s) if s as usize >= stacks => {
+            Err(format!("{what}: stack {s} out of range ({stacks} stacks)"))
+        }
+        _ => Ok(()),
+    };
+    for (i, s) in profile.samples.iter().enumerate() {
+        if kernelkite_common::LatencyClass::from_name(&s.class).is_none() {
+            return Err(format!("stacks.samples[{i}]: unknown class {:?}", s.class));
+        }
+        check(format!("stacks.samples[{i}].user_stack"), s.user_stack)?;
+        check(format!("stacks.samples[{i}].kernel_stack"), s.kernel_stack)?;
+    }
+    for (i, s) in slow.iter().enumerate() {
+        check(format!("slow_syscalls[{i}].user_stack"), s.user_stack)?;
     }
     Ok(())
 }

@@ -19,8 +19,8 @@ use super::{
 };
 use crate::model::{
     Backend, ClassTimes, Frame, HostConstants, IoCounters, LaunchedCommand, LifecycleEvent,
-    LifecycleKind, NetDevCounters, ProcessSample, Rusage, Schedstat, SlowSyscall, SyscallHistogram,
-    ThreadSample,
+    LifecycleKind, NetDevCounters, ProcessSample, Rusage, Schedstat, SlowSyscall, StackFrame,
+    StackProfile, StackSample, SyscallHistogram, ThreadSample,
 };
 
 /// Why a recording cannot be read. Displays as one line with the byte offset.
@@ -343,6 +343,7 @@ fn decode_body(kind: RecordType, t: &mut Take<'_>) -> FieldResult<Record> {
             count: t.u64("events lost")?,
         },
         RecordType::Launched => Record::Launched(launched(t)?),
+        RecordType::Stacks => Record::Stacks(stack_profile(t)?),
         RecordType::End => Record::End {
             t_ns: t.u64("t_ns")?,
         },
@@ -402,8 +403,8 @@ fn process(t: &mut Take<'_>) -> FieldResult<ProcessSample> {
     Ok(ProcessSample {
         pid: t.i32("pid")?,
         ppid: t.i32("ppid")?,
-        comm: t.str("comm")?,
-        state: t.str("state")?,
+        comm: t.inline_str("comm")?,
+        state: t.inline_str("state")?,
         start_time_ticks: t.u64("start_time_ticks")?,
         utime_ticks: t.u64("utime_ticks")?,
         stime_ticks: t.u64("stime_ticks")?,
@@ -429,8 +430,8 @@ fn process(t: &mut Take<'_>) -> FieldResult<ProcessSample> {
 fn thread(t: &mut Take<'_>) -> FieldResult<ThreadSample> {
     Ok(ThreadSample {
         tid: t.i32("tid")?,
-        comm: t.str("thread comm")?,
-        state: t.str("thread state")?,
+        comm: t.inline_str("thread comm")?,
+        state: t.inline_str("thread state")?,
         schedstat: t.opt("schedstat", |t| {
             Ok(Schedstat {
                 on_cpu_ns: t.u64("on_cpu_ns")?,
@@ -490,6 +491,7 @@ fn slow_syscall(t: &mut Take<'_>) -> FieldResult<SlowSyscall> {
         name: t.str("name")?,
         duration_ns: t.u64("duration_ns")?,
         ret: t.i64("ret")?,
+        user_stack: t.opt("user_stack", |t| t.u32("user_stack"))?,
     })
 }
 
@@ -524,5 +526,40 @@ fn launched(t: &mut Take<'_>) -> FieldResult<LaunchedCommand> {
                 involuntary_switches: t.u64("involuntary_switches")?,
             })
         })?,
+    })
+}
+
+fn stack_profile(t: &mut Take<'_>) -> FieldResult<StackProfile> {
+    Ok(StackProfile {
+        sample_hz: t.u64("sample_hz")?,
+        min_block_ns: t.u64("min_block_ns")?,
+        frames: t.vec("stack frames", 14, |t| {
+            Ok(StackFrame {
+                addr: t.u64("addr")?,
+                kernel: match t.u8("kernel")? {
+                    0 => false,
+                    1 => true,
+                    b => return t.fail(format!("kernel: {b} is not a boolean (0 or 1)")),
+                },
+                module: t.opt("module", |t| t.str("module"))?,
+                module_offset: t.opt("module_offset", |t| t.u64("module_offset"))?,
+                symbol: t.opt("symbol", |t| t.str("symbol"))?,
+                file: t.opt("file", |t| t.str("file"))?,
+                line: t.opt("line", |t| t.u32("line"))?,
+            })
+        })?,
+        stacks: t.vec("stacks", 4, |t| t.vec("stack", 4, |t| t.u32("frame index")))?,
+        samples: t.vec("stack samples", 30, |t| {
+            Ok(StackSample {
+                pid: t.i32("pid")?,
+                tid: t.i32("tid")?,
+                class: t.str("class")?,
+                user_stack: t.opt("user_stack", |t| t.u32("user_stack"))?,
+                kernel_stack: t.opt("kernel_stack", |t| t.u32("kernel_stack"))?,
+                total_ns: t.u64("total_ns")?,
+                count: t.u64("count")?,
+            })
+        })?,
+        captures_lost: t.u64("captures_lost")?,
     })
 }

@@ -14,7 +14,8 @@ use super::{
 };
 use crate::model::{
     Backend, ClassTimes, Frame, IoCounters, LaunchedCommand, LifecycleEvent, LifecycleKind,
-    NetDevCounters, ProcessSample, Rusage, Schedstat, SlowSyscall, SyscallHistogram, ThreadSample,
+    NetDevCounters, ProcessSample, Rusage, Schedstat, SlowSyscall, StackFrame, StackProfile,
+    StackSample, SyscallHistogram, ThreadSample,
 };
 
 /// A chunk ends after every frame (so a killed session loses at most the events since
@@ -69,6 +70,7 @@ pub fn encode_record(record: RecordRef<'_>, out: &mut Vec<u8>) {
             p.u64(count);
         }
         RecordRef::Launched(l) => launched(&mut p, l),
+        RecordRef::Stacks(s) => stack_profile(&mut p, s),
         RecordRef::End { t_ns } => p.u64(t_ns),
     }
     let body_len = (out.len() - at - 5) as u32;
@@ -84,6 +86,7 @@ fn record_type(record: RecordRef<'_>) -> RecordType {
         RecordRef::Histograms { .. } => RecordType::Histograms,
         RecordRef::EventsLost { .. } => RecordType::EventsLost,
         RecordRef::Launched(_) => RecordType::Launched,
+        RecordRef::Stacks(_) => RecordType::Stacks,
         RecordRef::End { .. } => RecordType::End,
     }
 }
@@ -199,6 +202,32 @@ fn slow_syscall(p: &mut Put<'_>, s: &SlowSyscall) {
     p.str(&s.name);
     p.u64(s.duration_ns);
     p.i64(s.ret);
+    p.opt(s.user_stack, |p, i| p.u32(i));
+}
+
+fn stack_profile(p: &mut Put<'_>, s: &StackProfile) {
+    p.u64(s.sample_hz);
+    p.u64(s.min_block_ns);
+    p.vec(&s.frames, |p, f: &StackFrame| {
+        p.u64(f.addr);
+        p.u8(f.kernel as u8);
+        p.opt(f.module.as_deref(), |p, m| p.str(m));
+        p.opt(f.module_offset, |p, o| p.u64(o));
+        p.opt(f.symbol.as_deref(), |p, m| p.str(m));
+        p.opt(f.file.as_deref(), |p, m| p.str(m));
+        p.opt(f.line, |p, l| p.u32(l));
+    });
+    p.vec(&s.stacks, |p, stack| p.vec(stack, |p, i| p.u32(*i)));
+    p.vec(&s.samples, |p, x: &StackSample| {
+        p.i32(x.pid);
+        p.i32(x.tid);
+        p.str(&x.class);
+        p.opt(x.user_stack, |p, i| p.u32(i));
+        p.opt(x.kernel_stack, |p, i| p.u32(i));
+        p.u64(x.total_ns);
+        p.u64(x.count);
+    });
+    p.u64(s.captures_lost);
 }
 
 fn histogram(p: &mut Put<'_>, h: &SyscallHistogram) {

@@ -33,11 +33,12 @@
 //! | 1 | session start | backend u8 (0 proc, 1 ebpf), label opt<str>, host (clock_ticks_per_sec u64, page_size_bytes u64, num_cpus u32, kernel_release opt<str>, arch str), interval_ms u64, max_frames u64, min_latency_ns u64, flags u8 (bit 0 follow, bit 1 network), root_pids vec<i32>, clock anchor at t_ns 0 (monotonic_ns u64, boottime_ns u64, realtime_ns u64) |
 //! | 2 | frame | t_ns u64, processes vec<process>, network opt<vec<netdev>> |
 //! | 3 | lifecycle | t_ns u64, kind u8 (0 fork, 1 exec, 2 exit), pid i32, tid i32, ppid i32, comm str, exit_code opt<i32>, class_ns opt<classes> |
-//! | 4 | slow syscall | t_ns u64, pid i32, tid i32, nr u32, name str, duration_ns u64, ret i64 |
+//! | 4 | slow syscall | t_ns u64, pid i32, tid i32, nr u32, name str, duration_ns u64, ret i64, user_stack opt<u32> |
 //! | 5 | histograms | t_ns u64, vec<(pid i32, nr u32, name str, count u64, total_ns u64, max_ns u64, buckets vec<(index u32, count u64)>)>: every histogram, cumulative; the last one wins |
 //! | 6 | events lost | t_ns u64, count u64 (cumulative; the last one wins) |
 //! | 7 | launched | argv vec<str>, pid i32, exit_code opt<i32>, signal opt<i32>, rusage opt<(user_us, system_us, max_rss_kib, minor_faults, major_faults, voluntary_switches, involuntary_switches: u64)> |
 //! | 8 | end | t_ns u64: the session ended and every record was written |
+//! | 9 | stacks | the bundle's stack profile (`--stacks`): sample_hz u64, min_block_ns u64, frames vec<(addr u64, kernel u8, module opt<str>, module_offset opt<u64>, symbol opt<str>, file opt<str>, line opt<u32>)>, stacks vec<vec<u32>>, samples vec<(pid i32, tid i32, class str, user_stack opt<u32>, kernel_stack opt<u32>, total_ns u64, count u64)>, captures_lost u64; the last one wins |
 //!
 //! `process` = pid i32, ppid i32, comm str, state str, start_time_ticks, utime_ticks,
 //! stime_ticks, cutime_ticks, cstime_ticks, rss_pages, num_threads (u64 each),
@@ -62,7 +63,8 @@ pub use encode::{Compression, RecordingWriter, SharedRecording};
 pub use rebuild::{replay_recording, BundleBuilder, Replayed};
 
 use crate::model::{
-    Backend, Frame, HostConstants, LaunchedCommand, LifecycleEvent, SlowSyscall, SyscallHistogram,
+    Backend, Frame, HostConstants, LaunchedCommand, LifecycleEvent, SlowSyscall, StackProfile,
+    SyscallHistogram,
 };
 
 /// The first 8 bytes of every recording: a high byte (not text), "KKR", then CR LF,
@@ -96,6 +98,7 @@ pub enum RecordType {
     EventsLost = 6,
     Launched = 7,
     End = 8,
+    Stacks = 9,
 }
 
 impl RecordType {
@@ -109,6 +112,7 @@ impl RecordType {
             6 => RecordType::EventsLost,
             7 => RecordType::Launched,
             8 => RecordType::End,
+            9 => RecordType::Stacks,
             _ => return None,
         })
     }
@@ -180,6 +184,7 @@ pub enum Record {
         count: u64,
     },
     Launched(LaunchedCommand),
+    Stacks(StackProfile),
     End {
         t_ns: u64,
     },
@@ -196,7 +201,7 @@ impl Record {
             Record::Histograms { t_ns, .. }
             | Record::EventsLost { t_ns, .. }
             | Record::End { t_ns } => Some(*t_ns),
-            Record::Launched(_) => None,
+            Record::Launched(_) | Record::Stacks(_) => None,
         }
     }
 
@@ -215,6 +220,7 @@ impl Record {
                 count: *count,
             },
             Record::Launched(l) => RecordRef::Launched(l),
+            Record::Stacks(s) => RecordRef::Stacks(s),
             Record::End { t_ns } => RecordRef::End { t_ns: *t_ns },
         }
     }
@@ -237,6 +243,7 @@ pub enum RecordRef<'a> {
         count: u64,
     },
     Launched(&'a LaunchedCommand),
+    Stacks(&'a StackProfile),
     End {
         t_ns: u64,
     },

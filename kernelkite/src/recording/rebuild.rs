@@ -50,6 +50,7 @@ impl BundleBuilder {
             Record::Histograms { histograms, .. } => bundle.syscalls = histograms,
             Record::EventsLost { count, .. } => bundle.events_lost = Some(count),
             Record::Launched(l) => bundle.launched = Some(l),
+            Record::Stacks(s) => bundle.stacks = Some(s),
             Record::End { .. } => {}
         }
     }

@@ -123,17 +123,24 @@ impl<'a> Take<'a> {
     pub fn i64(&mut self, what: &str) -> FieldResult<i64> {
         Ok(i64::from_le_bytes(self.array(what)?))
     }
-    pub fn str(&mut self, what: &str) -> FieldResult<String> {
+    /// A `str` field, borrowed from the payload.
+    pub fn str_ref(&mut self, what: &str) -> FieldResult<&'a str> {
         let at = self.offset();
         let n = self.u32(what)? as usize;
         let b = self.bytes(n, what)?;
-        match std::str::from_utf8(b) {
-            Ok(s) => Ok(s.to_string()),
-            Err(_) => Err(FieldError {
-                at,
-                message: format!("{what} is not UTF-8"),
-            }),
-        }
+        std::str::from_utf8(b).map_err(|_| FieldError {
+            at,
+            message: format!("{what} is not UTF-8"),
+        })
+    }
+
+    pub fn str(&mut self, what: &str) -> FieldResult<String> {
+        self.str_ref(what).map(str::to_string)
+    }
+
+    /// A short `str` field (a comm, a state letter), stored inline like the bundle's.
+    pub fn inline_str(&mut self, what: &str) -> FieldResult<crate::model::InlineStr> {
+        self.str_ref(what).map(crate::model::InlineStr::from)
     }
 
     pub fn opt<T>(

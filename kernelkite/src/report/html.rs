@@ -1888,6 +1888,7 @@ mod tests {
                 name: "read".into(),
                 duration_ns: pick(next(6)),
                 ret: -1,
+                user_stack: None,
             });
         }
         b
@@ -1919,7 +1920,7 @@ mod tests {
         let sample = |pid: i32, ppid: i32| ProcessSample {
             pid,
             ppid,
-            comm: format!("p{pid}"),
+            comm: format!("p{pid}").into(),
             ..template.clone()
         };
         b.frames[0].processes = vec![sample(10, 1), sample(20, 1)];

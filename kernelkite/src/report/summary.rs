@@ -397,7 +397,7 @@ mod tests {
             .map(|i| ProcessSample {
                 pid: 100 + i,
                 ppid: 1,
-                comm: format!("job{i}"),
+                comm: format!("job{i}").into(),
                 state: "R".into(),
                 start_time_ticks: 10,
                 utime_ticks: i as u64,

@@ -341,7 +341,7 @@ fn spans(bundle: &Bundle, frames: &[&Frame]) -> Vec<ProcessSpan> {
                 .or_insert_with(|| ProcessSpan {
                     pid: p.pid,
                     ppid: p.ppid,
-                    comm: p.comm.clone(),
+                    comm: p.comm.to_string(),
                     start_time_ticks: Some(p.start_time_ticks),
                     first_seen_ns: Some(f.t_ns),
                     last_seen_ns: Some(f.t_ns),
@@ -352,7 +352,9 @@ fn spans(bundle: &Bundle, frames: &[&Frame]) -> Vec<ProcessSpan> {
                     alive_at_end: false,
                 });
             span.ppid = p.ppid;
-            span.comm.clone_from(&p.comm);
+            if span.comm != p.comm {
+                span.comm = p.comm.to_string();
+            }
             span.last_seen_ns = Some(f.t_ns);
             span.samples += 1;
         }
@@ -504,7 +506,7 @@ mod tests {
         ProcessSample {
             pid,
             ppid: 1,
-            comm: format!("p{pid}"),
+            comm: format!("p{pid}").into(),
             state: "R".into(),
             start_time_ticks: start,
             utime_ticks: cpu_ticks,

@@ -441,6 +441,7 @@ impl Session {
                     name: syscall_table::name(r.nr),
                     duration_ns: r.duration_ns,
                     ret: r.ret,
+                    user_stack: None,
                 };
                 if let Some(sink) = self.sink.as_mut() {
                     sink.record(RecordRef::SlowSyscall(&slow));
@@ -589,7 +590,7 @@ impl Session {
                             .remove(&(tid as i32))
                             .unwrap_or_else(|| ThreadSample {
                                 tid: tid as i32,
-                                comm: String::new(),
+                                comm: Default::default(),
                                 state: "?".into(),
                                 schedstat: None,
                                 syscall_nr: None,

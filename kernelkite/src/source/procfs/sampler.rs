@@ -7,6 +7,7 @@
 //! thread runs. "Did not run" is: the same sleeping state as before and an unchanged
 //! schedstat (its timeslice count goes up every time the thread is put on a CPU).
 
+use compact_str::ToCompactString;
 use std::io;
 use std::path::Path;
 
@@ -158,7 +159,7 @@ impl Sampler {
         Ok(ProcessSample {
             pid,
             ppid: stat.ppid,
-            state: stat.state.to_string(),
+            state: stat.state.to_compact_string(),
             start_time_ticks: stat.start_time_ticks,
             utime_ticks: stat.utime_ticks,
             stime_ticks: stat.stime_ticks,
@@ -168,7 +169,7 @@ impl Sampler {
             num_threads: stat.num_threads,
             io,
             threads,
-            comm: stat.comm,
+            comm: stat.comm.into(),
         })
     }
 
@@ -290,8 +291,8 @@ impl Sampler {
         };
         let thread = ThreadSample {
             tid,
-            comm,
-            state: state.to_string(),
+            comm: comm.into(),
+            state: state.to_compact_string(),
             schedstat,
             syscall_nr,
             class_ns: None,
