@@ -4,7 +4,7 @@
 //! Steps:
 //! 1. install what the later steps need, when missing (skipped with `KK_CI_NO_INSTALL=1`
 //!    or `--no-install`): `apt-get update` once, then `apt-get install -y` of chromium,
-//!    time, strace, bpftool and llvm-22-dev; `rustup component add rust-src`; bpf-linker
+//!    time, strace, bpftool, g++ (libFuzzer) and llvm-22-dev; `rustup component add rust-src`; bpf-linker
 //!    (`cargo install`, built against LLVM 22) when the eBPF crate is present;
 //!    cargo-fuzz (`cargo install`);
 //! 2. `cargo fmt --all -- --check`;
@@ -307,6 +307,11 @@ const NEEDS: &[Need] = &[
         what: "bpftool",
         present: &["bpftool", "/usr/sbin/bpftool"],
         packages: &[&["bpftool"], &["linux-tools-common", "linux-tools-generic"]],
+    },
+    Need {
+        what: "C++ compiler (cargo fuzz builds libFuzzer)",
+        present: &["c++", "g++", "clang++"],
+        packages: &[&["g++"]],
     },
     Need {
         what: "LLVM 22 development files (bpf-linker)",
