@@ -326,3 +326,76 @@ fn a_command_that_cannot_run_leaves_no_recording_behind() {
     assert!(!out.status.success());
     assert!(!kkr.exists(), "an empty recording is removed");
 }
+
+/// A small tmpfs: a disk that really fills up (needs root to mount).
+struct SmallDisk {
+    dir: tempfile::TempDir,
+}
+
+impl SmallDisk {
+    fn mount(bytes: u64) -> Option<SmallDisk> {
+        let dir = tempfile::tempdir().unwrap();
+        let ok = StdCommand::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={bytes}")])
+            .arg("kk-full")
+            .arg(dir.path())
+            .status()
+            .is_ok_and(|s| s.success());
+        ok.then_some(SmallDisk { dir })
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = StdCommand::new("umount").arg(self.dir.path()).status();
+    }
+}
+
+#[test]
+fn a_disk_that_fills_up_mid_session_leaves_a_replayable_recording() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        assert!(std::env::var_os("CI").is_none(), "CI runs as root");
+        eprintln!("skipped: mounting a small tmpfs needs root");
+        return;
+    }
+    let Some(disk) = SmallDisk::mount(16 * 1024) else {
+        panic!("cannot mount a tmpfs");
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let kkr = disk.dir.path().join("s.kkr");
+    let live = dir.path().join("live.json");
+    let out = kk()
+        .args(["--backend", "proc", "--interval-ms", "5"])
+        .arg("run")
+        .arg(&live)
+        .args(["--record-compression", "none", "--record"])
+        .arg(&kkr)
+        .arg("--")
+        .arg(workload_bin())
+        .args(["idle", "--seconds", "1.5"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // The session goes on and writes its bundle; the command then fails naming the
+    // recording and the cause.
+    assert!(!out.status.success(), "{stderr}");
+    assert!(live.exists(), "the bundle is still written: {stderr}");
+    assert!(
+        stderr.contains(&format!("recording {} is incomplete", kkr.display()))
+            && stderr.contains("No space left on device"),
+        "{stderr}"
+    );
+    let replayed = dir.path().join("replayed.json");
+    let (ok, err) = replay(&kkr, &replayed);
+    assert!(ok, "{err}");
+    assert!(err.contains("cut short"), "{err}");
+    let (partial, full) = (load_bundle(&replayed).unwrap(), load_bundle(&live).unwrap());
+    assert!(
+        partial.frames.len() >= 10,
+        "{} frames",
+        partial.frames.len()
+    );
+    assert!(partial.frames.len() < full.frames.len());
+    assert_eq!(partial.frames[..], full.frames[..partial.frames.len()]);
+}
