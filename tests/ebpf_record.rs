@@ -1,4 +1,4 @@
-//! Real-kernel tests of `--record` on the eBPF backend: `trace -o B --record R` and
+//! Real-kernel tests of `--record` on the eBPF backend: `trace --stacks -o B --record R` and
 //! `run --record R` replay to the live bundle byte for byte, and a `run` killed with
 //! SIGKILL mid-session leaves a recording whose complete chunks replay.
 
@@ -35,7 +35,7 @@ fn trace_with_output_and_record_replays_byte_for_byte() {
     let kkr = dir.path().join("trace.kkr");
     let kkr_arg = kkr.to_str().unwrap();
     let mut w = GatedWorkload::spawn(&["sleep_stress", "--nanosleeps", "6", "--sleep-ms", "20"]);
-    let trace = RunningTrace::start(&[w.pid], &["--follow", "--record", kkr_arg]);
+    let trace = RunningTrace::start(&[w.pid], &["--follow", "--stacks", "--record", kkr_arg]);
     w.go();
     w.finish();
     let traced = trace.finish();
@@ -51,6 +51,18 @@ fn trace_with_output_and_record_replays_byte_for_byte() {
         "20 ms sleeps are slow syscalls"
     );
     assert!(!traced.bundle.syscalls.is_empty());
+    // --stacks: the profile with its symbol strings, and the slow calls' user stacks.
+    let stacks = traced
+        .bundle
+        .stacks
+        .as_ref()
+        .expect("--stacks captured stacks");
+    assert!(stacks.frames.iter().any(|f| f.symbol.is_some()));
+    assert!(traced
+        .bundle
+        .slow_syscalls
+        .iter()
+        .any(|s| s.user_stack.is_some()));
     // The stream in order: start, then timestamps that place every record in time.
     let mut reader = RecordingReader::new(std::fs::File::open(&kkr).unwrap()).unwrap();
     let Some(Record::SessionStart(start)) = reader.next_record().unwrap() else {
@@ -62,7 +74,11 @@ fn trace_with_output_and_record_replays_byte_for_byte() {
     let mut frames = 0;
     while let Some(r) = reader.next_record().unwrap() {
         frames += matches!(r, Record::Frame(_)) as usize;
-        assert!(r.t_ns().is_some());
+        // Everything but the end-of-session stacks is placed in time.
+        assert!(
+            r.t_ns().is_some() || matches!(r, Record::Stacks { .. }),
+            "{r:?}"
+        );
     }
     assert!(reader.ended());
     assert_eq!(frames, traced.bundle.frames.len());

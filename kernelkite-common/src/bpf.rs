@@ -44,7 +44,7 @@ pub const MAX_SYSCALL_NR: u32 = 1024;
 /// Per-thread state, the value of the `THREADS` hash map (key: tid as u32). The BPF
 /// programs update it in place, so a syscall costs lookups, never an insert or delete.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ThreadState {
     /// The thread's process id.
     pub tgid: u32,
@@ -68,8 +68,85 @@ pub struct ThreadState {
     pub start_ns: u64,
     /// [`thread_flags`] bits.
     pub flags: u32,
+    /// `--stacks`: stack id (in `USER_STACKS`) of the user stack captured when the thread
+    /// last left the CPU outside a syscall; [`NO_STACK`] otherwise (inside a syscall the
+    /// user stack is taken at sys_exit, where it is the same, and only after a long block).
+    pub user_stack_id: i32,
+    /// `--stacks`: CLOCK_MONOTONIC ns when the thread last left the CPU.
+    pub off_cpu_since_ns: u64,
+    /// `--stacks`: the part of the current off-CPU period spent asleep (closed at the
+    /// wakeup); the rest of the period is runqueue time.
+    pub off_cpu_sleep_ns: u64,
+    /// `--stacks`: a long block inside a syscall waiting for its user stack at sys_exit:
+    /// sleep class id (or [`NO_PENDING`]), asleep ns, runqueue ns, kernel stack hash.
+    pub pending_class: u32,
     /// Explicit padding; always 0.
     pub _pad: u32,
+    pub pending_sleep_ns: u64,
+    pub pending_runq_ns: u64,
+    pub pending_kernel_stack: u64,
+}
+
+impl Default for ThreadState {
+    /// All zero, but no stack captured and nothing pending.
+    fn default() -> Self {
+        ThreadState {
+            tgid: 0,
+            run_state: 0,
+            since_ns: 0,
+            sleep_class: 0,
+            sys_nr: 0,
+            sys_enter_ns: 0,
+            sys_is_lock: 0,
+            exit_code: 0,
+            class_ns: [0; NUM_CLASSES],
+            start_ns: 0,
+            flags: 0,
+            user_stack_id: NO_STACK,
+            off_cpu_since_ns: 0,
+            off_cpu_sleep_ns: 0,
+            pending_class: NO_PENDING,
+            _pad: 0,
+            pending_sleep_ns: 0,
+            pending_runq_ns: 0,
+            pending_kernel_stack: 0,
+        }
+    }
+}
+
+/// `ThreadState::user_stack_id` when no stack was captured.
+pub const NO_STACK: i32 = -1;
+/// `ThreadState::pending_class` when nothing waits for a stack.
+pub const NO_PENDING: u32 = u32::MAX;
+/// Frames kept of a kernel stack (deeper frames are cut; the leaf end is kept).
+pub const KERNEL_STACK_DEPTH: usize = 64;
+
+/// A kernel stack: instruction addresses, leaf first, zero-filled after the last frame.
+/// Value of the `KERNEL_STACKS` map, keyed by a hash of the addresses (never 0).
+pub type KernelStack = [u64; KERNEL_STACK_DEPTH];
+
+/// Key of the `STACK_TIMES` map: time of one thread in one class with one pair of stacks.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct StackKey {
+    pub tgid: u32,
+    pub tid: u32,
+    /// Latency class id.
+    pub class: u32,
+    /// Id in `USER_STACKS`, or [`NO_STACK`].
+    pub user_stack_id: i32,
+    /// Key in `KERNEL_STACKS`, or 0 when none was captured.
+    pub kernel_stack: u64,
+}
+
+/// Value of the `STACK_TIMES` map.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StackTime {
+    /// Off-CPU: summed ns; on_cpu: samples × the sampling period.
+    pub total_ns: u64,
+    /// Off-CPU intervals, or on-CPU samples.
+    pub count: u64,
 }
 
 /// `ThreadState::flags`.
@@ -116,8 +193,11 @@ pub mod lost {
     pub const THREADS_FULL: u32 = 1;
     /// A syscall latency could not be counted because the histogram map was full.
     pub const HIST_FULL: u32 = 2;
+    /// `--stacks`: a stack could not be captured or stored (stack map full or a
+    /// collision, a failed walk), or `STACK_TIMES` was full.
+    pub const STACK: u32 = 3;
     /// Number of counters.
-    pub const COUNT: u32 = 3;
+    pub const COUNT: u32 = 4;
 }
 
 /// Ring-buffer record kinds (the first u32 of every record).
@@ -172,13 +252,19 @@ pub struct SlowSyscallRecord {
     pub duration_ns: u64,
     /// The syscall's return value.
     pub ret: i64,
+    /// `--stacks`: id of the caller's user stack in `USER_STACKS`, or [`NO_STACK`].
+    pub user_stack_id: i32,
+    /// Explicit padding; always 0.
+    pub _pad: u32,
 }
 
-const _: () = assert!(core::mem::size_of::<ThreadState>() == 104);
+const _: () = assert!(core::mem::size_of::<ThreadState>() == 152);
+const _: () = assert!(core::mem::size_of::<StackKey>() == 24);
+const _: () = assert!(core::mem::size_of::<StackTime>() == 16);
 const _: () = assert!(core::mem::size_of::<SyscallKey>() == 8);
 const _: () = assert!(core::mem::size_of::<SyscallHist>() == 16 + 8 * NUM_BUCKETS);
 const _: () = assert!(core::mem::size_of::<LifecycleRecord>() == 104);
-const _: () = assert!(core::mem::size_of::<SlowSyscallRecord>() == 40);
+const _: () = assert!(core::mem::size_of::<SlowSyscallRecord>() == 48);
 
 #[cfg(feature = "user")]
 mod pod {
@@ -189,4 +275,6 @@ mod pod {
     unsafe impl aya::Pod for super::SyscallHist {}
     unsafe impl aya::Pod for super::LifecycleRecord {}
     unsafe impl aya::Pod for super::SlowSyscallRecord {}
+    unsafe impl aya::Pod for super::StackKey {}
+    unsafe impl aya::Pod for super::StackTime {}
 }

@@ -6,13 +6,14 @@ use aya_ebpf::helpers::{bpf_get_current_comm, bpf_get_current_task, bpf_ktime_ge
 use aya_ebpf::macros::btf_tracepoint;
 use aya_ebpf::programs::BtfTracePointContext;
 use kernelkite_common::bpf::{
-    lost, record_kind, run_state, thread_flags, LifecycleRecord, ThreadState, COMM_LEN, NO_SYSCALL,
+    lost, record_kind, run_state, thread_flags, LifecycleRecord, ThreadState, COMM_LEN, NO_STACK,
+    NO_SYSCALL,
 };
 use kernelkite_common::LatencyClass;
 
 use crate::maps::{count_lost, current_thread, set_target, EVENTS, THREADS};
 use crate::sched::close_interval;
-use crate::task;
+use crate::{stacks, task};
 
 /// 1 when `--follow`: new processes forked by targets become targets.
 #[unsafe(no_mangle)]
@@ -62,11 +63,9 @@ pub fn sched_process_fork(ctx: BtfTracePointContext) -> i32 {
         sys_nr: NO_SYSCALL,
         sys_enter_ns: 0,
         sys_is_lock: 0,
-        exit_code: 0,
         class_ns: [0; 6],
         start_ns: now,
-        flags: 0,
-        _pad: 0,
+        ..ThreadState::default()
     };
     if THREADS
         .insert(&child_tid, &state, BPF_NOEXIST as u64)
@@ -120,6 +119,8 @@ pub fn sched_process_exit(_ctx: BtfTracePointContext) -> i32 {
     // SAFETY: helper call without preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
     close_interval(t, LatencyClass::OnCpu, now);
+    // A long block whose syscall never returned (the thread was killed in it).
+    stacks::flush_pending(tgid, tid, t, NO_STACK as i64);
     // SAFETY: the current task pointer is valid while it runs this hook.
     let exit_code = unsafe { task::exit_code(bpf_get_current_task() as *const u8) };
     let sent = send(LifecycleRecord {

@@ -17,6 +17,7 @@ mod floor;
 mod lifecycle;
 mod maps;
 mod sched;
+mod stacks;
 mod syscalls;
 mod task;
 

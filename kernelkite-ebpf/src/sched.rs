@@ -8,7 +8,7 @@ use kernelkite_common::bpf::{run_state, syscall_kind, ThreadState, NO_SYSCALL};
 use kernelkite_common::LatencyClass;
 
 use crate::maps::{is_target, thread, SYSCALL_KIND};
-use crate::task;
+use crate::{stacks, task};
 
 const TASK_RUNNING: u32 = 0;
 const TASK_UNINTERRUPTIBLE: u32 = 0x2;
@@ -107,12 +107,15 @@ fn on_switch(ctx: &BtfTracePointContext, prev_state: Option<u32>) -> i32 {
             // SAFETY: prev is the tracepoint's task_struct.
             let state = prev_state.unwrap_or_else(|| unsafe { task::state(prev) });
             switch_out(t, prev, preempt, state, now);
+            stacks::on_switch_out(ctx, t, now);
         }
     }
     // SAFETY: next is the tracepoint's task_struct.
     let next_tgid = unsafe { task::tgid(next) };
     if is_target(next_tgid) {
-        if let Some(t) = thread(unsafe { task::pid(next) }) {
+        let next_tid = unsafe { task::pid(next) };
+        if let Some(t) = thread(next_tid) {
+            stacks::on_switch_in(next, next_tgid, next_tid, t, now);
             switch_in(t, now);
         }
     }
@@ -146,6 +149,7 @@ fn on_wakeup(ctx: &BtfTracePointContext) -> i32 {
             // SAFETY: helper call without preconditions.
             let now = unsafe { bpf_ktime_get_ns() };
             close_interval(t, waiting_class(t), now);
+            stacks::on_wakeup(t, now);
             t.run_state = run_state::RUNNABLE;
         }
     }

@@ -8,11 +8,12 @@ use aya_ebpf::maps::Array;
 use aya_ebpf::programs::BtfTracePointContext;
 use kernelkite_common::bpf::{
     lost, record_kind, syscall_kind, thread_flags, SlowSyscallRecord, SyscallHist, SyscallKey,
-    NO_SYSCALL,
+    NO_STACK, NO_SYSCALL,
 };
 use kernelkite_common::hist::{bucket_index, NUM_BUCKETS};
 
 use crate::maps::{atomic_add, count_lost, current_thread, EVENTS, SYSCALL_HISTS, SYSCALL_KIND};
+use crate::stacks;
 
 /// Calls at least this slow are streamed as `SlowSyscallRecord`s; 0 disables.
 #[unsafe(no_mangle)]
@@ -82,6 +83,7 @@ pub fn sys_exit(ctx: BtfTracePointContext) -> i32 {
         // Entered before we attached (or a fork child returning): no start time.
         return 0;
     }
+    stacks::on_sys_exit(&ctx, tgid, tid, t);
     if t.flags & thread_flags::COUNT_AFTER_EXEC != 0 {
         // Still kernelkite's gate process: its syscalls are not the command's.
         t.sys_nr = NO_SYSCALL;
@@ -107,6 +109,12 @@ pub fn sys_exit(ctx: BtfTracePointContext) -> i32 {
                     start_ns,
                     duration_ns: latency_ns,
                     ret: ctx.arg::<i64>(1),
+                    user_stack_id: if stacks::enabled() {
+                        stacks::user_stack(&ctx) as i32
+                    } else {
+                        NO_STACK
+                    },
+                    _pad: 0,
                 });
                 entry.submit(0);
             }

@@ -86,6 +86,16 @@ pub enum Command {
     Viewer(ViewerArgs),
     /// Write a self-contained HTML report of a bundle.
     Report(ReportArgs),
+    /// Export a bundle for other tools: Prometheus, OpenTelemetry (OTLP), Perfetto, JSON.
+    ///
+    /// Formats (docs/EXPORTS.md maps every field): `prometheus` (text exposition format,
+    /// as `promtool check metrics` reads it), `otlp` (OTLP/JSON metrics request),
+    /// `otlp-traces` (OTLP/JSON traces request: process and slow-syscall spans),
+    /// `otlp-proto` and `otlp-traces-proto` (the same as protobuf bytes),
+    /// `chrome-trace` (Trace Event JSON for Perfetto UI and chrome://tracing), `json`
+    /// (the analysis, schema in docs/export.schema.json) and `folded` (folded stacks;
+    /// refused while bundles carry no stacks).
+    Export(ExportArgs),
     /// Say which backend would be used here, and why.
     Doctor,
     /// Print shell completions.
@@ -126,7 +136,27 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 100_000)]
     pub max_frames: u64,
     #[command(flatten)]
+    pub stacks: StackArgs,
+    #[command(flatten)]
     pub recording: RecordArgs,
+}
+
+/// Stack capture options (eBPF backend).
+#[derive(Debug, Args, Clone)]
+pub struct StackArgs {
+    /// Capture user and kernel stacks: off-CPU periods of at least --min-block-us, on-CPU
+    /// samples at --sample-hz, slow syscalls. Symbols are resolved while the processes
+    /// live and stored in the bundle (see `kernelkite stacks`, `kernelkite flamegraph`).
+    /// Needs the eBPF backend. Cost: see docs/PERFORMANCE.md.
+    #[arg(long)]
+    pub stacks: bool,
+    /// With --stacks: off-CPU periods shorter than this get no stack (their time still
+    /// counts in the latency classes).
+    #[arg(long, default_value_t = 1000, value_name = "US", value_parser = clap::value_parser!(u64).range(1..))]
+    pub min_block_us: u64,
+    /// With --stacks: on-CPU stack samples per second per CPU (0: none).
+    #[arg(long, default_value_t = 99, value_name = "HZ", value_parser = clap::value_parser!(u64).range(0..=10_000))]
+    pub sample_hz: u64,
 }
 
 /// `--record`: the session's stream, written while it runs.
@@ -171,6 +201,13 @@ pub struct TraceArgs {
     #[arg(long, default_value_t = 10_000)]
     pub min_latency_us: u64,
     #[command(flatten)]
+    pub stacks: StackArgs,
+    /// Serve Prometheus metrics of the running session at http://ADDR/metrics; ADDR is
+    /// IP:PORT, e.g. 127.0.0.1:9464 (bind a loopback address unless the metrics may
+    /// leave the host; port 0 picks a free port, printed at start).
+    #[arg(long, value_name = "ADDR")]
+    pub serve: Option<std::net::SocketAddr>,
+    #[command(flatten)]
     pub recording: RecordArgs,
 }
 
@@ -207,6 +244,23 @@ pub struct ViewerArgs {
     pub bundle: PathBuf,
     /// Output file (default: standard output).
     pub output: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct ExportArgs {
+    /// The bundle to export (as `run`, `trace -o` or `replay` write it).
+    pub bundle: PathBuf,
+    /// Output format.
+    #[arg(long, value_enum)]
+    pub format: crate::export::Format,
+    /// Output file, written atomically (default: standard output).
+    #[arg(short = 'o', long = "output")]
+    pub output: Option<PathBuf>,
+    /// Unix time in nanoseconds of the session start, for OTLP timestamps. Bundles hold
+    /// times relative to the session start only; without this flag OTLP times count
+    /// from the Unix epoch (0).
+    #[arg(long, default_value_t = 0)]
+    pub start_unix_ns: u64,
 }
 
 #[derive(Debug, Args)]

@@ -7,6 +7,7 @@
 pub mod analysis;
 pub mod cli;
 pub mod commands;
+pub mod export;
 pub mod model;
 pub mod recording;
 pub mod report;

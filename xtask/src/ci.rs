@@ -4,7 +4,9 @@
 //! Steps:
 //! 1. install what the later steps need, when missing (skipped with `KK_CI_NO_INSTALL=1`
 //!    or `--no-install`): `apt-get update` once, then `apt-get install -y` of chromium,
-//!    time, strace, bpftool, g++ (libFuzzer) and llvm-22-dev; `rustup component add rust-src`; bpf-linker
+//!    time, strace, bpftool, prometheus (promtool), python3-pip, g++ (libFuzzer) and
+//!    llvm-22-dev;
+//!    `pip install opentelemetry-proto protobuf`; `rustup component add rust-src`; bpf-linker
 //!    (`cargo install`, built against LLVM 22) when the eBPF crate is present;
 //!    cargo-fuzz (`cargo install`);
 //! 2. `cargo fmt --all -- --check`;
@@ -314,6 +316,16 @@ const NEEDS: &[Need] = &[
         packages: &[&["g++"]],
     },
     Need {
+        what: "promtool (Prometheus export tests)",
+        present: &["promtool"],
+        packages: &[&["prometheus"]],
+    },
+    Need {
+        what: "python3 and pip3 (OTLP export tests)",
+        present: &["pip3"],
+        packages: &[&["python3", "python3-pip"]],
+    },
+    Need {
         what: "LLVM 22 development files (bpf-linker)",
         present: &["/usr/lib/llvm-22/bin/llvm-config"],
         packages: &[&["llvm-22-dev"]],
@@ -389,9 +401,49 @@ fn install_dependencies() -> Result<()> {
         apt(&args).with_context(|| format!("apt-get install {} failed", packages.join(" ")))?;
     }
 
+    ensure_python_packages()?;
     crate::fuzz::ensure_cargo_fuzz()?;
     // rust-src and bpf-linker, for building the BPF programs (one place knows how).
     crate::build_ebpf::ensure_tools()
+}
+
+/// The official OpenTelemetry protobuf bindings the OTLP export tests parse with.
+const PYTHON_IMPORT_CHECK: &str =
+    "import google.protobuf, opentelemetry.proto.collector.trace.v1.trace_service_pb2";
+const PYTHON_PACKAGES: &[&str] = &["opentelemetry-proto", "protobuf"];
+
+/// `pip install` the Python packages the tests need, when they do not import yet.
+/// Debian's own python3 refuses pip installs outside a venv (PEP 668); the packages
+/// are test-only and not shipped, so that refusal is overridden.
+fn ensure_python_packages() -> Result<()> {
+    let imports = || {
+        Command::new("python3")
+            .args(["-c", PYTHON_IMPORT_CHECK])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    let state = if imports() { "ok" } else { "missing" };
+    println!("  {:<42} {state}", "python opentelemetry-proto, protobuf");
+    if imports() {
+        return Ok(());
+    }
+    let pip = |extra: &[&str]| {
+        let mut cmd = Command::new("python3");
+        cmd.args(["-m", "pip", "install", "--quiet"])
+            .args(extra)
+            .args(PYTHON_PACKAGES);
+        run_cmd(&mut cmd)
+    };
+    if pip(&[]).is_err() {
+        pip(&["--break-system-packages"])
+            .context("pip install opentelemetry-proto protobuf failed")?;
+    }
+    if !imports() {
+        bail!("opentelemetry-proto was installed but does not import ({PYTHON_IMPORT_CHECK})");
+    }
+    Ok(())
 }
 
 #[cfg(test)]

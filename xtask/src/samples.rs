@@ -3,8 +3,9 @@
 //!
 //! For every fixture `NAME.json` (not `fixtures/bad/`): `NAME.bundle.json` (replay),
 //! `NAME.summary.txt`/`.json`, `NAME.tree.txt`/`.json`, `NAME.viewer.json` and
-//! `NAME.report.html`; the same for every recording `NAME.kkr`, named
-//! `recording-NAME.*`; for every pair `X-before.json`/`X-after.json`:
+//! `NAME.report.html`, and the exports `NAME.prom`, `.otlp.json`, `.otlp-traces.json`,
+//! `.chrome-trace.json` and `.export.json`; the same for every recording `NAME.kkr`,
+//! named `recording-NAME.*`; for every pair `X-before.json`/`X-after.json`:
 //! `X.compare.txt`/`.json`. Commands run with the output directory as the working
 //! directory and relative bundle names, so no absolute path ends up in a sample.
 //!
@@ -151,6 +152,16 @@ fn optional(bin: &Path, dir: &Path, args: &[&str], file: &str) -> Result<()> {
     }
 }
 
+/// `kernelkite export` formats sampled per fixture, with the sample's file suffix (the
+/// protobuf formats hold the same messages as the OTLP JSON ones and are not sampled).
+const EXPORTS: &[(&str, &str)] = &[
+    ("prometheus", "prom"),
+    ("otlp", "otlp.json"),
+    ("otlp-traces", "otlp-traces.json"),
+    ("chrome-trace", "chrome-trace.json"),
+    ("json", "export.json"),
+];
+
 fn generate(root: &Path, bin: &Path, dir: &Path) -> Result<()> {
     let mut names = BTreeSet::new();
     for fixture in inputs(&root.join("fixtures"), "json")? {
@@ -228,6 +239,14 @@ fn replay_and_render(bin: &Path, dir: &Path, input: &Path, prefix: &str) -> Resu
     optional(bin, dir, &["viewer", &bundle, &viewer], &viewer)?;
     let html = format!("{name}.report.html");
     optional(bin, dir, &["report", &bundle, "-o", &html], &html)?;
+    for (format, suffix) in EXPORTS {
+        capture(
+            bin,
+            dir,
+            &["export", "--format", format, &bundle],
+            &format!("{name}.{suffix}"),
+        )?;
+    }
     Ok(name)
 }
 

@@ -27,6 +27,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use kernelkite_common::hist::{bucket_lower, bucket_upper, NUM_BUCKETS};
 use kernelkite_common::{LatencyClass, NUM_CLASSES};
+use schemars::JsonSchema;
 use serde::Serialize;
 
 use crate::model::{Backend, Bundle, ClassTimes, FrameCap, InlineStr, LifecycleKind};
@@ -37,11 +38,13 @@ pub use syscall_names::{sample_class, syscall_name, syscall_number, IO_SYSCALLS,
 pub type ProcessKey = (i32, u64);
 
 /// Everything the reports show about one bundle.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
 pub struct Analysis {
     /// `Bundle::label`.
     pub label: Option<String>,
     /// `Bundle::backend`.
+    #[schemars(with = "crate::export::json::model_schema::Backend")]
     pub backend: Backend,
     /// `Bundle::replayed_from`.
     pub replayed_from: Option<String>,
@@ -56,6 +59,7 @@ pub struct Analysis {
     /// Number of frames in the bundle.
     pub frames: u64,
     /// `Bundle::frame_cap`: whether frames were dropped.
+    #[schemars(with = "crate::export::json::model_schema::FrameCap")]
     pub frame_cap: FrameCap,
     /// Distinct `(pid, start_time_ticks)` processes in the frames, plus (eBPF) pids that
     /// only appear in lifecycle events.
@@ -86,6 +90,7 @@ pub struct Analysis {
     /// Processes whose /proc/<pid>/io was never readable (their I/O is not counted).
     pub processes_without_io: u64,
     /// Σ over threads of their latency classes within the window (ns).
+    #[schemars(with = "crate::export::json::model_schema::ClassTimes")]
     pub latency_classes: ClassTimes,
     /// `backend.latency_classes_exact()`: false means io_wait, lock_wait,
     /// syscall_blocked and unknown_wait are estimates.
@@ -117,7 +122,8 @@ pub struct Analysis {
 /// (see `docs/PROFILE.md`, "Reap fold"). The ancestor's per-frame `io` counters jump by
 /// at least these amounts in the interval `(child_last_seen_ns, reaper_next_seen_ns]`;
 /// per-interval series should subtract them there to avoid counting the child twice.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
 pub struct ReapFold {
     pub child_pid: i32,
     pub child_start_time_ticks: u64,
@@ -133,7 +139,7 @@ pub struct ReapFold {
 }
 
 /// Source of [`Analysis::cpu_seconds`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum CpuSource {
     /// `getrusage(RUSAGE_CHILDREN)`: exact, including processes shorter than a frame.
@@ -147,7 +153,7 @@ pub enum CpuSource {
 }
 
 /// Source of [`Analysis::max_single_rss_bytes`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum RssSource {
     /// `ru_maxrss` of the reaped tree.
@@ -157,7 +163,8 @@ pub enum RssSource {
 }
 
 /// The command a `run` bundle launched.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
 pub struct LaunchedSummary {
     pub argv: Vec<String>,
     pub pid: i32,
@@ -166,7 +173,8 @@ pub struct LaunchedSummary {
 }
 
 /// One syscall, aggregated over every process that made it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
 pub struct SyscallStats {
     pub name: String,
     /// Processes with a histogram for this syscall.
@@ -182,7 +190,8 @@ pub struct SyscallStats {
 }
 
 /// One process over the session.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
 pub struct ProcessRow {
     pub pid: i32,
     /// Parent pid of the first sample (or fork event).
@@ -206,13 +215,15 @@ pub struct ProcessRow {
     /// Whether /proc/<pid>/io was readable in at least one sample.
     pub io_visible: bool,
     /// Σ of its threads' classes.
+    #[schemars(with = "crate::export::json::model_schema::ClassTimes")]
     pub classes: ClassTimes,
     /// Distinct threads observed.
     pub threads: u64,
 }
 
 /// One thread over its window in the session.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
 pub struct ThreadRow {
     pub pid: i32,
     pub process_start_time_ticks: u64,
@@ -226,6 +237,7 @@ pub struct ThreadRow {
     /// `max(window_end − window_start, on_cpu + runqueue)` from /proc, or the sum of
     /// the exact classes from eBPF.
     pub wall_ns: u64,
+    #[schemars(with = "crate::export::json::model_schema::ClassTimes")]
     pub classes: ClassTimes,
     /// True when the classes came from the kernel (`class_ns`), false when the sleep
     /// classes were estimated from sampled states.
@@ -235,7 +247,8 @@ pub struct ThreadRow {
 }
 
 /// A node of the observed process tree.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
 pub struct TreeNode {
     pub pid: i32,
     pub ppid: i32,
@@ -249,7 +262,8 @@ pub struct TreeNode {
 }
 
 /// Host-wide network counters over the session (not attributable to the profiled tree).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
 pub struct NetworkTotals {
     /// Σ rx_bytes deltas of every interface except `lo`.
     pub rx_bytes: u64,
@@ -259,7 +273,8 @@ pub struct NetworkTotals {
 }
 
 /// Last − first of one interface's counters (0 when a counter went backwards).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
 pub struct InterfaceDelta {
     pub interface: String,
     pub rx_bytes: u64,
@@ -911,6 +926,23 @@ pub fn percentile_ns(buckets: &[(u32, u64)], count: u64, max_ns: u64, p: f64) ->
     max_ns
 }
 
+/// The name a syscall histogram is reported under (see [`reported_syscall_name`]).
+pub fn histogram_syscall_name(arch: &str, h: &crate::model::SyscallHistogram) -> String {
+    reported_syscall_name(arch, h.nr, &h.name)
+}
+
+/// The name a recorded syscall is reported under: its recorded name, else the name of
+/// its number on `arch`, else `syscall_<nr>`.
+pub fn reported_syscall_name(arch: &str, nr: u32, recorded: &str) -> String {
+    if recorded.is_empty() {
+        syscall_name(arch, nr as i64)
+            .map(str::to_string)
+            .unwrap_or_else(|| format!("syscall_{nr}"))
+    } else {
+        recorded.to_string()
+    }
+}
+
 fn aggregate_syscalls(bundle: &Bundle) -> Vec<SyscallStats> {
     struct Acc {
         processes: BTreeSet<i32>,
@@ -921,13 +953,7 @@ fn aggregate_syscalls(bundle: &Bundle) -> Vec<SyscallStats> {
     }
     let mut by_name: BTreeMap<String, Acc> = BTreeMap::new();
     for h in &bundle.syscalls {
-        let name = if h.name.is_empty() {
-            syscall_name(&bundle.host.arch, h.nr as i64)
-                .map(str::to_string)
-                .unwrap_or_else(|| format!("syscall_{}", h.nr))
-        } else {
-            h.name.clone()
-        };
+        let name = histogram_syscall_name(&bundle.host.arch, h);
         let a = by_name.entry(name).or_insert_with(|| Acc {
             processes: BTreeSet::new(),
             count: 0,

@@ -9,6 +9,7 @@ use crate::cli::{Cli, Command};
 
 pub mod compare;
 pub mod doctor;
+pub mod export;
 #[cfg(target_os = "linux")]
 mod record_file;
 pub mod replay;
@@ -18,6 +19,18 @@ pub mod summary;
 pub mod trace;
 pub mod tree;
 pub mod viewer;
+
+/// What `--stacks` and its options ask the eBPF backend to capture.
+#[cfg(target_os = "linux")]
+pub fn stack_options(
+    args: &crate::cli::StackArgs,
+) -> Option<crate::source::ebpf::loader::StackOptions> {
+    args.stacks
+        .then(|| crate::source::ebpf::loader::StackOptions {
+            min_block_ns: args.min_block_us.saturating_mul(1000),
+            sample_hz: args.sample_hz,
+        })
+}
 
 /// Run the parsed command line.
 pub fn dispatch(cli: Cli) -> Result<ExitCode> {
@@ -31,6 +44,7 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Tree(args) => tree::execute(&global, &args),
         Command::Viewer(args) => viewer::execute(&global, &args),
         Command::Report(args) => report::execute(&global, &args),
+        Command::Export(args) => export::execute(&global, &args),
         Command::Doctor => doctor::execute(&global),
         Command::BenchFloor => doctor::bench_floor(),
         Command::ExecAfterGate(args) => run::exec_after_gate(&args),

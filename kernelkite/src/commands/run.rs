@@ -113,12 +113,18 @@ mod linux {
         // eBPF when it may (the probes are loaded before the command starts, so a
         // failure can still fall back), else /proc; never a silent downgrade.
         let probes = match global.backend {
+            BackendChoice::Proc if args.stacks.stacks => {
+                bail!("--stacks needs the eBPF backend (not --backend proc)")
+            }
             BackendChoice::Proc => None,
             BackendChoice::Ebpf => {
                 Some(load_probes(global, args).context("eBPF is not available")?)
             }
             BackendChoice::Auto => match load_probes(global, args) {
                 Ok(session) => Some(session),
+                Err(e) if args.stacks.stacks => {
+                    return Err(e.context("--stacks needs the eBPF backend, which is not available"))
+                }
                 Err(e) => {
                     eprintln!("kernelkite: using the /proc sampler: eBPF is not available: {e:#}");
                     None
@@ -296,6 +302,7 @@ mod linux {
             max_frames: args.max_frames,
             network: global.network,
             label: global.label.clone(),
+            stacks: crate::commands::stack_options(&args.stacks),
         })?)
     }
 

@@ -49,6 +49,7 @@ mod platform {
     use super::*;
     use crate::analysis::analyze;
     use crate::commands::record_file::RecordFile;
+    use crate::export::serve;
     use crate::model::write_bundle;
     use crate::report::summary::summary_json;
     use crate::report::trace::trace_text;
@@ -62,6 +63,12 @@ mod platform {
         if let Some(out) = &args.output {
             crate::model::check_writable(out)?;
         }
+        let listener = match args.serve {
+            Some(addr) => {
+                Some(serve::bind(addr).with_context(|| format!("cannot serve metrics on {addr}"))?)
+            }
+            None => None,
+        };
         let options = TraceOptions {
             pids: args.pids.clone(),
             follow: args.follow,
@@ -70,6 +77,7 @@ mod platform {
             max_frames: 100_000,
             network: global.network,
             label: global.label.clone(),
+            stacks: crate::commands::stack_options(&args.stacks),
         };
         let record = RecordFile::create(&args.recording)?;
         let started = Session::start_recorded(options, record.as_ref().map(RecordFile::sink));
@@ -94,7 +102,19 @@ mod platform {
             .enable_all()
             .build()
             .context("starting the event loop")?;
-        let stop = runtime.block_on(event_loop(&mut session, global, args))?;
+        let stop = runtime.block_on(async {
+            let mut scrapes = None;
+            if let Some(listener) = listener {
+                let (tx, rx) = tokio::sync::mpsc::channel::<serve::Scrape>(16);
+                eprintln!(
+                    "kernelkite: serving metrics at http://{}/metrics",
+                    listener.local_addr()?
+                );
+                tokio::spawn(serve::serve(listener, tx));
+                scrapes = Some(rx);
+            }
+            event_loop(&mut session, global, args, scrapes).await
+        })?;
         eprintln!("\rkernelkite: stopped: {stop}{:40}", "");
         let bundle = session.finish()?;
         let analysis = analyze(&bundle);
@@ -122,6 +142,7 @@ mod platform {
         session: &mut Session,
         global: &GlobalArgs,
         args: &TraceArgs,
+        mut scrapes: Option<tokio::sync::mpsc::Receiver<serve::Scrape>>,
     ) -> Result<&'static str> {
         // SAFETY: the RingBuf owns its map fd, keeps it open and returns the same fd
         // until the AsyncFd that owns it is dropped.
@@ -169,6 +190,9 @@ mod platform {
                         break "every traced process exited";
                     }
                 }
+                Some(reply) = next_scrape(&mut scrapes) => {
+                    let _ = reply.send(serve::exposition(&session.bundle_so_far()));
+                }
                 _ = sigint.recv() => break "interrupted",
                 _ = sigterm.recv() => break "terminated",
                 _ = sleep_opt(until_deadline) => break "duration reached",
@@ -180,6 +204,16 @@ mod platform {
             session.handle_record(&item);
         }
         Ok(stop)
+    }
+
+    /// The next `--serve` scrape; never, without `--serve`.
+    async fn next_scrape(
+        scrapes: &mut Option<tokio::sync::mpsc::Receiver<serve::Scrape>>,
+    ) -> Option<serve::Scrape> {
+        match scrapes {
+            Some(rx) => rx.recv().await,
+            None => std::future::pending().await,
+        }
     }
 
     async fn sleep_opt(d: Option<Duration>) {

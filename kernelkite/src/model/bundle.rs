@@ -92,7 +92,7 @@ pub struct StackProfile {
 }
 
 /// One frame of a stack, resolved while its process was alive (blazesym).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StackFrame {
     /// The instruction address as captured (a kernel address, or a virtual address in

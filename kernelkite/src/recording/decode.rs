@@ -343,7 +343,12 @@ fn decode_body(kind: RecordType, t: &mut Take<'_>) -> FieldResult<Record> {
             count: t.u64("events lost")?,
         },
         RecordType::Launched => Record::Launched(launched(t)?),
-        RecordType::Stacks => Record::Stacks(stack_profile(t)?),
+        RecordType::Stacks => Record::Stacks {
+            profile: stack_profile(t)?,
+            slow_stacks: t.vec("slow_stacks", 8, |t| {
+                Ok((t.u32("slow syscall index")?, t.u32("user stack")?))
+            })?,
+        },
         RecordType::End => Record::End {
             t_ns: t.u64("t_ns")?,
         },

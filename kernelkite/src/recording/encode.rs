@@ -70,7 +70,16 @@ pub fn encode_record(record: RecordRef<'_>, out: &mut Vec<u8>) {
             p.u64(count);
         }
         RecordRef::Launched(l) => launched(&mut p, l),
-        RecordRef::Stacks(s) => stack_profile(&mut p, s),
+        RecordRef::Stacks {
+            profile,
+            slow_stacks,
+        } => {
+            stack_profile(&mut p, profile);
+            p.vec(slow_stacks, |p, (slow, stack)| {
+                p.u32(*slow);
+                p.u32(*stack);
+            });
+        }
         RecordRef::End { t_ns } => p.u64(t_ns),
     }
     let body_len = (out.len() - at - 5) as u32;
@@ -86,7 +95,7 @@ fn record_type(record: RecordRef<'_>) -> RecordType {
         RecordRef::Histograms { .. } => RecordType::Histograms,
         RecordRef::EventsLost { .. } => RecordType::EventsLost,
         RecordRef::Launched(_) => RecordType::Launched,
-        RecordRef::Stacks(_) => RecordType::Stacks,
+        RecordRef::Stacks { .. } => RecordType::Stacks,
         RecordRef::End { .. } => RecordType::End,
     }
 }

@@ -38,7 +38,7 @@
 //! | 6 | events lost | t_ns u64, count u64 (cumulative; the last one wins) |
 //! | 7 | launched | argv vec<str>, pid i32, exit_code opt<i32>, signal opt<i32>, rusage opt<(user_us, system_us, max_rss_kib, minor_faults, major_faults, voluntary_switches, involuntary_switches: u64)> |
 //! | 8 | end | t_ns u64: the session ended and every record was written |
-//! | 9 | stacks | the bundle's stack profile (`--stacks`): sample_hz u64, min_block_ns u64, frames vec<(addr u64, kernel u8, module opt<str>, module_offset opt<u64>, symbol opt<str>, file opt<str>, line opt<u32>)>, stacks vec<vec<u32>>, samples vec<(pid i32, tid i32, class str, user_stack opt<u32>, kernel_stack opt<u32>, total_ns u64, count u64)>, captures_lost u64; the last one wins |
+//! | 9 | stacks | the bundle's stack profile (`--stacks`): sample_hz u64, min_block_ns u64, frames vec<(addr u64, kernel u8, module opt<str>, module_offset opt<u64>, symbol opt<str>, file opt<str>, line opt<u32>)>, stacks vec<vec<u32>>, samples vec<(pid i32, tid i32, class str, user_stack opt<u32>, kernel_stack opt<u32>, total_ns u64, count u64)>, captures_lost u64, slow_stacks vec<(slow syscall arrival index u32, user stack index u32)>; written when the session ends |
 //!
 //! `process` = pid i32, ppid i32, comm str, state str, start_time_ticks, utime_ticks,
 //! stime_ticks, cutime_ticks, cstime_ticks, rss_pages, num_threads (u64 each),
@@ -184,7 +184,12 @@ pub enum Record {
         count: u64,
     },
     Launched(LaunchedCommand),
-    Stacks(StackProfile),
+    /// The stack profile, and the user stack of each slow syscall that has one, by the
+    /// slow syscall's arrival index (stacks are resolved when the session ends).
+    Stacks {
+        profile: StackProfile,
+        slow_stacks: Vec<(u32, u32)>,
+    },
     End {
         t_ns: u64,
     },
@@ -201,7 +206,7 @@ impl Record {
             Record::Histograms { t_ns, .. }
             | Record::EventsLost { t_ns, .. }
             | Record::End { t_ns } => Some(*t_ns),
-            Record::Launched(_) | Record::Stacks(_) => None,
+            Record::Launched(_) | Record::Stacks { .. } => None,
         }
     }
 
@@ -220,7 +225,13 @@ impl Record {
                 count: *count,
             },
             Record::Launched(l) => RecordRef::Launched(l),
-            Record::Stacks(s) => RecordRef::Stacks(s),
+            Record::Stacks {
+                profile,
+                slow_stacks,
+            } => RecordRef::Stacks {
+                profile,
+                slow_stacks,
+            },
             Record::End { t_ns } => RecordRef::End { t_ns: *t_ns },
         }
     }
@@ -243,7 +254,10 @@ pub enum RecordRef<'a> {
         count: u64,
     },
     Launched(&'a LaunchedCommand),
-    Stacks(&'a StackProfile),
+    Stacks {
+        profile: &'a StackProfile,
+        slow_stacks: &'a [(u32, u32)],
+    },
     End {
         t_ns: u64,
     },

@@ -14,6 +14,8 @@ use crate::model::{Backend, Bundle};
 #[derive(Debug, Default)]
 pub struct BundleBuilder {
     session: Option<(SessionStart, Bundle, FrameRecorder)>,
+    /// A stacks record named a slow syscall that was not recorded.
+    bad_slow_stack: Option<u32>,
 }
 
 impl BundleBuilder {
@@ -50,7 +52,21 @@ impl BundleBuilder {
             Record::Histograms { histograms, .. } => bundle.syscalls = histograms,
             Record::EventsLost { count, .. } => bundle.events_lost = Some(count),
             Record::Launched(l) => bundle.launched = Some(l),
-            Record::Stacks(s) => bundle.stacks = Some(s),
+            Record::Stacks {
+                profile,
+                slow_stacks,
+            } => {
+                bundle.stacks = Some(profile);
+                // As the live session does before its final sort: by arrival index.
+                for (i, stack) in slow_stacks {
+                    match bundle.slow_syscalls.get_mut(i as usize) {
+                        Some(slow) => slow.user_stack = Some(stack),
+                        None => {
+                            self.bad_slow_stack.get_or_insert(i);
+                        }
+                    }
+                }
+            }
             Record::End { .. } => {}
         }
     }
@@ -60,6 +76,12 @@ impl BundleBuilder {
         let (_, mut bundle, recorder) = self
             .session
             .ok_or_else(|| "the recording holds no complete session start record".to_string())?;
+        if let Some(i) = self.bad_slow_stack {
+            return Err(format!(
+                "the stacks record names slow syscall {i}, but only {} were recorded",
+                bundle.slow_syscalls.len()
+            ));
+        }
         let (frames, cap) = recorder.into_parts();
         bundle.frames = frames;
         bundle.frame_cap = cap;

@@ -103,7 +103,7 @@ fn session_records() -> Vec<Record> {
             name: "nanosleep".into(),
             duration_ns: 20_000_000,
             ret: -4,
-            user_stack: Some(0),
+            user_stack: None,
         }),
         Record::Frame(frame(100, 2)),
         Record::Histograms {
@@ -132,30 +132,33 @@ fn session_records() -> Vec<Record> {
                 ..Rusage::default()
             }),
         }),
-        Record::Stacks(StackProfile {
-            sample_hz: 99,
-            min_block_ns: 1000,
-            frames: vec![StackFrame {
-                addr: 0xffff_ffff_8100_0000,
-                kernel: true,
-                module: Some("[kernel]".into()),
-                module_offset: None,
-                symbol: Some("schedule".into()),
-                file: None,
-                line: Some(7),
-            }],
-            stacks: vec![vec![0]],
-            samples: vec![StackSample {
-                pid: 42,
-                tid: 42,
-                class: "lock_wait".into(),
-                user_stack: None,
-                kernel_stack: Some(0),
-                total_ns: 5,
-                count: 1,
-            }],
-            captures_lost: 2,
-        }),
+        Record::Stacks {
+            profile: StackProfile {
+                sample_hz: 99,
+                min_block_ns: 1000,
+                frames: vec![StackFrame {
+                    addr: 0xffff_ffff_8100_0000,
+                    kernel: true,
+                    module: Some("[kernel]".into()),
+                    module_offset: None,
+                    symbol: Some("schedule".into()),
+                    file: None,
+                    line: Some(7),
+                }],
+                stacks: vec![vec![0]],
+                samples: vec![StackSample {
+                    pid: 42,
+                    tid: 42,
+                    class: "lock_wait".into(),
+                    user_stack: None,
+                    kernel_stack: Some(0),
+                    total_ns: 5,
+                    count: 1,
+                }],
+                captures_lost: 2,
+            },
+            slow_stacks: vec![(0, 0)],
+        },
         Record::End { t_ns: 100 },
     ]
 }
@@ -223,6 +226,11 @@ fn the_rebuild_applies_the_frame_cap_and_sorts_events_like_the_live_session() {
     assert!(replayed.ended);
     assert_eq!(replayed.clock.boottime_ns, 2);
     assert_eq!(b.stacks.as_ref().unwrap().captures_lost, 2);
+    assert_eq!(
+        b.slow_syscalls[0].user_stack,
+        Some(0),
+        "set from the stacks record"
+    );
 }
 
 #[test]

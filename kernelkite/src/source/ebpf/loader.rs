@@ -26,7 +26,21 @@ pub struct ProbeOptions {
     pub follow: bool,
     /// Stream calls at least this slow over the ring buffer; 0 disables.
     pub min_latency_ns: u64,
+    /// Capture stacks (`--stacks`).
+    pub stacks: Option<StackOptions>,
 }
+
+/// What `--stacks` captures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StackOptions {
+    /// Off-CPU periods shorter than this get no stack (`--min-block-us`); at least 1.
+    pub min_block_ns: u64,
+    /// On-CPU stack samples per second per CPU (`--sample-hz`); 0 samples none.
+    pub sample_hz: u64,
+}
+
+/// The maps only `--stacks` uses; without it they are created with one entry.
+const STACK_MAPS: [&str; 3] = ["USER_STACKS", "KERNEL_STACKS", "STACK_TIMES"];
 
 /// The loaded, attached programs and their maps.
 pub struct Probes {
@@ -98,7 +112,17 @@ fn load_programs(
 
     let (iowait_byte, iowait_mask) = layout.task_in_iowait.map_or((0, 0), |(b, m)| (b, m as u32));
     let follow = u32::from(options.follow);
+    let min_block_ns = options.stacks.map_or(0, |s| s.min_block_ns.max(1));
+    let sample_period_ns = options
+        .stacks
+        .filter(|s| s.sample_hz > 0)
+        .map_or(0, |s| 1_000_000_000 / s.sample_hz);
     let mut loader = EbpfLoader::new();
+    if options.stacks.is_none() {
+        for name in STACK_MAPS {
+            loader.map_max_entries(name, 1);
+        }
+    }
     loader
         .override_global("TASK_PID_OFFSET", &layout.task_pid_offset, true)
         .override_global("TASK_TGID_OFFSET", &layout.task_tgid_offset, true)
@@ -108,7 +132,9 @@ fn load_programs(
         .override_global("TASK_IN_IOWAIT_MASK", &iowait_mask, true)
         .override_global("PT_REGS_ARG1_OFFSET", &layout.pt_regs_arg1_offset, true)
         .override_global("MIN_LATENCY_NS", &options.min_latency_ns, true)
-        .override_global("FOLLOW", &follow, true);
+        .override_global("FOLLOW", &follow, true)
+        .override_global("STACK_MIN_BLOCK_NS", &min_block_ns, true)
+        .override_global("SAMPLE_PERIOD_NS", &sample_period_ns, true);
     let mut ebpf = loader
         .load(BPF_OBJECT)
         .map_err(|e| ProbeError::Load(error_chain(&e)))?;
@@ -142,6 +168,9 @@ fn load_programs(
         prog.attach().map_err(|e| fail(error_chain(&e)))?;
         hooks.push(format!("{program} (tp_btf/{tracepoint})"));
     }
+    if let Some(stacks) = options.stacks.filter(|s| s.sample_hz > 0) {
+        hooks.push(attach_cpu_sampler(&mut ebpf, stacks.sample_hz)?);
+    }
     let attach_ms = started.elapsed().as_secs_f64() * 1e3;
     drop(btf);
     release_freed_memory();
@@ -151,6 +180,37 @@ fn load_programs(
         hooks,
         attach_ms,
     })
+}
+
+/// Attach the on-CPU stack sampler to a CPU-clock perf event on every online CPU.
+fn attach_cpu_sampler(ebpf: &mut Ebpf, sample_hz: u64) -> Result<String, ProbeError> {
+    use aya::programs::perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent};
+    use aya::programs::PerfEvent;
+    const PROGRAM: &str = "on_cpu_sample";
+    let fail = |message: String| ProbeError::Program {
+        program: PROGRAM.to_string(),
+        message,
+    };
+    let cpus = aya::util::online_cpus().map_err(|(path, e)| fail(format!("{path}: {e}")))?;
+    let prog: &mut PerfEvent = ebpf
+        .program_mut(PROGRAM)
+        .ok_or_else(|| fail("missing from object".into()))?
+        .try_into()
+        .map_err(|e: aya::programs::ProgramError| fail(error_chain(&e)))?;
+    prog.load().map_err(|e| fail(error_chain(&e)))?;
+    for &cpu in &cpus {
+        prog.attach(
+            PerfEventConfig::Software(SoftwareEvent::CpuClock),
+            PerfEventScope::AllProcessesOneCpu { cpu },
+            SamplePolicy::Frequency(sample_hz),
+            false,
+        )
+        .map_err(|e| fail(format!("CPU {cpu}: {}", error_chain(&e))))?;
+    }
+    Ok(format!(
+        "{PROGRAM} (perf_event/cpu-clock at {sample_hz} Hz on {} CPUs)",
+        cpus.len()
+    ))
 }
 
 /// Parsing the kernel's BTF for the load needs ~15 MB of heap that is free again

@@ -8,4 +8,5 @@ pub mod btf_layout;
 pub mod loader;
 pub mod records;
 pub mod session;
+pub mod stacks;
 pub mod syscall_table;

@@ -87,6 +87,8 @@ mod tests {
             start_ns: 5,
             duration_ns: 7,
             ret: -4,
+            user_stack_id: 9,
+            _pad: 0,
         };
         assert_eq!(decode(&bytes_of(&slow)), Ok(Record::SlowSyscall(slow)));
     }

@@ -8,12 +8,14 @@ use std::time::Duration;
 
 use aya::maps::{Array, HashMap, MapData, PerCpuArray, RingBuf};
 use kernelkite_common::bpf::{
-    lost, record_kind, run_state, thread_flags, SyscallHist, SyscallKey, ThreadState, NO_SYSCALL,
+    lost, record_kind, run_state, thread_flags, SyscallHist, SyscallKey, ThreadState, NO_STACK,
+    NO_SYSCALL,
 };
 use kernelkite_common::LatencyClass;
 
-use super::loader::{self, ProbeError, ProbeOptions, Probes};
+use super::loader::{self, ProbeError, ProbeOptions, Probes, StackOptions};
 use super::records::{comm_string, decode, Record};
+use super::stacks::StackCollector;
 use super::syscall_table;
 use crate::analysis::sample_class;
 use crate::model::{
@@ -34,6 +36,8 @@ pub struct TraceOptions {
     pub max_frames: u64,
     pub network: bool,
     pub label: Option<String>,
+    /// Capture stacks (`--stacks`).
+    pub stacks: Option<StackOptions>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -78,6 +82,10 @@ pub struct Session {
     /// Every process ever traced: a snapshot keeps one whose threads have all exited
     /// while /proc still shows it (a zombie holds its final counters until reaped).
     known_tgids: BTreeSet<u32>,
+    /// `--stacks`: the captured stacks, resolved at every snapshot.
+    stacks: Option<StackCollector>,
+    /// `--stacks`: (index into `slow`, pid, user stack id) of slow calls with a stack.
+    slow_stack_ids: Vec<(usize, u32, i32)>,
     /// The machine's constants when the session's clock started.
     host: HostConstants,
     /// Where each kept frame and event also goes (`--record`), as it is appended.
@@ -179,7 +187,17 @@ impl Session {
         let mut probes = loader::load(ProbeOptions {
             follow: options.follow,
             min_latency_ns: options.min_latency_ns,
+            stacks: options.stacks,
         })?;
+        let stacks = match options.stacks {
+            Some(stack_options) => Some(StackCollector::new(
+                stack_options,
+                take_map(&mut probes, "STACK_TIMES")?,
+                take_map(&mut probes, "USER_STACKS")?,
+                take_map(&mut probes, "KERNEL_STACKS")?,
+            )),
+            None => None,
+        };
         let threads = take_map(&mut probes, "THREADS")?;
         let hists = take_map(&mut probes, "SYSCALL_HISTS")?;
         let lost = take_map(&mut probes, "LOST")?;
@@ -210,6 +228,8 @@ impl Session {
             exited: BTreeSet::new(),
             known_tgids: BTreeSet::new(),
             folded_hists: BTreeMap::new(),
+            stacks,
+            slow_stack_ids: Vec::new(),
             host: current_host(),
             sink: None,
             last_sink_histograms_ns: 0,
@@ -433,6 +453,13 @@ impl Session {
                 exit
             }
             Record::SlowSyscall(r) => {
+                if let Some(stacks) = &mut self.stacks {
+                    if r.user_stack_id != NO_STACK {
+                        stacks.want_user_stack(r.tgid, r.user_stack_id);
+                        self.slow_stack_ids
+                            .push((self.slow.len(), r.tgid, r.user_stack_id));
+                    }
+                }
                 let slow = SlowSyscall {
                     t_ns: self.t_ns(r.start_ns),
                     pid: r.tgid as i32,
@@ -474,6 +501,13 @@ impl Session {
             .iter()
             .filter_map(Result::ok)
             .any(|(tid, s)| s.run_state != run_state::EXITED && !self.exited.contains(&tid))
+    }
+
+    /// One of the kernel's `lost::*` counters, summed over CPUs.
+    fn lost_count(&self, which: u32) -> u64 {
+        self.lost
+            .get(&which, 0)
+            .map_or(0, |per_cpu| per_cpu.iter().sum())
     }
 
     /// Events lost so far, as counted by the BPF programs (plus records we could not
@@ -555,6 +589,9 @@ impl Session {
             let _ = self.threads.remove(&tid);
         }
         self.fold_exited_histograms(&by_tgid);
+        if let Some(stacks) = &mut self.stacks {
+            stacks.resolve_new();
+        }
         self.known_tgids.extend(by_tgid.keys().copied());
         let roots: Vec<i32> = self.known_tgids.iter().map(|&t| t as i32).collect();
         let mut frame = self.sampler.sample(Scope::Subtrees(&roots), t_ns)?;
@@ -617,11 +654,63 @@ impl Session {
         if !last.processes.is_empty() || self.recorder.frames().is_empty() {
             self.keep_frame(last);
         }
+        let stacks = match self.stacks.take() {
+            Some(mut collector) => {
+                collector.resolve_new();
+                for &(i, pid, id) in &self.slow_stack_ids {
+                    if let Some(slow) = self.slow.get_mut(i) {
+                        slow.user_stack = collector.user_stack_index(pid, id);
+                    }
+                }
+                Some(collector.finish(self.lost_count(lost::STACK)))
+            }
+            None => None,
+        };
         self.record_histograms(t_end_ns);
+        if let (Some(profile), Some(sink)) = (&stacks, self.sink.as_mut()) {
+            // The slow calls' stacks are only known now: by arrival index.
+            let slow_stacks: Vec<(u32, u32)> = (self.slow.iter().enumerate())
+                .filter_map(|(i, s)| Some((i as u32, s.user_stack?)))
+                .collect();
+            sink.record(RecordRef::Stacks {
+                profile,
+                slow_stacks: &slow_stacks,
+            });
+        }
+        let (frames, cap) =
+            std::mem::replace(&mut self.recorder, FrameRecorder::new(1)).into_parts();
+        let lifecycle = std::mem::take(&mut self.lifecycle);
+        let slow = std::mem::take(&mut self.slow);
+        Ok(self.assemble(frames, cap, lifecycle, slow, stacks))
+    }
+
+    /// The bundle as it would be if the session stopped at its latest snapshot, for
+    /// live views (`trace --serve`): the frames so far, the histograms and loss counters
+    /// as the kernel holds them now. The programs stay attached.
+    pub fn bundle_so_far(&self) -> Bundle {
+        self.assemble(
+            self.recorder.frames().to_vec(),
+            self.recorder.cap(),
+            self.lifecycle.clone(),
+            self.slow.clone(),
+            None,
+        )
+    }
+
+    /// A bundle of `frames` plus the histograms (exited processes' and the map's) and
+    /// the loss count read now.
+    fn assemble(
+        &self,
+        frames: Vec<Frame>,
+        cap: crate::model::FrameCap,
+        mut lifecycle: Vec<LifecycleEvent>,
+        mut slow: Vec<SlowSyscall>,
+        stacks: Option<crate::model::StackProfile>,
+    ) -> Bundle {
         let events_lost = self.events_lost();
         let syscalls = self.histograms();
-        self.lifecycle.sort_by_key(|e| (e.t_ns, e.pid, e.tid));
-        self.slow.sort_by_key(|s| (s.t_ns, s.tid));
+        lifecycle.sort_by_key(|e| (e.t_ns, e.pid, e.tid));
+        slow.sort_by_key(|s| (s.t_ns, s.tid));
 
         let mut bundle = Bundle::new(
             Backend::Ebpf,
@@ -630,15 +719,14 @@ impl Session {
         );
         bundle.label = self.options.label.clone();
         bundle.root_pids = self.options.pids.clone();
-        let (frames, cap) =
-            std::mem::replace(&mut self.recorder, FrameRecorder::new(1)).into_parts();
         bundle.frames = frames;
         bundle.frame_cap = cap;
         bundle.events_lost = Some(events_lost);
-        bundle.lifecycle = std::mem::take(&mut self.lifecycle);
+        bundle.lifecycle = lifecycle;
         bundle.syscalls = syscalls;
-        bundle.slow_syscalls = std::mem::take(&mut self.slow);
-        Ok(bundle)
+        bundle.slow_syscalls = slow;
+        bundle.stacks = stacks;
+        bundle
     }
 }
 

@@ -1,0 +1,298 @@
+//! `--stacks`: where each latency class's time goes, by stack, summed in the kernel.
+//!
+//! Capturing a stack at every context switch (what offcputime does) is what makes
+//! off-CPU profilers expensive, so kernelkite captures only where it matters:
+//! - an off-CPU period shorter than `STACK_MIN_BLOCK_NS` gets no stack at all;
+//! - for a longer one, the thread's kernel stack is read when it is switched back in
+//!   (it is still the stack it slept on) with `bpf_get_task_stack`;
+//! - its user stack cannot be read from another task, so: inside a syscall it is taken
+//!   at that syscall's sys_exit (the user side has not moved since the call began);
+//!   outside a syscall (preemption, page fault) it is taken at switch-out, which
+//!   happens at most once per scheduler slice or fault.
+//! On-CPU time is sampled by a perf event at `--sample-hz`.
+//! Every stack that could not be captured or stored is counted in `LOST[STACK]`.
+
+use aya_ebpf::bindings::{BPF_F_USER_STACK, BPF_NOEXIST};
+use aya_ebpf::helpers::{bpf_get_stack, bpf_get_task_stack};
+use aya_ebpf::macros::{map, perf_event};
+use aya_ebpf::maps::{HashMap, PerCpuArray, StackTrace};
+use aya_ebpf::programs::tracing::StackIdContext;
+use aya_ebpf::programs::PerfEventContext;
+use aya_ebpf::EbpfContext;
+use kernelkite_common::bpf::{
+    lost, run_state, KernelStack, StackKey, StackTime, ThreadState, KERNEL_STACK_DEPTH,
+    NO_PENDING, NO_STACK, NO_SYSCALL,
+};
+use kernelkite_common::LatencyClass;
+
+use crate::maps::{atomic_add, count_lost, current_thread};
+
+/// Off-CPU periods at least this long get stacks; 0 turns stacks off (set by userspace).
+#[unsafe(no_mangle)]
+static STACK_MIN_BLOCK_NS: u64 = 0;
+/// Nanoseconds one on-CPU sample stands for: 1e9 / `--sample-hz`.
+#[unsafe(no_mangle)]
+static SAMPLE_PERIOD_NS: u64 = 0;
+
+/// User stacks, by id (`bpf_get_stackid`). Userspace sizes it (1 entry without --stacks).
+#[map]
+pub static USER_STACKS: StackTrace = StackTrace::with_max_entries(16_384, 0);
+
+/// Kernel stacks, keyed by a hash of their addresses.
+#[map]
+pub static KERNEL_STACKS: HashMap<u64, KernelStack> = HashMap::with_max_entries(8_192, 0);
+
+/// Time per (thread, class, user stack, kernel stack).
+#[map]
+pub static STACK_TIMES: HashMap<StackKey, StackTime> = HashMap::with_max_entries(16_384, 0);
+
+/// A kernel stack being captured: it does not fit on the BPF stack.
+#[map]
+static STACK_SCRATCH: PerCpuArray<KernelStack> = PerCpuArray::with_max_entries(1, 0);
+
+const EFAULT: i32 = 14;
+
+#[inline(always)]
+fn min_block_ns() -> u64 {
+    // SAFETY: a read-only global set at load time.
+    unsafe { core::ptr::read_volatile(&STACK_MIN_BLOCK_NS) }
+}
+
+#[inline(always)]
+pub fn enabled() -> bool {
+    min_block_ns() != 0
+}
+
+/// The running thread's user stack id, or NO_STACK (counted lost unless the thread has
+/// no user stack at all, as kernel threads do).
+#[inline(always)]
+pub fn user_stack<C: StackIdContext>(ctx: &C) -> i64 {
+    match ctx.get_stackid(&USER_STACKS, BPF_F_USER_STACK as u64) {
+        Ok(id) => id,
+        Err(e) => {
+            if e != -EFAULT {
+                count_lost(lost::STACK);
+            }
+            NO_STACK as i64
+        }
+    }
+}
+
+/// Store the `len_bytes` of addresses in the scratch buffer as a kernel stack; returns
+/// its key, or 0 when it could not be stored.
+#[inline(always)]
+fn store_kernel_stack(buf: *mut KernelStack, len_bytes: i64) -> u64 {
+    if len_bytes <= 0 {
+        count_lost(lost::STACK);
+        return 0;
+    }
+    // FNV-1a over the addresses; the rest of the buffer is zero-filled by the helper.
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for i in 0..KERNEL_STACK_DEPTH {
+        // SAFETY: buf is the per-CPU scratch value, KERNEL_STACK_DEPTH entries long.
+        let ip = unsafe { (*buf)[i] };
+        if ip == 0 {
+            break;
+        }
+        hash = (hash ^ ip).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    let key = if hash == 0 { 1 } else { hash };
+    // SAFETY: buf points to a map value of the right type.
+    match KERNEL_STACKS.insert(&key, unsafe { &*buf }, BPF_NOEXIST as u64) {
+        Ok(()) => key,
+        // Already stored (the same stack seen before).
+        Err(e) if e == -17 => key,
+        Err(_) => {
+            count_lost(lost::STACK);
+            0
+        }
+    }
+}
+
+/// The kernel stack of a task that is not running (it is about to be switched in).
+#[inline(always)]
+fn kernel_stack_of(task: *const u8) -> u64 {
+    let Some(buf) = STACK_SCRATCH.get_ptr_mut(0) else {
+        return 0;
+    };
+    let size = core::mem::size_of::<KernelStack>() as u32;
+    // SAFETY: task is the tracepoint's task_struct; buf holds `size` bytes.
+    let n = unsafe { bpf_get_task_stack(task as *mut _, buf as *mut _, size, 0) };
+    store_kernel_stack(buf, n)
+}
+
+#[inline(always)]
+fn add(key: &StackKey, ns: u64, count: u64) {
+    if ns == 0 {
+        return;
+    }
+    for _ in 0..2 {
+        if let Some(v) = STACK_TIMES.get_ptr_mut(key) {
+            // SAFETY: a map value; a perf sample and a switch of the same thread can
+            // race on other CPUs, hence atomic adds.
+            unsafe {
+                atomic_add(&raw mut (*v).total_ns, ns);
+                atomic_add(&raw mut (*v).count, count);
+            }
+            return;
+        }
+        let first = StackTime {
+            total_ns: ns,
+            count,
+        };
+        // Another CPU may insert the key first: then look it up again.
+        if STACK_TIMES.insert(key, &first, BPF_NOEXIST as u64).is_ok() {
+            return;
+        }
+    }
+    count_lost(lost::STACK);
+}
+
+/// Add one off-CPU period: its asleep part to `sleep_class`, the rest to runqueue.
+#[inline(always)]
+#[allow(clippy::too_many_arguments, reason = "the fields of one stack key and its times")]
+fn add_period(
+    tgid: u32,
+    tid: u32,
+    sleep_class: u32,
+    sleep_ns: u64,
+    runq_ns: u64,
+    user_stack_id: i64,
+    kernel_stack: u64,
+) {
+    let mut key = StackKey {
+        tgid,
+        tid,
+        class: sleep_class,
+        user_stack_id: user_stack_id as i32,
+        kernel_stack,
+    };
+    add(&key, sleep_ns, 1);
+    key.class = LatencyClass::Runqueue as u32;
+    add(&key, runq_ns, 1);
+}
+
+/// A traced thread leaves the CPU (`ctx` runs in it).
+#[inline(always)]
+pub fn on_switch_out<C: StackIdContext>(ctx: &C, t: &mut ThreadState, now: u64) {
+    if !enabled() {
+        return;
+    }
+    t.off_cpu_since_ns = now;
+    t.off_cpu_sleep_ns = 0;
+    t.user_stack_id = if t.sys_nr == NO_SYSCALL {
+        user_stack(ctx) as i32
+    } else {
+        NO_STACK
+    };
+}
+
+/// A traced sleeping thread is woken: its sleep ends here, its runqueue wait begins.
+#[inline(always)]
+pub fn on_wakeup(t: &mut ThreadState, now: u64) {
+    if t.off_cpu_since_ns != 0 && now > t.off_cpu_since_ns {
+        t.off_cpu_sleep_ns = now - t.off_cpu_since_ns;
+    }
+}
+
+/// A traced thread is switched back in (this runs in the task leaving the CPU, so the
+/// thread's kernel stack is read from its task_struct).
+#[inline(always)]
+pub fn on_switch_in(next: *const u8, tgid: u32, tid: u32, t: &mut ThreadState, now: u64) {
+    if !enabled() || t.off_cpu_since_ns == 0 || t.run_state == run_state::EXITED {
+        return;
+    }
+    let since = t.off_cpu_since_ns;
+    t.off_cpu_since_ns = 0;
+    if now <= since || now - since < min_block_ns() {
+        return;
+    }
+    let off_ns = now - since;
+    let sleep_ns = if t.off_cpu_sleep_ns < off_ns {
+        t.off_cpu_sleep_ns
+    } else {
+        off_ns
+    };
+    let runq_ns = off_ns - sleep_ns;
+    let kernel_stack = kernel_stack_of(next);
+    if t.user_stack_id != NO_STACK || t.sys_nr == NO_SYSCALL {
+        add_period(
+            tgid,
+            tid,
+            t.sleep_class,
+            sleep_ns,
+            runq_ns,
+            t.user_stack_id as i64,
+            kernel_stack,
+        );
+        return;
+    }
+    // Inside a syscall: the user stack comes at its sys_exit.
+    flush_pending(tgid, tid, t, NO_STACK as i64);
+    t.pending_class = t.sleep_class;
+    t.pending_sleep_ns = sleep_ns;
+    t.pending_runq_ns = runq_ns;
+    t.pending_kernel_stack = kernel_stack;
+}
+
+/// Add a long block waiting for its user stack, with `user_stack_id` (NO_STACK when
+/// the syscall never returned).
+#[inline(always)]
+pub fn flush_pending(tgid: u32, tid: u32, t: &mut ThreadState, user_stack_id: i64) {
+    if t.pending_class == NO_PENDING {
+        return;
+    }
+    add_period(
+        tgid,
+        tid,
+        t.pending_class,
+        t.pending_sleep_ns,
+        t.pending_runq_ns,
+        user_stack_id,
+        t.pending_kernel_stack,
+    );
+    t.pending_class = NO_PENDING;
+}
+
+/// At sys_exit: a long block inside this syscall gets the (unchanged) user stack now.
+#[inline(always)]
+pub fn on_sys_exit<C: StackIdContext>(ctx: &C, tgid: u32, tid: u32, t: &mut ThreadState) {
+    if t.pending_class != NO_PENDING {
+        let user = user_stack(ctx);
+        flush_pending(tgid, tid, t, user);
+    }
+}
+
+/// On-CPU samples of traced threads, `--sample-hz` per CPU.
+#[perf_event]
+pub fn on_cpu_sample(ctx: PerfEventContext) -> u32 {
+    let Some((tgid, tid, t)) = current_thread() else {
+        return 0;
+    };
+    if t.run_state == run_state::EXITED {
+        return 0;
+    }
+    let user_stack_id = user_stack(&ctx);
+    let Some(buf) = STACK_SCRATCH.get_ptr_mut(0) else {
+        return 0;
+    };
+    let size = core::mem::size_of::<KernelStack>() as u32;
+    // SAFETY: ctx is the perf event context; buf holds `size` bytes.
+    let n = unsafe { bpf_get_stack(ctx.as_ptr(), buf as *mut _, size, 0) };
+    let kernel_stack = if n > 0 {
+        store_kernel_stack(buf, n)
+    } else {
+        0 // interrupted in user mode: no kernel stack
+    };
+    // SAFETY: a read-only global set at load time.
+    let period_ns = unsafe { core::ptr::read_volatile(&SAMPLE_PERIOD_NS) };
+    let key = StackKey {
+        tgid,
+        tid,
+        class: LatencyClass::OnCpu as u32,
+        user_stack_id: user_stack_id as i32,
+        kernel_stack,
+    };
+    add(&key, period_ns, 1);
+    0
+}

@@ -1,0 +1,37 @@
+//! `kernelkite export BUNDLE --format FORMAT [-o FILE]`: a bundle in another tool's
+//! format, to a file (atomically) or standard output.
+
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+
+use crate::analysis::analyze;
+use crate::cli::{ExportArgs, GlobalArgs};
+use crate::export::{render, ExportOptions};
+use crate::model::{load_bundle, write_atomically};
+
+pub fn execute(_global: &GlobalArgs, args: &ExportArgs) -> Result<ExitCode> {
+    let bundle = load_bundle(&args.bundle)?;
+    let analysis = analyze(&bundle);
+    let options = ExportOptions {
+        start_unix_ns: args.start_unix_ns,
+    };
+    let bytes = render(&bundle, &analysis, args.format, options)
+        .with_context(|| format!("cannot export {}", args.bundle.display()))?;
+    match &args.output {
+        Some(path) => write_atomically(path, &bytes)
+            .with_context(|| format!("cannot write {}", path.display()))?,
+        None => write_stdout_bytes(&bytes).context("cannot write to standard output")?,
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Bytes (protobuf is not text) to standard output; a closed pipe is not an error.
+fn write_stdout_bytes(bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(bytes).and_then(|_| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other,
+    }
+}

@@ -1,0 +1,441 @@
+//! `--format chrome-trace`: the Trace Event Format (JSON object form) that Perfetto UI
+//! and chrome://tracing open.
+//!
+//! * One track per thread (`pid` = process, `tid` = thread), named by `M` metadata
+//!   events (`process_name`, `thread_name`).
+//! * Latency-class slices (`X`, coloured with `cname`) per snapshot interval: the
+//!   thread's class deltas between two frames (eBPF: exact `class_ns`; /proc: the
+//!   schedstat `on_cpu` and `runqueue` deltas, the only classes a sampler measures per
+//!   interval). The kernel reports how much time each class took in the interval, not
+//!   when, so the slices are laid end to end in class order, ending at the interval's
+//!   end: a slice's length is exact, its position inside the interval is not.
+//!   A thread that exited between frames gets its last interval from its exit record.
+//! * Slow syscalls as async slices (`b`/`e`, category `syscall`): they overlap the class
+//!   slices of their thread, which complete events on one track could not.
+//! * Process lifetimes as `X` slices on the tracks of a synthetic process (pid 0,
+//!   "process lifetimes"), one track per traced pid.
+//!
+//! Times are microseconds since the session start (`ts`, `dur`), fractional.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use kernelkite_common::LatencyClass;
+use serde_json::{json, Value};
+
+use crate::analysis::Analysis;
+use crate::model::{Bundle, ClassTimes, LifecycleKind};
+use crate::report::timeline;
+
+/// The synthetic process whose tracks show process lifetimes.
+pub const LIFETIMES_PID: i32 = 0;
+
+fn us(ns: u64) -> f64 {
+    ns as f64 / 1000.0
+}
+
+/// The trace-viewer colour of a class.
+pub fn class_cname(class: LatencyClass) -> &'static str {
+    match class {
+        LatencyClass::OnCpu => "thread_state_running",
+        LatencyClass::Runqueue => "thread_state_runnable",
+        LatencyClass::IoWait => "thread_state_iowait",
+        LatencyClass::LockWait => "thread_state_uninterruptible",
+        LatencyClass::SyscallBlocked => "thread_state_sleeping",
+        LatencyClass::UnknownWait => "thread_state_unknown",
+    }
+}
+
+/// Class slices of `delta`, laid end to end so the last one ends at `end_ns`, but
+/// never starting before `floor_ns` (the end of the thread's previous slices), so the
+/// slices of one track never overlap. Returns where the slices end.
+fn class_slices(
+    out: &mut Vec<Value>,
+    (pid, tid): (i32, i32),
+    (floor_ns, end_ns): (u64, u64),
+    delta: &ClassTimes,
+    classes: &[LatencyClass],
+) -> u64 {
+    let total: u64 = classes
+        .iter()
+        .map(|c| delta.get(*c))
+        .fold(0, u64::saturating_add);
+    let mut t = end_ns.saturating_sub(total).max(floor_ns);
+    for &c in classes {
+        let d = delta.get(c).min(end_ns.saturating_sub(t));
+        if d == 0 {
+            continue;
+        }
+        out.push(json!({
+            "name": c.name(),
+            "cat": "latency_class",
+            "ph": "X",
+            "ts": us(t),
+            "dur": us(d),
+            "pid": pid,
+            "tid": tid,
+            "cname": class_cname(c),
+        }));
+        t += d;
+    }
+    t.max(floor_ns)
+}
+
+/// The trace document of a bundle.
+pub fn document(bundle: &Bundle, analysis: &Analysis) -> Value {
+    let mut events: Vec<Value> = Vec::new();
+    let mut process_names: BTreeMap<i32, String> = BTreeMap::new();
+    let mut thread_names: BTreeMap<(i32, i32), String> = BTreeMap::new();
+
+    // Per thread: the cumulative classes at its previous sample (eBPF) or its previous
+    // schedstat (proc), to take deltas from.
+    let mut last: BTreeMap<(i32, i32), ClassTimes> = BTreeMap::new();
+    let mut slices_end: BTreeMap<(i32, i32), u64> = BTreeMap::new();
+    for f in &bundle.frames {
+        for p in &f.processes {
+            process_names.insert(p.pid, p.comm.to_string());
+            for t in &p.threads {
+                thread_names.insert((p.pid, t.tid), t.comm.to_string());
+                let (now, classes): (Option<ClassTimes>, &[LatencyClass]) =
+                    match (t.class_ns, t.schedstat) {
+                        (Some(c), _) => (Some(c), &LatencyClass::ALL),
+                        (None, Some(s)) => {
+                            let mut c = ClassTimes::default();
+                            c.add(LatencyClass::OnCpu, s.on_cpu_ns);
+                            c.add(LatencyClass::Runqueue, s.runqueue_ns);
+                            (Some(c), &[LatencyClass::OnCpu, LatencyClass::Runqueue])
+                        }
+                        (None, None) => (None, &[]),
+                    };
+                let Some(now) = now else { continue };
+                // eBPF counters start at 0 when tracking began: a thread's first sample
+                // covers the interval before it.
+                let before = match last.get(&(p.pid, t.tid)) {
+                    Some(b) => Some(*b),
+                    None if t.class_ns.is_some() => Some(ClassTimes::default()),
+                    None => None,
+                };
+                if let Some(delta) = before.and_then(|b| now.checked_sub(&b)) {
+                    let key = (p.pid, t.tid);
+                    let floor = slices_end.get(&key).copied().unwrap_or(0);
+                    let end = class_slices(&mut events, key, (floor, f.t_ns), &delta, classes);
+                    slices_end.insert(key, end);
+                }
+                last.insert((p.pid, t.tid), now);
+            }
+        }
+    }
+    // Threads that exited after their last sample: the exit record holds their final
+    // classes; the slices end at the exit.
+    for e in &bundle.lifecycle {
+        if e.kind != LifecycleKind::Exit {
+            continue;
+        }
+        thread_names
+            .entry((e.pid, e.tid))
+            .or_insert_with(|| e.comm.clone());
+        process_names.entry(e.pid).or_insert_with(|| e.comm.clone());
+        let Some(final_classes) = e.class_ns else {
+            continue;
+        };
+        let before = last.remove(&(e.pid, e.tid)).unwrap_or_default();
+        if let Some(delta) = final_classes.checked_sub(&before) {
+            let key = (e.pid, e.tid);
+            let floor = slices_end.get(&key).copied().unwrap_or(0);
+            let end = class_slices(
+                &mut events,
+                key,
+                (floor, e.t_ns.max(floor)),
+                &delta,
+                &LatencyClass::ALL,
+            );
+            slices_end.insert(key, end);
+        }
+    }
+
+    for (i, s) in bundle.slow_syscalls.iter().enumerate() {
+        thread_names.entry((s.pid, s.tid)).or_default();
+        let args = json!({
+            "tid": s.tid,
+            "nr": s.nr,
+            "duration_ns": s.duration_ns,
+            "ret": s.ret,
+        });
+        for (ph, t) in [("b", s.t_ns), ("e", s.t_ns.saturating_add(s.duration_ns))] {
+            let mut ev = json!({
+                "name": crate::analysis::reported_syscall_name(&bundle.host.arch, s.nr, &s.name),
+                "cat": "syscall",
+                "ph": ph,
+                "id": i,
+                "ts": us(t),
+                "pid": s.pid,
+                "tid": s.tid,
+            });
+            if ph == "b" {
+                ev["args"] = args.clone();
+            }
+            events.push(ev);
+        }
+    }
+
+    let lifetimes = timeline::extract(bundle, Some(analysis)).processes;
+    if !lifetimes.is_empty() {
+        process_names.insert(LIFETIMES_PID, "process lifetimes".to_string());
+    }
+    for p in &lifetimes {
+        process_names.entry(p.pid).or_insert_with(|| p.comm.clone());
+        thread_names.insert((LIFETIMES_PID, p.pid), format!("pid {}", p.pid));
+        events.push(json!({
+            "name": p.comm,
+            "cat": "process",
+            "ph": "X",
+            "ts": us(p.start_ns()),
+            "dur": us(p.end_ns() - p.start_ns()),
+            "pid": LIFETIMES_PID,
+            "tid": p.pid,
+            "args": {
+                "pid": p.pid,
+                "ppid": p.ppid,
+                "exit_code": p.exit_code,
+                "alive_at_end": p.alive_at_end,
+            },
+        }));
+    }
+
+    let mut meta: Vec<Value> = Vec::new();
+    for (pid, name) in &process_names {
+        let name = if *pid == LIFETIMES_PID {
+            name.clone()
+        } else {
+            format!("{name} ({pid})")
+        };
+        meta.push(json!({"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": name}}));
+    }
+    for ((pid, tid), name) in &thread_names {
+        let name = if name.is_empty() {
+            format!("thread {tid}")
+        } else {
+            name.clone()
+        };
+        meta.push(json!({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": name}}));
+    }
+    meta.extend(events);
+    json!({
+        "traceEvents": meta,
+        "displayTimeUnit": "ms",
+        "otherData": {
+            "producer": "kernelkite",
+            "backend": bundle.backend.name(),
+            "label": bundle.label,
+            "duration_ns": analysis.duration_ns,
+        },
+    })
+}
+
+/// The reserved colour names (catapult's `color_scheme.js`) this exporter uses.
+const CLASS_CNAMES: &[&str] = &[
+    "thread_state_uninterruptible",
+    "thread_state_iowait",
+    "thread_state_running",
+    "thread_state_runnable",
+    "thread_state_sleeping",
+    "thread_state_unknown",
+];
+
+/// The Trace Event Format's rules for the event types kernelkite writes
+/// ("Trace Event Format", Google, 2016): object form with `traceEvents`; every event
+/// has `name`, `ph`, integer `pid` and `tid`; all but metadata have a numeric
+/// `ts` (µs); `X` has a non-negative `dur`; `b`/`e` (async) carry `cat` and `id`
+/// and pair up; `M` events are `process_name`/`thread_name` with `args.name`. On
+/// top, what viewers need to draw it well: complete events on one track nest, and
+/// every track used is named. Returns the violations (empty: the document is fine);
+/// the tests run it on every export.
+pub fn rule_violations(doc: &Value) -> Vec<String> {
+    let mut errors = Vec::new();
+    let Some(events) = doc["traceEvents"].as_array() else {
+        return vec!["no traceEvents array".into()];
+    };
+    let mut named_pids = BTreeSet::new();
+    let mut named_tracks = BTreeSet::new();
+    let mut used_tracks = BTreeSet::new();
+    let mut open_async: BTreeMap<(String, i64, i64), f64> = BTreeMap::new();
+    let mut complete: BTreeMap<(i64, i64), Vec<(f64, f64)>> = BTreeMap::new();
+    for (i, e) in events.iter().enumerate() {
+        let (Some(pid), Some(tid)) = (e["pid"].as_i64(), e["tid"].as_i64()) else {
+            errors.push(format!("event {i}: pid/tid not integers: {e}"));
+            continue;
+        };
+        if !e["name"].is_string() {
+            errors.push(format!("event {i}: no name"));
+        }
+        let ph = e["ph"].as_str().unwrap_or("");
+        if ph != "M" {
+            match e["ts"].as_f64() {
+                Some(ts) if ts >= 0.0 => {}
+                _ => errors.push(format!("event {i}: ts missing or negative")),
+            }
+            used_tracks.insert((pid, tid));
+        }
+        if let Some(c) = e.get("cname") {
+            if !CLASS_CNAMES.contains(&c.as_str().unwrap_or("")) {
+                errors.push(format!("event {i}: unknown cname {c}"));
+            }
+        }
+        match ph {
+            "M" => {
+                if !e["args"]["name"].is_string() {
+                    errors.push(format!("event {i}: metadata without args.name"));
+                }
+                match e["name"].as_str() {
+                    Some("process_name") => {
+                        named_pids.insert(pid);
+                    }
+                    Some("thread_name") => {
+                        named_tracks.insert((pid, tid));
+                    }
+                    other => errors.push(format!("event {i}: metadata {other:?}")),
+                }
+            }
+            "X" => match e["dur"].as_f64() {
+                Some(d) if d >= 0.0 => complete
+                    .entry((pid, tid))
+                    .or_default()
+                    .push((e["ts"].as_f64().unwrap_or(0.0), d)),
+                _ => errors.push(format!("event {i}: X without non-negative dur")),
+            },
+            "b" | "e" => {
+                let (Some(cat), Some(id)) = (e["cat"].as_str(), e["id"].as_i64()) else {
+                    errors.push(format!("event {i}: async event without cat/id"));
+                    continue;
+                };
+                let key = (cat.to_string(), id, pid);
+                let ts = e["ts"].as_f64().unwrap_or(0.0);
+                if ph == "b" {
+                    if open_async.insert(key, ts).is_some() {
+                        errors.push(format!("event {i}: async id {id} opened twice"));
+                    }
+                } else {
+                    match open_async.remove(&key) {
+                        Some(begin) if begin <= ts => {}
+                        Some(_) => errors.push(format!("event {i}: async end before begin")),
+                        None => errors.push(format!("event {i}: async end without begin")),
+                    }
+                }
+            }
+            other => errors.push(format!("event {i}: unexpected ph {other:?}")),
+        }
+    }
+    if !open_async.is_empty() {
+        errors.push(format!("unbalanced async events: {open_async:?}"));
+    }
+    for (track, mut slices) in complete {
+        // Nesting: sorted by start (longest first on ties), each slice either ends
+        // before the next starts or contains it.
+        slices.sort_by(|a, b| a.0.total_cmp(&b.0).then(b.1.total_cmp(&a.1)));
+        let mut stack: Vec<f64> = Vec::new();
+        for (ts, dur) in slices {
+            while stack.last().is_some_and(|&end| end <= ts + 1e-6) {
+                stack.pop();
+            }
+            if stack.last().is_some_and(|&end| ts + dur > end + 1e-6) {
+                errors.push(format!(
+                    "track {track:?}: slice at {ts} overlaps its parent"
+                ));
+            }
+            stack.push(ts + dur);
+        }
+    }
+    for (pid, tid) in &used_tracks {
+        if !named_pids.contains(pid) || !named_tracks.contains(&(*pid, *tid)) {
+            errors.push(format!("track {pid}/{tid} has no process_name/thread_name"));
+        }
+    }
+    errors
+}
+
+/// `--format chrome-trace`: [`document`] as compact JSON with a trailing newline.
+pub fn render(bundle: &Bundle, analysis: &Analysis) -> Vec<u8> {
+    let mut out = serde_json::to_vec(&document(bundle, analysis)).expect("JSON serializes");
+    out.push(b'\n');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use serde_json::Value;
+
+    use super::rule_violations;
+    use crate::analysis::analyze;
+    use crate::model::fixture::fixture_to_bundle;
+    use crate::model::Bundle;
+
+    fn fixture(name: &str) -> Bundle {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures");
+        fixture_to_bundle(&std::fs::read(dir.join(name)).unwrap(), name).unwrap()
+    }
+
+    fn export(name: &str) -> (Value, crate::analysis::Analysis) {
+        let b = fixture(name);
+        let a = analyze(&b);
+        (serde_json::from_slice(&super::render(&b, &a)).unwrap(), a)
+    }
+
+    #[test]
+    fn fixture_traces_follow_the_format_rules() {
+        for name in [
+            "api-server-ebpf.json",
+            "cargo-build-before.json",
+            "cargo-build-after.json",
+        ] {
+            let (doc, _) = export(name);
+            let errors = rule_violations(&doc);
+            assert!(errors.is_empty(), "{name}: {errors:#?}");
+        }
+    }
+
+    #[test]
+    fn the_rule_check_catches_broken_documents() {
+        let (doc, _) = export("api-server-ebpf.json");
+        let mut unbalanced = doc.clone();
+        let events = unbalanced["traceEvents"].as_array_mut().unwrap();
+        let e = events.iter().position(|e| e["ph"] == "e").unwrap();
+        events.remove(e);
+        assert!(!rule_violations(&unbalanced).is_empty());
+        let mut string_pid = doc.clone();
+        string_pid["traceEvents"][0]["pid"] = serde_json::json!("6000");
+        assert!(!rule_violations(&string_pid).is_empty());
+    }
+
+    #[test]
+    fn class_slices_add_up_to_each_threads_classes() {
+        let (doc, a) = export("api-server-ebpf.json");
+        let mut per_thread: BTreeMap<(i64, i64), f64> = BTreeMap::new();
+        for e in doc["traceEvents"].as_array().unwrap() {
+            if e["cat"] == "latency_class" {
+                *per_thread
+                    .entry((e["pid"].as_i64().unwrap(), e["tid"].as_i64().unwrap()))
+                    .or_default() += e["dur"].as_f64().unwrap();
+            }
+        }
+        for t in &a.threads {
+            let got_us = per_thread
+                .get(&(t.pid as i64, t.tid as i64))
+                .copied()
+                .unwrap_or(0.0);
+            let want_us = t.classes.total_ns() as f64 / 1000.0;
+            assert!(
+                (got_us - want_us).abs() < 1e-3,
+                "thread {}: {got_us} µs vs {want_us} µs",
+                t.tid
+            );
+        }
+        let syscalls = doc["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["cat"] == "syscall" && e["ph"] == "b")
+            .count();
+        assert_eq!(syscalls, 2);
+    }
+}

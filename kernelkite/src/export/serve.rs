@@ -1,0 +1,238 @@
+//! `kernelkite trace --serve ADDR`: Prometheus metrics of the running session at
+//! `http://ADDR/metrics`.
+//!
+//! A deliberately small HTTP/1.1 responder on a tokio listener: it reads one request
+//! head (at most [`MAX_HEAD_BYTES`], within [`READ_TIMEOUT`]), answers `GET /metrics`
+//! (and `HEAD`) with the exposition, anything else with 404 or 405, and closes the
+//! connection. Each scrape asks the trace loop for a fresh exposition through a
+//! channel ([`Scrape`]), so the numbers are those of the session's latest snapshot and
+//! nothing is rendered when nobody scrapes.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::analysis::analyze;
+use crate::model::Bundle;
+
+/// Largest request head accepted.
+pub const MAX_HEAD_BYTES: usize = 8192;
+/// How long a client may take to send its request head.
+pub const READ_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// One scrape: the trace loop answers with the exposition of the session so far.
+pub type Scrape = oneshot::Sender<String>;
+
+/// Bind `addr` now (before tracing starts, so a taken port fails early).
+pub fn bind(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
+    let listener = std::net::TcpListener::bind(addr)?;
+    listener.set_nonblocking(true)?;
+    Ok(listener)
+}
+
+/// The exposition of a live session's bundle.
+pub fn exposition(bundle: &Bundle) -> String {
+    let analysis = analyze(bundle);
+    super::prometheus::render(bundle, &analysis)
+        .unwrap_or_else(|e| format!("# kernelkite: cannot render metrics: {e}\n"))
+}
+
+/// Accept connections until the runtime stops; each scrape is sent to `scrapes`.
+pub async fn serve(listener: std::net::TcpListener, scrapes: mpsc::Sender<Scrape>) {
+    let listener = match TcpListener::from_std(listener) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("kernelkite: --serve: {e}");
+            return;
+        }
+    };
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            // Out of file descriptors and the like: back off instead of spinning.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        };
+        let scrapes = scrapes.clone();
+        tokio::spawn(async move {
+            let _ = respond(stream, scrapes).await;
+        });
+    }
+}
+
+async fn respond(mut stream: TcpStream, scrapes: mpsc::Sender<Scrape>) -> std::io::Result<()> {
+    let head = match tokio::time::timeout(READ_TIMEOUT, read_head(&mut stream)).await {
+        Ok(Ok(Some(head))) => head,
+        Ok(Ok(None)) => {
+            return write(
+                &mut stream,
+                "431 Request Header Fields Too Large",
+                "text/plain",
+                "request head too large\n",
+                true,
+            )
+            .await
+        }
+        Ok(Err(e)) => return Err(e),
+        Err(_) => {
+            return write(
+                &mut stream,
+                "408 Request Timeout",
+                "text/plain",
+                "timeout\n",
+                true,
+            )
+            .await
+        }
+    };
+    let request_line = head.lines().next().unwrap_or("");
+    let mut parts = request_line.split_whitespace();
+    let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let path = target.split('?').next().unwrap_or("");
+    if path != "/metrics" {
+        return write(
+            &mut stream,
+            "404 Not Found",
+            "text/plain",
+            "kernelkite serves /metrics\n",
+            true,
+        )
+        .await;
+    }
+    if method != "GET" && method != "HEAD" {
+        return write(
+            &mut stream,
+            "405 Method Not Allowed",
+            "text/plain",
+            "GET /metrics\n",
+            true,
+        )
+        .await;
+    }
+    let (reply, answer) = oneshot::channel();
+    let body = if scrapes.send(reply).await.is_ok() {
+        answer.await.ok()
+    } else {
+        None
+    };
+    match body {
+        Some(body) => {
+            write(
+                &mut stream,
+                "200 OK",
+                super::prometheus::CONTENT_TYPE,
+                &body,
+                method == "GET",
+            )
+            .await
+        }
+        None => {
+            write(
+                &mut stream,
+                "503 Service Unavailable",
+                "text/plain",
+                "the session has ended\n",
+                true,
+            )
+            .await
+        }
+    }
+}
+
+/// The request head up to the blank line; `None` when it exceeds [`MAX_HEAD_BYTES`].
+async fn read_head(stream: &mut TcpStream) -> std::io::Result<Option<String>> {
+    let mut buf = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 1024];
+    loop {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            return Ok(Some(String::from_utf8_lossy(&buf[..end]).into_owned()));
+        }
+        if buf.len() > MAX_HEAD_BYTES {
+            return Ok(None);
+        }
+        let n = stream.read(&mut chunk).await?;
+        if n == 0 {
+            // A client that closed early (or sent a bare request line): answer what came.
+            return Ok(Some(String::from_utf8_lossy(&buf).into_owned()));
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+async fn write(
+    stream: &mut TcpStream,
+    status: &str,
+    content_type: &str,
+    body: &str,
+    with_body: bool,
+) -> std::io::Result<()> {
+    let head = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await?;
+    if with_body {
+        stream.write_all(body.as_bytes()).await?;
+    }
+    stream.shutdown().await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn try_get(addr: SocketAddr, request: &str) -> std::io::Result<String> {
+        let mut s = TcpStream::connect(addr).await?;
+        s.write_all(request.as_bytes()).await?;
+        let mut out = String::new();
+        s.read_to_string(&mut out).await?;
+        Ok(out)
+    }
+
+    async fn get(addr: SocketAddr, request: &str) -> String {
+        try_get(addr, request).await.unwrap()
+    }
+
+    #[test]
+    fn answers_metrics_and_refuses_the_rest() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let listener = bind("127.0.0.1:0".parse().unwrap()).unwrap();
+            let addr = listener.local_addr().unwrap();
+            let (tx, mut rx) = mpsc::channel::<Scrape>(4);
+            tokio::spawn(serve(listener, tx));
+            // The "trace loop": answers every scrape with a counter that grows.
+            tokio::spawn(async move {
+                let mut n = 0;
+                while let Some(reply) = rx.recv().await {
+                    n += 1;
+                    let _ = reply.send(format!("scrape_total {n}\n"));
+                }
+            });
+            let first = get(addr, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").await;
+            assert!(first.starts_with("HTTP/1.1 200 OK\r\n"), "{first}");
+            assert!(
+                first.contains("Content-Type: text/plain; version=0.0.4"),
+                "{first}"
+            );
+            assert!(first.ends_with("\r\n\r\nscrape_total 1\n"), "{first}");
+            let second = get(addr, "GET /metrics HTTP/1.1\r\n\r\n").await;
+            assert!(second.ends_with("scrape_total 2\n"), "{second}");
+            let missing = get(addr, "GET / HTTP/1.1\r\n\r\n").await;
+            assert!(missing.starts_with("HTTP/1.1 404"), "{missing}");
+            let post = get(addr, "POST /metrics HTTP/1.1\r\n\r\n").await;
+            assert!(post.starts_with("HTTP/1.1 405"), "{post}");
+            let huge = format!("GET /metrics HTTP/1.1\r\nX: {}\r\n\r\n", "a".repeat(20_000));
+            // The server answers 431 and closes; unread request bytes may turn that into a
+            // reset on the client side. Either way no metrics are served.
+            if let Ok(answer) = try_get(addr, &huge).await {
+                assert!(answer.starts_with("HTTP/1.1 431"), "{answer}");
+            }
+        });
+    }
+}
