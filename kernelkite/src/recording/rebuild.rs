@@ -93,9 +93,24 @@ impl BundleBuilder {
         if bundle.frames.is_empty() {
             return Err("the recording holds no complete frame".into());
         }
-        validate(&bundle).map_err(|e| format!("the replayed bundle is invalid: {e}"))?;
+        validate(&bundle)
+            .map_err(|e| format!("the replayed bundle is invalid: {}", one_line(&e)))?;
         Ok(bundle)
     }
+}
+
+/// `message` on one line: validation messages quote strings from the file (a comm, a
+/// syscall name), which may hold control characters such as newlines.
+fn one_line(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    for c in message.chars() {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// A replayed recording.
@@ -141,4 +156,15 @@ pub fn replay_recording(input: impl Read) -> Result<Replayed, ReplayError> {
         ended: reader.ended(),
         incomplete_tail: reader.incomplete_tail(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn messages_quoting_file_strings_stay_on_one_line() {
+        assert_eq!(
+            super::one_line("syscall histogram pi\n\tx of pid 1"),
+            "syscall histogram pi\\n\\tx of pid 1"
+        );
+    }
 }
