@@ -78,10 +78,10 @@ pub struct ThreadState {
     /// wakeup); the rest of the period is runqueue time.
     pub off_cpu_sleep_ns: u64,
     /// `--stacks`: a long block inside a syscall waiting for its user stack at sys_exit:
-    /// sleep class id (or [`NO_PENDING`]), asleep ns, runqueue ns, kernel stack hash.
+    /// sleep class id (or [`NO_PENDING`]), off-CPU periods, asleep ns, runqueue ns,
+    /// kernel stack hash.
     pub pending_class: u32,
-    /// Explicit padding; always 0.
-    pub _pad: u32,
+    pub pending_periods: u32,
     pub pending_sleep_ns: u64,
     pub pending_runq_ns: u64,
     pub pending_kernel_stack: u64,
@@ -106,7 +106,7 @@ impl Default for ThreadState {
             off_cpu_since_ns: 0,
             off_cpu_sleep_ns: 0,
             pending_class: NO_PENDING,
-            _pad: 0,
+            pending_periods: 0,
             pending_sleep_ns: 0,
             pending_runq_ns: 0,
             pending_kernel_stack: 0,

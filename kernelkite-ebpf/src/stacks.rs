@@ -159,6 +159,7 @@ fn add_period(
     runq_ns: u64,
     user_stack_id: i64,
     kernel_stack: u64,
+    periods: u64,
 ) {
     let mut key = StackKey {
         tgid,
@@ -167,9 +168,9 @@ fn add_period(
         user_stack_id: user_stack_id as i32,
         kernel_stack,
     };
-    add(&key, sleep_ns, 1);
+    add(&key, sleep_ns, periods);
     key.class = LatencyClass::Runqueue as u32;
-    add(&key, runq_ns, 1);
+    add(&key, runq_ns, periods);
 }
 
 /// A traced thread leaves the CPU (`ctx` runs in it).
@@ -224,12 +225,22 @@ pub fn on_switch_in(next: *const u8, tgid: u32, tid: u32, t: &mut ThreadState, n
             runq_ns,
             t.user_stack_id as i64,
             kernel_stack,
+            1,
         );
         return;
     }
-    // Inside a syscall: the user stack comes at its sys_exit.
+    // Inside a syscall: the user stack comes at its sys_exit. A second long block in
+    // the same call has the same user stack: add it to the pending one when it slept in
+    // the same class on the same kernel stack (one slot; else the older goes without).
+    if t.pending_class == t.sleep_class && t.pending_kernel_stack == kernel_stack {
+        t.pending_sleep_ns += sleep_ns;
+        t.pending_runq_ns += runq_ns;
+        t.pending_periods += 1;
+        return;
+    }
     flush_pending(tgid, tid, t, NO_STACK as i64);
     t.pending_class = t.sleep_class;
+    t.pending_periods = 1;
     t.pending_sleep_ns = sleep_ns;
     t.pending_runq_ns = runq_ns;
     t.pending_kernel_stack = kernel_stack;
@@ -250,6 +261,7 @@ pub fn flush_pending(tgid: u32, tid: u32, t: &mut ThreadState, user_stack_id: i6
         t.pending_runq_ns,
         user_stack_id,
         t.pending_kernel_stack,
+        t.pending_periods as u64,
     );
     t.pending_class = NO_PENDING;
 }

@@ -69,6 +69,20 @@ pub enum Command {
     /// (less than libbpf-tools `syscount -L`); other processes pay a bitmap check
     /// (docs/PERFORMANCE.md has the measurements).
     Trace(TraceArgs),
+    /// A live terminal view of where time goes, per process (and thread).
+    ///
+    /// Each row is a process (Enter or → shows its threads) with a stacked bar of its
+    /// wall time in the six latency classes, its CPU% and off-CPU time; below, the top
+    /// syscalls of the selected process (or all) with count, rate and p50/p95/p99/max;
+    /// the status line shows events lost, the backend and hooks, and kernelkite's own
+    /// CPU. Windows: last 1 s, last 10 s, since start (`w`). Sort with `s`, `<`, `>`
+    /// (`r` reverses), filter with `/`, pause with `p` or space, help with `?`, quit
+    /// with `q` or Ctrl-C. Without `--pid` it watches every process, heaviest off-CPU
+    /// first. With privileges every class is exact (eBPF); without them (or with
+    /// `--backend proc`) /proc is sampled: on_cpu and runqueue exact, the rest
+    /// estimated, and no syscall latency. `--replay` plays a bundle's frames through
+    /// the same view.
+    Top(TopArgs),
     /// Turn a fixture or a recording into a bundle, byte for byte the same every time.
     ///
     /// A recording (`trace`/`run --record`) becomes the bundle its live session wrote,
@@ -209,6 +223,25 @@ pub struct TraceArgs {
     pub serve: Option<std::net::SocketAddr>,
     #[command(flatten)]
     pub recording: RecordArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct TopArgs {
+    /// Process to watch (every thread); repeatable. Default: every process.
+    #[arg(long = "pid", num_args = 1, conflicts_with = "replay")]
+    pub pids: Vec<i32>,
+    /// Also watch the children of the `--pid` processes (new ones too).
+    #[arg(long, conflicts_with = "replay")]
+    pub follow: bool,
+    /// Seconds between snapshots (the screen refreshes with each).
+    #[arg(long, default_value_t = 1.0)]
+    pub refresh: f64,
+    /// Play a bundle's frames through the view instead of watching live.
+    #[arg(long, value_name = "BUNDLE")]
+    pub replay: Option<PathBuf>,
+    /// Replay speed factor (`+` and `-` change it while playing).
+    #[arg(long, default_value_t = 1.0, requires = "replay")]
+    pub speed: f64,
 }
 
 #[derive(Debug, Args)]

@@ -12,3 +12,5 @@ pub mod model;
 pub mod recording;
 pub mod report;
 pub mod source;
+#[cfg(target_os = "linux")]
+pub mod top;

@@ -15,6 +15,9 @@
 //!   (see `bench/ebpf.rs`; needs root; peers such as bpftrace, libbpf-tools and perf are
 //!   used when installed and reported as not measured otherwise).
 //!
+//! - `top`: `kernelkite top` system-wide at 1 Hz in tmux with 500 extra idle processes,
+//!   both backends: its steady-state CPU (see `bench/top.rs`; needs tmux).
+//!
 //! Everything runs the release build (`cargo build --release` first); the sampler and
 //! command benchmarks need nothing beyond the workspace.
 
@@ -28,9 +31,10 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 
 mod ebpf;
+mod top;
 
 const USAGE: &str = "usage: cargo xtask bench [options]
-  --only GROUPS      comma-separated: sampler, commands, ebpf (default: all)
+  --only GROUPS      comma-separated: sampler, commands, ebpf, top (default: all)
   --runs N           timed runs per command benchmark; the median is reported (default 5)
   --seconds S        length of each sampler run (default 10)
   --procs N          idle processes profiled by the sampler benchmark (default 100)
@@ -55,7 +59,12 @@ struct Opts {
 
 fn parse_opts(args: &[String]) -> Result<Opts> {
     let mut o = Opts {
-        groups: vec!["sampler".into(), "commands".into(), "ebpf".into()],
+        groups: vec![
+            "sampler".into(),
+            "commands".into(),
+            "ebpf".into(),
+            "top".into(),
+        ],
         runs: 5,
         seconds: 10.0,
         procs: 100,
@@ -74,7 +83,7 @@ fn parse_opts(args: &[String]) -> Result<Opts> {
             "--only" => {
                 o.groups = value("--only")?.split(',').map(str::to_string).collect();
                 for g in &o.groups {
-                    if !["sampler", "commands", "ebpf"].contains(&g.as_str()) {
+                    if !["sampler", "commands", "ebpf", "top"].contains(&g.as_str()) {
                         bail!("unknown group {g:?}\n{USAGE}");
                     }
                 }
@@ -232,6 +241,17 @@ pub fn run(args: &[String]) -> Result<()> {
         rows.extend(ebpf_benchmarks(&ctx)?);
     }
 
+    if wants("top") {
+        // The eBPF row needs root; without it the row says why.
+        for backend in ["proc", "ebpf"] {
+            println!(
+                "==> top --backend {backend}: system-wide, 500 extra idle processes, {} s",
+                ctx.opts.seconds
+            );
+            rows.push(top::top_benchmark(&ctx, backend)?);
+        }
+    }
+
     let table = render_table(&rows);
     println!("\n{table}");
     if let Some(path) = &ctx.opts.append {
@@ -299,7 +319,7 @@ impl Ctx {
     fn opts_text(&self) -> String {
         let o = &self.opts;
         let mut s = String::new();
-        if o.groups.len() != 3 {
+        if o.groups.len() != 4 {
             let _ = write!(s, " --only {}", o.groups.join(","));
         }
         let _ = write!(

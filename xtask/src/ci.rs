@@ -301,6 +301,11 @@ const NEEDS: &[Need] = &[
         packages: &[&["time"]],
     },
     Need {
+        what: "tmux (top's real-terminal tests)",
+        present: &["tmux"],
+        packages: &[&["tmux"]],
+    },
+    Need {
         what: "strace",
         present: &["strace"],
         packages: &[&["strace"]],

@@ -944,6 +944,16 @@ pub fn reported_syscall_name(arch: &str, nr: u32, recorded: &str) -> String {
 }
 
 fn aggregate_syscalls(bundle: &Bundle) -> Vec<SyscallStats> {
+    syscall_stats(&bundle.host.arch, &bundle.syscalls)
+}
+
+/// Aggregate per-process syscall histograms (recorded on `arch`) by syscall name, with
+/// percentiles, sorted by total time (heaviest first). `analyze` uses it for the whole
+/// bundle; live views use it for one process or one window.
+pub fn syscall_stats<'a>(
+    arch: &str,
+    histograms: impl IntoIterator<Item = &'a crate::model::SyscallHistogram>,
+) -> Vec<SyscallStats> {
     struct Acc {
         processes: BTreeSet<i32>,
         count: u64,
@@ -952,8 +962,8 @@ fn aggregate_syscalls(bundle: &Bundle) -> Vec<SyscallStats> {
         buckets: BTreeMap<u32, u64>,
     }
     let mut by_name: BTreeMap<String, Acc> = BTreeMap::new();
-    for h in &bundle.syscalls {
-        let name = histogram_syscall_name(&bundle.host.arch, h);
+    for h in histograms {
+        let name = histogram_syscall_name(arch, h);
         let a = by_name.entry(name).or_insert_with(|| Acc {
             processes: BTreeSet::new(),
             count: 0,

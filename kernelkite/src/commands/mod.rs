@@ -16,6 +16,7 @@ pub mod replay;
 pub mod report;
 pub mod run;
 pub mod summary;
+pub mod top;
 pub mod trace;
 pub mod tree;
 pub mod viewer;
@@ -38,6 +39,7 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Command::Run(args) => run::execute(&global, &args),
         Command::Trace(args) => trace::execute(&global, &args),
+        Command::Top(args) => top::execute(&global, &args),
         Command::Replay(args) => replay::execute(&global, &args),
         Command::Summary(args) => summary::execute(&global, &args),
         Command::Compare(args) => compare::execute(&global, &args),

@@ -6,8 +6,8 @@
 //!   `kernelkite bench-floor`); under `kernelkite trace --pid`; untargeted while
 //!   `kernelkite trace` traces another process; under bpftrace with a `hist()` of
 //!   syscall latency; under libbpf-tools `syscount -L`.
-//! - `perf bench sched pipe` pinned to CPU 0: untraced, under `kernelkite trace --follow`,
-//!   under libbpf-tools `runqlat`.
+//! - `perf bench sched pipe` pinned to CPU 0: untraced, under `kernelkite trace --follow`
+//!   (with and without `--stacks`), under libbpf-tools `runqlat` and `offcputime`.
 //! - Tracer start: from spawning `kernelkite trace` to its "hooks live" line.
 //! - Tracer RSS while tracing a read loop, sampled every second.
 //!
@@ -28,6 +28,8 @@ const PIPE_LOOPS: u64 = 200_000;
 const FLOOR_RATIO_TARGET: f64 = 1.3;
 /// An untargeted process may pay at most the floor plus this share.
 const UNTARGETED_RATIO_TARGET: f64 = 1.15;
+/// `trace --stacks` may add at most this share of what offcputime adds to sched pipe.
+const STACKS_VS_OFFCPUTIME_TARGET: f64 = 0.5;
 const START_TARGET_MS: f64 = 300.0;
 const RSS_TARGET_MB: f64 = 20.0;
 
@@ -257,7 +259,21 @@ impl Drop for BpfStats {
 enum PipeConfig {
     Untraced,
     Kernelkite,
+    KernelkiteStacks,
     Runqlat,
+    Offcputime,
+}
+
+impl PipeConfig {
+    fn label(self) -> &'static str {
+        match self {
+            PipeConfig::Untraced => "sched pipe: untraced",
+            PipeConfig::Kernelkite => "sched pipe: kernelkite trace --follow",
+            PipeConfig::KernelkiteStacks => "sched pipe: kernelkite trace --follow --stacks",
+            PipeConfig::Runqlat => "sched pipe: libbpf-tools runqlat",
+            PipeConfig::Offcputime => "sched pipe: libbpf-tools offcputime",
+        }
+    }
 }
 
 /// One `perf bench sched pipe` run pinned to CPU 0: microseconds per operation.
@@ -274,12 +290,17 @@ fn pipe_run(ctx: &Ctx, config: PipeConfig) -> Result<f64> {
         .context("cannot start perf bench")?;
     let tracer = match config {
         PipeConfig::Untraced => None,
-        PipeConfig::Kernelkite => {
+        PipeConfig::Kernelkite | PipeConfig::KernelkiteStacks => {
             let mut c = Command::new(&ctx.kernelkite);
             c.args(["trace", "--follow", "--pid", &shell.id().to_string()]);
+            if config == PipeConfig::KernelkiteStacks {
+                c.arg("--stacks");
+            }
             Some(Tracer::start(c)?)
         }
         PipeConfig::Runqlat => Some(Tracer::start(Command::new("runqlat"))?),
+        // System-wide, as run by default: it sees the same switches of the benchmark.
+        PipeConfig::Offcputime => Some(Tracer::start(Command::new("offcputime"))?),
     };
     shell.stdin.take().unwrap().write_all(b"go\n")?;
     let out = BufReader::new(shell.stdout.take().unwrap());
@@ -469,9 +490,16 @@ pub(super) fn benchmarks(ctx: &Ctx) -> Result<Vec<Row>> {
 
     // perf bench sched pipe, pinned.
     if have("perf") {
-        let mut pipe_configs = vec![PipeConfig::Untraced, PipeConfig::Kernelkite];
+        let mut pipe_configs = vec![
+            PipeConfig::Untraced,
+            PipeConfig::Kernelkite,
+            PipeConfig::KernelkiteStacks,
+        ];
         if have("runqlat") {
             pipe_configs.push(PipeConfig::Runqlat);
+        }
+        if have("offcputime") {
+            pipe_configs.push(PipeConfig::Offcputime);
         }
         let mut pipe: Vec<Vec<f64>> = vec![Vec::new(); pipe_configs.len()];
         for round in 0..runs {
@@ -492,29 +520,29 @@ pub(super) fn benchmarks(ctx: &Ctx) -> Result<Vec<Row>> {
             })
             .collect();
         let shown = format!("taskset -c 0 perf bench sched pipe -l {PIPE_LOOPS}");
-        rows.push(Row::new("sched pipe: untraced", pmed[0], "µs/op", &shown));
-        rows.push(Row::new(
-            "sched pipe: kernelkite trace --follow",
-            pmed[1],
-            "µs/op",
-            &shown,
-        ));
-        if pmed.len() > 2 {
-            rows.push(Row::new(
-                "sched pipe: libbpf-tools runqlat",
-                pmed[2],
-                "µs/op",
-                &shown,
-            ));
-            rows.push(
-                Row::new(
-                    "sched pipe: kernelkite added cost / runqlat added cost",
-                    (pmed[1] - pmed[0]) / (pmed[2] - pmed[0]),
-                    "×",
-                    &shown,
-                )
-                .target(1.0),
-            );
+        let med = |c: PipeConfig| pipe_configs.iter().position(|&p| p == c).map(|i| pmed[i]);
+        for (i, c) in pipe_configs.iter().enumerate() {
+            rows.push(Row::new(c.label(), pmed[i], "µs/op", &shown));
+        }
+        let untraced = pmed[0];
+        let added = |c: PipeConfig| med(c).map(|v| v - untraced);
+        for (what, ours, peer, target) in [
+            (
+                "sched pipe: kernelkite added cost / runqlat added cost",
+                PipeConfig::Kernelkite,
+                PipeConfig::Runqlat,
+                1.0,
+            ),
+            (
+                "sched pipe: kernelkite --stacks added cost / offcputime added cost",
+                PipeConfig::KernelkiteStacks,
+                PipeConfig::Offcputime,
+                STACKS_VS_OFFCPUTIME_TARGET,
+            ),
+        ] {
+            if let (Some(a), Some(b)) = (added(ours), added(peer)) {
+                rows.push(Row::new(what, a / b, "×", &shown).target(target));
+            }
         }
     } else {
         rows.push(Row::missing(

@@ -86,6 +86,9 @@ pub struct Session {
     stacks: Option<StackCollector>,
     /// `--stacks`: (index into `slow`, pid, user stack id) of slow calls with a stack.
     slow_stack_ids: Vec<(usize, u32, i32)>,
+    /// Live views: count a thread still waiting for its first event (INITIAL) in the
+    /// class /proc showed at attach, as the final frame does, instead of not at all.
+    count_initial_in_frames: bool,
     /// The machine's constants when the session's clock started.
     host: HostConstants,
     /// Where each kept frame and event also goes (`--record`), as it is appended.
@@ -100,7 +103,7 @@ pub struct Session {
 const SINK_HISTOGRAM_INTERVAL_NS: u64 = 1_000_000_000;
 
 /// Every pid must be a live user-space process (not a thread id, not a kernel thread).
-fn check_pids_exist(pids: &[i32]) -> Result<(), SessionError> {
+pub(crate) fn check_pids_exist(pids: &[i32]) -> Result<(), SessionError> {
     const PF_KTHREAD: u64 = 0x0020_0000;
     for &pid in pids {
         let dir = Path::new(PROC_ROOT).join(pid.to_string());
@@ -230,6 +233,7 @@ impl Session {
             folded_hists: BTreeMap::new(),
             stacks,
             slow_stack_ids: Vec::new(),
+            count_initial_in_frames: false,
             host: current_host(),
             sink: None,
             last_sink_histograms_ns: 0,
@@ -294,7 +298,7 @@ impl Session {
         if self.sink.is_none() {
             return;
         }
-        let histograms = self.histograms();
+        let histograms = self.syscall_histograms();
         let count = self.events_lost();
         if let Some(sink) = self.sink.as_mut() {
             sink.record(RecordRef::Histograms {
@@ -490,6 +494,46 @@ impl Session {
         Ok(())
     }
 
+    /// Frames count a thread that has had no event since attach (say, blocked in one
+    /// long wait) in the class /proc showed at attach, so a live view sees its time as
+    /// it passes. The BPF programs close that first interval in the same class (a
+    /// wakeup uses it; a switch-out means /proc saw it running, on_cpu), so the
+    /// counters stay monotonic; off by default (bundles count it at the end).
+    pub fn count_initial_in_frames(&mut self, on: bool) {
+        self.count_initial_in_frames = on;
+    }
+
+    /// Take a snapshot frame and hand it over without keeping it (live views such as
+    /// `top` keep their own history).
+    pub fn snapshot_now(&mut self) -> Result<Frame, SessionError> {
+        self.snapshot_frame(false)
+    }
+
+    /// The cumulative syscall histograms so far: exited processes' (folded out of the
+    /// kernel map) plus the live map's, one per (process, syscall), sorted.
+    pub fn syscall_histograms(&self) -> Vec<SyscallHistogram> {
+        let mut all: BTreeMap<SyscallKey, HistAccumulator> = self
+            .folded_hists
+            .iter()
+            .map(|(k, acc)| (*k, acc.clone()))
+            .collect();
+        for (key, value) in self.hists.iter().filter_map(Result::ok) {
+            all.entry(key).or_default().add(&value);
+        }
+        let mut syscalls: Vec<SyscallHistogram> = all
+            .into_iter()
+            .map(|(key, acc)| acc.into_histogram(key))
+            .collect();
+        syscalls.sort_by_key(|h| (h.pid, h.nr));
+        syscalls
+    }
+
+    /// Hand over the lifecycle events collected so far (a long-running live view drops
+    /// them instead of letting them grow without bound).
+    pub fn take_lifecycle(&mut self) -> Vec<LifecycleEvent> {
+        std::mem::take(&mut self.lifecycle)
+    }
+
     /// Number of frames kept so far.
     pub fn frames(&self) -> usize {
         self.recorder.frames().len()
@@ -520,24 +564,6 @@ impl Session {
             }
         }
         total
-    }
-
-    /// Every (process, syscall) histogram so far: the folded ones plus the live map.
-    fn histograms(&self) -> Vec<SyscallHistogram> {
-        let mut all: BTreeMap<SyscallKey, HistAccumulator> = self
-            .folded_hists
-            .iter()
-            .map(|(k, acc)| (*k, acc.clone()))
-            .collect();
-        for (key, value) in self.hists.iter().filter_map(Result::ok) {
-            all.entry(key).or_default().add(&value);
-        }
-        let mut out: Vec<SyscallHistogram> = all
-            .into_iter()
-            .map(|(key, acc)| acc.into_histogram(key))
-            .collect();
-        out.sort_by_key(|h| (h.pid, h.nr));
-        out
     }
 
     /// Move the histograms of processes with no live thread out of the kernel map.
@@ -590,6 +616,9 @@ impl Session {
         }
         self.fold_exited_histograms(&by_tgid);
         if let Some(stacks) = &mut self.stacks {
+            // Mappings first: a process that exits before the next snapshot is then
+            // resolved with the mappings it had at this one.
+            stacks.refresh_maps(by_tgid.keys().copied());
             stacks.resolve_new();
         }
         self.known_tgids.extend(by_tgid.keys().copied());
@@ -600,7 +629,7 @@ impl Session {
         let mut emitted: BTreeMap<u32, ClassTimes> = BTreeMap::new();
         for states in by_tgid.values() {
             for (&tid, state) in states {
-                let times = if final_frame {
+                let times = if final_frame || self.count_initial_in_frames {
                     class_times_final(state, now)
                 } else {
                     class_times_at(state, now)
@@ -708,7 +737,7 @@ impl Session {
         stacks: Option<crate::model::StackProfile>,
     ) -> Bundle {
         let events_lost = self.events_lost();
-        let syscalls = self.histograms();
+        let syscalls = self.syscall_histograms();
         lifecycle.sort_by_key(|e| (e.t_ns, e.pid, e.tid));
         slow.sort_by_key(|s| (s.t_ns, s.tid));
 

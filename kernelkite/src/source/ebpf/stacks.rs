@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, HashMap as StdHashMap};
 
 use aya::maps::{HashMap, MapData, StackTraceMap};
 use blazesym::normalize::{Normalizer, UserMeta};
-use blazesym::symbolize::source::{Kernel, Process, Source};
+use blazesym::symbolize::source::{Elf, Kernel, Process, Source};
 use blazesym::symbolize::{Input, Symbolized, Symbolizer};
 use blazesym::Pid;
 use kernelkite_common::bpf::{KernelStack, StackKey, StackTime, NO_STACK};
@@ -40,6 +40,18 @@ pub struct StackCollector {
     kernel_resolved: BTreeMap<u64, Option<u32>>,
     /// User stacks wanted outside `STACK_TIMES` (slow syscalls).
     wanted_user: Vec<(u32, i32)>,
+    /// The file mappings of every traced process as last read, to resolve the stacks
+    /// of a process that exited before its stacks were resolved.
+    maps: BTreeMap<u32, Vec<FileMapping>>,
+}
+
+/// One file-backed mapping of /proc/<pid>/maps.
+struct FileMapping {
+    start: u64,
+    end: u64,
+    /// File offset of `start`.
+    offset: u64,
+    path: String,
 }
 
 impl StackCollector {
@@ -63,7 +75,23 @@ impl StackCollector {
             user_resolved: BTreeMap::new(),
             kernel_resolved: BTreeMap::new(),
             wanted_user: Vec::new(),
+            maps: BTreeMap::new(),
         }
+    }
+
+    /// Remember the file mappings of these (live, traced) processes.
+    pub fn refresh_maps(&mut self, pids: impl IntoIterator<Item = u32>) {
+        for pid in pids {
+            // A zombie's maps are empty: keep what it had while it lived.
+            if let Some(files) = file_mappings(pid).filter(|f| !f.is_empty()) {
+                self.maps.insert(pid, files);
+            }
+        }
+    }
+
+    /// (file, file offset) of `addr` in `pid`'s last-read mappings.
+    fn cached_location(&self, pid: u32, addr: u64) -> Option<(String, u64)> {
+        locate(self.maps.get(&pid)?, addr)
     }
 
     /// A slow syscall's user stack: resolve it with the others, while its process lives.
@@ -184,13 +212,17 @@ impl StackCollector {
             .unwrap_or_default();
         let mut frames = Vec::with_capacity(addrs.len());
         for (i, &addr) in addrs.iter().enumerate() {
-            let (module, module_offset) = match &normalized {
-                Some(n) => match n.outputs.get(i).map(|&(off, meta)| (off, n.meta.get(meta))) {
+            let live = normalized.as_ref().and_then(|n| {
+                match n.outputs.get(i).map(|&(off, meta)| (off, n.meta.get(meta))) {
                     Some((off, Some(UserMeta::Elf(elf)))) => {
-                        (Some(elf.path.to_string_lossy().into_owned()), Some(off))
+                        Some((elf.path.to_string_lossy().into_owned(), off))
                     }
-                    _ => (None, None),
-                },
+                    _ => None,
+                }
+            });
+            // The process may have exited: then its mappings as last read.
+            let (module, module_offset) = match live.or_else(|| self.cached_location(pid, addr)) {
+                Some((path, off)) => (Some(path), Some(off)),
                 None => (None, None),
             };
             let mut frame = StackFrame {
@@ -202,7 +234,24 @@ impl StackCollector {
                 file: None,
                 line: None,
             };
-            if let Some(Symbolized::Sym(sym)) = symbols.get(i) {
+            let from_file;
+            let symbol = match symbols.get(i) {
+                Some(sym @ Symbolized::Sym(_)) => Some(sym),
+                // Not resolvable through the (gone) process: through the file itself.
+                _ => match (&frame.module, frame.module_offset) {
+                    (Some(path), Some(off)) => {
+                        let src = Source::Elf(Elf::new(path));
+                        let at = if i == 0 { off } else { off.saturating_sub(1) };
+                        from_file = self
+                            .symbolizer
+                            .symbolize(&src, Input::FileOffset(&[at][..]))
+                            .unwrap_or_default();
+                        from_file.first()
+                    }
+                    _ => None,
+                },
+            };
+            if let Some(Symbolized::Sym(sym)) = symbol {
                 frame.symbol = Some(sym.name.to_string());
                 if frame.module.is_none() {
                     frame.module = sym
@@ -285,6 +334,33 @@ impl StackCollector {
     }
 }
 
+/// The file-backed mappings of a live process.
+fn file_mappings(pid: u32) -> Option<Vec<FileMapping>> {
+    use procfs::process::MMapPath;
+    let maps = procfs::process::Process::new(pid as i32)
+        .and_then(|p| p.maps())
+        .ok()?;
+    Some(
+        maps.into_iter()
+            .filter_map(|m| match m.pathname {
+                MMapPath::Path(path) => Some(FileMapping {
+                    start: m.address.0,
+                    end: m.address.1,
+                    offset: m.offset,
+                    path: path.to_string_lossy().into_owned(),
+                }),
+                _ => None,
+            })
+            .collect(),
+    )
+}
+
+/// (file, file offset) of `addr` in `maps`.
+fn locate(maps: &[FileMapping], addr: u64) -> Option<(String, u64)> {
+    let m = maps.iter().find(|m| (m.start..m.end).contains(&addr))?;
+    Some((m.path.clone(), addr - m.start + m.offset))
+}
+
 /// Addresses to look up: every frame but the leaf holds a return address, the
 /// instruction after the call; one byte back is inside the call, so its line is the
 /// call's line (and a call that ends a function still resolves to that function).
@@ -299,6 +375,17 @@ fn call_sites(addrs: &[u64]) -> Vec<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_address_in_our_own_code_is_located_in_our_executable() {
+        let maps = file_mappings(std::process::id()).expect("own maps");
+        let addr = file_mappings as *const () as u64;
+        let (path, offset) = locate(&maps, addr).expect("own code is file-backed");
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        assert_eq!(std::path::Path::new(&path), exe);
+        assert!(offset > 0 && offset < std::fs::metadata(&exe).unwrap().len());
+        assert!(locate(&maps, 0).is_none());
+    }
 
     #[test]
     fn return_addresses_are_looked_up_at_their_call() {

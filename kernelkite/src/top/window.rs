@@ -1,0 +1,421 @@
+//! Sliding windows over the feed's snapshots. A window is the span between a baseline
+//! snapshot and the latest one; its numbers come from [`analyze`] run on a small bundle
+//! of the snapshots inside the window, with every cumulative counter rebased to the
+//! baseline. The UI never derives a number itself.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use kernelkite_common::hist::bucket_upper;
+
+use super::feed::{FeedInfo, Snapshot};
+use crate::analysis::{analyze, Analysis};
+use crate::model::{Backend, Bundle, ClassTimes, SyscallHistogram};
+
+/// Which span the view shows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Window {
+    LastSecond,
+    LastTenSeconds,
+    SinceStart,
+}
+
+/// The longest sliding window: snapshots older than this (but one) are dropped.
+const LONGEST_SLIDING_NS: u64 = 10_000_000_000;
+
+impl Window {
+    pub fn next(self) -> Window {
+        match self {
+            Window::LastSecond => Window::LastTenSeconds,
+            Window::LastTenSeconds => Window::SinceStart,
+            Window::SinceStart => Window::LastSecond,
+        }
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Window::LastSecond => "last 1 s",
+            Window::LastTenSeconds => "last 10 s",
+            Window::SinceStart => "since start",
+        }
+    }
+
+    fn span_ns(self) -> Option<u64> {
+        match self {
+            Window::LastSecond => Some(1_000_000_000),
+            Window::LastTenSeconds => Some(LONGEST_SLIDING_NS),
+            Window::SinceStart => None,
+        }
+    }
+}
+
+/// The snapshots the windows need: the first one (for "since start") and a ring of the
+/// recent ones covering the longest sliding window plus one baseline before it.
+#[derive(Debug, Default)]
+pub struct History {
+    first: Option<Snapshot>,
+    recent: VecDeque<Snapshot>,
+}
+
+impl History {
+    pub fn push(&mut self, snapshot: Snapshot) {
+        if self.first.is_none() {
+            self.first = Some(snapshot.clone());
+        }
+        let latest_t = snapshot.frame.t_ns;
+        self.recent.push_back(snapshot);
+        let cutoff = latest_t.saturating_sub(LONGEST_SLIDING_NS);
+        // Keep the newest snapshot at or before the cutoff: it is the 10 s baseline.
+        while self.recent.len() >= 2 && self.recent[1].frame.t_ns <= cutoff {
+            self.recent.pop_front();
+        }
+    }
+
+    pub fn latest(&self) -> Option<&Snapshot> {
+        self.recent.back()
+    }
+
+    pub fn len(&self) -> usize {
+        self.recent.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.recent.is_empty()
+    }
+
+    /// The snapshots of `window`, oldest (the baseline) first. A sliding window starts
+    /// at the newest snapshot at or before `latest - span` (or the oldest kept).
+    pub fn snapshots(&self, window: Window) -> Vec<&Snapshot> {
+        let Some(latest) = self.recent.back() else {
+            return Vec::new();
+        };
+        match window.span_ns() {
+            Some(span) => {
+                let cutoff = latest.frame.t_ns.saturating_sub(span);
+                let start = self
+                    .recent
+                    .iter()
+                    .rposition(|s| s.frame.t_ns <= cutoff)
+                    .unwrap_or(0);
+                self.recent.iter().skip(start).collect()
+            }
+            None => {
+                let mut out: Vec<&Snapshot> = Vec::with_capacity(self.recent.len() + 1);
+                if let Some(first) = &self.first {
+                    if self.recent.front().map(|s| s.frame.t_ns) != Some(first.frame.t_ns) {
+                        out.push(first);
+                    }
+                }
+                out.extend(self.recent.iter());
+                out
+            }
+        }
+    }
+}
+
+/// One window's derived numbers.
+#[derive(Clone, Debug)]
+pub struct WindowData {
+    /// `analyze` of the rebased window bundle.
+    pub analysis: Analysis,
+    /// Per-(process, syscall) histograms of the calls that completed in the window.
+    pub histograms: Vec<SyscallHistogram>,
+    /// Latest minus baseline `t_ns`.
+    pub window_ns: u64,
+    /// Processes alive in the latest snapshot: `(pid, start_time_ticks)` -> live tids.
+    pub alive: BTreeMap<(i32, u64), Vec<i32>>,
+    /// Events lost since the feed started (kernel counters).
+    pub events_lost: Option<u64>,
+}
+
+/// The window bundle of `snapshots` (baseline first) and its analysis.
+pub fn window_data(info: &FeedInfo, interval_ms: u64, snapshots: &[&Snapshot]) -> WindowData {
+    let bundle = window_bundle(info, interval_ms, snapshots);
+    let analysis = analyze(&bundle);
+    let latest = snapshots.last();
+    let alive = latest
+        .map(|s| {
+            s.frame
+                .processes
+                .iter()
+                .map(|p| {
+                    (
+                        (p.pid, p.start_time_ticks),
+                        p.threads.iter().map(|t| t.tid).collect(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    WindowData {
+        analysis,
+        window_ns: bundle.frames.last().map_or(0, |f| f.t_ns),
+        histograms: bundle.syscalls,
+        alive,
+        events_lost: latest.and_then(|s| s.events_lost),
+    }
+}
+
+/// A bundle holding only the window: times relative to the baseline, eBPF class
+/// counters and syscall histograms minus the baseline's (the eBPF analysis takes a
+/// thread's last class counters as its whole time; the /proc analysis already works
+/// from deltas of the frames it is given).
+pub fn window_bundle(info: &FeedInfo, interval_ms: u64, snapshots: &[&Snapshot]) -> Bundle {
+    let mut bundle = Bundle::new(info.backend, info.host.clone(), interval_ms);
+    let Some(base) = snapshots.first() else {
+        return bundle;
+    };
+    let latest = snapshots.last().unwrap_or(base);
+    let base_t = base.frame.t_ns;
+    let base_classes: BTreeMap<(i32, u64, i32), ClassTimes> = base
+        .frame
+        .processes
+        .iter()
+        .flat_map(|p| {
+            p.threads
+                .iter()
+                .filter_map(move |t| t.class_ns.map(|c| ((p.pid, p.start_time_ticks, t.tid), c)))
+        })
+        .collect();
+    for s in snapshots {
+        let mut frame = s.frame.clone();
+        frame.t_ns = frame.t_ns.saturating_sub(base_t);
+        if info.backend == Backend::Ebpf {
+            for p in &mut frame.processes {
+                for t in &mut p.threads {
+                    let Some(c) = t.class_ns.as_mut() else {
+                        continue;
+                    };
+                    if let Some(b) = base_classes.get(&(p.pid, p.start_time_ticks, t.tid)) {
+                        *c = rebase_classes(c, b);
+                    }
+                    *c = clamp_to_window(*c, frame.t_ns);
+                }
+            }
+        }
+        bundle.frames.push(frame);
+    }
+    bundle.syscalls = histogram_deltas(&latest.syscalls, &base.syscalls);
+    bundle.events_lost = latest.events_lost;
+    bundle
+}
+
+/// `later - earlier` per class, never below zero (the session never lets class counters
+/// go backwards; a pid reused between two snapshots is a new thread anyway).
+fn rebase_classes(later: &ClassTimes, earlier: &ClassTimes) -> ClassTimes {
+    let (a, b) = (later.to_array(), earlier.to_array());
+    let mut out = [0u64; kernelkite_common::NUM_CLASSES];
+    for i in 0..out.len() {
+        out[i] = a[i].saturating_sub(b[i]);
+    }
+    ClassTimes::from_array(out)
+}
+
+/// No thread spends more wall time in a window than the window. The session's counters
+/// can run ahead of that once: a thread's first interval after attach is shown in the
+/// class /proc saw and, rarely, closed by the kernel in another one (the session keeps
+/// both, since counters never go back). The excess is taken from the thread's largest
+/// class, the one that long first interval went to.
+fn clamp_to_window(classes: ClassTimes, window_ns: u64) -> ClassTimes {
+    let mut times = classes.to_array();
+    let total: u64 = times.iter().fold(0u64, |a, b| a.saturating_add(*b));
+    let excess = total.saturating_sub(window_ns);
+    if excess > 0 {
+        let largest = (0..times.len())
+            .max_by_key(|&i| (times[i], std::cmp::Reverse(i)))
+            .unwrap_or(0);
+        times[largest] = times[largest].saturating_sub(excess);
+    }
+    ClassTimes::from_array(times)
+}
+
+/// The calls that completed between two cumulative histogram sets. The window's maximum
+/// is exact when the cumulative maximum grew inside the window; otherwise it is bounded
+/// by the upper end of the highest bucket that gained calls (and the old maximum).
+pub fn histogram_deltas(
+    latest: &[SyscallHistogram],
+    base: &[SyscallHistogram],
+) -> Vec<SyscallHistogram> {
+    let base: BTreeMap<(i32, u32), &SyscallHistogram> =
+        base.iter().map(|h| ((h.pid, h.nr), h)).collect();
+    let mut out = Vec::new();
+    for h in latest {
+        let Some(b) = base.get(&(h.pid, h.nr)) else {
+            if h.count > 0 {
+                out.push(h.clone());
+            }
+            continue;
+        };
+        let before: BTreeMap<u32, u64> = b.buckets.iter().copied().collect();
+        let buckets: Vec<(u32, u64)> = h
+            .buckets
+            .iter()
+            .map(|&(i, n)| (i, n.saturating_sub(before.get(&i).copied().unwrap_or(0))))
+            .filter(|&(_, n)| n > 0)
+            .collect();
+        let count: u64 = buckets.iter().map(|&(_, n)| n).sum();
+        if count == 0 {
+            continue;
+        }
+        let max_ns = if h.max_ns > b.max_ns {
+            h.max_ns
+        } else {
+            let top = buckets.last().map_or(0, |&(i, _)| i as usize);
+            h.max_ns.min(bucket_upper(top).saturating_sub(1))
+        };
+        out.push(SyscallHistogram {
+            pid: h.pid,
+            nr: h.nr,
+            name: h.name.clone(),
+            count,
+            total_ns: h.total_ns.saturating_sub(b.total_ns),
+            max_ns,
+            buckets,
+        });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Frame, HostConstants};
+
+    fn host() -> HostConstants {
+        HostConstants {
+            clock_ticks_per_sec: 100,
+            page_size_bytes: 4096,
+            num_cpus: 2,
+            kernel_release: None,
+            arch: "x86_64".into(),
+        }
+    }
+
+    fn snap(t_ns: u64) -> Snapshot {
+        Snapshot {
+            frame: Frame {
+                t_ns,
+                processes: Vec::new(),
+                network: None,
+            },
+            syscalls: Vec::new(),
+            events_lost: None,
+        }
+    }
+
+    #[test]
+    fn sliding_windows_start_at_the_newest_snapshot_before_the_span() {
+        let mut h = History::default();
+        for s in 0..=30 {
+            h.push(snap(s * 500_000_000));
+        }
+        let t = |w| -> Vec<u64> { h.snapshots(w).iter().map(|s| s.frame.t_ns).collect() };
+        assert_eq!(
+            t(Window::LastSecond),
+            vec![14_000_000_000, 14_500_000_000, 15_000_000_000]
+        );
+        let ten = t(Window::LastTenSeconds);
+        assert_eq!((ten[0], ten.len()), (5_000_000_000, 21));
+        // The ring keeps only what the 10 s window needs, plus the first snapshot.
+        assert_eq!(h.len(), 21);
+        let all = t(Window::SinceStart);
+        assert_eq!((all[0], all[1], all.len()), (0, 5_000_000_000, 22));
+    }
+
+    fn hist(pid: i32, buckets: Vec<(u32, u64)>, total_ns: u64, max_ns: u64) -> SyscallHistogram {
+        SyscallHistogram {
+            pid,
+            nr: 202,
+            name: "futex".into(),
+            count: buckets.iter().map(|b| b.1).sum(),
+            total_ns,
+            max_ns,
+            buckets,
+        }
+    }
+
+    #[test]
+    fn histogram_deltas_keep_only_the_window_calls() {
+        let base = vec![
+            hist(1, vec![(10, 5)], 50, 12),
+            hist(2, vec![(10, 1)], 10, 10),
+        ];
+        let latest = vec![
+            hist(1, vec![(10, 7), (40, 1)], 5_000, 4_000),
+            hist(2, vec![(10, 1)], 10, 10),
+            hist(3, vec![(12, 2)], 30, 14),
+        ];
+        let d = histogram_deltas(&latest, &base);
+        assert_eq!(d.len(), 2, "pid 2 made no call in the window: {d:?}");
+        assert_eq!((d[0].pid, d[0].count, d[0].total_ns), (1, 3, 4_950));
+        assert_eq!(d[0].buckets, vec![(10, 2), (40, 1)]);
+        // The maximum grew inside the window: it is exact.
+        assert_eq!(d[0].max_ns, 4_000);
+        assert_eq!((d[1].pid, d[1].count), (3, 2));
+        // Otherwise it is bounded by the highest bucket that gained calls.
+        let d = histogram_deltas(
+            &[hist(1, vec![(3, 2)], 7, 900)],
+            &[hist(1, vec![(3, 1)], 3, 900)],
+        );
+        assert_eq!(d[0].max_ns, bucket_upper(3) - 1);
+    }
+
+    #[test]
+    fn ebpf_windows_rebase_class_counters_to_the_baseline() {
+        use crate::model::{ProcessSample, ThreadSample};
+        let proc_at = |t_ns: u64, lock_ns: u64, on_ns: u64| {
+            let mut s = snap(t_ns);
+            s.frame.processes.push(ProcessSample {
+                pid: 7,
+                ppid: 1,
+                comm: "w".into(),
+                state: "S".into(),
+                start_time_ticks: 5,
+                utime_ticks: 0,
+                stime_ticks: 0,
+                cutime_ticks: 0,
+                cstime_ticks: 0,
+                rss_pages: 1,
+                num_threads: 1,
+                io: None,
+                threads: vec![ThreadSample {
+                    tid: 7,
+                    comm: "w".into(),
+                    state: "S".into(),
+                    schedstat: None,
+                    syscall_nr: None,
+                    class_ns: Some(ClassTimes {
+                        on_cpu: on_ns,
+                        lock_wait: lock_ns,
+                        ..ClassTimes::default()
+                    }),
+                }],
+            });
+            s
+        };
+        let info = FeedInfo {
+            backend: Backend::Ebpf,
+            host: host(),
+            scope: "pid 7".into(),
+            hooks: Vec::new(),
+            replay_of: None,
+        };
+        let a = proc_at(1_000_000_000, 900_000_000, 100_000_000);
+        let b = proc_at(2_000_000_000, 1_700_000_000, 300_000_000);
+        let data = window_data(&info, 1000, &[&a, &b]);
+        assert_eq!(data.window_ns, 1_000_000_000);
+        let p = &data.analysis.processes[0];
+        assert_eq!(
+            (p.classes.lock_wait, p.classes.on_cpu),
+            (800_000_000, 200_000_000)
+        );
+        assert_eq!(data.alive[&(7, 5)], vec![7]);
+        // A first event after attach adds time from before the baseline: clamped.
+        let a = proc_at(1_000_000_000, 0, 0);
+        let b = proc_at(2_000_000_000, 1_700_000_000, 300_000_000);
+        let p = window_data(&info, 1000, &[&a, &b]).analysis.processes[0].clone();
+        assert_eq!(
+            (p.classes.lock_wait, p.classes.on_cpu),
+            (700_000_000, 300_000_000)
+        );
+    }
+}
