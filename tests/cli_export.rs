@@ -299,3 +299,30 @@ fn bad_inputs_are_one_line_errors_and_leave_no_file() {
         .unwrap();
     assert!(!out.status.success());
 }
+
+/// `export` (like every report) takes a recording: it exports the bundle the recording
+/// replays to, which is its live session's bundle.
+#[test]
+fn a_recording_exports_like_the_bundle_of_its_live_session() {
+    let dir = repo().join("fixtures/recordings");
+    for format in ["prometheus", "json", "chrome-trace", "otlp"] {
+        let export = |input: &str| {
+            let out = kk()
+                .args(["export", "--format", format])
+                .arg(dir.join(input))
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            out.stdout
+        };
+        assert_eq!(
+            export("run-ebpf-futex.kkr"),
+            export("run-ebpf-futex.bundle.json"),
+            "{format}"
+        );
+    }
+}

@@ -83,7 +83,12 @@ pub enum Command {
     /// estimated, and no syscall latency. `--replay` plays a bundle's frames through
     /// the same view.
     Top(TopArgs),
-    /// Turn a fixture into a bundle, byte for byte the same every time.
+    /// Turn a fixture or a recording into a bundle, byte for byte the same every time.
+    ///
+    /// A recording (`trace`/`run --record`) becomes the bundle its live session wrote,
+    /// byte for byte. A recording cut short (the session was killed, the disk filled)
+    /// replays every complete chunk and says on stderr how many bytes at its end were
+    /// incomplete (exit 0); a corrupt one is an error naming the byte offset.
     Replay(ReplayArgs),
     /// Totals, latency classes and syscalls of one bundle.
     Summary(SummaryArgs),
@@ -162,6 +167,8 @@ pub struct RunArgs {
     pub max_frames: u64,
     #[command(flatten)]
     pub stacks: StackArgs,
+    #[command(flatten)]
+    pub recording: RecordArgs,
 }
 
 /// Stack capture options (eBPF backend).
@@ -180,6 +187,27 @@ pub struct StackArgs {
     /// With --stacks: on-CPU stack samples per second per CPU (0: none).
     #[arg(long, default_value_t = 99, value_name = "HZ", value_parser = clap::value_parser!(u64).range(0..=10_000))]
     pub sample_hz: u64,
+}
+
+/// `--record`: the session's stream, written while it runs.
+#[derive(Debug, Args, Clone)]
+pub struct RecordArgs {
+    /// Also write the session as it runs to this recording file (.kkr, docs/FORMAT.md),
+    /// one checksummed chunk per frame, so even a killed session leaves every complete
+    /// chunk; `kernelkite replay FILE OUT.json` rebuilds the bundle, without root, on any OS.
+    #[arg(long, value_name = "FILE")]
+    pub record: Option<PathBuf>,
+    /// How the recording's chunks are stored.
+    #[arg(long, value_enum, value_name = "HOW", default_value_t = RecordCompression::Zstd)]
+    pub record_compression: RecordCompression,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RecordCompression {
+    /// zstd per chunk (a chunk that would not shrink is stored as is).
+    Zstd,
+    /// Every chunk as is.
+    None,
 }
 
 #[derive(Debug, Args)]
@@ -209,6 +237,8 @@ pub struct TraceArgs {
     /// leave the host; port 0 picks a free port, printed at start).
     #[arg(long, value_name = "ADDR")]
     pub serve: Option<std::net::SocketAddr>,
+    #[command(flatten)]
+    pub recording: RecordArgs,
 }
 
 #[derive(Debug, Args)]
@@ -232,7 +262,7 @@ pub struct TopArgs {
 
 #[derive(Debug, Args)]
 pub struct ReplayArgs {
-    /// Fixture (JSON) to replay.
+    /// Fixture (JSON) or recording (.kkr, recognised by its magic bytes) to replay.
     pub input: PathBuf,
     /// Where to write the bundle.
     pub bundle: PathBuf,

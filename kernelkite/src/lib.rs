@@ -9,6 +9,7 @@ pub mod cli;
 pub mod commands;
 pub mod export;
 pub mod model;
+pub mod recording;
 pub mod report;
 pub mod source;
 #[cfg(target_os = "linux")]

@@ -208,9 +208,11 @@ impl RunningTrace {
             self.stderr
         );
         let bundle = load_bundle(&self.bundle_path).expect("trace bundle loads");
+        let bundle_bytes = std::fs::read(&self.bundle_path).expect("trace bundle reads");
         let analysis = analyze(&bundle);
         Traced {
             bundle,
+            bundle_bytes,
             analysis,
             stdout,
             stderr: self.stderr,
@@ -220,6 +222,8 @@ impl RunningTrace {
 
 pub struct Traced {
     pub bundle: Bundle,
+    /// The bundle file as written.
+    pub bundle_bytes: Vec<u8>,
     pub analysis: Analysis,
     pub stdout: String,
     pub stderr: Vec<String>,

@@ -4,15 +4,18 @@
 //! Steps:
 //! 1. install what the later steps need, when missing (skipped with `KK_CI_NO_INSTALL=1`
 //!    or `--no-install`): `apt-get update` once, then `apt-get install -y` of chromium,
-//!    time, strace, bpftool, prometheus (promtool), python3-pip and llvm-22-dev;
+//!    time, strace, bpftool, prometheus (promtool), python3-pip, g++ (libFuzzer) and
+//!    llvm-22-dev;
 //!    `pip install opentelemetry-proto protobuf`; `rustup component add rust-src`; bpf-linker
 //!    (`cargo install`, built against LLVM 22) when the eBPF crate is present;
+//!    cargo-fuzz (`cargo install`);
 //! 2. `cargo fmt --all -- --check`;
 //! 3. `cargo clippy --workspace --all-targets -- -D warnings`;
 //! 4. the eBPF object check (`cargo xtask build-ebpf --check`);
 //! 5. `cargo test --workspace --no-fail-fast` with `CI=true` (real-kernel tests fail instead of
 //!    skipping when they cannot run), then the `test result:` lines again as a summary;
-//! 6. `cargo xtask samples --check`.
+//! 6. `cargo xtask samples --check`;
+//! 7. a short fuzz pass of the recording decoder (`cargo xtask fuzz --seconds 45`).
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -23,7 +26,8 @@ use anyhow::{bail, Context, Result};
 
 const USAGE: &str = "usage: cargo xtask ci [--no-install] [--from N]
   Runs, failing fast: dependency install, cargo fmt --check, clippy -D warnings,
-  the eBPF object check, cargo test --workspace (CI=true), cargo xtask samples --check.
+  the eBPF object check, cargo test --workspace (CI=true), cargo xtask samples --check,
+  a 45 s fuzz pass of the recording decoder (cargo xtask fuzz).
   --no-install (or KK_CI_NO_INSTALL=1): do not install system packages or tools.
   --from N: start at step N (to re-run locally after a fix; CI always runs them all).";
 
@@ -97,6 +101,10 @@ pub fn run(args: &[String]) -> Result<()> {
                 crate::samples::run(&["--check".into()])
                     .context("samples are out of date: run `cargo xtask samples`")
             }),
+        ),
+        (
+            "fuzz the recording decoder (cargo xtask fuzz --seconds 45)",
+            Box::new(|| crate::fuzz::run(&["--seconds".into(), "45".into()])),
         ),
     ];
 
@@ -308,6 +316,11 @@ const NEEDS: &[Need] = &[
         packages: &[&["bpftool"], &["linux-tools-common", "linux-tools-generic"]],
     },
     Need {
+        what: "C++ compiler (cargo fuzz builds libFuzzer)",
+        present: &["c++", "g++", "clang++"],
+        packages: &[&["g++"]],
+    },
+    Need {
         what: "promtool (Prometheus export tests)",
         present: &["promtool"],
         packages: &[&["prometheus"]],
@@ -394,6 +407,7 @@ fn install_dependencies() -> Result<()> {
     }
 
     ensure_python_packages()?;
+    crate::fuzz::ensure_cargo_fuzz()?;
     // rust-src and bpf-linker, for building the BPF programs (one place knows how).
     crate::build_ebpf::ensure_tools()
 }

@@ -3,6 +3,7 @@
 mod bench;
 mod build_ebpf;
 mod ci;
+mod fuzz;
 mod samples;
 
 use std::path::PathBuf;
@@ -18,7 +19,8 @@ fn main() -> Result<()> {
         "build-ebpf" => build_ebpf::run(&rest),
         "samples" => samples::run(&rest),
         "bench" => bench::run(&rest),
-        _ => bail!("usage: cargo xtask <ci|build-ebpf|samples|bench> [args]"),
+        "fuzz" => fuzz::run(&rest),
+        _ => bail!("usage: cargo xtask <ci|build-ebpf|samples|bench|fuzz> [args]"),
     }
 }
 

@@ -1,4 +1,5 @@
-//! `cargo xtask samples [--check]`: regenerate `samples/` from `fixtures/*.json`.
+//! `cargo xtask samples [--check]`: regenerate `samples/` from `fixtures/*.json` and the
+//! recorded real-kernel sessions `fixtures/recordings/*.kkr`.
 //!
 //! For every fixture `NAME.json` (not `fixtures/bad/`): `NAME.bundle.json` (replay),
 //! `NAME.summary.txt`/`.json`, `NAME.tree.txt`/`.json`, `NAME.viewer.json` and
@@ -6,7 +7,8 @@
 //! `.chrome-trace.json` and `.export.json`; for a fixture with stacks also
 //! `NAME.stacks.txt`/`.json`, `NAME.folded` (every class, class root frames),
 //! `NAME.flamegraph.svg` (the same) and `NAME.CLASS.flamegraph.svg` for every class with
-//! stacks; for every pair `X-before.json`/`X-after.json`:
+//! stacks; the same for every recording `NAME.kkr`, named `recording-NAME.*`; for every
+//! pair `X-before.json`/`X-after.json`:
 //! `X.compare.txt`/`.json`. Commands run with the output directory as the working
 //! directory and relative bundle names, so no absolute path ends up in a sample.
 //!
@@ -95,12 +97,12 @@ fn build_kernelkite(root: &Path) -> Result<PathBuf> {
     Ok(bin)
 }
 
-/// The fixtures to turn into samples: `fixtures/*.json`, sorted.
-fn fixtures(root: &Path) -> Result<Vec<PathBuf>> {
-    let mut out: Vec<PathBuf> = fs::read_dir(root.join("fixtures"))
-        .context("cannot read fixtures/")?
+/// The files with extension `ext` directly in `dir`, sorted.
+fn inputs(dir: &Path, ext: &str) -> Result<Vec<PathBuf>> {
+    let mut out: Vec<PathBuf> = fs::read_dir(dir)
+        .with_context(|| format!("cannot read {}", dir.display()))?
         .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.is_file() && p.extension().is_some_and(|e| e == "json"))
+        .filter(|p| p.is_file() && p.extension().is_some_and(|e| e == ext))
         .collect();
     out.sort();
     Ok(out)
@@ -173,53 +175,16 @@ const EXPORTS: &[(&str, &str)] = &[
 ];
 
 fn generate(root: &Path, bin: &Path, dir: &Path) -> Result<()> {
-    let fixtures = fixtures(root)?;
     let mut names = BTreeSet::new();
-    for fixture in &fixtures {
-        let name = fixture
-            .file_stem()
-            .and_then(|s| s.to_str())
-            .context("fixture name is not UTF-8")?
-            .to_string();
-        let bundle = format!("{name}.bundle.json");
-        let fixture_arg = fixture.to_str().context("fixture path is not UTF-8")?;
-        let out = kernelkite(bin, dir, &["replay", fixture_arg, &bundle])?;
-        if !out.ok {
-            bail!("replay of {} failed: {}", fixture.display(), out.stderr);
+    for fixture in inputs(&root.join("fixtures"), "json")? {
+        names.insert(replay_and_render(bin, dir, &fixture, "")?);
+    }
+    // Real-kernel sessions recorded with `run --record`: explorable without root.
+    let recordings = root.join("fixtures").join("recordings");
+    if recordings.is_dir() {
+        for recording in inputs(&recordings, "kkr")? {
+            replay_and_render(bin, dir, &recording, "recording-")?;
         }
-        capture(
-            bin,
-            dir,
-            &["summary", &bundle],
-            &format!("{name}.summary.txt"),
-        )?;
-        capture(
-            bin,
-            dir,
-            &["summary", "--json", &bundle],
-            &format!("{name}.summary.json"),
-        )?;
-        capture(bin, dir, &["tree", &bundle], &format!("{name}.tree.txt"))?;
-        capture(
-            bin,
-            dir,
-            &["tree", "--json", &bundle],
-            &format!("{name}.tree.json"),
-        )?;
-        let viewer = format!("{name}.viewer.json");
-        optional(bin, dir, &["viewer", &bundle, &viewer], &viewer)?;
-        let html = format!("{name}.report.html");
-        optional(bin, dir, &["report", &bundle, "-o", &html], &html)?;
-        for (format, suffix) in EXPORTS {
-            capture(
-                bin,
-                dir,
-                &["export", "--format", format, &bundle],
-                &format!("{name}.{suffix}"),
-            )?;
-        }
-        stacks(bin, dir, &name, &bundle)?;
-        names.insert(name);
     }
     for name in &names {
         let Some(stem) = name.strip_suffix("-before") else {
@@ -299,6 +264,55 @@ fn stacks(bin: &Path, dir: &Path, name: &str, bundle: &str) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Replay `input` (a fixture or a recording) into `PREFIX+STEM.bundle.json` and render
+/// its reports; returns the sample name.
+fn replay_and_render(bin: &Path, dir: &Path, input: &Path, prefix: &str) -> Result<String> {
+    let stem = input
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .context("input name is not UTF-8")?;
+    let name = format!("{prefix}{stem}");
+    let bundle = format!("{name}.bundle.json");
+    let input_arg = input.to_str().context("input path is not UTF-8")?;
+    let out = kernelkite(bin, dir, &["replay", input_arg, &bundle])?;
+    if !out.ok {
+        bail!("replay of {} failed: {}", input.display(), out.stderr);
+    }
+    capture(
+        bin,
+        dir,
+        &["summary", &bundle],
+        &format!("{name}.summary.txt"),
+    )?;
+    capture(
+        bin,
+        dir,
+        &["summary", "--json", &bundle],
+        &format!("{name}.summary.json"),
+    )?;
+    capture(bin, dir, &["tree", &bundle], &format!("{name}.tree.txt"))?;
+    capture(
+        bin,
+        dir,
+        &["tree", "--json", &bundle],
+        &format!("{name}.tree.json"),
+    )?;
+    let viewer = format!("{name}.viewer.json");
+    optional(bin, dir, &["viewer", &bundle, &viewer], &viewer)?;
+    let html = format!("{name}.report.html");
+    optional(bin, dir, &["report", &bundle, "-o", &html], &html)?;
+    for (format, suffix) in EXPORTS {
+        capture(
+            bin,
+            dir,
+            &["export", "--format", format, &bundle],
+            &format!("{name}.{suffix}"),
+        )?;
+    }
+    stacks(bin, dir, &name, &bundle)?;
+    Ok(name)
 }
 
 fn files(dir: &Path) -> Result<BTreeSet<String>> {

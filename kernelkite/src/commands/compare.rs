@@ -11,7 +11,7 @@ use anyhow::{anyhow, Result};
 use crate::analysis::analyze;
 use crate::analysis::compare::{compare, FailRule};
 use crate::cli::{CompareArgs, GlobalArgs};
-use crate::model::load_bundle;
+use crate::commands::replay::load_input;
 use crate::report::compare::{compare_json, compare_text};
 use crate::report::{json_text, write_stdout};
 
@@ -22,8 +22,8 @@ pub fn execute(global: &GlobalArgs, args: &CompareArgs) -> Result<ExitCode> {
         .iter()
         .map(|r| FailRule::parse(r).map_err(|e| anyhow!(e)))
         .collect::<Result<Vec<_>>>()?;
-    let before = analyze(&load_bundle(&args.before)?);
-    let after = analyze(&load_bundle(&args.after)?);
+    let before = analyze(&load_input(&args.before)?);
+    let after = analyze(&load_input(&args.after)?);
     let cmp = compare(&before, &after);
     let outcomes: Vec<_> = rules.iter().map(|r| r.evaluate(&cmp)).collect();
     if global.json {

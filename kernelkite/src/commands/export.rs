@@ -7,11 +7,12 @@ use anyhow::{Context, Result};
 
 use crate::analysis::analyze;
 use crate::cli::{ExportArgs, GlobalArgs};
+use crate::commands::replay::load_input;
 use crate::export::{render, ExportOptions};
-use crate::model::{load_bundle, write_atomically};
+use crate::model::write_atomically;
 
 pub fn execute(_global: &GlobalArgs, args: &ExportArgs) -> Result<ExitCode> {
-    let bundle = load_bundle(&args.bundle)?;
+    let bundle = load_input(&args.bundle)?;
     let analysis = analyze(&bundle);
     let options = ExportOptions {
         start_unix_ns: args.start_unix_ns,

@@ -6,12 +6,13 @@ use std::process::ExitCode;
 use anyhow::{anyhow, Context, Result};
 
 use crate::cli::{FlamegraphArgs, GlobalArgs};
-use crate::model::{load_bundle, write_atomically};
+use crate::commands::replay::load_input;
+use crate::model::write_atomically;
 use crate::report::flamegraph::{flamegraph_svg, folded_text, FlameGraphError, FlameGraphSpec};
 use crate::report::write_stdout;
 
 pub fn execute(_global: &GlobalArgs, args: &FlamegraphArgs) -> Result<ExitCode> {
-    let bundle = load_bundle(&args.bundle)?;
+    let bundle = load_input(&args.bundle)?;
     let spec = FlameGraphSpec {
         class: args.class,
         per_process: args.per_process,

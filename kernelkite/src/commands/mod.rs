@@ -11,6 +11,8 @@ pub mod compare;
 pub mod doctor;
 pub mod export;
 pub mod flamegraph;
+#[cfg(target_os = "linux")]
+mod record_file;
 pub mod replay;
 pub mod report;
 pub mod run;

@@ -1,19 +1,71 @@
-//! `kernelkite replay`: fixture → bundle, byte for byte the same every time.
+//! `kernelkite replay`: fixture or recording → bundle, byte for byte the same every time.
+//! The input's first bytes decide: the recording magic (see `recording`) or JSON; a
+//! `.kkr` name is always read as a recording.
 
+use std::io::Read;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 
 use crate::cli::{GlobalArgs, ReplayArgs};
 use crate::model::fixture::load_fixture;
-use crate::model::write_bundle;
+use crate::model::{write_bundle, Bundle};
+use crate::recording::{has_magic, replay_recording, MAGIC};
 
 pub fn execute(global: &GlobalArgs, args: &ReplayArgs) -> Result<ExitCode> {
-    let mut bundle = load_fixture(&args.input)?;
+    // A `.kkr` file with the wrong magic is a damaged recording, not a fixture.
+    let is_recording = starts_with_recording_magic(&args.input)
+        || args.input.extension().is_some_and(|e| e == "kkr");
+    let mut bundle = if is_recording {
+        replay_file(&args.input)?
+    } else {
+        load_fixture(&args.input)?
+    };
     if let Some(label) = &global.label {
         bundle.label = Some(label.clone());
     }
     write_bundle(&args.bundle, &bundle)
         .with_context(|| format!("cannot write {}", args.bundle.display()))?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// A bundle, or the bundle a recording replays to: every report takes either.
+pub fn load_input(path: &std::path::Path) -> Result<Bundle> {
+    if starts_with_recording_magic(path) || path.extension().is_some_and(|e| e == "kkr") {
+        replay_file(path)
+    } else {
+        Ok(crate::model::load_bundle(path)?)
+    }
+}
+
+fn starts_with_recording_magic(path: &std::path::Path) -> bool {
+    let mut head = [0u8; MAGIC.len()];
+    std::fs::File::open(path)
+        .and_then(|mut f| f.read_exact(&mut head))
+        .is_ok_and(|()| has_magic(&head))
+}
+
+/// Rebuild a recording's bundle; a recording cut short replays its complete chunks with
+/// a warning on stderr.
+fn replay_file(path: &std::path::Path) -> Result<Bundle> {
+    let file =
+        std::fs::File::open(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let replayed = replay_recording(std::io::BufReader::new(file))
+        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    if let Some(tail) = replayed.incomplete_tail {
+        eprintln!(
+            "kernelkite: warning: {}: the last {} bytes (from byte {}) are an incomplete chunk, ignored; replayed the {} complete chunks (the session was cut short)",
+            path.display(),
+            tail.bytes,
+            tail.offset,
+            replayed.chunks
+        );
+    } else if !replayed.ended {
+        eprintln!(
+            "kernelkite: warning: {}: no end record: the session was cut short; replayed its {} complete chunks",
+            path.display(),
+            replayed.chunks
+        );
+    }
+    Ok(replayed.bundle)
 }

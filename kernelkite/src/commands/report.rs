@@ -5,11 +5,12 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 
 use crate::cli::{GlobalArgs, ReportArgs};
-use crate::model::{load_bundle, write_atomically};
+use crate::commands::replay::load_input;
+use crate::model::write_atomically;
 use crate::report::html;
 
 pub fn execute(_global: &GlobalArgs, args: &ReportArgs) -> Result<ExitCode> {
-    let bundle = load_bundle(&args.bundle)?;
+    let bundle = load_input(&args.bundle)?;
     let page = html::render(&bundle);
     write_atomically(&args.output, page.as_bytes())
         .with_context(|| format!("cannot write {}", args.output.display()))?;

@@ -54,9 +54,11 @@ mod linux {
     use anyhow::{bail, Context, Result};
 
     use crate::cli::{BackendChoice, GlobalArgs, RunArgs};
+    use crate::commands::record_file::RecordFile;
     use crate::model::{
         self, Backend, Bundle, Frame, FrameCap, HostConstants, LaunchedCommand, Rusage,
     };
+    use crate::recording::{ClockAnchor, RecordRef, SessionStart, SharedRecording};
     use crate::source::ebpf::availability::Availability;
     use crate::source::ebpf::session::{self as ebpf, TraceOptions};
     use crate::source::host::current_host;
@@ -76,6 +78,38 @@ mod linux {
             bail!("--max-frames must be at least 1");
         }
         model::check_writable(&args.bundle)?;
+        let record_file = RecordFile::create(&args.recording)?;
+        let profiled = profile(global, args, record_file.as_ref());
+        if profiled.is_err() {
+            record_file.iter().for_each(RecordFile::discard_if_empty);
+        }
+        let (bundle, exit, launcher) = profiled?;
+        model::write_bundle(&args.bundle, &bundle)
+            .with_context(|| format!("cannot write bundle {}", args.bundle.display()))?;
+        if let Some(user) = launcher.invoking_user() {
+            give_to_user(&args.bundle, user);
+        }
+        report_written(&args.bundle, &bundle);
+        if let Some(record) = record_file {
+            if let Some(launched) = &bundle.launched {
+                record.recording.append(RecordRef::Launched(launched));
+            }
+            if let Some(user) = launcher.invoking_user() {
+                give_to_user(record.path(), user);
+            }
+            record.finish(bundle.frames.last().map_or(0, |f| f.t_ns))?;
+        }
+        // Only if someone else reaped the command (it cannot happen: we are its parent).
+        Ok(ExitCode::from(exit.map_or(1, Exit::shell_status)))
+    }
+
+    /// Choose the backend, launch the command and profile it until its whole tree has
+    /// been reaped.
+    fn profile(
+        global: &GlobalArgs,
+        args: &RunArgs,
+        record_file: Option<&RecordFile>,
+    ) -> Result<(Bundle, Option<Exit>, Launcher)> {
         // eBPF when it may (the probes are loaded before the command starts, so a
         // failure can still fall back), else /proc; never a silent downgrade.
         let probes = match global.backend {
@@ -100,8 +134,14 @@ mod linux {
         let host = current_host();
         let mut launcher = Launcher::prepare().context("cannot prepare to launch the command")?;
 
+        let recording = record_file.map(|r| &r.recording);
         let (bundle, exit) = match probes {
-            Some(ebpf) => record_ebpf(&mut launcher, ebpf, global, args)?,
+            Some(mut ebpf) => {
+                if let Some(r) = record_file {
+                    ebpf.record_to(r.sink());
+                }
+                record_ebpf(&mut launcher, ebpf, global, args)?
+            }
             None => {
                 let options = SamplerOptions {
                     threads: true,
@@ -109,19 +149,12 @@ mod linux {
                 };
                 let sampler =
                     Sampler::new(Path::new(PROC_ROOT), options).context("cannot sample /proc")?;
-                let session = record(&mut launcher, sampler, global, args)?;
+                let session = record(&mut launcher, sampler, global, args, &host, recording)?;
                 let exit = session.exit;
                 (assemble(global, args, host, session), exit)
             }
         };
-        model::write_bundle(&args.bundle, &bundle)
-            .with_context(|| format!("cannot write bundle {}", args.bundle.display()))?;
-        if let Some(user) = launcher.invoking_user() {
-            give_to_user(&args.bundle, user);
-        }
-        report_written(&args.bundle, &bundle);
-        // Only if someone else reaped the command (it cannot happen: we are its parent).
-        Ok(ExitCode::from(exit.map_or(1, Exit::shell_status)))
+        Ok((bundle, exit, launcher))
     }
 
     /// What one recording session produced.
@@ -131,7 +164,6 @@ mod linux {
         rusage: Rusage,
         frames: Vec<Frame>,
         frame_cap: FrameCap,
-        t_end_ns: u64,
     }
 
     /// Launch the command and sample its tree until every process in it has exited
@@ -141,21 +173,44 @@ mod linux {
         mut sampler: Sampler,
         global: &GlobalArgs,
         args: &RunArgs,
+        host: &HostConstants,
+        recording: Option<&SharedRecording>,
     ) -> Result<Session> {
+        let clock = ClockAnchor::read();
         let start = Instant::now();
         let pid = launcher
             .spawn(&args.command)
             .with_context(|| format!("cannot run {}", args.command[0]))?;
         raise_open_file_limit();
+        if let Some(recording) = recording {
+            recording.append(RecordRef::SessionStart(&SessionStart {
+                backend: Backend::Proc,
+                label: global.label.clone(),
+                host: host.clone(),
+                interval_ms: global.interval_ms,
+                max_frames: args.max_frames,
+                min_latency_ns: 0,
+                follow: true,
+                network: global.network,
+                root_pids: vec![pid],
+                clock,
+            }));
+        }
         let me = std::process::id() as i32;
         let mut schedule = Schedule::new(start, Duration::from_millis(global.interval_ms));
         let mut recorder = FrameRecorder::new(args.max_frames);
+        let keep = |recorder: &mut FrameRecorder, frame: Frame| {
+            if let Some(recording) = recording {
+                recording.append(RecordRef::Frame(&frame));
+            }
+            recorder.push(frame);
+        };
         let mut take_frame = |recorder: &mut FrameRecorder, schedule: &Schedule| {
             let now = Instant::now();
             // The whole tree is below kernelkite, its subreaper; only a vanished /proc
             // can fail here, and then the tick is skipped.
             if let Ok(frame) = sampler.sample(Scope::DescendantsOf(me), schedule.t_ns(now)) {
-                recorder.push(frame);
+                keep(recorder, frame);
             }
         };
 
@@ -172,6 +227,18 @@ mod linux {
         })?;
         // Everything is reaped: RUSAGE_CHILDREN now covers the whole tree exactly.
         let rusage = children_rusage();
+        if recorder.frames().is_empty() {
+            // Only if /proc failed on every tick; a bundle needs a frame.
+            let t_ns = schedule.t_ns(Instant::now());
+            keep(
+                &mut recorder,
+                Frame {
+                    t_ns,
+                    processes: Vec::new(),
+                    network: None,
+                },
+            );
+        }
         let (frames, frame_cap) = recorder.into_parts();
         Ok(Session {
             pid,
@@ -179,7 +246,6 @@ mod linux {
             rusage,
             frames,
             frame_cap,
-            t_end_ns: schedule.t_ns(Instant::now()),
         })
     }
 
@@ -336,14 +402,6 @@ mod linux {
             session.rusage,
         ));
         bundle.frames = session.frames;
-        if bundle.frames.is_empty() {
-            // Only if /proc failed on every tick; a bundle needs a frame.
-            bundle.frames.push(Frame {
-                t_ns: session.t_end_ns,
-                processes: Vec::new(),
-                network: None,
-            });
-        }
         bundle.frame_cap = session.frame_cap;
         bundle.events_lost = None;
         bundle

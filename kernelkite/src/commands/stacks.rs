@@ -7,12 +7,12 @@ use anyhow::{bail, Result};
 use crate::analysis::analyze;
 use crate::analysis::stacks::{analyze_stacks, slow_call_stacks};
 use crate::cli::{GlobalArgs, StacksArgs};
-use crate::model::load_bundle;
+use crate::commands::replay::load_input;
 use crate::report::stacks::{stacks_json, stacks_text, STACKS_SLOW_CALLS};
 use crate::report::{json_text, write_stdout};
 
 pub fn execute(global: &GlobalArgs, args: &StacksArgs) -> Result<ExitCode> {
-    let bundle = load_bundle(&args.bundle)?;
+    let bundle = load_input(&args.bundle)?;
     let analysis = analyze(&bundle);
     let top = usize::try_from(args.top).unwrap_or(usize::MAX);
     let Some(stacks) = analyze_stacks(&bundle, &analysis, args.class, top) else {

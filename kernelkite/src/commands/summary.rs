@@ -6,12 +6,12 @@ use anyhow::Result;
 
 use crate::analysis::analyze;
 use crate::cli::{GlobalArgs, SummaryArgs};
-use crate::model::load_bundle;
+use crate::commands::replay::load_input;
 use crate::report::summary::{summary_json, summary_text};
 use crate::report::{json_text, write_stdout};
 
 pub fn execute(global: &GlobalArgs, args: &SummaryArgs) -> Result<ExitCode> {
-    let bundle = load_bundle(&args.bundle)?;
+    let bundle = load_input(&args.bundle)?;
     let analysis = analyze(&bundle);
     if global.json {
         write_stdout(&json_text(&summary_json(&analysis)))?;

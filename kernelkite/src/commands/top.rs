@@ -19,7 +19,7 @@ pub fn execute(global: &GlobalArgs, args: &TopArgs) -> Result<ExitCode> {
     use anyhow::{bail, Context};
 
     use crate::cli::BackendChoice;
-    use crate::model::load_bundle;
+    use crate::commands::replay::load_input;
     use crate::source::ebpf::availability::Availability;
     use crate::top::feed::{BundleReplayFeed, EbpfFeed, LiveTargets, ProcFeed, TopFeed};
 
@@ -31,7 +31,7 @@ pub fn execute(global: &GlobalArgs, args: &TopArgs) -> Result<ExitCode> {
     }
     let refresh = Duration::from_secs_f64(args.refresh);
     let feed: Box<dyn TopFeed> = if let Some(path) = &args.replay {
-        let bundle = load_bundle(path)?;
+        let bundle = load_input(path)?;
         if bundle.frames.is_empty() {
             bail!("{}: the bundle has no frames to replay", path.display());
         }

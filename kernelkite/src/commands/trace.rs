@@ -48,6 +48,7 @@ mod platform {
 
     use super::*;
     use crate::analysis::analyze;
+    use crate::commands::record_file::RecordFile;
     use crate::export::serve;
     use crate::model::write_bundle;
     use crate::report::stacks::dominant_stacks_text;
@@ -79,7 +80,15 @@ mod platform {
             label: global.label.clone(),
             stacks: crate::commands::stack_options(&args.stacks),
         };
-        let mut session = Session::start(options)?;
+        let record = RecordFile::create(&args.recording)?;
+        let started = Session::start_recorded(options, record.as_ref().map(RecordFile::sink));
+        let mut session = match started {
+            Ok(session) => session,
+            Err(e) => {
+                record.iter().for_each(RecordFile::discard_if_empty);
+                return Err(e.into());
+            }
+        };
         eprintln!(
             "kernelkite: tracing pid {} with eBPF ({} hooks live in {:.0} ms); Ctrl-C to stop",
             args.pids
@@ -125,6 +134,9 @@ mod platform {
         if let Some(out) = &args.output {
             write_bundle(out, &bundle).with_context(|| format!("writing {}", out.display()))?;
             eprintln!("kernelkite: wrote {}", out.display());
+        }
+        if let Some(record) = record {
+            record.finish(bundle.frames.last().map_or(0, |f| f.t_ns))?;
         }
         Ok(ExitCode::SUCCESS)
     }

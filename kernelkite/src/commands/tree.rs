@@ -6,12 +6,12 @@ use anyhow::Result;
 
 use crate::analysis::analyze;
 use crate::cli::{GlobalArgs, TreeArgs};
-use crate::model::load_bundle;
+use crate::commands::replay::load_input;
 use crate::report::tree::{tree_json, tree_text};
 use crate::report::{json_text, write_stdout};
 
 pub fn execute(global: &GlobalArgs, args: &TreeArgs) -> Result<ExitCode> {
-    let bundle = load_bundle(&args.bundle)?;
+    let bundle = load_input(&args.bundle)?;
     let analysis = analyze(&bundle);
     if global.json {
         write_stdout(&json_text(&tree_json(&analysis)))?;

@@ -6,11 +6,12 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 
 use crate::cli::{GlobalArgs, ViewerArgs};
-use crate::model::{load_bundle, write_atomically};
+use crate::commands::replay::load_input;
+use crate::model::write_atomically;
 use crate::report::{viewer, write_stdout};
 
 pub fn execute(_global: &GlobalArgs, args: &ViewerArgs) -> Result<ExitCode> {
-    let bundle = load_bundle(&args.bundle)?;
+    let bundle = load_input(&args.bundle)?;
     let bytes = viewer::render(&bundle);
     match &args.output {
         Some(path) => write_atomically(path, &bytes)

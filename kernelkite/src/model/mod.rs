@@ -7,8 +7,10 @@
 
 pub mod bundle;
 pub mod fixture;
+pub mod frame_recorder;
 pub mod io;
 pub mod validate;
 
 pub use bundle::*;
+pub use frame_recorder::FrameRecorder;
 pub use io::{check_writable, load_bundle, write_atomically, write_bundle, LoadError};

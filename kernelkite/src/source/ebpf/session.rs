@@ -20,9 +20,10 @@ use super::stacks::StackCollector;
 use super::syscall_table;
 use crate::analysis::sample_class;
 use crate::model::{
-    Backend, Bundle, ClassTimes, Frame, LifecycleEvent, LifecycleKind, SlowSyscall,
+    Backend, Bundle, ClassTimes, Frame, HostConstants, LifecycleEvent, LifecycleKind, SlowSyscall,
     SyscallHistogram, ThreadSample,
 };
+use crate::recording::{ClockAnchor, RecordRef, RecordSink, SessionStart};
 use crate::source::host::current_host;
 use crate::source::procfs::{FrameRecorder, Sampler, SamplerOptions, Scope, PROC_ROOT};
 
@@ -89,7 +90,18 @@ pub struct Session {
     /// Live views: count a thread still waiting for its first event (INITIAL) in the
     /// class /proc showed at attach, as the final frame does, instead of not at all.
     count_initial_in_frames: bool,
+    /// The machine's constants when the session's clock started.
+    host: HostConstants,
+    /// Where each kept frame and event also goes (`--record`), as it is appended.
+    sink: Option<Box<dyn RecordSink>>,
+    /// Session time of the last histogram snapshot sent to the sink.
+    last_sink_histograms_ns: u64,
 }
+
+/// How often (session time) a recorded session also records its histograms and lost
+/// event count: they cost a walk of the kernel maps, and only a killed session's
+/// replay needs the intermediate ones.
+const SINK_HISTOGRAM_INTERVAL_NS: u64 = 1_000_000_000;
 
 /// Every pid must be a live user-space process (not a thread id, not a kernel thread).
 pub(crate) fn check_pids_exist(pids: &[i32]) -> Result<(), SessionError> {
@@ -151,11 +163,26 @@ impl Session {
     /// Check the targets exist, load and attach the programs, and start tracking every
     /// thread of the targets (with `follow`, of their existing descendants too).
     pub fn start(options: TraceOptions) -> Result<Session, SessionError> {
+        Session::start_recorded(options, None)
+    }
+
+    /// [`Session::start`], sending everything the session keeps to `sink` as well.
+    pub fn start_recorded(
+        options: TraceOptions,
+        sink: Option<Box<dyn RecordSink>>,
+    ) -> Result<Session, SessionError> {
         let pids = options.pids.clone();
         check_pids_exist(&pids)?;
         let mut session = Session::load(options)?;
+        session.sink = sink;
         session.attach_to(&pids)?;
         Ok(session)
+    }
+
+    /// Send everything the session keeps from its start on (call before attaching) to
+    /// `sink` as well.
+    pub fn record_to(&mut self, sink: Box<dyn RecordSink>) {
+        self.sink = Some(sink);
     }
 
     /// Load and attach the programs with no target yet (see [`Session::attach_to`]).
@@ -208,6 +235,9 @@ impl Session {
             stacks,
             slow_stack_ids: Vec::new(),
             count_initial_in_frames: false,
+            host: current_host(),
+            sink: None,
+            last_sink_histograms_ns: 0,
         })
     }
 
@@ -226,11 +256,59 @@ impl Session {
     fn attach(&mut self, pids: &[i32], flags: u32) -> Result<(), SessionError> {
         check_pids_exist(pids)?;
         self.options.pids = pids.to_vec();
-        self.start_mono_ns = monotonic_ns();
+        let clock = ClockAnchor::read();
+        self.start_mono_ns = clock.monotonic_ns;
+        self.host = current_host();
+        if let Some(sink) = self.sink.as_mut() {
+            sink.record(RecordRef::SessionStart(&SessionStart {
+                backend: Backend::Ebpf,
+                label: self.options.label.clone(),
+                host: self.host.clone(),
+                interval_ms: self.options.interval.as_millis() as u64,
+                max_frames: self.options.max_frames,
+                min_latency_ns: self.options.min_latency_ns,
+                follow: self.options.follow,
+                network: self.options.network,
+                root_pids: self.options.pids.clone(),
+                clock,
+            }));
+        }
         self.add_initial_targets(flags)?;
         let first = self.snapshot_frame(false)?;
-        self.recorder.push(first);
+        self.keep_frame(first);
         Ok(())
+    }
+
+    /// Keep a frame (under the frame cap), and record it.
+    fn keep_frame(&mut self, frame: Frame) {
+        if let Some(sink) = self.sink.as_mut() {
+            sink.record(RecordRef::Frame(&frame));
+        }
+        self.recorder.push(frame);
+    }
+
+    fn keep_lifecycle(&mut self, event: LifecycleEvent) {
+        if let Some(sink) = self.sink.as_mut() {
+            sink.record(RecordRef::Lifecycle(&event));
+        }
+        self.lifecycle.push(event);
+    }
+
+    /// Record the histograms and the lost event count as they are at `t_ns`.
+    fn record_histograms(&mut self, t_ns: u64) {
+        if self.sink.is_none() {
+            return;
+        }
+        let histograms = self.syscall_histograms();
+        let count = self.events_lost();
+        if let Some(sink) = self.sink.as_mut() {
+            sink.record(RecordRef::Histograms {
+                t_ns,
+                histograms: &histograms,
+            });
+            sink.record(RecordRef::EventsLost { t_ns, count });
+        }
+        self.last_sink_histograms_ns = t_ns;
     }
 
     /// Processes with a live traced thread (for passing on signals).
@@ -365,7 +443,7 @@ impl Session {
                 if exit {
                     self.exited.insert(r.tid);
                 }
-                self.lifecycle.push(LifecycleEvent {
+                self.keep_lifecycle(LifecycleEvent {
                     t_ns: self.t_ns(r.ts_ns),
                     kind,
                     pid: r.tgid as i32,
@@ -385,7 +463,7 @@ impl Session {
                             .push((self.slow.len(), r.tgid, r.user_stack_id));
                     }
                 }
-                self.slow.push(SlowSyscall {
+                let slow = SlowSyscall {
                     t_ns: self.t_ns(r.start_ns),
                     pid: r.tgid as i32,
                     tid: r.tid as i32,
@@ -394,7 +472,11 @@ impl Session {
                     duration_ns: r.duration_ns,
                     ret: r.ret,
                     user_stack: None,
-                });
+                };
+                if let Some(sink) = self.sink.as_mut() {
+                    sink.record(RecordRef::SlowSyscall(&slow));
+                }
+                self.slow.push(slow);
                 false
             }
         }
@@ -403,7 +485,11 @@ impl Session {
     /// Take a snapshot frame and keep it.
     pub fn snapshot(&mut self) -> Result<(), SessionError> {
         let frame = self.snapshot_frame(false)?;
-        self.recorder.push(frame);
+        let t_ns = frame.t_ns;
+        self.keep_frame(frame);
+        if t_ns.saturating_sub(self.last_sink_histograms_ns) >= SINK_HISTOGRAM_INTERVAL_NS {
+            self.record_histograms(t_ns);
+        }
         Ok(())
     }
 
@@ -510,7 +596,7 @@ impl Session {
         // from the map, so no measured time is lost with the record.
         for (tid, state) in lost_exits {
             if self.exited.insert(tid) {
-                self.lifecycle.push(LifecycleEvent {
+                self.keep_lifecycle(LifecycleEvent {
                     t_ns,
                     kind: LifecycleKind::Exit,
                     pid: state.tgid as i32,
@@ -588,8 +674,9 @@ impl Session {
         // When everything has exited, the last frame that still showed the processes
         // (as zombies) holds their final counters; an empty frame would replace it
         // under a frame cap.
+        let t_end_ns = last.t_ns;
         if !last.processes.is_empty() || self.recorder.frames().is_empty() {
-            self.recorder.push(last);
+            self.keep_frame(last);
         }
         let stacks = match self.stacks.take() {
             Some(mut collector) => {
@@ -603,6 +690,17 @@ impl Session {
             }
             None => None,
         };
+        self.record_histograms(t_end_ns);
+        if let (Some(profile), Some(sink)) = (&stacks, self.sink.as_mut()) {
+            // The slow calls' stacks are only known now: by arrival index.
+            let slow_stacks: Vec<(u32, u32)> = (self.slow.iter().enumerate())
+                .filter_map(|(i, s)| Some((i as u32, s.user_stack?)))
+                .collect();
+            sink.record(RecordRef::Stacks {
+                profile,
+                slow_stacks: &slow_stacks,
+            });
+        }
         let (frames, cap) =
             std::mem::replace(&mut self.recorder, FrameRecorder::new(1)).into_parts();
         let lifecycle = std::mem::take(&mut self.lifecycle);
@@ -640,7 +738,7 @@ impl Session {
 
         let mut bundle = Bundle::new(
             Backend::Ebpf,
-            current_host(),
+            self.host.clone(),
             self.options.interval.as_millis() as u64,
         );
         bundle.label = self.options.label.clone();

@@ -20,7 +20,8 @@ mod tree;
 #[cfg(test)]
 mod tests;
 
-pub use recorder::{FrameRecorder, Schedule};
+pub use crate::model::FrameRecorder;
+pub use recorder::Schedule;
 pub use sampler::{Sampler, SamplerOptions};
 pub use tree::Scope;
 

@@ -1,0 +1,570 @@
+//! Reading recordings as a stream: [`RecordingReader`] checks the header, then yields
+//! records in the order the session wrote them, a chunk at a time (each chunk's CRC is
+//! checked before any of its records is handed out).
+//!
+//! A file that ends inside a chunk was cut short (the session was killed, the disk
+//! filled): the reader stops after the last complete chunk and says how many bytes
+//! were left over ([`RecordingReader::incomplete_tail`]). Anything else that is wrong
+//! is a [`DecodeError`] naming the byte offset; nothing here panics on any input.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::io::{self, Read};
+
+use super::encode::{ENCODING_STORED, ENCODING_ZSTD};
+use super::wire::{FieldError, FieldResult, Take};
+use super::{
+    ClockAnchor, Record, RecordType, SessionStart, CHUNK_HEADER_LEN, FILE_HEADER_LEN,
+    FORMAT_VERSION, MAGIC, MAX_RAW_LEN, MAX_STORED_LEN,
+};
+use crate::model::{
+    Backend, ClassTimes, Frame, HostConstants, IoCounters, LaunchedCommand, LifecycleEvent,
+    LifecycleKind, NetDevCounters, ProcessSample, Rusage, Schedstat, SlowSyscall, StackFrame,
+    StackProfile, StackSample, SyscallHistogram, ThreadSample,
+};
+
+/// Why a recording cannot be read. Displays as one line with the byte offset.
+#[derive(Debug)]
+pub enum DecodeError {
+    /// Reading the file failed.
+    Io(io::Error),
+    /// The bytes at `offset` (of the file) are not what the format allows.
+    Corrupt { offset: u64, message: String },
+    /// A record inside a chunk is malformed: `offset` is the chunk's in the file,
+    /// `payload_offset` the position in its decompressed payload.
+    Record {
+        offset: u64,
+        payload_offset: usize,
+        message: String,
+    },
+}
+
+impl fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DecodeError::Io(e) => write!(f, "read error: {e}"),
+            DecodeError::Corrupt { offset, message } => write!(f, "byte {offset}: {message}"),
+            DecodeError::Record {
+                offset,
+                payload_offset,
+                message,
+            } => write!(
+                f,
+                "chunk at byte {offset}, payload byte {payload_offset}: {message}"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for DecodeError {}
+
+fn corrupt<T>(offset: u64, message: impl Into<String>) -> Result<T, DecodeError> {
+    Err(DecodeError::Corrupt {
+        offset,
+        message: message.into(),
+    })
+}
+
+/// Bytes at the end of a file that do not make a complete chunk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IncompleteTail {
+    /// Where the incomplete chunk starts.
+    pub offset: u64,
+    /// How many bytes of it are there.
+    pub bytes: u64,
+}
+
+/// Streaming reader of one recording.
+pub struct RecordingReader<R: Read> {
+    input: R,
+    version: u16,
+    /// File offset of the next chunk.
+    offset: u64,
+    /// Records decoded from the current chunk and not yet handed out.
+    queue: VecDeque<Record>,
+    tail: Option<IncompleteTail>,
+    chunks: u64,
+    done: bool,
+    /// The session start record was read.
+    started: bool,
+    /// The end record was read.
+    ended: bool,
+}
+
+/// Read until `buf` is full or the input ends; how many bytes were read.
+fn read_up_to(input: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match input.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
+
+impl<R: Read> RecordingReader<R> {
+    /// Read and check the file header.
+    pub fn new(mut input: R) -> Result<RecordingReader<R>, DecodeError> {
+        let mut header = [0u8; FILE_HEADER_LEN];
+        let n = read_up_to(&mut input, &mut header).map_err(DecodeError::Io)?;
+        if n < MAGIC.len() || header[..MAGIC.len()] != MAGIC {
+            return corrupt(0, "not a kernelkite recording (wrong magic bytes)");
+        }
+        if n < FILE_HEADER_LEN {
+            return corrupt(
+                n as u64,
+                format!("the file header is cut short ({n} of {FILE_HEADER_LEN} bytes)"),
+            );
+        }
+        let version = u16::from_le_bytes([header[8], header[9]]);
+        if version == 0 {
+            return corrupt(8, "format version 0 does not exist");
+        }
+        if version > FORMAT_VERSION {
+            return corrupt(
+                8,
+                format!(
+                    "recording format version {version} is newer than this kernelkite reads \
+                     (1 to {FORMAT_VERSION}); use a newer kernelkite"
+                ),
+            );
+        }
+        let flags = u16::from_le_bytes([header[10], header[11]]);
+        if flags != 0 || header[12..16] != [0; 4] {
+            return corrupt(10, "reserved header bytes are not zero");
+        }
+        Ok(RecordingReader {
+            input,
+            version,
+            offset: FILE_HEADER_LEN as u64,
+            queue: VecDeque::new(),
+            tail: None,
+            chunks: 0,
+            done: false,
+            started: false,
+            ended: false,
+        })
+    }
+
+    /// The file's format version.
+    pub fn version(&self) -> u16 {
+        self.version
+    }
+
+    /// Complete chunks read so far.
+    pub fn chunks(&self) -> u64 {
+        self.chunks
+    }
+
+    /// Bytes read so far that belong to complete chunks (the header included).
+    pub fn complete_bytes(&self) -> u64 {
+        self.offset
+    }
+
+    /// Whether the end record was read: the session ended and wrote everything.
+    pub fn ended(&self) -> bool {
+        self.ended
+    }
+
+    /// After the last record: the incomplete chunk the file ends with, if any.
+    pub fn incomplete_tail(&self) -> Option<IncompleteTail> {
+        self.tail
+    }
+
+    /// The next record, `None` at the end of the file (or of its complete chunks).
+    pub fn next_record(&mut self) -> Result<Option<Record>, DecodeError> {
+        loop {
+            if let Some(r) = self.queue.pop_front() {
+                return Ok(Some(r));
+            }
+            if self.done {
+                return Ok(None);
+            }
+            self.read_chunk()?;
+        }
+    }
+
+    fn read_chunk(&mut self) -> Result<(), DecodeError> {
+        let at = self.offset;
+        let mut header = [0u8; CHUNK_HEADER_LEN];
+        let n = read_up_to(&mut self.input, &mut header).map_err(DecodeError::Io)?;
+        if n == 0 {
+            self.done = true;
+            return Ok(());
+        }
+        if n < CHUNK_HEADER_LEN {
+            return self.cut_short(n as u64);
+        }
+        let le32 =
+            |i: usize| u32::from_le_bytes([header[i], header[i + 1], header[i + 2], header[i + 3]]);
+        let (stored_len, raw_len, encoding) = (le32(0), le32(4), header[8]);
+        if stored_len > MAX_STORED_LEN {
+            return corrupt(
+                at,
+                format!("chunk length {stored_len} is over the limit of {MAX_STORED_LEN} bytes"),
+            );
+        }
+        if raw_len > MAX_RAW_LEN {
+            return corrupt(
+                at + 4,
+                format!("chunk raw length {raw_len} is over the limit of {MAX_RAW_LEN} bytes"),
+            );
+        }
+        let mut payload = vec![0u8; stored_len as usize];
+        let got = read_up_to(&mut self.input, &mut payload).map_err(DecodeError::Io)?;
+        if got < payload.len() {
+            return self.cut_short((CHUNK_HEADER_LEN + got) as u64);
+        }
+        let mut crc = crc32fast::Hasher::new();
+        crc.update(&header[..12]);
+        crc.update(&payload);
+        let (want, have) = (le32(12), crc.finalize());
+        if want != have {
+            return corrupt(
+                at,
+                format!("chunk checksum mismatch (stored {want:08x}, computed {have:08x}): the file is corrupt"),
+            );
+        }
+        if header[9..12] != [0; 3] {
+            return corrupt(at + 9, "reserved chunk header bytes are not zero");
+        }
+        let raw = match encoding {
+            ENCODING_STORED if stored_len == raw_len => payload,
+            ENCODING_STORED => {
+                return corrupt(
+                    at,
+                    format!("stored chunk: length {stored_len} differs from raw length {raw_len}"),
+                )
+            }
+            ENCODING_ZSTD => match zstd::bulk::decompress(&payload, raw_len as usize) {
+                Ok(raw) if raw.len() == raw_len as usize => raw,
+                Ok(raw) => {
+                    return corrupt(
+                        at,
+                        format!("chunk decompressed to {} bytes, not {raw_len}", raw.len()),
+                    )
+                }
+                Err(e) => return corrupt(at, format!("chunk does not decompress: {e}")),
+            },
+            other => return corrupt(at + 8, format!("unknown chunk encoding {other}")),
+        };
+        let record_error = |payload_offset, message| DecodeError::Record {
+            offset: at,
+            payload_offset,
+            message,
+        };
+        let records = decode_payload(&raw).map_err(|e| record_error(e.at, e.message))?;
+        for (payload_offset, record) in records {
+            // The session start comes first and once; nothing follows the end.
+            let is_start = matches!(record, Record::SessionStart(_));
+            let problem = if self.ended {
+                Some("a record follows the end record")
+            } else if is_start && self.started {
+                Some("a second session start record")
+            } else if !is_start && !self.started {
+                Some("the first record is not the session start")
+            } else {
+                None
+            };
+            if let Some(p) = problem {
+                return Err(record_error(payload_offset, p.to_string()));
+            }
+            self.started = true;
+            self.ended |= matches!(record, Record::End { .. });
+            self.queue.push_back(record);
+        }
+        self.chunks += 1;
+        self.offset = at + (CHUNK_HEADER_LEN as u64) + stored_len as u64;
+        Ok(())
+    }
+
+    fn cut_short(&mut self, bytes: u64) -> Result<(), DecodeError> {
+        self.tail = Some(IncompleteTail {
+            offset: self.offset,
+            bytes,
+        });
+        self.done = true;
+        Ok(())
+    }
+}
+
+impl<R: Read> Iterator for RecordingReader<R> {
+    type Item = Result<Record, DecodeError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        match self.next_record() {
+            Ok(r) => r.map(Ok),
+            Err(e) => {
+                // One error ends the stream.
+                self.done = true;
+                self.queue.clear();
+                Some(Err(e))
+            }
+        }
+    }
+}
+
+/// Every record of one chunk's decompressed payload, with its offset in the payload.
+fn decode_payload(raw: &[u8]) -> FieldResult<Vec<(usize, Record)>> {
+    let mut t = Take::new(raw, 0);
+    let mut out = Vec::new();
+    while t.remaining() > 0 {
+        let at = t.offset();
+        let kind = t.u8("record type")?;
+        let len = t.u32("record length")? as usize;
+        let body_at = t.offset();
+        let body = t.bytes(len, "record body")?;
+        let Some(kind) = RecordType::from_u8(kind) else {
+            return Err(FieldError {
+                at,
+                message: format!("unknown record type {kind}"),
+            });
+        };
+        out.push((at, decode_body(kind, &mut Take::new(body, body_at))?));
+    }
+    Ok(out)
+}
+
+fn decode_body(kind: RecordType, t: &mut Take<'_>) -> FieldResult<Record> {
+    let record = match kind {
+        RecordType::SessionStart => Record::SessionStart(session_start(t)?),
+        RecordType::Frame => Record::Frame(frame(t)?),
+        RecordType::Lifecycle => Record::Lifecycle(lifecycle(t)?),
+        RecordType::SlowSyscall => Record::SlowSyscall(slow_syscall(t)?),
+        RecordType::Histograms => Record::Histograms {
+            t_ns: t.u64("t_ns")?,
+            histograms: t.vec("histograms", 37, histogram)?,
+        },
+        RecordType::EventsLost => Record::EventsLost {
+            t_ns: t.u64("t_ns")?,
+            count: t.u64("events lost")?,
+        },
+        RecordType::Launched => Record::Launched(launched(t)?),
+        RecordType::Stacks => Record::Stacks {
+            profile: stack_profile(t)?,
+            slow_stacks: t.vec("slow_stacks", 8, |t| {
+                Ok((t.u32("slow syscall index")?, t.u32("user stack")?))
+            })?,
+        },
+        RecordType::End => Record::End {
+            t_ns: t.u64("t_ns")?,
+        },
+    };
+    t.finish(&format!("{kind:?} record"))?;
+    Ok(record)
+}
+
+fn session_start(t: &mut Take<'_>) -> FieldResult<SessionStart> {
+    let backend = match t.u8("backend")? {
+        0 => Backend::Proc,
+        1 => Backend::Ebpf,
+        b => return t.fail(format!("unknown backend {b}")),
+    };
+    let label = t.opt("label", |t| t.str("label"))?;
+    let host = HostConstants {
+        clock_ticks_per_sec: t.u64("clock_ticks_per_sec")?,
+        page_size_bytes: t.u64("page_size_bytes")?,
+        num_cpus: t.u32("num_cpus")?,
+        kernel_release: t.opt("kernel_release", |t| t.str("kernel_release"))?,
+        arch: t.str("arch")?,
+    };
+    let interval_ms = t.u64("interval_ms")?;
+    let max_frames = t.u64("max_frames")?;
+    let min_latency_ns = t.u64("min_latency_ns")?;
+    let flags = t.u8("flags")?;
+    if flags & !0b11 != 0 {
+        return t.fail(format!("unknown session flags {flags:#x}"));
+    }
+    Ok(SessionStart {
+        backend,
+        label,
+        host,
+        interval_ms,
+        max_frames,
+        min_latency_ns,
+        follow: flags & 1 != 0,
+        network: flags & 2 != 0,
+        root_pids: t.vec("root_pids", 4, |t| t.i32("pid"))?,
+        clock: ClockAnchor {
+            monotonic_ns: t.u64("monotonic_ns")?,
+            boottime_ns: t.u64("boottime_ns")?,
+            realtime_ns: t.u64("realtime_ns")?,
+        },
+    })
+}
+
+fn frame(t: &mut Take<'_>) -> FieldResult<Frame> {
+    Ok(Frame {
+        t_ns: t.u64("t_ns")?,
+        processes: t.vec("processes", 77, process)?,
+        network: t.opt("network", |t| t.vec("network", 36, netdev))?,
+    })
+}
+
+fn process(t: &mut Take<'_>) -> FieldResult<ProcessSample> {
+    Ok(ProcessSample {
+        pid: t.i32("pid")?,
+        ppid: t.i32("ppid")?,
+        comm: t.inline_str("comm")?,
+        state: t.inline_str("state")?,
+        start_time_ticks: t.u64("start_time_ticks")?,
+        utime_ticks: t.u64("utime_ticks")?,
+        stime_ticks: t.u64("stime_ticks")?,
+        cutime_ticks: t.u64("cutime_ticks")?,
+        cstime_ticks: t.u64("cstime_ticks")?,
+        rss_pages: t.u64("rss_pages")?,
+        num_threads: t.u64("num_threads")?,
+        io: t.opt("io", |t| {
+            Ok(IoCounters {
+                rchar_bytes: t.u64("rchar_bytes")?,
+                wchar_bytes: t.u64("wchar_bytes")?,
+                read_syscalls: t.u64("read_syscalls")?,
+                write_syscalls: t.u64("write_syscalls")?,
+                read_bytes: t.u64("read_bytes")?,
+                write_bytes: t.u64("write_bytes")?,
+                cancelled_write_bytes: t.u64("cancelled_write_bytes")?,
+            })
+        })?,
+        threads: t.vec("threads", 15, thread)?,
+    })
+}
+
+fn thread(t: &mut Take<'_>) -> FieldResult<ThreadSample> {
+    Ok(ThreadSample {
+        tid: t.i32("tid")?,
+        comm: t.inline_str("thread comm")?,
+        state: t.inline_str("thread state")?,
+        schedstat: t.opt("schedstat", |t| {
+            Ok(Schedstat {
+                on_cpu_ns: t.u64("on_cpu_ns")?,
+                runqueue_ns: t.u64("runqueue_ns")?,
+                timeslices: t.u64("timeslices")?,
+            })
+        })?,
+        syscall_nr: t.opt("syscall_nr", |t| t.i64("syscall_nr"))?,
+        class_ns: t.opt("class_ns", class_times)?,
+    })
+}
+
+fn class_times(t: &mut Take<'_>) -> FieldResult<ClassTimes> {
+    let mut ns = [0u64; kernelkite_common::NUM_CLASSES];
+    for v in &mut ns {
+        *v = t.u64("class_ns")?;
+    }
+    Ok(ClassTimes::from_array(ns))
+}
+
+fn netdev(t: &mut Take<'_>) -> FieldResult<NetDevCounters> {
+    Ok(NetDevCounters {
+        interface: t.str("interface")?,
+        rx_bytes: t.u64("rx_bytes")?,
+        rx_packets: t.u64("rx_packets")?,
+        tx_bytes: t.u64("tx_bytes")?,
+        tx_packets: t.u64("tx_packets")?,
+    })
+}
+
+fn lifecycle(t: &mut Take<'_>) -> FieldResult<LifecycleEvent> {
+    let t_ns = t.u64("t_ns")?;
+    let kind = match t.u8("lifecycle kind")? {
+        0 => LifecycleKind::Fork,
+        1 => LifecycleKind::Exec,
+        2 => LifecycleKind::Exit,
+        k => return t.fail(format!("unknown lifecycle kind {k}")),
+    };
+    Ok(LifecycleEvent {
+        t_ns,
+        kind,
+        pid: t.i32("pid")?,
+        tid: t.i32("tid")?,
+        ppid: t.i32("ppid")?,
+        comm: t.str("comm")?,
+        exit_code: t.opt("exit_code", |t| t.i32("exit_code"))?,
+        class_ns: t.opt("class_ns", class_times)?,
+    })
+}
+
+fn slow_syscall(t: &mut Take<'_>) -> FieldResult<SlowSyscall> {
+    Ok(SlowSyscall {
+        t_ns: t.u64("t_ns")?,
+        pid: t.i32("pid")?,
+        tid: t.i32("tid")?,
+        nr: t.u32("nr")?,
+        name: t.str("name")?,
+        duration_ns: t.u64("duration_ns")?,
+        ret: t.i64("ret")?,
+        user_stack: t.opt("user_stack", |t| t.u32("user_stack"))?,
+    })
+}
+
+fn histogram(t: &mut Take<'_>) -> FieldResult<SyscallHistogram> {
+    Ok(SyscallHistogram {
+        pid: t.i32("pid")?,
+        nr: t.u32("nr")?,
+        name: t.str("name")?,
+        count: t.u64("count")?,
+        total_ns: t.u64("total_ns")?,
+        max_ns: t.u64("max_ns")?,
+        buckets: t.vec("buckets", 12, |t| {
+            Ok((t.u32("bucket")?, t.u64("bucket count")?))
+        })?,
+    })
+}
+
+fn launched(t: &mut Take<'_>) -> FieldResult<LaunchedCommand> {
+    Ok(LaunchedCommand {
+        argv: t.vec("argv", 4, |t| t.str("argument"))?,
+        pid: t.i32("pid")?,
+        exit_code: t.opt("exit_code", |t| t.i32("exit_code"))?,
+        signal: t.opt("signal", |t| t.i32("signal"))?,
+        rusage: t.opt("rusage", |t| {
+            Ok(Rusage {
+                user_us: t.u64("user_us")?,
+                system_us: t.u64("system_us")?,
+                max_rss_kib: t.u64("max_rss_kib")?,
+                minor_faults: t.u64("minor_faults")?,
+                major_faults: t.u64("major_faults")?,
+                voluntary_switches: t.u64("voluntary_switches")?,
+                involuntary_switches: t.u64("involuntary_switches")?,
+            })
+        })?,
+    })
+}
+
+fn stack_profile(t: &mut Take<'_>) -> FieldResult<StackProfile> {
+    Ok(StackProfile {
+        sample_hz: t.u64("sample_hz")?,
+        min_block_ns: t.u64("min_block_ns")?,
+        frames: t.vec("stack frames", 14, |t| {
+            Ok(StackFrame {
+                addr: t.u64("addr")?,
+                kernel: match t.u8("kernel")? {
+                    0 => false,
+                    1 => true,
+                    b => return t.fail(format!("kernel: {b} is not a boolean (0 or 1)")),
+                },
+                module: t.opt("module", |t| t.str("module"))?,
+                module_offset: t.opt("module_offset", |t| t.u64("module_offset"))?,
+                symbol: t.opt("symbol", |t| t.str("symbol"))?,
+                file: t.opt("file", |t| t.str("file"))?,
+                line: t.opt("line", |t| t.u32("line"))?,
+            })
+        })?,
+        stacks: t.vec("stacks", 4, |t| t.vec("stack", 4, |t| t.u32("frame index")))?,
+        samples: t.vec("stack samples", 30, |t| {
+            Ok(StackSample {
+                pid: t.i32("pid")?,
+                tid: t.i32("tid")?,
+                class: t.str("class")?,
+                user_stack: t.opt("user_stack", |t| t.u32("user_stack"))?,
+                kernel_stack: t.opt("kernel_stack", |t| t.u32("kernel_stack"))?,
+                total_ns: t.u64("total_ns")?,
+                count: t.u64("count")?,
+            })
+        })?,
+        captures_lost: t.u64("captures_lost")?,
+    })
+}
