@@ -106,8 +106,14 @@ fn on_switch(ctx: &BtfTracePointContext, prev_state: Option<u32>) -> i32 {
         if let Some(t) = thread(pid_tgid as u32) {
             // SAFETY: prev is the tracepoint's task_struct.
             let state = prev_state.unwrap_or_else(|| unsafe { task::state(prev) });
+            // How long it ran (0 if it was not on a CPU since an event of ours).
+            let ran_ns = if t.run_state == run_state::ON_CPU {
+                now.saturating_sub(t.since_ns)
+            } else {
+                0
+            };
             switch_out(t, prev, preempt, state, now);
-            stacks::on_switch_out(ctx, t, now);
+            stacks::on_switch_out(ctx, t, now, ran_ns);
         }
     }
     // SAFETY: next is the tracepoint's task_struct.

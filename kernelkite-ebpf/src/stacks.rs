@@ -173,15 +173,23 @@ fn add_period(
     add(&key, runq_ns, periods);
 }
 
-/// A traced thread leaves the CPU (`ctx` runs in it).
+/// A traced thread leaves the CPU (`ctx` runs in it) after running `ran_ns`.
+///
+/// Outside a syscall its user stack must be taken now. A sleep there (a page fault) is
+/// rare and slow, so it always gets one. A preemption gets one only after a run of at
+/// least the block threshold: a CPU-bound thread is preempted at most once per slice,
+/// so that costs at most one walk per threshold of CPU time, while a thread preempted
+/// right after a wakeup (ping-pong patterns, millions per second) costs nothing; its
+/// runqueue wait, if long, keeps its kernel stack only.
 #[inline(always)]
-pub fn on_switch_out<C: StackIdContext>(ctx: &C, t: &mut ThreadState, now: u64) {
+pub fn on_switch_out<C: StackIdContext>(ctx: &C, t: &mut ThreadState, now: u64, ran_ns: u64) {
     if !enabled() {
         return;
     }
     t.off_cpu_since_ns = now;
     t.off_cpu_sleep_ns = 0;
-    t.user_stack_id = if t.sys_nr == NO_SYSCALL {
+    let preempted = t.run_state == run_state::RUNNABLE;
+    t.user_stack_id = if t.sys_nr == NO_SYSCALL && (!preempted || ran_ns >= min_block_ns()) {
         user_stack(ctx) as i32
     } else {
         NO_STACK
