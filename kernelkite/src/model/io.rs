@@ -44,6 +44,12 @@ pub fn load_bundle(path: &Path) -> Result<Bundle, LoadError> {
 /// A file's bytes: mapped on Unix, so a large bundle is parsed straight from the page
 /// cache (no copy into a fresh, zeroed buffer); read elsewhere. Bundles are replaced by
 /// rename and never rewritten in place, so a mapping never sees its file shrink.
+/// Pre-fault the whole mapping in one call where the kernel offers it (Linux).
+#[cfg(target_os = "linux")]
+const MAP_POPULATE: libc::c_int = libc::MAP_POPULATE;
+#[cfg(all(unix, not(target_os = "linux")))]
+const MAP_POPULATE: libc::c_int = 0;
+
 enum FileBytes {
     #[cfg(unix)]
     Mapped {
@@ -68,7 +74,7 @@ impl FileBytes {
                         std::ptr::null_mut(),
                         len,
                         libc::PROT_READ,
-                        libc::MAP_PRIVATE | libc::MAP_POPULATE,
+                        libc::MAP_PRIVATE | MAP_POPULATE,
                         file.as_raw_fd(),
                         0,
                     )

@@ -239,7 +239,7 @@ impl<R: Read> RecordingReader<R> {
                     format!("stored chunk: length {stored_len} differs from raw length {raw_len}"),
                 )
             }
-            ENCODING_ZSTD => match zstd::bulk::decompress(&payload, raw_len as usize) {
+            ENCODING_ZSTD => match decompress(&payload, raw_len as usize) {
                 Ok(raw) if raw.len() == raw_len as usize => raw,
                 Ok(raw) => {
                     return corrupt(
@@ -567,4 +567,17 @@ fn stack_profile(t: &mut Take<'_>) -> FieldResult<StackProfile> {
         })?,
         captures_lost: t.u64("captures_lost")?,
     })
+}
+
+/// A zstd frame's content, reading at most one byte more than `limit` (a frame that
+/// claims more is rejected by the caller, without inflating it).
+fn decompress(payload: &[u8], limit: usize) -> Result<Vec<u8>, String> {
+    use std::io::Read;
+    let decoder = ruzstd::decoding::StreamingDecoder::new(payload).map_err(|e| e.to_string())?;
+    let mut out = Vec::with_capacity(limit.min(1 << 20));
+    decoder
+        .take(limit as u64 + 1)
+        .read_to_end(&mut out)
+        .map_err(|e| e.to_string())?;
+    Ok(out)
 }

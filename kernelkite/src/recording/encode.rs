@@ -23,7 +23,9 @@ use crate::model::{
 const CHUNK_TARGET_BYTES: usize = 1 << 20;
 /// zstd level: 3 is zstd's default, fast enough to run once per frame on the tracing
 /// thread.
-const ZSTD_LEVEL: i32 = 3;
+/// ruzstd's fastest level (about zstd's level 1): pure Rust, so recordings work on every
+/// platform kernelkite builds on without a C toolchain.
+const ZSTD_LEVEL: ruzstd::encoding::CompressionLevel = ruzstd::encoding::CompressionLevel::Fastest;
 
 /// How chunk payloads are stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -282,7 +284,7 @@ pub(crate) fn encode_chunk(raw: &[u8], compression: Compression) -> io::Result<V
     }
     let compressed = match compression {
         Compression::None => None,
-        Compression::Zstd => Some(zstd::bulk::compress(raw, ZSTD_LEVEL)?),
+        Compression::Zstd => Some(ruzstd::encoding::compress_to_vec(raw, ZSTD_LEVEL)),
     };
     let (encoding, payload) = match &compressed {
         Some(z) if z.len() < raw.len() => (ENCODING_ZSTD, z.as_slice()),
