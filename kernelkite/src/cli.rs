@@ -177,7 +177,10 @@ pub struct StackArgs {
     /// Capture user and kernel stacks: off-CPU periods of at least --min-block-us, on-CPU
     /// samples at --sample-hz, slow syscalls. Symbols are resolved while the processes
     /// live and stored in the bundle (see `kernelkite stacks`, `kernelkite flamegraph`).
-    /// Needs the eBPF backend. Cost: see docs/PERFORMANCE.md.
+    /// Needs the eBPF backend. Cost: a stack is walked only for an off-CPU period of at
+    /// least --min-block-us (and for on-CPU samples), so short blocks cost a few ns of
+    /// bookkeeping; on `perf bench sched pipe` --stacks adds well under half of what
+    /// libbpf-tools offcputime adds (docs/PERFORMANCE.md).
     #[arg(long)]
     pub stacks: bool,
     /// With --stacks: off-CPU periods shorter than this get no stack (their time still
