@@ -4,8 +4,8 @@
 //! Steps:
 //! 1. install what the later steps need, when missing (skipped with `KK_CI_NO_INSTALL=1`
 //!    or `--no-install`): `apt-get update` once, then `apt-get install -y` of chromium,
-//!    time, strace, bpftool, prometheus (promtool), python3-pip, g++ (libFuzzer) and
-//!    llvm-22-dev;
+//!    time, tmux, strace, bpftool, gcc and binutils (the --stacks C workload), g++
+//!    (libFuzzer), prometheus (promtool), python3-pip and llvm-22-dev;
 //!    `pip install opentelemetry-proto protobuf`; `rustup component add rust-src`; bpf-linker
 //!    (`cargo install`, built against LLVM 22) when the eBPF crate is present;
 //!    cargo-fuzz (`cargo install`);
@@ -314,6 +314,11 @@ const NEEDS: &[Need] = &[
         what: "bpftool",
         present: &["bpftool", "/usr/sbin/bpftool"],
         packages: &[&["bpftool"], &["linux-tools-common", "linux-tools-generic"]],
+    },
+    Need {
+        what: "C compiler and strip (the --stacks tests build a C workload)",
+        present: &["gcc"],
+        packages: &[&["gcc", "binutils"]],
     },
     Need {
         what: "C++ compiler (cargo fuzz builds libFuzzer)",
