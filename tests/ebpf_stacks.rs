@@ -209,3 +209,18 @@ fn stacks_need_the_ebpf_backend() {
     assert!(err.contains("--stacks needs the eBPF backend"), "{err}");
     assert_eq!(err.trim().lines().count(), 1, "{err}");
 }
+
+#[test]
+fn doctor_checks_the_stack_sampler_too() {
+    let Some(_guard) = ebpf_ready("doctor_checks_the_stack_sampler_too") else {
+        return;
+    };
+    let out = Command::new(kernelkite_bin())
+        .args(["doctor", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let stacks = report["stacks"].as_str().unwrap();
+    assert!(stacks.starts_with("yes (on_cpu_sample"), "{stacks}");
+}

@@ -49,6 +49,9 @@ fn render_text(report: &serde_json::Value) -> String {
     }
     out.push_str(&format!("backend (auto):   {}\n", s(field("backend"))));
     out.push_str(&format!("why:              {}\n", s(field("reason"))));
+    if report.get("stacks").is_some() {
+        out.push_str(&format!("--stacks:         {}\n", s(field("stacks"))));
+    }
     out
 }
 
@@ -113,6 +116,23 @@ mod platform {
                 Err(e) => ("proc", format!("eBPF unavailable: {e}"), Vec::new()),
             },
         };
+        // `--stacks` adds a perf-event sampler and stack maps: try them on their own, so
+        // a failure there does not hide a working backend.
+        let stacks = if backend != "ebpf" {
+            "no: the eBPF backend is unavailable".to_string()
+        } else {
+            let options = ProbeOptions {
+                stacks: Some(loader::StackOptions {
+                    min_block_ns: 1_000_000,
+                    sample_hz: 99,
+                }),
+                ..ProbeOptions::default()
+            };
+            match loader::load(options) {
+                Ok(probes) => format!("yes ({})", probes.hooks.last().map_or("", String::as_str)),
+                Err(e) => format!("no: {e}"),
+            }
+        };
         json!({
             "kernel_release": a.kernel_release,
             "arch": std::env::consts::ARCH,
@@ -126,6 +146,7 @@ mod platform {
             "hooks": hooks,
             "backend": backend,
             "reason": reason,
+            "stacks": stacks,
         })
     }
 
