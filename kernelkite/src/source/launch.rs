@@ -184,6 +184,16 @@ impl Launcher {
                 return Err(io::Error::from_raw_os_error(rc));
             }
             for sig in [libc::SIGINT, libc::SIGTERM] {
+                // An ignored signal stays ignored, as a shell leaves it: the command
+                // inherits SIG_IGN across exec exactly as it would without kernelkite
+                // (a handler would be reset to SIG_DFL by the exec instead), and nobody
+                // can send it to us anyway (a background job's SIGINT, nohup).
+                let mut old: libc::sigaction = std::mem::zeroed();
+                if libc::sigaction(sig, std::ptr::null(), &mut old) == 0
+                    && old.sa_sigaction == libc::SIG_IGN
+                {
+                    continue;
+                }
                 let mut action: libc::sigaction = std::mem::zeroed();
                 action.sa_sigaction = forward_signal as *const () as libc::sighandler_t;
                 action.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
