@@ -497,15 +497,25 @@ fn rusage_matches_a_separate_subreaper_parent() {
     reason = "the caller waits for the returned child"
 )]
 fn start_and_wait_for(bundle: &Path, cmd: &[&str], comm: &str) -> std::process::Child {
-    let mut child = StdCommand::new(kk_path())
-        .args(PROC)
+    use std::os::unix::process::CommandExt;
+    let mut kk = StdCommand::new(kk_path());
+    kk.args(PROC)
         .args(["--interval-ms", "50", "run"])
         .arg(bundle)
         .arg("--")
         .args(cmd)
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+        .stderr(Stdio::piped());
+    // A test run in the background has SIGINT ignored, which kernelkite rightly passes
+    // on to the command; these tests are about a terminal's Ctrl-C.
+    // SAFETY: signal() is async-signal-safe; it only changes this child's disposition.
+    unsafe {
+        kk.pre_exec(|| {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            libc::signal(libc::SIGTERM, libc::SIG_DFL);
+            Ok(())
+        });
+    }
+    let mut child = kk.spawn().unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
     let children = format!("/proc/{0}/task/{0}/children", child.id());
     loop {

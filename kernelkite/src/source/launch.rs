@@ -12,7 +12,7 @@ use std::io;
 use std::os::unix::ffi::OsStringExt;
 use std::os::unix::process::CommandExt;
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
 use std::time::Instant;
 
 use crate::model::Rusage;
@@ -20,6 +20,11 @@ use crate::model::Rusage;
 /// The launched command's pid while it can receive signals; 0 before it started and
 /// once it exited (so a reused pid is never signalled).
 static COMMAND_PID: AtomicI32 = AtomicI32::new(0);
+/// The signals kernelkite passes on to the command.
+const FORWARDED_SIGNALS: [libc::c_int; 2] = [libc::SIGINT, libc::SIGTERM];
+/// Bit `1 << sig` for each of them that was ignored when kernelkite started.
+static INHERITED_IGNORED: AtomicU32 = AtomicU32::new(0);
+
 /// A signal that arrived while there was no command to forward it to.
 static PENDING_SIGNAL: AtomicI32 = AtomicI32::new(0);
 static LAUNCHER_EXISTS: AtomicBool = AtomicBool::new(false);
@@ -183,16 +188,15 @@ impl Launcher {
             if rc != 0 {
                 return Err(io::Error::from_raw_os_error(rc));
             }
-            for sig in [libc::SIGINT, libc::SIGTERM] {
-                // An ignored signal stays ignored, as a shell leaves it: the command
-                // inherits SIG_IGN across exec exactly as it would without kernelkite
-                // (a handler would be reset to SIG_DFL by the exec instead), and nobody
-                // can send it to us anyway (a background job's SIGINT, nohup).
+            for sig in FORWARDED_SIGNALS {
+                // Remember a signal ignored where we started (a background job's
+                // SIGINT, nohup): the command gets it ignored again (see `spawn`),
+                // where our handler would be reset to SIG_DFL by its exec.
                 let mut old: libc::sigaction = std::mem::zeroed();
                 if libc::sigaction(sig, std::ptr::null(), &mut old) == 0
                     && old.sa_sigaction == libc::SIG_IGN
                 {
-                    continue;
+                    INHERITED_IGNORED.fetch_or(1 << sig, Ordering::SeqCst);
                 }
                 let mut action: libc::sigaction = std::mem::zeroed();
                 action.sa_sigaction = forward_signal as *const () as libc::sighandler_t;
@@ -274,6 +278,20 @@ impl Launcher {
         }
         let mut cmd = Command::new(program);
         cmd.args(args);
+        let ignored = INHERITED_IGNORED.load(Ordering::SeqCst);
+        if ignored != 0 {
+            // SAFETY: signal() is async-signal-safe; it only sets this child's disposition.
+            unsafe {
+                cmd.pre_exec(move || {
+                    for sig in FORWARDED_SIGNALS {
+                        if ignored & (1 << sig) != 0 {
+                            libc::signal(sig, libc::SIG_IGN);
+                        }
+                    }
+                    Ok(())
+                });
+            }
+        }
         if let Some(fd) = inherit_fd {
             // SAFETY: fcntl is async-signal-safe; it clears close-on-exec on one fd.
             unsafe {
