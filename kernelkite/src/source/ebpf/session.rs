@@ -502,10 +502,27 @@ impl Session {
         self.count_initial_in_frames = on;
     }
 
-    /// Take a snapshot frame and hand it over without keeping it (live views such as
-    /// `top` keep their own history).
+    /// Take a snapshot frame and hand it over without keeping it in memory (live views
+    /// such as `top` keep their own history). A recorded session still records it, and
+    /// its histograms as [`Session::snapshot`] does, so the recording replays the same.
     pub fn snapshot_now(&mut self) -> Result<Frame, SessionError> {
-        self.snapshot_frame(false)
+        let frame = self.snapshot_frame(false)?;
+        if let Some(sink) = self.sink.as_mut() {
+            sink.record(RecordRef::Frame(&frame));
+            if frame.t_ns.saturating_sub(self.last_sink_histograms_ns) >= SINK_HISTOGRAM_INTERVAL_NS
+            {
+                self.record_histograms(frame.t_ns);
+            }
+        }
+        Ok(frame)
+    }
+
+    /// `--stacks`: the stack profile so far (every stack resolved at the latest
+    /// snapshot, cumulative time per stack), without stopping the capture; `None`
+    /// without `--stacks`.
+    pub fn stack_profile_so_far(&self) -> Option<crate::model::StackProfile> {
+        let stacks = self.stacks.as_ref()?;
+        Some(stacks.profile_so_far(self.lost_count(lost::STACK)))
     }
 
     /// The cumulative syscall histograms so far: exited processes' (folded out of the
