@@ -223,7 +223,7 @@ fn the_stacks_panel_waits_for_a_bundles_profile() {
     let (mut app, _) = app_from_fixture("stacks-demo", Some(2));
     let text = screen(&mut app, 160, 40);
     assert!(text.contains(" stacks · all processes"), "{text}");
-    assert!(text.contains("they show with the last frame"), "{text}");
+    assert!(text.contains("stacks arrive with the last frame"), "{text}");
 }
 
 /// A recording of a fixture's frames, its histograms recorded after frame

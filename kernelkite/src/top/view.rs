@@ -398,11 +398,14 @@ fn draw_stacks(f: &mut Frame<'_>, app: &mut App, area: Rect) {
     let dim = Style::new().fg(Color::DarkGray);
     let Some(panel) = panel else {
         let msg = if app.info.replay_of.is_some() {
-            "a recording's stacks are written when its session ends: they show with the last frame"
+            "stacks arrive with the last frame (a session writes them when it ends)"
         } else {
             "no stacks yet"
         };
-        f.render_widget(Paragraph::new(msg).style(dim), inner);
+        f.render_widget(
+            Paragraph::new(msg).wrap(Wrap { trim: true }).style(dim),
+            inner,
+        );
         return;
     };
     let Some(class) = panel.class else {
@@ -425,11 +428,13 @@ fn draw_stacks(f: &mut Frame<'_>, app: &mut App, area: Rect) {
         return;
     }
     let height = inner.height as usize;
-    let shown = panel.stacks.len().min(height.div_ceil(3).max(1));
-    // Lines for each stack after its heading, shared out evenly.
-    let per_stack = (height.saturating_sub(shown) / shown).max(1);
+    // Each stack shown gets its heading and at least one frame line; the heavier ones
+    // get the lines left over first.
+    let shown = panel.stacks.len().min((height / 2).max(1));
+    let mut remaining = height;
     let mut lines: Vec<Line> = Vec::new();
     for (i, s) in panel.stacks.iter().take(shown).enumerate() {
+        let room = remaining.saturating_sub(1 + 2 * (shown - i - 1)).max(1);
         lines.push(Line::from(vec![
             Span::styled(
                 format!("#{} {}", i + 1, fmt_ns(s.total_ns as f64)),
@@ -438,7 +443,7 @@ fn draw_stacks(f: &mut Frame<'_>, app: &mut App, area: Rect) {
                     .add_modifier(Modifier::BOLD),
             ),
             Span::raw(format!(
-                " {} · {} {} · {}",
+                " {} of stacks · {} {} · {}",
                 crate::report::fmt_share(s.share_of_stacks),
                 s.count,
                 count_unit(class),
@@ -459,7 +464,9 @@ fn draw_stacks(f: &mut Frame<'_>, app: &mut App, area: Rect) {
         if s.frames.is_empty() {
             body.push(Line::styled("  [unknown] (no stack captured)", dim));
         }
-        lines.extend(body.into_iter().take(per_stack));
+        let taken = body.len().min(room);
+        lines.extend(body.into_iter().take(taken));
+        remaining = remaining.saturating_sub(1 + taken);
     }
     f.render_widget(Paragraph::new(lines), inner);
 }
