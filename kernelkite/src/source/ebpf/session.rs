@@ -634,7 +634,15 @@ impl Session {
             stacks.resolve_new();
         }
         self.known_tgids.extend(by_tgid.keys().copied());
-        let roots: Vec<i32> = self.known_tgids.iter().map(|&t| t as i32).collect();
+        // System-wide (pid 1 with follow), every traced process stays below pid 1: a
+        // fixed scope lets the /proc walker keep its cache of the processes outside it
+        // (kernel threads) from tick to tick, where the known set, growing with every
+        // new process, would reset it.
+        let roots: Vec<i32> = if self.options.follow && self.options.pids.contains(&1) {
+            vec![1]
+        } else {
+            self.known_tgids.iter().map(|&t| t as i32).collect()
+        };
         let mut frame = self.sampler.sample(Scope::Subtrees(&roots), t_ns)?;
         let known = &self.known_tgids;
         frame.processes.retain(|p| known.contains(&(p.pid as u32)));
