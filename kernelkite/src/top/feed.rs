@@ -445,6 +445,9 @@ mod ebpf_feed {
             };
             let mut session = Session::start_recorded(options, record)?;
             session.count_initial_in_frames(true);
+            if system_wide {
+                session.untrack_self()?;
+            }
             let ring = session.take_ring()?;
             let hooks = session.hooks().to_vec();
             Ok(EbpfFeed {

@@ -311,6 +311,32 @@ impl Session {
         self.last_sink_histograms_ns = t_ns;
     }
 
+    /// Stop tracing kernelkite itself (system-wide views, where it descends from pid 1
+    /// like everything else): otherwise each of its own /proc and map reads runs the
+    /// syscall programs, charged to it, and it shows as a process it mostly measures
+    /// itself in. Its own CPU is reported apart (`top`'s status line).
+    pub fn untrack_self(&mut self) -> Result<(), SessionError> {
+        let me = std::process::id();
+        let map_err = |e: aya::maps::MapError| SessionError::Map("TARGETS", e.to_string());
+        let word = me >> 6;
+        let bits = self.targets.get(&word, 0).map_err(map_err)?;
+        self.targets
+            .set(word, bits & !(1u64 << (me & 63)), 0)
+            .map_err(map_err)?;
+        for (tid, state) in read_all(&self.threads) {
+            if state.tgid == me {
+                let _ = self.threads.remove(&tid);
+            }
+        }
+        for (key, _) in read_all(&self.hists) {
+            if key.tgid == me {
+                let _ = self.hists.remove(&key);
+            }
+        }
+        self.known_tgids.remove(&me);
+        Ok(())
+    }
+
     /// Processes with a live traced thread (for passing on signals).
     pub fn live_pids(&self) -> Vec<i32> {
         let set: BTreeSet<i32> = read_all(&self.threads)
