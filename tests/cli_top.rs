@@ -1,5 +1,6 @@
-//! `kernelkite top` in a real terminal (tmux): a bundle replay driven by keys, a live
-//! /proc view of a known workload stopped by SIGTERM, and the one-line errors.
+//! `kernelkite top` in a real terminal (tmux): a bundle replay driven by keys, a
+//! committed recording's replay, a live /proc view of a known workload stopped by
+//! SIGTERM (recorded with `--record`), and the one-line errors.
 
 #[path = "support/tmux.rs"]
 mod tmux;
@@ -93,6 +94,89 @@ fn replay_in_tmux_follows_the_keys_and_restores_the_terminal() {
         "the terminal left the alternate screen"
     );
     assert!(!s.contains("TIME BY CLASS"), "the main screen is back: {s}");
+}
+
+#[test]
+fn replay_of_a_committed_recording_shows_its_dominant_class() {
+    if !tmux_ready("replay_of_a_committed_recording_shows_its_dominant_class") {
+        return;
+    }
+    // A real eBPF session of kk-workload futex_stress: its threads wait on a contended
+    // lock, so the process row's dominant class is lock_wait.
+    let recording =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/recordings/run-ebpf-futex.kkr");
+    let cmd = format!(
+        "{} top --replay {}",
+        shell_quote(&kk_bin()),
+        shell_quote(&recording.to_string_lossy())
+    );
+    let t = Tmux::start("replay-kkr", &cmd, 140, 30);
+    let row = |s: &str| {
+        s.lines()
+            .find(|l| l.starts_with("8627 ") && l.contains("kk-workload"))
+            .map(str::to_string)
+    };
+    let s = t.wait_for(WAIT, |s| {
+        s.contains("replay finished") && row(s).is_some_and(|r| r.contains("lock_wait"))
+    });
+    assert!(s.contains("replay of run-ebpf-futex.kkr (ebpf, 1x)"), "{s}");
+    assert!(s.contains("recorded pids"), "{s}");
+    let r = row(&s).unwrap_or_default();
+    assert!(r.contains("lock_wait"), "the dominant class: {s}");
+    // The histograms the session recorded with its last frame.
+    assert!(s.lines().any(|l| l.starts_with("futex ")), "{s}");
+    t.keys(&["q"]);
+    let s = t.wait_for(WAIT, |s| s.contains("EXIT="));
+    assert!(s.contains("EXIT=0"), "{s}");
+}
+
+#[test]
+fn proc_top_records_a_session_that_replays() {
+    if !tmux_ready("proc_top_records_a_session_that_replays") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let recording = dir.path().join("top.kkr");
+    let mut sleeper = StdCommand::new("sleep")
+        .arg("300")
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    let cmd = format!(
+        "{} --backend proc top --pid {} --refresh 0.2 --record {}",
+        shell_quote(&kk_bin()),
+        sleeper.id(),
+        shell_quote(&recording.to_string_lossy())
+    );
+    let t = Tmux::start("proc-record", &cmd, 140, 24);
+    let pid = sleeper.id().to_string();
+    let s = t.wait_for(WAIT, |s| s.lines().any(|l| l.starts_with(&pid)));
+    assert!(s.lines().any(|l| l.starts_with(&pid)), "{s}");
+    std::thread::sleep(Duration::from_millis(600));
+    t.keys(&["q"]);
+    let s = t.wait_for(WAIT, |s| s.contains("EXIT="));
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
+    assert!(s.contains("EXIT=0"), "{s}");
+    assert!(s.contains("kernelkite: recorded"), "{s}");
+    let bundle = dir.path().join("top.json");
+    kk().arg("replay")
+        .arg(&recording)
+        .arg(&bundle)
+        .assert()
+        .success()
+        .stderr(predicate::str::is_empty());
+    let b: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&bundle).unwrap()).unwrap();
+    assert_eq!(b["backend"], "proc");
+    let frames = b["frames"].as_array().unwrap();
+    assert!(frames.len() >= 3, "{b}");
+    assert!(
+        frames
+            .iter()
+            .all(|f| f["processes"].to_string().contains(&format!("[{pid},"))),
+        "{b}"
+    );
 }
 
 /// The pids of `pid`'s children.
@@ -197,6 +281,36 @@ fn bad_input_is_one_line_naming_the_problem() {
             predicate::str::contains("/nonexistent/x.json")
                 .and(predicate::str::contains("\n").count(1)),
         );
+    let dir = tempfile::tempdir().unwrap();
+    let damaged = dir.path().join("damaged.kkr");
+    std::fs::write(&damaged, b"not a recording").unwrap();
+    kk().args(["top", "--replay"])
+        .arg(&damaged)
+        .assert()
+        .code(2)
+        .stderr(
+            predicate::str::contains("damaged.kkr")
+                .and(predicate::str::contains("not a kernelkite recording"))
+                .and(predicate::str::contains("\n").count(1)),
+        );
+    let recording =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/recordings/run-ebpf-futex.kkr");
+    kk().args(["top", "--record", "x.kkr", "--replay"])
+        .arg(&recording)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("cannot be used with --replay"));
+    assert!(!Path::new("x.kkr").exists());
+    kk().args(["--backend", "proc", "top", "--stacks"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("--stacks needs the eBPF backend"));
+    let unwritable = dir.path().join("no/such/dir/x.kkr");
+    kk().args(["--backend", "proc", "top", "--pid", "1", "--record"])
+        .arg(&unwritable)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("cannot create recording"));
     kk().args(["top", "--refresh", "0"])
         .assert()
         .code(2)

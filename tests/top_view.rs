@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use kernelkite::model::fixture::load_fixture;
-use kernelkite::top::feed::{BundleReplayFeed, TopFeed};
+use kernelkite::top::feed::{BundleReplayFeed, RecordingReplayFeed, TopFeed};
 use kernelkite::top::{view, Action, App, Column};
 use kernelkite_common::LatencyClass;
 use ratatui::backend::TestBackend;
@@ -183,4 +183,106 @@ fn the_table_scrolls_to_keep_the_selection_visible() {
         !shown.iter().any(|l| l.starts_with(&pid_at(&app, 2))),
         "{shown:?}"
     );
+}
+
+#[test]
+fn the_stacks_panel_follows_the_selected_rows_dominant_class() {
+    let (mut app, _) = app_from_fixture("stacks-demo", None);
+    assert!(app.info.stacks, "the fixture has a stack profile");
+    // Nothing selected: every process, in the class with the most time with stacks.
+    insta::assert_snapshot!("stacks_all_processes_wide", screen(&mut app, 160, 40));
+    // The process row: its dominant class's stacks.
+    key(&mut app, KeyCode::Down);
+    let row = app.selected_row().unwrap().clone();
+    let (class, _) = row.dominant().unwrap();
+    let panel = app.stack_panel(5).unwrap();
+    assert_eq!(panel.class, Some(class));
+    assert!(!panel.stacks.is_empty());
+    assert!(panel
+        .stacks
+        .iter()
+        .all(|s| s.threads.iter().all(|t| t.pid == row.pid)));
+    insta::assert_snapshot!("stacks_process_narrow", screen(&mut app, 110, 44));
+    // A thread row: that thread's stacks only.
+    key(&mut app, KeyCode::Enter);
+    key(&mut app, KeyCode::Down);
+    let thread = app.selected_row().unwrap().clone();
+    let tid = thread.tid.expect("a thread row");
+    let panel = app.stack_panel(5).unwrap();
+    assert_eq!(panel.class, thread.dominant().map(|d| d.0));
+    assert!(panel
+        .stacks
+        .iter()
+        .all(|s| s.threads.iter().all(|t| t.tid == tid)));
+    let text = screen(&mut app, 160, 40);
+    assert!(text.contains(&format!("stacks · thread {tid}")), "{text}");
+}
+
+#[test]
+fn the_stacks_panel_waits_for_a_bundles_profile() {
+    let (mut app, _) = app_from_fixture("stacks-demo", Some(2));
+    let text = screen(&mut app, 160, 40);
+    assert!(text.contains(" stacks · all processes"), "{text}");
+    assert!(text.contains("stacks arrive with the last frame"), "{text}");
+}
+
+/// A recording of a fixture's frames, its histograms recorded after frame
+/// `histograms_after` (as a session records them every second).
+fn recording_of(name: &str, histograms_after: usize) -> tempfile::NamedTempFile {
+    use kernelkite::recording::encode::encode_to_vec;
+    use kernelkite::recording::{ClockAnchor, Compression, RecordRef, SessionStart};
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../fixtures")
+        .join(format!("{name}.json"));
+    let bundle = load_fixture(&path).unwrap();
+    let start = SessionStart {
+        backend: bundle.backend,
+        label: None,
+        host: bundle.host.clone(),
+        interval_ms: bundle.interval_ms,
+        max_frames: 100_000,
+        min_latency_ns: 0,
+        follow: true,
+        network: false,
+        root_pids: bundle.root_pids.clone(),
+        clock: ClockAnchor::default(),
+    };
+    let mut records = vec![RecordRef::SessionStart(&start)];
+    for (i, frame) in bundle.frames.iter().enumerate() {
+        records.push(RecordRef::Frame(frame));
+        if i + 1 == histograms_after {
+            records.push(RecordRef::Histograms {
+                t_ns: frame.t_ns,
+                histograms: &bundle.syscalls,
+            });
+        }
+    }
+    let end = bundle.frames.last().unwrap().t_ns;
+    records.push(RecordRef::End { t_ns: end });
+    let file = tempfile::Builder::new().suffix(".kkr").tempfile().unwrap();
+    std::fs::write(file.path(), encode_to_vec(&records, Compression::Zstd)).unwrap();
+    file
+}
+
+#[test]
+fn a_recordings_histograms_fill_the_syscall_panel_as_it_plays() {
+    let file = recording_of("api-server-ebpf", 2);
+    let mut feed = RecordingReplayFeed::open(file.path(), false).unwrap();
+    assert!(feed.is_replay());
+    let mut app = App::new(feed.info().clone(), feed.interval());
+    let mut counts = Vec::new();
+    while let Some(s) = feed.next_snapshot().unwrap() {
+        counts.push(s.syscalls.len());
+        app.ingest(s);
+        if counts.len() == 2 {
+            // Mid-replay, the histograms recorded with the second frame are shown.
+            let text = screen(&mut app, 120, 30);
+            assert!(text.contains("epoll_wait"), "{text}");
+            assert!(text.contains("replay of"), "{text}");
+        }
+    }
+    assert_eq!(counts[0], 0);
+    assert!(counts[1] > 0 && counts.iter().skip(1).all(|&n| n == counts[1]));
+    // The feed streams every frame of the recording.
+    assert_eq!(counts.len(), 4, "{counts:?}");
 }

@@ -80,8 +80,10 @@ pub enum Command {
     /// with `q` or Ctrl-C. Without `--pid` it watches every process, heaviest off-CPU
     /// first. With privileges every class is exact (eBPF); without them (or with
     /// `--backend proc`) /proc is sampled: on_cpu and runqueue exact, the rest
-    /// estimated, and no syscall latency. `--replay` plays a bundle's frames through
-    /// the same view.
+    /// estimated, and no syscall latency. `--stacks` (eBPF) adds a panel of the heaviest
+    /// stacks of the selected row's dominant class in the window. `--record FILE.kkr`
+    /// writes the session as it runs (`kernelkite replay` reads it like any recording);
+    /// `--replay` plays a recording or a bundle through the same view (`+`/`-` speed).
     Top(TopArgs),
     /// Turn a fixture or a recording into a bundle, byte for byte the same every time.
     ///
@@ -255,12 +257,19 @@ pub struct TopArgs {
     /// Seconds between snapshots (the screen refreshes with each).
     #[arg(long, default_value_t = 1.0)]
     pub refresh: f64,
-    /// Play a bundle's frames through the view instead of watching live.
-    #[arg(long, value_name = "BUNDLE")]
+    /// Play a recording (.kkr, from `--record`, `trace --record` or `run --record`) or a
+    /// bundle's frames through the view instead of watching live. A recording's syscall
+    /// panel fills in as it plays; a bundle holds only its final histograms.
+    #[arg(long, value_name = "FILE")]
     pub replay: Option<PathBuf>,
     /// Replay speed factor (`+` and `-` change it while playing).
     #[arg(long, default_value_t = 1.0, requires = "replay")]
     pub speed: f64,
+    /// The heaviest stacks of the selected row's dominant class, in a panel (eBPF).
+    #[command(flatten)]
+    pub stacks: StackArgs,
+    #[command(flatten)]
+    pub recording: RecordArgs,
 }
 
 #[derive(Debug, Args)]

@@ -13,10 +13,7 @@ use crate::model::{write_bundle, Bundle};
 use crate::recording::{has_magic, replay_recording, MAGIC};
 
 pub fn execute(global: &GlobalArgs, args: &ReplayArgs) -> Result<ExitCode> {
-    // A `.kkr` file with the wrong magic is a damaged recording, not a fixture.
-    let is_recording = starts_with_recording_magic(&args.input)
-        || args.input.extension().is_some_and(|e| e == "kkr");
-    let mut bundle = if is_recording {
+    let mut bundle = if is_recording(&args.input) {
         replay_file(&args.input)?
     } else {
         load_fixture(&args.input)?
@@ -29,9 +26,15 @@ pub fn execute(global: &GlobalArgs, args: &ReplayArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Whether `path` is read as a recording: it starts with the recording magic, or is
+/// named `.kkr` (a `.kkr` file with the wrong magic is a damaged recording).
+pub fn is_recording(path: &std::path::Path) -> bool {
+    starts_with_recording_magic(path) || path.extension().is_some_and(|e| e == "kkr")
+}
+
 /// A bundle, or the bundle a recording replays to: every report takes either.
 pub fn load_input(path: &std::path::Path) -> Result<Bundle> {
-    if starts_with_recording_magic(path) || path.extension().is_some_and(|e| e == "kkr") {
+    if is_recording(path) {
         replay_file(path)
     } else {
         Ok(crate::model::load_bundle(path)?)

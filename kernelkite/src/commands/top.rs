@@ -1,5 +1,5 @@
-//! `kernelkite top`: pick a feed (bundle replay, eBPF session, /proc sampler) and run
-//! the live view on it.
+//! `kernelkite top`: pick a feed (recording or bundle replay, eBPF session, /proc
+//! sampler) and run the live view on it; with `--record`, finish the recording after.
 
 use std::process::ExitCode;
 
@@ -19,9 +19,12 @@ pub fn execute(global: &GlobalArgs, args: &TopArgs) -> Result<ExitCode> {
     use anyhow::{bail, Context};
 
     use crate::cli::BackendChoice;
-    use crate::commands::replay::load_input;
+    use crate::commands::record_file::RecordFile;
+    use crate::commands::replay::{is_recording, load_input};
     use crate::source::ebpf::availability::Availability;
-    use crate::top::feed::{BundleReplayFeed, EbpfFeed, LiveTargets, ProcFeed, TopFeed};
+    use crate::top::feed::{
+        BundleReplayFeed, EbpfFeed, LiveTargets, ProcFeed, RecordingReplayFeed, TopFeed,
+    };
 
     if !(args.refresh.is_finite() && (0.1..=3600.0).contains(&args.refresh)) {
         bail!("--refresh must be between 0.1 and 3600 seconds");
@@ -29,18 +32,20 @@ pub fn execute(global: &GlobalArgs, args: &TopArgs) -> Result<ExitCode> {
     if !(args.speed.is_finite() && (1.0 / 64.0..=64.0).contains(&args.speed)) {
         bail!("--speed must be between 1/64 and 64");
     }
+    if args.replay.is_some() && args.recording.record.is_some() {
+        bail!("--record records a live session; it cannot be used with --replay");
+    }
+    if args.replay.is_some() && args.stacks.stacks {
+        bail!("--stacks captures stacks live; a replay shows the stacks its recording holds");
+    }
+    if args.stacks.stacks && global.backend == BackendChoice::Proc {
+        bail!("--stacks needs the eBPF backend");
+    }
     let refresh = Duration::from_secs_f64(args.refresh);
-    let feed: Box<dyn TopFeed> = if let Some(path) = &args.replay {
-        let bundle = load_input(path)?;
-        if bundle.frames.is_empty() {
-            bail!("{}: the bundle has no frames to replay", path.display());
-        }
-        let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_else(|| path.display().to_string());
-        Box::new(BundleReplayFeed::new(bundle, &name))
-    } else {
+    let stacks = crate::commands::stack_options(&args.stacks);
+    // Created before the session starts: a bad path fails before the terminal changes.
+    let record = RecordFile::create(&args.recording)?;
+    let live = |record: &Option<RecordFile>| -> Result<Box<dyn TopFeed>> {
         let targets = LiveTargets {
             pids: args.pids.clone(),
             follow: args.follow,
@@ -48,40 +53,80 @@ pub fn execute(global: &GlobalArgs, args: &TopArgs) -> Result<ExitCode> {
         // A pid that is no process (or a thread, or a kernel thread) is an error with
         // either backend, never a reason to fall back.
         crate::source::ebpf::session::check_pids_exist(&targets.pids)?;
-        match global.backend {
-            BackendChoice::Proc => Box::new(ProcFeed::new(targets, refresh)?),
-            BackendChoice::Ebpf => {
-                Box::new(EbpfFeed::start(targets, refresh).context("eBPF is not available")?)
+        let sink = || record.as_ref().map(RecordFile::sink);
+        let proc_feed = |targets: LiveTargets| -> Result<Box<dyn TopFeed>> {
+            let mut feed = ProcFeed::new(targets, refresh)?;
+            if let Some(sink) = sink() {
+                feed.record_to(sink);
             }
+            Ok(Box::new(feed))
+        };
+        let ebpf_feed = |targets: LiveTargets| -> Result<Box<dyn TopFeed>> {
+            Ok(Box::new(EbpfFeed::start(targets, refresh, stacks, sink())?))
+        };
+        Ok(match global.backend {
+            BackendChoice::Proc => proc_feed(targets)?,
+            BackendChoice::Ebpf => ebpf_feed(targets).context("eBPF is not available")?,
             BackendChoice::Auto => match Availability::probe().unavailable_reason() {
+                Some(why) if stacks.is_some() => {
+                    bail!("--stacks needs the eBPF backend, which is not available: {why}")
+                }
                 Some(why) => {
                     eprintln!("kernelkite: using the /proc sampler: eBPF is not available: {why}");
-                    Box::new(ProcFeed::new(targets, refresh)?)
+                    proc_feed(targets)?
                 }
-                None => auto_ebpf(targets, refresh)?,
+                // With --stacks, failing to load is the error (no stacks from /proc).
+                None if stacks.is_some() => ebpf_feed(targets)?,
+                None => match ebpf_feed(targets.clone()) {
+                    Err(e) => {
+                        eprintln!(
+                            "kernelkite: using the /proc sampler: eBPF is not available: {e:#}"
+                        );
+                        proc_feed(targets)?
+                    }
+                    Ok(feed) => feed,
+                },
             },
+        })
+    };
+    let mut feed: Box<dyn TopFeed> = if let Some(path) = &args.replay {
+        if is_recording(path) {
+            // Read it all once first: a damaged recording is a one-line error before
+            // the terminal changes (and a cut-short one a warning), not a failure
+            // halfway through the replay. The replay then streams it.
+            let bundle = load_input(path)?;
+            Box::new(RecordingReplayFeed::open(path, bundle.stacks.is_some())?)
+        } else {
+            let bundle = load_input(path)?;
+            if bundle.frames.is_empty() {
+                bail!("{}: the bundle has no frames to replay", path.display());
+            }
+            let name = path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_else(|| path.display().to_string());
+            Box::new(BundleReplayFeed::new(bundle, &name))
+        }
+    } else {
+        match live(&record) {
+            Ok(feed) => feed,
+            Err(e) => {
+                record.iter().for_each(RecordFile::discard_if_empty);
+                return Err(e);
+            }
         }
     };
-    let outcome = crate::top::run(feed, args.speed)?;
+    let outcome = crate::top::run(feed.as_mut(), args.speed);
+    // Stop the session (and complete the recording) whatever ended the view.
+    let end_t_ns = feed.finish();
+    drop(feed);
+    if let Some(record) = record {
+        record.finish(*end_t_ns.as_ref().unwrap_or(&0))?;
+    }
+    let outcome = outcome?;
+    end_t_ns?;
     if outcome.reason != "quit" {
         eprintln!("kernelkite: top stopped: {}", outcome.reason);
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// `--backend auto` with the privilege for eBPF: try it, fall back to /proc with the
-/// reason if loading fails.
-#[cfg(target_os = "linux")]
-fn auto_ebpf(
-    targets: crate::top::feed::LiveTargets,
-    refresh: std::time::Duration,
-) -> Result<Box<dyn crate::top::feed::TopFeed>> {
-    use crate::top::feed::{EbpfFeed, ProcFeed};
-    Ok(match EbpfFeed::start(targets.clone(), refresh) {
-        Err(e) => {
-            eprintln!("kernelkite: using the /proc sampler: eBPF is not available: {e:#}");
-            Box::new(ProcFeed::new(targets, refresh)?)
-        }
-        Ok(feed) => Box::new(feed),
-    })
 }

@@ -18,7 +18,7 @@ pub const STACKS_SCHEMA_VERSION: u32 = 1;
 const MAX_THREADS_SHOWN: usize = 4;
 
 /// What a class's count counts.
-fn count_unit(class: LatencyClass) -> &'static str {
+pub fn count_unit(class: LatencyClass) -> &'static str {
     if class.is_off_cpu() {
         "intervals"
     } else {
@@ -33,7 +33,7 @@ fn opt_share(share: Option<f64>) -> String {
 
 /// A frame on one line: its name, then where it is (`file:line`, else the module);
 /// kernel frames are marked `[k]`.
-fn frame_line(f: &FrameView) -> String {
+pub fn frame_line(f: &FrameView) -> String {
     let name = clean(&f.name);
     let place = match (&f.file, f.line, &f.module) {
         (Some(file), Some(line), _) => format!("  {}:{line}", clean(file)),
@@ -50,7 +50,8 @@ fn frame_line(f: &FrameView) -> String {
     }
 }
 
-fn threads_text(threads: &[ThreadRef]) -> String {
+/// The threads of a stack, the first few by pid/tid and name, the rest counted.
+pub fn threads_text(threads: &[ThreadRef]) -> String {
     let mut shown: Vec<String> = threads
         .iter()
         .take(MAX_THREADS_SHOWN)

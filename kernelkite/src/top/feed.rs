@@ -1,15 +1,17 @@
 //! Where `top`'s numbers come from: a [`TopFeed`] hands the view successive snapshots of
-//! raw cumulative counters (a bundle [`Frame`] plus the syscall histograms so far). The
-//! live feeds take them now (eBPF session, /proc sampler); a replay feed reads them from
-//! a recorded bundle. Everything derived from them is computed by `analysis` (see
-//! `window`), never here.
+//! raw cumulative counters (a bundle [`Frame`] plus the syscall histograms and stack
+//! profile so far). The live feeds take them now (eBPF session, /proc sampler) and,
+//! with `--record`, write them to a recording as they go; the replay feeds read them
+//! from a recording (streamed, [`RecordingReplayFeed`]) or a bundle. Everything derived
+//! from them is computed by `analysis` (see `window`), never here.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
-use crate::model::{Backend, Bundle, Frame, HostConstants, SyscallHistogram};
+use crate::model::{Backend, Bundle, Frame, HostConstants, StackProfile, SyscallHistogram};
+use crate::recording::{ClockAnchor, Record, RecordRef, RecordSink, RecordingReader, SessionStart};
 use crate::source::host::current_host;
 use crate::source::procfs::{Sampler, SamplerOptions, Scope, PROC_ROOT};
 
@@ -22,6 +24,10 @@ pub struct Snapshot {
     pub syscalls: Vec<SyscallHistogram>,
     /// Events the kernel side could not record so far (eBPF), cumulative.
     pub events_lost: Option<u64>,
+    /// `--stacks`: the stack profile so far, cumulative (eBPF). Its frame and stack
+    /// tables only grow, so the latest snapshot's tables resolve every earlier one's
+    /// samples.
+    pub stacks: Option<StackProfile>,
 }
 
 /// What a feed is, for the header and status line.
@@ -35,6 +41,9 @@ pub struct FeedInfo {
     pub hooks: Vec<String>,
     /// The recording a replay reads, if any.
     pub replay_of: Option<String>,
+    /// The feed has stacks (live `--stacks`, a replay of a session that had them): the
+    /// view shows the stacks panel.
+    pub stacks: bool,
 }
 
 /// A source of successive snapshots for the live view. Live feeds sample when asked;
@@ -52,6 +61,12 @@ pub trait TopFeed {
     /// Whether snapshots come from a recording (pacing follows `t_ns`, speed applies).
     fn is_replay(&self) -> bool {
         self.info().replay_of.is_some()
+    }
+    /// The view is closing: a live feed stops its session and writes what a recording
+    /// still lacks (the last frame, histograms, stacks). Returns the session time of
+    /// the end, in ns (what the recording's end record says).
+    fn finish(&mut self) -> Result<u64> {
+        Ok(0)
     }
 }
 
@@ -106,6 +121,9 @@ pub struct ProcFeed {
     targets: LiveTargets,
     started: Instant,
     interval: Duration,
+    /// `--record`: where each frame also goes.
+    sink: Option<Box<dyn RecordSink>>,
+    last_t_ns: u64,
 }
 
 impl ProcFeed {
@@ -114,6 +132,27 @@ impl ProcFeed {
         // message naming what to watch instead.
         crate::source::ebpf::session::check_pids_exist(&targets.pids)?;
         ProcFeed::with_root(Path::new(PROC_ROOT), targets, interval)
+    }
+
+    #[cfg(target_os = "linux")]
+    /// Also write the session to `sink` (`--record`), starting with its start record;
+    /// the feed's clock restarts here.
+    pub fn record_to(&mut self, mut sink: Box<dyn RecordSink>) {
+        let clock = ClockAnchor::read();
+        self.started = Instant::now();
+        sink.record(RecordRef::SessionStart(&SessionStart {
+            backend: Backend::Proc,
+            label: None,
+            host: self.info.host.clone(),
+            interval_ms: self.interval.as_millis() as u64,
+            max_frames: RECORDED_MAX_FRAMES,
+            min_latency_ns: 0,
+            follow: self.targets.follow || self.targets.system_wide(),
+            network: false,
+            root_pids: self.targets.roots(),
+            clock,
+        }));
+        self.sink = Some(sink);
     }
 
     /// A feed reading the procfs at `proc_root` (tests use a synthetic tree).
@@ -136,14 +175,20 @@ impl ProcFeed {
                 scope: targets.describe(),
                 hooks: Vec::new(),
                 replay_of: None,
+                stacks: false,
             },
             sampler,
             targets,
             started: Instant::now(),
             interval,
+            sink: None,
+            last_t_ns: 0,
         })
     }
 }
+
+/// The frame cap a recording of `top` asks its replay to apply (`trace`'s default).
+pub const RECORDED_MAX_FRAMES: u64 = 100_000;
 
 impl TopFeed for ProcFeed {
     fn info(&self) -> &FeedInfo {
@@ -163,15 +208,24 @@ impl TopFeed for ProcFeed {
         if !self.targets.system_wide() && frame.processes.is_empty() {
             return Ok(None);
         }
+        if let Some(sink) = self.sink.as_mut() {
+            sink.record(RecordRef::Frame(&frame));
+        }
+        self.last_t_ns = frame.t_ns;
         Ok(Some(Snapshot {
             frame,
             syscalls: Vec::new(),
             events_lost: None,
+            stacks: None,
         }))
     }
 
     fn interval(&self) -> Duration {
         self.interval
+    }
+
+    fn finish(&mut self) -> Result<u64> {
+        Ok(self.last_t_ns)
     }
 }
 
@@ -185,12 +239,7 @@ pub struct BundleReplayFeed {
 
 impl BundleReplayFeed {
     pub fn new(bundle: Bundle, name: &str) -> BundleReplayFeed {
-        let scope = if bundle.root_pids.is_empty() {
-            "recorded processes".to_string()
-        } else {
-            let list: Vec<String> = bundle.root_pids.iter().map(|p| p.to_string()).collect();
-            format!("recorded pids {}", list.join(","))
-        };
+        let scope = recorded_scope(&bundle.root_pids);
         BundleReplayFeed {
             info: FeedInfo {
                 backend: bundle.backend,
@@ -198,6 +247,7 @@ impl BundleReplayFeed {
                 scope,
                 hooks: Vec::new(),
                 replay_of: Some(name.to_string()),
+                stacks: bundle.stacks.is_some(),
             },
             bundle,
             next: 0,
@@ -224,11 +274,125 @@ impl TopFeed for BundleReplayFeed {
                 Vec::new()
             },
             events_lost: self.bundle.events_lost,
+            stacks: if last {
+                self.bundle.stacks.clone()
+            } else {
+                None
+            },
         }))
     }
 
     fn interval(&self) -> Duration {
         Duration::from_millis(self.bundle.interval_ms.max(1))
+    }
+}
+
+/// Streams a recording's frames, each with the histograms and lost-event count the
+/// session recorded with it (a recorded session writes them every second), so the
+/// syscall panel fills in as the replay plays. Stack profiles are written when a session
+/// ends, so they arrive with the last frame.
+pub struct RecordingReplayFeed {
+    info: FeedInfo,
+    name: String,
+    reader: RecordingReader<std::io::BufReader<std::fs::File>>,
+    interval: Duration,
+    /// The last frame read, handed out once the records that follow it are applied.
+    pending: Option<Frame>,
+    histograms: Vec<SyscallHistogram>,
+    events_lost: Option<u64>,
+    stacks: Option<StackProfile>,
+}
+
+impl RecordingReplayFeed {
+    /// Open a recording and read its session start record. `stacks`: the recording
+    /// holds a stack profile (it comes last, so the caller says).
+    pub fn open(path: &Path, stacks: bool) -> Result<RecordingReplayFeed> {
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| path.display().to_string());
+        let file =
+            std::fs::File::open(path).with_context(|| format!("cannot read {}", path.display()))?;
+        let mut reader = RecordingReader::new(std::io::BufReader::new(file))
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        let start = match reader.next_record() {
+            Ok(Some(Record::SessionStart(start))) => start,
+            Ok(_) => anyhow::bail!(
+                "{}: the recording holds no session start record",
+                path.display()
+            ),
+            Err(e) => anyhow::bail!("{}: {e}", path.display()),
+        };
+        Ok(RecordingReplayFeed {
+            info: FeedInfo {
+                backend: start.backend,
+                host: start.host.clone(),
+                scope: recorded_scope(&start.root_pids),
+                hooks: Vec::new(),
+                replay_of: Some(name.clone()),
+                stacks,
+            },
+            name,
+            reader,
+            interval: Duration::from_millis(start.interval_ms.max(1)),
+            pending: None,
+            histograms: Vec::new(),
+            // The eBPF session counts lost events from 0; /proc has no such loss.
+            events_lost: (start.backend == Backend::Ebpf).then_some(0),
+            stacks: None,
+        })
+    }
+
+    fn snapshot_of(&self, frame: Frame) -> Snapshot {
+        Snapshot {
+            frame,
+            syscalls: self.histograms.clone(),
+            events_lost: self.events_lost,
+            stacks: self.stacks.clone(),
+        }
+    }
+}
+
+impl TopFeed for RecordingReplayFeed {
+    fn info(&self) -> &FeedInfo {
+        &self.info
+    }
+
+    fn next_snapshot(&mut self) -> Result<Option<Snapshot>> {
+        loop {
+            let record = self
+                .reader
+                .next_record()
+                .map_err(|e| anyhow::anyhow!("{}: {e}", self.name))?;
+            match record {
+                Some(Record::Frame(frame)) => {
+                    if let Some(previous) = self.pending.replace(frame) {
+                        return Ok(Some(self.snapshot_of(previous)));
+                    }
+                }
+                Some(Record::Histograms { histograms, .. }) => self.histograms = histograms,
+                Some(Record::EventsLost { count, .. }) => self.events_lost = Some(count),
+                Some(Record::Stacks { profile, .. }) => self.stacks = Some(profile),
+                Some(_) => {}
+                None => {
+                    let last = self.pending.take();
+                    return Ok(last.map(|f| self.snapshot_of(f)));
+                }
+            }
+        }
+    }
+
+    fn interval(&self) -> Duration {
+        self.interval
+    }
+}
+
+fn recorded_scope(root_pids: &[i32]) -> String {
+    if root_pids.is_empty() {
+        "recorded processes".to_string()
+    } else {
+        let list: Vec<String> = root_pids.iter().map(|p| p.to_string()).collect();
+        format!("recorded pids {}", list.join(","))
     }
 }
 
@@ -244,7 +408,8 @@ mod ebpf_feed {
     /// The eBPF session: every class exact, syscall latency histograms, events lost.
     pub struct EbpfFeed {
         info: FeedInfo,
-        session: Session,
+        /// `None` once finished.
+        session: Option<Session>,
         ring: RingBuf<MapData>,
         interval: Duration,
         system_wide: bool,
@@ -255,24 +420,34 @@ mod ebpf_feed {
         /// Load and attach the programs and start tracking the targets. System-wide
         /// means every process below pid 1, with `follow` (new processes are tracked
         /// from their fork).
-        pub fn start(targets: LiveTargets, interval: Duration) -> Result<EbpfFeed> {
+        /// With `stacks`, stacks are captured and every snapshot carries the profile so
+        /// far; with `record`, the session is written to it as it runs.
+        pub fn start(
+            targets: LiveTargets,
+            interval: Duration,
+            stacks: Option<crate::source::ebpf::loader::StackOptions>,
+            record: Option<Box<dyn RecordSink>>,
+        ) -> Result<EbpfFeed> {
             let system_wide = targets.system_wide();
             let follow = targets.follow || system_wide;
-            let mut session = Session::start(TraceOptions {
+            let options = TraceOptions {
                 pids: targets.roots(),
                 follow,
                 // No slow-syscall stream: top shows histograms only.
                 min_latency_ns: 0,
                 interval,
-                // Frames are handed over, not kept (see `snapshot_now`); the session's
-                // own recorder holds only the attach frame.
-                max_frames: 1,
+                // Frames are handed over, not kept in memory (see `snapshot_now`); this
+                // is the cap a replay of the recording applies.
+                max_frames: RECORDED_MAX_FRAMES,
                 network: false,
                 label: None,
-                // The stacks panel is not built yet.
-                stacks: None,
-            })?;
+                stacks,
+            };
+            let mut session = Session::start_recorded(options, record)?;
             session.count_initial_in_frames(true);
+            if system_wide {
+                session.untrack_self()?;
+            }
             let ring = session.take_ring()?;
             let hooks = session.hooks().to_vec();
             Ok(EbpfFeed {
@@ -282,8 +457,9 @@ mod ebpf_feed {
                     scope: LiveTargets { follow, ..targets }.describe(),
                     hooks,
                     replay_of: None,
+                    stacks: stacks.is_some(),
                 },
-                session,
+                session: Some(session),
                 ring,
                 interval,
                 system_wide,
@@ -302,28 +478,47 @@ mod ebpf_feed {
                 return Ok(None);
             }
             self.pump();
-            let frame = self.session.snapshot_now()?;
+            let Some(session) = self.session.as_mut() else {
+                return Ok(None);
+            };
+            let frame = session.snapshot_now()?;
             // System-wide never ends (and checking walks every thread's map entry).
-            if !self.system_wide && !self.session.any_target_alive() {
+            if !self.system_wide && !session.any_target_alive() {
                 self.ended = true;
             }
             Ok(Some(Snapshot {
                 frame,
-                syscalls: self.session.syscall_histograms(),
-                events_lost: Some(self.session.events_lost()),
+                syscalls: session.syscall_histograms(),
+                events_lost: Some(session.events_lost()),
+                stacks: session.stack_profile_so_far(),
             }))
         }
 
         fn pump(&mut self) {
+            let Some(session) = self.session.as_mut() else {
+                return;
+            };
             while let Some(item) = self.ring.next() {
-                self.session.handle_record(&item);
+                session.handle_record(&item);
             }
-            // Nothing in top reads lifecycle events; don't let them pile up.
-            drop(self.session.take_lifecycle());
+            // Nothing in top reads lifecycle events (a recording got them as they
+            // came); don't let them pile up.
+            drop(session.take_lifecycle());
         }
 
         fn interval(&self) -> Duration {
             self.interval
+        }
+
+        /// Detach, take the final frame, and (when recording) write it with the final
+        /// histograms and stacks.
+        fn finish(&mut self) -> Result<u64> {
+            self.pump();
+            let Some(session) = self.session.take() else {
+                return Ok(0);
+            };
+            let bundle = session.finish()?;
+            Ok(bundle.frames.last().map_or(0, |f| f.t_ns))
         }
     }
 }

@@ -20,6 +20,7 @@ use anyhow::Result;
 use kernelkite_common::LatencyClass;
 use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 
+use crate::analysis::stacks::{dominant_stack_class, top_stacks, HeavyStack};
 use crate::analysis::{syscall_stats, SyscallStats};
 use crate::model::ClassTimes;
 use feed::{FeedInfo, Snapshot, TopFeed};
@@ -105,6 +106,16 @@ impl Row {
     fn key(&self) -> (i32, Option<i32>) {
         (self.pid, self.tid)
     }
+}
+
+/// What the stacks panel shows.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StackPanel {
+    /// The class whose stacks are shown; `None` when the row has no time (or, with
+    /// nothing selected, no stack has time).
+    pub class: Option<LatencyClass>,
+    /// Heaviest first.
+    pub stacks: Vec<HeavyStack>,
 }
 
 /// What a key press asks of the event loop.
@@ -208,6 +219,38 @@ impl App {
                 .iter()
                 .filter(|h| pid.is_none_or(|p| h.pid == p)),
         )
+    }
+
+    /// The stacks panel (`--stacks`): the heaviest `n` stacks in the window of the
+    /// selected row (its process, or its thread) in the row's dominant class; with
+    /// nothing selected, of every process in the class with the most time among those
+    /// with stacks. `None` when the feed has no stacks.
+    pub fn stack_panel(&mut self, n: usize) -> Option<StackPanel> {
+        let selected = self.selected_row().map(|r| (r.pid, r.tid, r.dominant()));
+        let data = self.data.as_mut()?;
+        let bundle = data.stacks.as_mut()?;
+        let profile = bundle.stacks.as_mut()?;
+        // Only the selected row's samples, without copying the profile's tables.
+        let all = selected.map(|(pid, tid, _)| {
+            let all = std::mem::take(&mut profile.samples);
+            profile.samples = all
+                .iter()
+                .filter(|s| s.pid == pid && tid.is_none_or(|t| s.tid == t))
+                .cloned()
+                .collect();
+            all
+        });
+        let class = match selected {
+            Some((_, _, dominant)) => dominant.map(|(class, _)| class),
+            None => dominant_stack_class(bundle, &data.analysis),
+        };
+        let stacks = class
+            .map(|c| top_stacks(bundle, &data.analysis, c, n))
+            .unwrap_or_default();
+        if let (Some(profile), Some(all)) = (bundle.stacks.as_mut(), all) {
+            profile.samples = all;
+        }
+        Some(StackPanel { class, stacks })
     }
 
     fn recompute(&mut self) {
@@ -495,7 +538,7 @@ pub struct Outcome {
 
 /// Own the terminal and run the view until the user quits or a signal arrives.
 /// The terminal is restored however this returns (and on panic).
-pub fn run(mut feed: Box<dyn TopFeed>, speed: f64) -> Result<Outcome> {
+pub fn run(feed: &mut dyn TopFeed, speed: f64) -> Result<Outcome> {
     let signals = terminal::StopSignals::install()?;
     let mut term = terminal::TerminalGuard::enter()?;
     let mut app = App::new(feed.info().clone(), feed.interval());

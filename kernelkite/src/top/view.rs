@@ -1,6 +1,6 @@
 //! Drawing an [`App`]: header with the class legend, the process table with a stacked
-//! bar of the six latency classes per row, the syscall panel, the status line, and the
-//! help overlay. Every number shown comes from the app's window analysis; this module
+//! bar of the six latency classes per row, the syscall panel, the stacks panel (when the
+//! feed has stacks), the status line, and the help overlay. Every number shown comes from the app's window analysis; this module
 //! only lays it out. Any terminal size renders (tiny ones get a one-line notice).
 
 use kernelkite_common::LatencyClass;
@@ -14,6 +14,13 @@ use ratatui::Frame;
 
 use super::{App, Column, Row};
 use crate::report::{clean, fmt_ns};
+
+/// The syscall table's width (its columns' widths added up).
+const SYSCALL_TABLE_WIDTH: u16 = 18 + 9 + 9 + 11 + 10 * 4 + 7;
+/// From this width on, the stacks panel goes beside the syscall panel.
+const SIDE_BY_SIDE_WIDTH: u16 = SYSCALL_TABLE_WIDTH + 50;
+/// At most this many stacks are listed.
+const PANEL_STACKS: usize = 5;
 
 /// Below this size only a notice is drawn.
 const MIN_WIDTH: u16 = 40;
@@ -42,12 +49,19 @@ pub fn draw(f: &mut Frame<'_>, app: &mut App) {
         f.render_widget(Paragraph::new(notice).wrap(Wrap { trim: true }), area);
         return;
     }
-    let syscall_height = (area.height / 3).clamp(5, 14);
-    let [header, legend, table, syscalls, status, keys] = Layout::vertical([
+    let show_stacks = app.info.stacks || app.data().is_some_and(|d| d.stacks.is_some());
+    // Stacks beside the syscalls on a wide terminal, below them on a narrow one.
+    let side_by_side = area.width >= SIDE_BY_SIDE_WIDTH;
+    let panel_height = if show_stacks && !side_by_side {
+        (area.height / 2).clamp(8, 24)
+    } else {
+        (area.height / 3).clamp(5, 14)
+    };
+    let [header, legend, table, panels, status, keys] = Layout::vertical([
         Constraint::Length(1),
         Constraint::Length(1),
         Constraint::Min(3),
-        Constraint::Length(syscall_height),
+        Constraint::Length(panel_height),
         Constraint::Length(1),
         Constraint::Length(1),
     ])
@@ -55,7 +69,19 @@ pub fn draw(f: &mut Frame<'_>, app: &mut App) {
     f.render_widget(Paragraph::new(header_line(app)), header);
     f.render_widget(Paragraph::new(legend_line(app)), legend);
     draw_table(f, app, table);
-    draw_syscalls(f, app, syscalls);
+    if show_stacks {
+        let [syscalls, stacks] = if side_by_side {
+            Layout::horizontal([Constraint::Length(SYSCALL_TABLE_WIDTH), Constraint::Min(20)])
+                .spacing(1)
+                .areas(panels)
+        } else {
+            Layout::vertical([Constraint::Percentage(45), Constraint::Percentage(55)]).areas(panels)
+        };
+        draw_syscalls(f, app, syscalls);
+        draw_stacks(f, app, stacks);
+    } else {
+        draw_syscalls(f, app, panels);
+    }
     f.render_widget(Paragraph::new(status_line(app)), status);
     f.render_widget(
         Paragraph::new(keys_line(app)).style(Style::new().fg(Color::DarkGray)),
@@ -347,6 +373,104 @@ fn draw_syscalls(f: &mut Frame<'_>, app: &App, area: Rect) {
     f.render_widget(table, inner);
 }
 
+/// The stacks panel: per stack, a heading (time, share of the class's stacks in view,
+/// count, threads), the kernel frames on one line (leaf first), then the user frames,
+/// innermost first, as many as fit.
+fn draw_stacks(f: &mut Frame<'_>, app: &mut App, area: Rect) {
+    use crate::report::stacks::{count_unit, frame_line, threads_text};
+    let whose = match app.selected_row() {
+        Some(r) => match r.tid {
+            Some(tid) => format!("thread {tid} {}", clean(&r.comm)),
+            None => format!("pid {} {}", r.pid, clean(&r.comm)),
+        },
+        None => "all processes".to_string(),
+    };
+    let window = app.window.label();
+    let panel = app.stack_panel(PANEL_STACKS);
+    let class_name = panel
+        .as_ref()
+        .and_then(|p| p.class)
+        .map_or("-", |c| c.name());
+    let title = format!(" stacks · {whose} · {class_name} · {window} ");
+    let block = Block::default().borders(Borders::TOP).title(title);
+    let inner = block.inner(area);
+    f.render_widget(block, area);
+    let dim = Style::new().fg(Color::DarkGray);
+    let Some(panel) = panel else {
+        let msg = if app.info.replay_of.is_some() {
+            "stacks arrive with the last frame (a session writes them when it ends)"
+        } else {
+            "no stacks yet"
+        };
+        f.render_widget(
+            Paragraph::new(msg).wrap(Wrap { trim: true }).style(dim),
+            inner,
+        );
+        return;
+    };
+    let Some(class) = panel.class else {
+        f.render_widget(
+            Paragraph::new("no time measured for this row in the window").style(dim),
+            inner,
+        );
+        return;
+    };
+    if panel.stacks.is_empty() {
+        f.render_widget(
+            Paragraph::new(format!(
+                "no {} stack captured in this window (off-CPU periods shorter than --min-block-us get none)",
+                class.name()
+            ))
+            .wrap(Wrap { trim: true })
+            .style(dim),
+            inner,
+        );
+        return;
+    }
+    let height = inner.height as usize;
+    // Each stack shown gets its heading and at least one frame line; the heavier ones
+    // get the lines left over first.
+    let shown = panel.stacks.len().min((height / 2).max(1));
+    let mut remaining = height;
+    let mut lines: Vec<Line> = Vec::new();
+    for (i, s) in panel.stacks.iter().take(shown).enumerate() {
+        let room = remaining.saturating_sub(1 + 2 * (shown - i - 1)).max(1);
+        lines.push(Line::from(vec![
+            Span::styled(
+                format!("#{} {}", i + 1, fmt_ns(s.total_ns as f64)),
+                Style::new()
+                    .fg(class_color(class))
+                    .add_modifier(Modifier::BOLD),
+            ),
+            Span::raw(format!(
+                " {} of stacks · {} {} · {}",
+                crate::report::fmt_share(s.share_of_stacks),
+                s.count,
+                count_unit(class),
+                threads_text(&s.threads)
+            )),
+        ]));
+        let mut body: Vec<Line> = Vec::new();
+        let kernel: Vec<String> = (s.frames.iter().rev())
+            .filter(|fr| fr.kernel)
+            .map(|fr| clean(&fr.name))
+            .collect();
+        if !kernel.is_empty() {
+            body.push(Line::styled(format!("  [k] {}", kernel.join(" ← ")), dim));
+        }
+        for fr in s.frames.iter().rev().filter(|fr| !fr.kernel) {
+            body.push(Line::raw(format!("  {}", frame_line(fr))));
+        }
+        if s.frames.is_empty() {
+            body.push(Line::styled("  [unknown] (no stack captured)", dim));
+        }
+        let taken = body.len().min(room);
+        lines.extend(body.into_iter().take(taken));
+        remaining = remaining.saturating_sub(1 + taken);
+    }
+    f.render_widget(Paragraph::new(lines), inner);
+}
+
 fn status_line(app: &App) -> Line<'static> {
     let lost = match app.data().and_then(|d| d.events_lost) {
         Some(n) => format!("events lost {n}"),
@@ -423,7 +547,7 @@ pub fn help_lines(hooks: &[String]) -> Vec<String> {
         "r            reverse the sort order".to_string(),
         "/            filter by name or pid (Enter keeps, Esc clears)".to_string(),
         "p, space     pause / resume".to_string(),
-        "↑ ↓ j k      select a row (the syscall panel follows it)".to_string(),
+        "↑ ↓ j k      select a row (the syscall and stacks panels follow it)".to_string(),
         "Enter, → ←   expand / collapse a process's threads".to_string(),
         "+ -          replay speed".to_string(),
         "Esc          clear filter and selection".to_string(),

@@ -9,7 +9,7 @@ use kernelkite_common::hist::bucket_upper;
 
 use super::feed::{FeedInfo, Snapshot};
 use crate::analysis::{analyze, Analysis};
-use crate::model::{Backend, Bundle, ClassTimes, SyscallHistogram};
+use crate::model::{Backend, Bundle, ClassTimes, StackProfile, StackSample, SyscallHistogram};
 
 /// Which span the view shows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -59,7 +59,13 @@ pub struct History {
 impl History {
     pub fn push(&mut self, snapshot: Snapshot) {
         if self.first.is_none() {
-            self.first = Some(snapshot.clone());
+            self.first = Some(without_stack_tables(snapshot.clone()));
+        }
+        // Only the latest snapshot's frame and stack tables are read (they only grow,
+        // so they resolve every earlier snapshot's samples): don't keep a copy per
+        // snapshot.
+        if let Some(previous) = self.recent.pop_back() {
+            self.recent.push_back(without_stack_tables(previous));
         }
         let latest_t = snapshot.frame.t_ns;
         self.recent.push_back(snapshot);
@@ -112,6 +118,14 @@ impl History {
     }
 }
 
+fn without_stack_tables(mut snapshot: Snapshot) -> Snapshot {
+    if let Some(profile) = snapshot.stacks.as_mut() {
+        profile.frames = Vec::new();
+        profile.stacks = Vec::new();
+    }
+    snapshot
+}
+
 /// One window's derived numbers.
 #[derive(Clone, Debug)]
 pub struct WindowData {
@@ -125,6 +139,10 @@ pub struct WindowData {
     pub alive: BTreeMap<(i32, u64), Vec<i32>>,
     /// Events lost since the feed started (kernel counters).
     pub events_lost: Option<u64>,
+    /// `--stacks`: a bundle of the latest frame (it names the threads) and the window's
+    /// stack profile (the latest profile's tables, its samples minus the baseline's), for
+    /// `analysis::stacks`; `None` when the feed has no stacks (yet).
+    pub stacks: Option<Bundle>,
 }
 
 /// The window bundle of `snapshots` (baseline first) and its analysis.
@@ -149,6 +167,12 @@ pub fn window_data(info: &FeedInfo, interval_ms: u64, snapshots: &[&Snapshot]) -
     WindowData {
         analysis,
         window_ns: bundle.frames.last().map_or(0, |f| f.t_ns),
+        stacks: bundle.stacks.map(|profile| {
+            let mut stacks = Bundle::new(info.backend, info.host.clone(), interval_ms);
+            stacks.frames.extend(bundle.frames.last().cloned());
+            stacks.stacks = Some(profile);
+            stacks
+        }),
         histograms: bundle.syscalls,
         alive,
         events_lost: latest.and_then(|s| s.events_lost),
@@ -196,7 +220,57 @@ pub fn window_bundle(info: &FeedInfo, interval_ms: u64, snapshots: &[&Snapshot])
     }
     bundle.syscalls = histogram_deltas(&latest.syscalls, &base.syscalls);
     bundle.events_lost = latest.events_lost;
+    bundle.stacks = latest
+        .stacks
+        .as_ref()
+        .map(|p| stack_deltas(p, base.stacks.as_ref()));
     bundle
+}
+
+/// The window's stack profile: `latest`'s tables, its samples minus the baseline's (a
+/// sample is cumulative time per thread, class and stacks), the ones with no time in
+/// the window left out.
+pub fn stack_deltas(latest: &StackProfile, base: Option<&StackProfile>) -> StackProfile {
+    type Key<'a> = (i32, i32, &'a str, Option<u32>, Option<u32>);
+    let before: BTreeMap<Key<'_>, (u64, u64)> = base
+        .map(|b| {
+            b.samples
+                .iter()
+                .map(|s| {
+                    (
+                        (s.pid, s.tid, s.class.as_str(), s.user_stack, s.kernel_stack),
+                        (s.total_ns, s.count),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let samples = latest
+        .samples
+        .iter()
+        .filter_map(|s| {
+            let (total_ns, count) = before
+                .get(&(s.pid, s.tid, s.class.as_str(), s.user_stack, s.kernel_stack))
+                .copied()
+                .unwrap_or((0, 0));
+            let total_ns = s.total_ns.saturating_sub(total_ns);
+            (total_ns > 0).then(|| StackSample {
+                total_ns,
+                count: s.count.saturating_sub(count),
+                ..s.clone()
+            })
+        })
+        .collect();
+    StackProfile {
+        sample_hz: latest.sample_hz,
+        min_block_ns: latest.min_block_ns,
+        frames: latest.frames.clone(),
+        stacks: latest.stacks.clone(),
+        samples,
+        captures_lost: latest
+            .captures_lost
+            .saturating_sub(base.map_or(0, |b| b.captures_lost)),
+    }
 }
 
 /// `later - earlier` per class, never below zero (the session never lets class counters
@@ -299,6 +373,7 @@ mod tests {
             },
             syscalls: Vec::new(),
             events_lost: None,
+            stacks: None,
         }
     }
 
@@ -398,6 +473,7 @@ mod tests {
             scope: "pid 7".into(),
             hooks: Vec::new(),
             replay_of: None,
+            stacks: false,
         };
         let a = proc_at(1_000_000_000, 900_000_000, 100_000_000);
         let b = proc_at(2_000_000_000, 1_700_000_000, 300_000_000);
@@ -417,5 +493,40 @@ mod tests {
             (p.classes.lock_wait, p.classes.on_cpu),
             (700_000_000, 300_000_000)
         );
+    }
+
+    #[test]
+    fn stack_deltas_keep_the_time_spent_in_the_window() {
+        let sample = |tid: i32, user: u32, total_ns: u64, count: u64| StackSample {
+            pid: 7,
+            tid,
+            class: "lock_wait".into(),
+            user_stack: Some(user),
+            kernel_stack: None,
+            total_ns,
+            count,
+        };
+        let profile = |samples: Vec<StackSample>, lost: u64| StackProfile {
+            sample_hz: 99,
+            min_block_ns: 1_000_000,
+            frames: Vec::new(),
+            stacks: vec![vec![], vec![]],
+            samples,
+            captures_lost: lost,
+        };
+        let base = profile(vec![sample(7, 0, 500, 5), sample(8, 1, 300, 3)], 1);
+        let latest = profile(
+            vec![
+                sample(7, 0, 800, 7),
+                sample(8, 1, 300, 3),
+                sample(8, 0, 50, 1),
+            ],
+            4,
+        );
+        let d = stack_deltas(&latest, Some(&base));
+        // tid 8's first stack had no time in the window: left out.
+        assert_eq!(d.samples, vec![sample(7, 0, 300, 2), sample(8, 0, 50, 1)]);
+        assert_eq!((d.captures_lost, d.stacks.len()), (3, 2));
+        assert_eq!(stack_deltas(&latest, None).samples, latest.samples);
     }
 }

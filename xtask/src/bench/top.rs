@@ -108,6 +108,12 @@ pub(super) fn top_benchmark(ctx: &Ctx, backend: &str) -> Result<Row> {
         std::thread::sleep(Duration::from_millis(50));
     }
     let result = measure(ctx, backend, seconds);
+    // The idle children outlive their parent (they sleep for the run's length): stop
+    // them too, or the next backend's run is measured with twice the processes.
+    for child in children(wpid) {
+        // SAFETY: kill has no memory-safety preconditions.
+        unsafe { libc::kill(child, libc::SIGKILL) };
+    }
     let _ = workload.kill();
     let _ = workload.wait();
     match result {

@@ -311,6 +311,32 @@ impl Session {
         self.last_sink_histograms_ns = t_ns;
     }
 
+    /// Stop tracing kernelkite itself (system-wide views, where it descends from pid 1
+    /// like everything else): otherwise each of its own /proc and map reads runs the
+    /// syscall programs, charged to it, and it shows as a process it mostly measures
+    /// itself in. Its own CPU is reported apart (`top`'s status line).
+    pub fn untrack_self(&mut self) -> Result<(), SessionError> {
+        let me = std::process::id();
+        let map_err = |e: aya::maps::MapError| SessionError::Map("TARGETS", e.to_string());
+        let word = me >> 6;
+        let bits = self.targets.get(&word, 0).map_err(map_err)?;
+        self.targets
+            .set(word, bits & !(1u64 << (me & 63)), 0)
+            .map_err(map_err)?;
+        for (tid, state) in read_all(&self.threads) {
+            if state.tgid == me {
+                let _ = self.threads.remove(&tid);
+            }
+        }
+        for (key, _) in read_all(&self.hists) {
+            if key.tgid == me {
+                let _ = self.hists.remove(&key);
+            }
+        }
+        self.known_tgids.remove(&me);
+        Ok(())
+    }
+
     /// Processes with a live traced thread (for passing on signals).
     pub fn live_pids(&self) -> Vec<i32> {
         let set: BTreeSet<i32> = read_all(&self.threads)
@@ -502,10 +528,27 @@ impl Session {
         self.count_initial_in_frames = on;
     }
 
-    /// Take a snapshot frame and hand it over without keeping it (live views such as
-    /// `top` keep their own history).
+    /// Take a snapshot frame and hand it over without keeping it in memory (live views
+    /// such as `top` keep their own history). A recorded session still records it, and
+    /// its histograms as [`Session::snapshot`] does, so the recording replays the same.
     pub fn snapshot_now(&mut self) -> Result<Frame, SessionError> {
-        self.snapshot_frame(false)
+        let frame = self.snapshot_frame(false)?;
+        if let Some(sink) = self.sink.as_mut() {
+            sink.record(RecordRef::Frame(&frame));
+            if frame.t_ns.saturating_sub(self.last_sink_histograms_ns) >= SINK_HISTOGRAM_INTERVAL_NS
+            {
+                self.record_histograms(frame.t_ns);
+            }
+        }
+        Ok(frame)
+    }
+
+    /// `--stacks`: the stack profile so far (every stack resolved at the latest
+    /// snapshot, cumulative time per stack), without stopping the capture; `None`
+    /// without `--stacks`.
+    pub fn stack_profile_so_far(&self) -> Option<crate::model::StackProfile> {
+        let stacks = self.stacks.as_ref()?;
+        Some(stacks.profile_so_far(self.lost_count(lost::STACK)))
     }
 
     /// The cumulative syscall histograms so far: exited processes' (folded out of the
@@ -617,7 +660,15 @@ impl Session {
             stacks.resolve_new();
         }
         self.known_tgids.extend(by_tgid.keys().copied());
-        let roots: Vec<i32> = self.known_tgids.iter().map(|&t| t as i32).collect();
+        // System-wide (pid 1 with follow), every traced process stays below pid 1: a
+        // fixed scope lets the /proc walker keep its cache of the processes outside it
+        // (kernel threads) from tick to tick, where the known set, growing with every
+        // new process, would reset it.
+        let roots: Vec<i32> = if self.options.follow && self.options.pids.contains(&1) {
+            vec![1]
+        } else {
+            self.known_tgids.iter().map(|&t| t as i32).collect()
+        };
         let mut frame = self.sampler.sample(Scope::Subtrees(&roots), t_ns)?;
         let known = &self.known_tgids;
         frame.processes.retain(|p| known.contains(&(p.pid as u32)));

@@ -19,6 +19,7 @@ use kernelkite_common::bpf::{KernelStack, StackKey, StackTime, NO_STACK};
 use kernelkite_common::LatencyClass;
 
 use super::loader::StackOptions;
+use super::map_batch::read_all;
 use crate::model::{StackFrame, StackProfile, StackSample};
 
 /// The captured stacks of a session and their resolved frames.
@@ -129,10 +130,36 @@ impl StackCollector {
     /// detached, so nothing changes under the read). `captures_lost` is the kernel's count.
     pub fn finish(mut self, captures_lost: u64) -> StackProfile {
         self.resolve_new();
-        let mut samples: Vec<StackSample> = self
-            .times
-            .iter()
-            .filter_map(Result::ok)
+        let samples = self.samples();
+        StackProfile {
+            sample_hz: self.options.sample_hz,
+            min_block_ns: self.options.min_block_ns,
+            frames: self.frames,
+            stacks: self.stacks,
+            samples,
+            captures_lost,
+        }
+    }
+
+    /// The profile as it is now, the capture going on (live views): the stacks resolved
+    /// so far (call [`StackCollector::resolve_new`] first; a stack captured since then
+    /// counts as not captured) and the time per stack read from the map now.
+    pub fn profile_so_far(&self, captures_lost: u64) -> StackProfile {
+        StackProfile {
+            sample_hz: self.options.sample_hz,
+            min_block_ns: self.options.min_block_ns,
+            frames: self.frames.clone(),
+            stacks: self.stacks.clone(),
+            samples: self.samples(),
+            captures_lost,
+        }
+    }
+
+    /// One sample per (thread, class, resolved user stack, resolved kernel stack), from
+    /// the map's current contents.
+    fn samples(&self) -> Vec<StackSample> {
+        let mut samples: Vec<StackSample> = read_all(&self.times)
+            .into_iter()
             .filter_map(|(key, time)| {
                 let class = LatencyClass::from_id(key.class)?;
                 Some(StackSample {
@@ -181,14 +208,7 @@ impl StackCollector {
             }
             same
         });
-        StackProfile {
-            sample_hz: self.options.sample_hz,
-            min_block_ns: self.options.min_block_ns,
-            frames: self.frames,
-            stacks: self.stacks,
-            samples,
-            captures_lost,
-        }
+        samples
     }
 
     fn resolve_user(&mut self, pid: u32, id: i32) -> Option<u32> {
