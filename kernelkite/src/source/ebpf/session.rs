@@ -69,6 +69,8 @@ pub struct Session {
     hists: HashMap<MapData, SyscallKey, SyscallHist>,
     /// Histograms of exited processes, moved out of the map so it never fills up.
     folded_hists: BTreeMap<SyscallKey, HistAccumulator>,
+    /// The live processes' entries of the histogram map, as read at the last snapshot.
+    live_hists: Vec<(SyscallKey, SyscallHist)>,
     lost: PerCpuArray<MapData, u64>,
     targets: Array<MapData, u64>,
     sampler: Sampler,
@@ -232,6 +234,7 @@ impl Session {
             exited: BTreeSet::new(),
             known_tgids: BTreeSet::new(),
             folded_hists: BTreeMap::new(),
+            live_hists: Vec::new(),
             stacks,
             slow_stack_ids: Vec::new(),
             count_initial_in_frames: false,
@@ -551,16 +554,17 @@ impl Session {
         Some(stacks.profile_so_far(self.lost_count(lost::STACK)))
     }
 
-    /// The cumulative syscall histograms so far: exited processes' (folded out of the
-    /// kernel map) plus the live map's, one per (process, syscall), sorted.
+    /// The cumulative syscall histograms as of the last snapshot: exited processes'
+    /// (folded out of the kernel map) plus the live map's entries read with it (at the
+    /// end, after the programs were detached), one per (process, syscall), sorted.
     pub fn syscall_histograms(&self) -> Vec<SyscallHistogram> {
         let mut all: BTreeMap<SyscallKey, HistAccumulator> = self
             .folded_hists
             .iter()
             .map(|(k, acc)| (*k, acc.clone()))
             .collect();
-        for (key, value) in read_all(&self.hists) {
-            all.entry(key).or_default().add(&value);
+        for (key, value) in &self.live_hists {
+            all.entry(*key).or_default().add(value);
         }
         let mut syscalls: Vec<SyscallHistogram> = all
             .into_iter()
@@ -609,10 +613,12 @@ impl Session {
 
     /// Move the histograms of processes with no live thread out of the kernel map.
     fn fold_exited_histograms(&mut self, live: &BTreeMap<u32, BTreeMap<u32, ThreadState>>) {
-        let dead: Vec<(SyscallKey, SyscallHist)> = read_all(&self.hists)
+        let (dead, alive): (Vec<_>, Vec<_>) = read_all(&self.hists)
             .into_iter()
-            .filter(|(k, _)| !live.contains_key(&k.tgid))
-            .collect();
+            .partition(|(k, _)| !live.contains_key(&k.tgid));
+        // The live processes' histograms as of this snapshot: what `syscall_histograms`
+        // reports, without reading the map a second time.
+        self.live_hists = alive;
         for (key, value) in dead {
             // No thread of the process is left to update the entry: the copy is final.
             self.folded_hists.entry(key).or_default().add(&value);
