@@ -602,13 +602,7 @@ impl Session {
     /// Events lost so far, as counted by the BPF programs (plus records we could not
     /// decode).
     pub fn events_lost(&self) -> u64 {
-        let mut total = self.undecodable_records;
-        for i in 0..lost::COUNT {
-            if let Ok(per_cpu) = self.lost.get(&i, 0) {
-                total += per_cpu.iter().sum::<u64>();
-            }
-        }
-        total
+        self.undecodable_records + (0..lost::COUNT).map(|i| self.lost_count(i)).sum::<u64>()
     }
 
     /// Move the histograms of processes with no live thread out of the kernel map.

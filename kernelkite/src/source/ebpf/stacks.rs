@@ -110,7 +110,7 @@ impl StackCollector {
     /// Resolve every stack captured since the last call. Called at every snapshot, so
     /// a process's stacks are resolved while it is alive.
     pub fn resolve_new(&mut self) {
-        let keys: Vec<StackKey> = self.times.keys().filter_map(Result::ok).collect();
+        let keys: Vec<StackKey> = read_all(&self.times).into_iter().map(|(k, _)| k).collect();
         let wanted = std::mem::take(&mut self.wanted_user);
         for (pid, id) in keys.iter().map(|k| (k.tgid, k.user_stack_id)).chain(wanted) {
             if id != NO_STACK && !self.user_resolved.contains_key(&(pid, id)) {
