@@ -416,3 +416,51 @@ fn bpf_ids_held_by(pid: u32) -> Vec<(String, u32)> {
     ids.dedup();
     ids
 }
+
+/// Kernels without BTF get classic tracepoints, which need tracefs: kernelkite mounts
+/// it when it is not mounted and says so. (CI also runs this file once more with
+/// KERNELKITE_HOOKS=classic, so every class test above holds for classic hooks too.)
+#[test]
+fn classic_tracepoints_mount_tracefs_and_say_so() {
+    let Some(_serial) = ebpf_ready("classic_tracepoints_mount_tracefs_and_say_so") else {
+        return;
+    };
+    if std::env::var_os("CI").is_none() {
+        eprintln!("skipped: unmounts tracefs, so it runs in CI only (CI=true)");
+        return;
+    }
+    let tracefs = "/sys/kernel/tracing";
+    let _ = Command::new("umount").arg(tracefs).status();
+    let mounted = || {
+        std::fs::read_to_string("/proc/self/mounts")
+            .unwrap()
+            .lines()
+            .any(|l| l.split_whitespace().nth(1) == Some(tracefs))
+    };
+    assert!(!mounted(), "could not unmount {tracefs} for the test");
+    let mut sleeper = Command::new("sleep").arg("5").spawn().unwrap();
+    let out = Command::new(kernelkite_bin())
+        .env("KERNELKITE_HOOKS", "classic")
+        .args(["--json", "trace", "--pid", &sleeper.id().to_string()])
+        .args(["--duration", "1"])
+        .output()
+        .unwrap();
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
+    let err = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("classic tracepoints"), "{err}");
+    assert!(
+        err.contains(&format!("mounted tracefs at {tracefs}")),
+        "{err}"
+    );
+    assert!(mounted());
+    // A sleeper in nanosleep: its time is syscall_blocked.
+    let summary: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let blocked = summary["latency_class_shares"]["syscall_blocked"]
+        .as_f64()
+        .unwrap();
+    assert!(blocked > 0.99, "{stdout}");
+    assert_eq!(summary["events_lost"], 0, "{stdout}");
+}

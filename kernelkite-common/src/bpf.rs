@@ -54,7 +54,10 @@ pub struct ThreadState {
     pub since_ns: u64,
     /// Class id of the current sleep (SLEEPING, INITIAL).
     pub sleep_class: u32,
-    /// Syscall in progress, or [`NO_SYSCALL`].
+    /// Syscall in progress while the thread is off its CPU, or [`NO_SYSCALL`]. While it
+    /// runs, its syscall in progress is in its CPU's `ON_CPU_SYSCALL` slot instead (a
+    /// per-CPU array the verifier inlines: a syscall costs no lookup of this entry);
+    /// `sched_switch` moves it here at switch-out and back at switch-in.
     pub sys_nr: u32,
     /// CLOCK_MONOTONIC ns at sys_enter of the syscall in progress.
     pub sys_enter_ns: u64,
@@ -66,8 +69,8 @@ pub struct ThreadState {
     pub class_ns: [u64; NUM_CLASSES],
     /// CLOCK_MONOTONIC ns when tracking of this thread started (attach or fork).
     pub start_ns: u64,
-    /// [`thread_flags`] bits.
-    pub flags: u32,
+    /// Explicit padding; always 0.
+    pub _pad: u32,
     /// `--stacks`: stack id (in `USER_STACKS`) of the user stack captured when the thread
     /// last left the CPU outside a syscall; [`NO_STACK`] otherwise (inside a syscall the
     /// user stack is taken at sys_exit, where it is the same, and only after a long block).
@@ -85,6 +88,9 @@ pub struct ThreadState {
     pub pending_sleep_ns: u64,
     pub pending_runq_ns: u64,
     pub pending_kernel_stack: u64,
+    /// First argument of the syscall in progress while off the CPU (classic tracepoints
+    /// only, where the fork and exit hooks need it: clone flags, exit status).
+    pub sys_arg0: u64,
 }
 
 impl Default for ThreadState {
@@ -101,7 +107,7 @@ impl Default for ThreadState {
             exit_code: 0,
             class_ns: [0; NUM_CLASSES],
             start_ns: 0,
-            flags: 0,
+            _pad: 0,
             user_stack_id: NO_STACK,
             off_cpu_since_ns: 0,
             off_cpu_sleep_ns: 0,
@@ -110,6 +116,7 @@ impl Default for ThreadState {
             pending_sleep_ns: 0,
             pending_runq_ns: 0,
             pending_kernel_stack: 0,
+            sys_arg0: 0,
         }
     }
 }
@@ -149,12 +156,23 @@ pub struct StackTime {
     pub count: u64,
 }
 
-/// `ThreadState::flags`.
-pub mod thread_flags {
-    /// Syscalls of this thread are counted only after its next exec: `run` holds its
-    /// command in kernelkite's own gate process until it execs, and the gate's
-    /// syscalls are not the command's.
-    pub const COUNT_AFTER_EXEC: u32 = 1;
+/// The syscall in progress of the traced thread on a CPU: the value of the per-CPU
+/// `ON_CPU_SYSCALL` array (see [`ThreadState::sys_nr`]).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OnCpuSyscall {
+    /// The thread it belongs to; 0 (the idle task, never traced) when empty.
+    pub tid: u32,
+    /// Syscall number.
+    pub nr: u32,
+    /// CLOCK_MONOTONIC ns at sys_enter.
+    pub enter_ns: u64,
+    /// 1 when the call is a lock wait (futex WAIT/LOCK ops, futex_waitv).
+    pub is_lock: u32,
+    /// Explicit padding; always 0.
+    pub _pad: u32,
+    /// First argument (classic tracepoints only; 0 with tp_btf hooks).
+    pub arg0: u64,
 }
 
 /// Key of the per-(process, syscall) latency histogram map.
@@ -208,6 +226,14 @@ pub mod record_kind {
     pub const SLOW_SYSCALL: u32 = 4;
 }
 
+/// `LifecycleRecord::flags`.
+pub mod record_flags {
+    /// Exit: the exit code is not known. Classic tracepoints cannot read
+    /// `task_struct.exit_code`; they know it only from the status passed to exit or
+    /// exit_group, not for a thread killed by a signal.
+    pub const EXIT_CODE_UNKNOWN: u32 = 1;
+}
+
 /// Length of `task_struct.comm`.
 pub const COMM_LEN: usize = 16;
 
@@ -226,10 +252,10 @@ pub struct LifecycleRecord {
     pub parent_tgid: u32,
     /// CLOCK_MONOTONIC ns.
     pub ts_ns: u64,
-    /// Exit: `task_struct.exit_code`.
+    /// Exit: `task_struct.exit_code` (see [`record_flags::EXIT_CODE_UNKNOWN`]).
     pub exit_code: u32,
-    /// Explicit padding; always 0.
-    pub _pad: u32,
+    /// [`record_flags`] bits.
+    pub flags: u32,
     /// Exit: the thread's class times over its traced life.
     pub class_ns: [u64; NUM_CLASSES],
     /// Exit: CLOCK_MONOTONIC ns when tracking of the thread started.
@@ -258,8 +284,9 @@ pub struct SlowSyscallRecord {
     pub _pad: u32,
 }
 
-const _: () = assert!(core::mem::size_of::<ThreadState>() == 152);
+const _: () = assert!(core::mem::size_of::<ThreadState>() == 160);
 const _: () = assert!(core::mem::size_of::<StackKey>() == 24);
+const _: () = assert!(core::mem::size_of::<OnCpuSyscall>() == 32);
 const _: () = assert!(core::mem::size_of::<StackTime>() == 16);
 const _: () = assert!(core::mem::size_of::<SyscallKey>() == 8);
 const _: () = assert!(core::mem::size_of::<SyscallHist>() == 16 + 8 * NUM_BUCKETS);

@@ -6,12 +6,14 @@ use aya_ebpf::helpers::{bpf_get_current_comm, bpf_get_current_task, bpf_ktime_ge
 use aya_ebpf::macros::btf_tracepoint;
 use aya_ebpf::programs::BtfTracePointContext;
 use kernelkite_common::bpf::{
-    lost, record_kind, run_state, thread_flags, LifecycleRecord, ThreadState, COMM_LEN, NO_STACK,
+    lost, record_flags, record_kind, run_state, LifecycleRecord, ThreadState, COMM_LEN, NO_STACK,
     NO_SYSCALL,
 };
 use kernelkite_common::LatencyClass;
 
-use crate::maps::{count_lost, current_thread, set_target, EVENTS, THREADS};
+use crate::maps::{
+    count_lost, current_thread, is_gate, on_cpu_syscall, set_target, EVENTS, GATE, THREADS,
+};
 use crate::sched::close_interval;
 use crate::{stacks, task};
 
@@ -41,13 +43,19 @@ fn send(record: LifecycleRecord) -> bool {
 
 #[btf_tracepoint(function = "sched_process_fork")]
 pub fn sched_process_fork(ctx: BtfTracePointContext) -> i32 {
-    // Runs in the forking thread.
+    let child: *const u8 = ctx.arg(1);
+    // SAFETY: child is the tracepoint's task_struct.
+    on_fork(|_| unsafe { task::ids(child) })
+}
+
+/// A fork, in the forking thread; `child` gives the child's (tid, tgid) from the
+/// parent's tgid.
+#[inline(always)]
+pub fn on_fork(child: impl FnOnce(u32) -> (u32, u32)) -> i32 {
     let Some((parent_tgid, _, _)) = current_thread() else {
         return 0;
     };
-    let child: *const u8 = ctx.arg(1);
-    // SAFETY: child is the tracepoint's task_struct.
-    let (child_tid, child_tgid) = unsafe { (task::pid(child), task::tgid(child)) };
+    let (child_tid, child_tgid) = child(parent_tgid);
     let new_process = child_tgid != parent_tgid;
     if new_process && unsafe { core::ptr::read_volatile(&FOLLOW) } == 0 {
         return 0;
@@ -91,13 +99,31 @@ pub fn sched_process_fork(ctx: BtfTracePointContext) -> i32 {
 }
 
 #[btf_tracepoint(function = "sched_process_exec")]
-pub fn sched_process_exec(_ctx: BtfTracePointContext) -> i32 {
-    let Some((tgid, tid, t)) = current_thread() else {
+pub fn sched_process_exec(ctx: BtfTracePointContext) -> i32 {
+    on_exec(ctx.arg::<i32>(1) as u32)
+}
+
+/// An exec, in the thread that execs, which had tid `old_tid` before.
+#[inline(always)]
+pub fn on_exec(old_tid: u32) -> i32 {
+    let Some((tgid, tid, _)) = current_thread() else {
         return 0;
     };
+    // A thread other than the leader that execs takes the leader's tid: its execve in
+    // progress goes with it.
+    if let Some(slot) = on_cpu_syscall() {
+        if slot.tid == old_tid {
+            slot.tid = tid;
+        }
+    }
     // The command proper starts here: count its syscalls from now on (the exec call
     // itself included, as its sys_exit comes after this hook).
-    t.flags &= !thread_flags::COUNT_AFTER_EXEC;
+    if is_gate(tid) {
+        if let Some(gate) = GATE.get_ptr_mut(0) {
+            // SAFETY: a map value; only this thread's exec clears it.
+            unsafe { *gate = 0 };
+        }
+    }
     send(LifecycleRecord {
         kind: record_kind::EXEC,
         tgid,
@@ -112,7 +138,16 @@ pub fn sched_process_exec(_ctx: BtfTracePointContext) -> i32 {
 
 #[btf_tracepoint(function = "sched_process_exit")]
 pub fn sched_process_exit(_ctx: BtfTracePointContext) -> i32 {
-    // Runs in the exiting thread, which is on a CPU.
+    on_exit(|| {
+        // SAFETY: the current task pointer is valid while it runs this hook.
+        Some(unsafe { task::exit_code(bpf_get_current_task() as *const u8) })
+    })
+}
+
+/// A thread's exit, in the exiting thread (which is on a CPU); `exit_code` gives
+/// `task_struct.exit_code`, or None where the hook cannot know it.
+#[inline(always)]
+pub fn on_exit(exit_code: impl FnOnce() -> Option<u32>) -> i32 {
     let Some((tgid, tid, t)) = current_thread() else {
         return 0;
     };
@@ -121,14 +156,17 @@ pub fn sched_process_exit(_ctx: BtfTracePointContext) -> i32 {
     close_interval(t, LatencyClass::OnCpu, now);
     // A long block whose syscall never returned (the thread was killed in it).
     stacks::flush_pending(tgid, tid, t, NO_STACK as i64);
-    // SAFETY: the current task pointer is valid while it runs this hook.
-    let exit_code = unsafe { task::exit_code(bpf_get_current_task() as *const u8) };
+    let (exit_code, flags) = match exit_code() {
+        Some(code) => (code, 0),
+        None => (0, record_flags::EXIT_CODE_UNKNOWN),
+    };
     let sent = send(LifecycleRecord {
         kind: record_kind::EXIT,
         tgid,
         tid,
         ts_ns: now,
         exit_code,
+        flags,
         class_ns: t.class_ns,
         start_ns: t.start_ns,
         comm: comm(),

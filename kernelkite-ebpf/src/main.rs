@@ -13,6 +13,7 @@
     reason = "core_intrinsics gives the BPF atomic OR that core::sync lacks on bpfel"
 )]
 
+mod classic;
 mod floor;
 mod lifecycle;
 mod maps;

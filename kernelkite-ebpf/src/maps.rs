@@ -2,7 +2,9 @@
 
 use aya_ebpf::macros::map;
 use aya_ebpf::maps::{Array, HashMap, PerCpuArray, RingBuf};
-use kernelkite_common::bpf::{lost, SyscallHist, SyscallKey, ThreadState, MAX_SYSCALL_NR};
+use kernelkite_common::bpf::{
+    lost, OnCpuSyscall, SyscallHist, SyscallKey, ThreadState, MAX_SYSCALL_NR,
+};
 
 /// Bit per tgid: set for every traced process. 2^22 bits cover the largest pid_max.
 pub const TARGET_BITMAP_WORDS: u32 = (1 << 22) / 64;
@@ -13,6 +15,18 @@ pub static TARGETS: Array<u64> = Array::with_max_entries(TARGET_BITMAP_WORDS, 0)
 /// Per-thread state and class counters, keyed by tid.
 #[map]
 pub static THREADS: HashMap<u32, ThreadState> = HashMap::with_max_entries(65_536, 0);
+
+/// The syscall in progress of the traced thread running on each CPU (see
+/// `ThreadState::sys_nr`): sys_enter and sys_exit touch only this slot, which the
+/// verifier inlines, instead of a hash lookup of the thread's entry each.
+#[map]
+pub static ON_CPU_SYSCALL: PerCpuArray<OnCpuSyscall> = PerCpuArray::with_max_entries(1, 0);
+
+/// Tid of `run`'s gate process while it waits to exec the command (0 otherwise): its
+/// syscalls are kernelkite's, not the command's, so they are not counted. Set by
+/// userspace, cleared by the exec hook.
+#[map]
+pub static GATE: Array<u32> = Array::with_max_entries(1, 0);
 
 /// Per-(tgid, syscall) latency histograms, updated with atomic adds. Preallocated: an
 /// insert into a preallocated map cannot fail for want of memory (per-CPU maps without
@@ -90,6 +104,20 @@ pub fn current_thread() -> Option<(u32, u32, &'static mut ThreadState)> {
         return None;
     }
     thread(tid).map(|t| (tgid, tid, t))
+}
+
+/// This CPU's `ON_CPU_SYSCALL` slot.
+#[inline(always)]
+pub fn on_cpu_syscall() -> Option<&'static mut OnCpuSyscall> {
+    // SAFETY: a per-CPU value: only programs running on this CPU touch it, and they run
+    // with migration disabled.
+    ON_CPU_SYSCALL.get_ptr_mut(0).map(|p| unsafe { &mut *p })
+}
+
+/// Whether `tid` is `run`'s gate process, not yet the command.
+#[inline(always)]
+pub fn is_gate(tid: u32) -> bool {
+    matches!(GATE.get(0), Some(&gate) if gate == tid)
 }
 
 #[inline(always)]

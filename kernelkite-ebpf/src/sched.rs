@@ -3,11 +3,12 @@
 
 use aya_ebpf::helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns};
 use aya_ebpf::macros::btf_tracepoint;
+use aya_ebpf::programs::tracing::StackIdContext;
 use aya_ebpf::programs::BtfTracePointContext;
-use kernelkite_common::bpf::{run_state, syscall_kind, ThreadState, NO_SYSCALL};
+use kernelkite_common::bpf::{run_state, syscall_kind, OnCpuSyscall, ThreadState, NO_SYSCALL};
 use kernelkite_common::LatencyClass;
 
-use crate::maps::{is_target, thread, SYSCALL_KIND};
+use crate::maps::{is_target, on_cpu_syscall, thread, SYSCALL_KIND};
 use crate::{stacks, task};
 
 const TASK_RUNNING: u32 = 0;
@@ -50,8 +51,8 @@ fn sleep_class(t: &ThreadState, prev: *const u8, prev_state: u32) -> LatencyClas
     if in_syscall && t.sys_is_lock != 0 {
         return LatencyClass::LockWait;
     }
-    // SAFETY: prev is the task_struct the tracepoint handed us.
-    if unsafe { task::in_iowait(prev) } {
+    // SAFETY: prev is the task_struct the tracepoint handed us (null: unknown).
+    if !prev.is_null() && unsafe { task::in_iowait(prev) } {
         return LatencyClass::IoWait;
     }
     if in_syscall {
@@ -94,66 +95,145 @@ fn switch_in(t: &mut ThreadState, now: u64) {
 }
 
 #[inline(always)]
-fn on_switch(ctx: &BtfTracePointContext, prev_state: Option<u32>) -> i32 {
-    let preempt = ctx.arg::<u64>(0) & 1 == 1;
-    let prev: *const u8 = ctx.arg(1);
-    let next: *const u8 = ctx.arg(2);
+fn clock_ns() -> u64 {
     // SAFETY: helper call without preconditions.
-    let now = unsafe { bpf_ktime_get_ns() };
+    unsafe { bpf_ktime_get_ns() }
+}
+
+/// The thread leaving the CPU takes its syscall in progress from the CPU's slot (none
+/// if the slot holds another thread's: it entered no syscall we saw).
+#[inline(always)]
+fn take_syscall(t: &mut ThreadState, tid: u32, slot: &Option<&mut OnCpuSyscall>) {
+    match slot {
+        Some(s) if s.tid == tid => {
+            t.sys_nr = s.nr;
+            t.sys_enter_ns = s.enter_ns;
+            t.sys_is_lock = s.is_lock;
+            t.sys_arg0 = s.arg0;
+        }
+        _ => t.sys_nr = NO_SYSCALL,
+    }
+}
+
+/// The thread entering the CPU puts its syscall in progress into the CPU's slot.
+#[inline(always)]
+fn give_syscall(t: &mut ThreadState, tid: u32, slot: &mut Option<&mut OnCpuSyscall>) {
+    if t.sys_nr == NO_SYSCALL {
+        return;
+    }
+    if let Some(s) = slot {
+        s.tid = tid;
+        s.nr = t.sys_nr;
+        s.enter_ns = t.sys_enter_ns;
+        s.is_lock = t.sys_is_lock;
+        s.arg0 = t.sys_arg0;
+        t.sys_nr = NO_SYSCALL;
+    }
+}
+
+/// What a sched_switch hook knows, however it learned it.
+pub struct Switch {
+    /// The leaving thread was preempted (it stays runnable).
+    pub preempt: bool,
+    /// The leaving thread's state (`TASK_*` bits; 0 is running).
+    pub prev_state: u32,
+    /// The leaving task's task_struct, or null where the hook has none (classic
+    /// tracepoints: then `in_iowait` is unknown).
+    pub prev: *const u8,
+    /// The entering thread's tid.
+    pub next_tid: u32,
+    /// The entering thread's tgid, or 0 when the hook does not know it (classic
+    /// tracepoints: then its entry says, and only traced threads have one).
+    pub next_tgid: u32,
+    /// The entering task's task_struct, or null (classic tracepoints).
+    pub next: *const u8,
+}
+
+#[inline(always)]
+pub fn on_switch<C: StackIdContext>(ctx: &C, sw: Switch) -> i32 {
+    // The clock is read only when a traced thread is involved: it is the dearest part of
+    // the program (about 50 ns here), and most switches of a busy machine are not ours.
+    let mut now = 0;
+    let mut slot = on_cpu_syscall();
     // The tracepoint runs in the context of `prev`.
     let pid_tgid = bpf_get_current_pid_tgid();
     if is_target((pid_tgid >> 32) as u32) {
-        if let Some(t) = thread(pid_tgid as u32) {
-            // SAFETY: prev is the tracepoint's task_struct.
-            let state = prev_state.unwrap_or_else(|| unsafe { task::state(prev) });
+        let prev_tid = pid_tgid as u32;
+        if let Some(t) = thread(prev_tid) {
+            now = clock_ns();
+            take_syscall(t, prev_tid, &slot);
             // How long it ran (0 if it was not on a CPU since an event of ours).
             let ran_ns = if t.run_state == run_state::ON_CPU {
                 now.saturating_sub(t.since_ns)
             } else {
                 0
             };
-            switch_out(t, prev, preempt, state, now);
+            switch_out(t, sw.prev, sw.preempt, sw.prev_state, now);
             stacks::on_switch_out(ctx, t, now, ran_ns);
         }
     }
-    // SAFETY: next is the tracepoint's task_struct.
-    let next_tgid = unsafe { task::tgid(next) };
-    if is_target(next_tgid) {
-        let next_tid = unsafe { task::pid(next) };
-        if let Some(t) = thread(next_tid) {
-            stacks::on_switch_in(next, next_tgid, next_tid, t, now);
-            switch_in(t, now);
+    // Whatever the slot held belongs to the thread leaving (or to no traced thread).
+    if let Some(s) = slot.as_mut() {
+        s.tid = 0;
+    }
+    if sw.next_tgid != 0 && !is_target(sw.next_tgid) {
+        return 0;
+    }
+    if let Some(t) = thread(sw.next_tid) {
+        if now == 0 {
+            now = clock_ns();
         }
+        stacks::on_switch_in(sw.next, t.tgid, sw.next_tid, t, now);
+        switch_in(t, now);
+        give_syscall(t, sw.next_tid, &mut slot);
     }
     0
+}
+
+#[inline(always)]
+fn on_switch_btf(ctx: &BtfTracePointContext, prev_state: Option<u32>) -> i32 {
+    let prev: *const u8 = ctx.arg(1);
+    let next: *const u8 = ctx.arg(2);
+    // SAFETY: prev and next are the tracepoint's task_structs.
+    let prev_state = prev_state.unwrap_or_else(|| unsafe { task::state(prev) });
+    let (next_tid, next_tgid) = unsafe { task::ids(next) };
+    on_switch(
+        ctx,
+        Switch {
+            preempt: ctx.arg::<u64>(0) & 1 == 1,
+            prev_state,
+            prev,
+            next_tid,
+            next_tgid,
+            next,
+        },
+    )
 }
 
 /// Kernels since 5.18 pass `prev_state` as the fourth argument.
 #[btf_tracepoint(function = "sched_switch")]
 pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
     let prev_state = ctx.arg::<u64>(3) as u32;
-    on_switch(&ctx, Some(prev_state))
+    on_switch_btf(&ctx, Some(prev_state))
 }
 
 /// Older kernels: read `prev->__state` (or `state`) instead.
 #[btf_tracepoint(function = "sched_switch")]
 pub fn sched_switch_legacy(ctx: BtfTracePointContext) -> i32 {
-    on_switch(&ctx, None)
+    on_switch_btf(&ctx, None)
 }
 
+/// A wakeup of thread `tid`; `tgid` 0 when the hook does not know it (its entry does).
 #[inline(always)]
-fn on_wakeup(ctx: &BtfTracePointContext) -> i32 {
-    let p: *const u8 = ctx.arg(0);
-    // SAFETY: p is the tracepoint's task_struct.
-    if !is_target(unsafe { task::tgid(p) }) {
+pub fn on_wakeup(tid: u32, tgid: u32) -> i32 {
+    if tgid != 0 && !is_target(tgid) {
         return 0;
     }
-    if let Some(t) = thread(unsafe { task::pid(p) }) {
+    if let Some(t) = thread(tid) {
         // A wakeup of a thread that never left the CPU (it was woken while going to
         // sleep) changes nothing: the switch-out will see it runnable.
         if t.run_state == run_state::SLEEPING || t.run_state == run_state::INITIAL {
-            // SAFETY: helper call without preconditions.
-            let now = unsafe { bpf_ktime_get_ns() };
+            let now = clock_ns();
             close_interval(t, waiting_class(t), now);
             stacks::on_wakeup(t, now);
             t.run_state = run_state::RUNNABLE;
@@ -162,12 +242,20 @@ fn on_wakeup(ctx: &BtfTracePointContext) -> i32 {
     0
 }
 
+#[inline(always)]
+fn on_wakeup_btf(ctx: &BtfTracePointContext) -> i32 {
+    let p: *const u8 = ctx.arg(0);
+    // SAFETY: p is the tracepoint's task_struct.
+    let (tid, tgid) = unsafe { task::ids(p) };
+    on_wakeup(tid, tgid)
+}
+
 #[btf_tracepoint(function = "sched_wakeup")]
 pub fn sched_wakeup(ctx: BtfTracePointContext) -> i32 {
-    on_wakeup(&ctx)
+    on_wakeup_btf(&ctx)
 }
 
 #[btf_tracepoint(function = "sched_wakeup_new")]
 pub fn sched_wakeup_new(ctx: BtfTracePointContext) -> i32 {
-    on_wakeup(&ctx)
+    on_wakeup_btf(&ctx)
 }

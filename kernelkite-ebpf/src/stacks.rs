@@ -20,8 +20,8 @@ use aya_ebpf::programs::tracing::StackIdContext;
 use aya_ebpf::programs::PerfEventContext;
 use aya_ebpf::EbpfContext;
 use kernelkite_common::bpf::{
-    lost, run_state, KernelStack, StackKey, StackTime, ThreadState, KERNEL_STACK_DEPTH,
-    NO_PENDING, NO_STACK, NO_SYSCALL,
+    lost, run_state, KernelStack, StackKey, StackTime, ThreadState, KERNEL_STACK_DEPTH, NO_PENDING,
+    NO_STACK, NO_SYSCALL,
 };
 use kernelkite_common::LatencyClass;
 
@@ -150,7 +150,10 @@ fn add(key: &StackKey, ns: u64, count: u64) {
 
 /// Add one off-CPU period: its asleep part to `sleep_class`, the rest to runqueue.
 #[inline(always)]
-#[allow(clippy::too_many_arguments, reason = "the fields of one stack key and its times")]
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the fields of one stack key and its times"
+)]
 fn add_period(
     tgid: u32,
     tid: u32,

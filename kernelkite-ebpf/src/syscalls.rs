@@ -1,18 +1,25 @@
 //! raw_syscalls sys_enter/sys_exit: remember the syscall in progress (for the class of
 //! a sleep inside it) and count its latency into a per-(tgid, nr) histogram.
+//!
+//! The syscall in progress of a running thread lives in its CPU's `ON_CPU_SYSCALL`
+//! slot, so neither hook looks up the thread's entry; `sched_switch` moves it to the
+//! entry when the thread leaves the CPU and back when it returns.
 
 use aya_ebpf::bindings::BPF_NOEXIST;
-use aya_ebpf::helpers::{bpf_ktime_get_ns, bpf_probe_read_kernel};
+use aya_ebpf::helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel};
 use aya_ebpf::macros::{btf_tracepoint, map};
 use aya_ebpf::maps::Array;
+use aya_ebpf::programs::tracing::StackIdContext;
 use aya_ebpf::programs::BtfTracePointContext;
 use kernelkite_common::bpf::{
-    lost, record_kind, syscall_kind, thread_flags, SlowSyscallRecord, SyscallHist, SyscallKey,
-    NO_STACK, NO_SYSCALL,
+    lost, record_kind, syscall_kind, SlowSyscallRecord, SyscallHist, SyscallKey, NO_STACK,
 };
 use kernelkite_common::hist::{bucket_index, NUM_BUCKETS};
 
-use crate::maps::{atomic_add, count_lost, current_thread, EVENTS, SYSCALL_HISTS, SYSCALL_KIND};
+use crate::maps::{
+    atomic_add, count_lost, is_gate, is_target, on_cpu_syscall, thread, EVENTS, SYSCALL_HISTS,
+    SYSCALL_KIND,
+};
 use crate::stacks;
 
 /// Calls at least this slow are streamed as `SlowSyscallRecord`s; 0 disables.
@@ -34,69 +41,80 @@ const FUTEX_WAIT_REQUEUE_PI: u64 = 11;
 const FUTEX_LOCK_PI2: u64 = 13;
 const FUTEX_CMD_MASK: u64 = !(128 | 256);
 
+/// 1 when syscall `nr` is a lock wait; `futex_op` reads futex's second argument.
 #[inline(always)]
-fn is_lock_wait(nr: u32, regs: *const u8) -> u32 {
+fn is_lock_wait(nr: u32, futex_op: impl FnOnce() -> u64) -> u32 {
     let Some(kind) = SYSCALL_KIND.get(nr) else {
         return 0;
     };
     match *kind {
         syscall_kind::LOCK => 1,
-        syscall_kind::FUTEX => {
-            // SAFETY: regs is the tracepoint's pt_regs; the offset comes from BTF.
-            let off = unsafe { core::ptr::read_volatile(&PT_REGS_ARG1_OFFSET) } as usize;
-            let op =
-                unsafe { bpf_probe_read_kernel(regs.add(off) as *const u64) }.unwrap_or(u64::MAX);
-            match op & FUTEX_CMD_MASK {
-                FUTEX_WAIT
-                | FUTEX_WAIT_BITSET
-                | FUTEX_LOCK_PI
-                | FUTEX_LOCK_PI2
-                | FUTEX_WAIT_REQUEUE_PI => 1,
-                _ => 0,
-            }
-        }
+        syscall_kind::FUTEX => match futex_op() & FUTEX_CMD_MASK {
+            FUTEX_WAIT
+            | FUTEX_WAIT_BITSET
+            | FUTEX_LOCK_PI
+            | FUTEX_LOCK_PI2
+            | FUTEX_WAIT_REQUEUE_PI => 1,
+            _ => 0,
+        },
         _ => 0,
     }
 }
 
-#[btf_tracepoint(function = "sys_enter")]
-pub fn sys_enter(ctx: BtfTracePointContext) -> i32 {
-    let Some((_, _, t)) = current_thread() else {
+/// sys_enter, whatever the hook: `nr`, the first argument (0 where the hook does not
+/// read it), and a reader of the second.
+#[inline(always)]
+pub fn on_enter(nr: u32, arg0: u64, arg1: impl FnOnce() -> u64) -> i32 {
+    // No lookup of the thread's entry: a syscall of a target thread goes into its CPU's
+    // slot (an inlined per-CPU array load), where sched_switch finds it if it blocks.
+    let pid_tgid = bpf_get_current_pid_tgid();
+    if !is_target((pid_tgid >> 32) as u32) {
+        return 0;
+    }
+    let Some(slot) = on_cpu_syscall() else {
         return 0;
     };
-    let regs: *const u8 = ctx.arg(0);
-    let nr = ctx.arg::<i64>(1) as u32;
-    t.sys_nr = nr;
-    t.sys_is_lock = is_lock_wait(nr, regs);
+    slot.tid = pid_tgid as u32;
+    slot.nr = nr;
+    slot.arg0 = arg0;
+    slot.is_lock = is_lock_wait(nr, arg1);
     // SAFETY: helper call without preconditions.
-    t.sys_enter_ns = unsafe { bpf_ktime_get_ns() };
+    slot.enter_ns = unsafe { bpf_ktime_get_ns() };
     0
 }
 
-#[btf_tracepoint(function = "sys_exit")]
-pub fn sys_exit(ctx: BtfTracePointContext) -> i32 {
-    let Some((tgid, tid, t)) = current_thread() else {
+/// sys_exit, whatever the hook: `ret` reads the return value.
+#[inline(always)]
+pub fn on_exit<C: StackIdContext>(ctx: &C, ret: impl FnOnce() -> i64) -> i32 {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let (tgid, tid) = ((pid_tgid >> 32) as u32, pid_tgid as u32);
+    if !is_target(tgid) {
+        return 0;
+    }
+    let Some(slot) = on_cpu_syscall() else {
         return 0;
     };
-    let nr = t.sys_nr;
-    if nr == NO_SYSCALL {
+    if slot.tid != tid {
         // Entered before we attached (or a fork child returning): no start time.
         return 0;
     }
-    stacks::on_sys_exit(&ctx, tgid, tid, t);
-    if t.flags & thread_flags::COUNT_AFTER_EXEC != 0 {
+    slot.tid = 0;
+    let (nr, start_ns) = (slot.nr, slot.enter_ns);
+    if stacks::enabled() {
+        if let Some(t) = thread(tid) {
+            stacks::on_sys_exit(ctx, tgid, tid, t);
+        }
+    }
+    if is_gate(tid) {
         // Still kernelkite's gate process: its syscalls are not the command's.
-        t.sys_nr = NO_SYSCALL;
         return 0;
     }
     // SAFETY: helper call without preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
-    let start_ns = t.sys_enter_ns;
     let latency_ns = now.saturating_sub(start_ns);
-    t.sys_nr = NO_SYSCALL;
-    t.sys_is_lock = 0;
     count_latency(SyscallKey { tgid, nr }, latency_ns);
 
+    // SAFETY: a read-only global set at load time.
     let min = unsafe { core::ptr::read_volatile(&MIN_LATENCY_NS) };
     if min != 0 && latency_ns >= min {
         match EVENTS.reserve::<SlowSyscallRecord>(0) {
@@ -108,9 +126,9 @@ pub fn sys_exit(ctx: BtfTracePointContext) -> i32 {
                     nr,
                     start_ns,
                     duration_ns: latency_ns,
-                    ret: ctx.arg::<i64>(1),
+                    ret: ret(),
                     user_stack_id: if stacks::enabled() {
-                        stacks::user_stack(&ctx) as i32
+                        stacks::user_stack(ctx) as i32
                     } else {
                         NO_STACK
                     },
@@ -122,6 +140,21 @@ pub fn sys_exit(ctx: BtfTracePointContext) -> i32 {
         }
     }
     0
+}
+
+#[btf_tracepoint(function = "sys_enter")]
+pub fn sys_enter(ctx: BtfTracePointContext) -> i32 {
+    let regs: *const u8 = ctx.arg(0);
+    on_enter(ctx.arg::<i64>(1) as u32, 0, || {
+        // SAFETY: regs is the tracepoint's pt_regs; the offset comes from BTF.
+        let off = unsafe { core::ptr::read_volatile(&PT_REGS_ARG1_OFFSET) } as usize;
+        unsafe { bpf_probe_read_kernel(regs.add(off) as *const u64) }.unwrap_or(u64::MAX)
+    })
+}
+
+#[btf_tracepoint(function = "sys_exit")]
+pub fn sys_exit(ctx: BtfTracePointContext) -> i32 {
+    on_exit(&ctx, || ctx.arg::<i64>(1))
 }
 
 #[inline(always)]

@@ -37,6 +37,20 @@ pub unsafe fn pid(task: *const u8) -> u32 {
     unsafe { read_at::<i32>(task, global(&TASK_PID_OFFSET)) as u32 }
 }
 
+/// (`task->pid`, `task->tgid`): one 8-byte read where the two are adjacent, as they
+/// are in every kernel so far; two reads otherwise.
+#[inline(always)]
+pub unsafe fn ids(task: *const u8) -> (u32, u32) {
+    let pid_offset = global(&TASK_PID_OFFSET);
+    if global(&TASK_TGID_OFFSET) == pid_offset + 4 {
+        let both = unsafe { read_at::<u64>(task, pid_offset) };
+        // Little-endian (bpfel): pid is the low half.
+        (both as u32, (both >> 32) as u32)
+    } else {
+        unsafe { (pid(task), tgid(task)) }
+    }
+}
+
 /// `task->tgid` (the process id).
 #[inline(always)]
 pub unsafe fn tgid(task: *const u8) -> u32 {

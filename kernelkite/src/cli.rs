@@ -136,10 +136,21 @@ pub enum Command {
     Man,
     /// Benchmark helper: attach empty sys_enter/sys_exit programs until stdin closes.
     #[command(hide = true)]
-    BenchFloor,
+    BenchFloor(BenchFloorArgs),
     /// Internal: the child `run` starts under eBPF waits on FD, then execs COMMAND.
     #[command(hide = true, name = "__exec-after-gate")]
     ExecAfterGate(ExecAfterGateArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct BenchFloorArgs {
+    /// Attach the clock floor instead: a target check and a clock read at entry and
+    /// exit, the least a syscall-latency tracer does.
+    #[arg(long)]
+    pub clock: bool,
+    /// Process the clock floor measures (its target bit is set).
+    #[arg(long, requires = "clock")]
+    pub pid: Option<u32>,
 }
 
 #[derive(Debug, Args)]

@@ -128,6 +128,18 @@ pub struct RunningTrace {
     _dir: tempfile::TempDir,
 }
 
+/// Under `KERNELKITE_HOOKS=classic` (CI runs the eBPF tests once more so), the trace
+/// must say it attached classic tracepoints: a run that silently used tp_btf would
+/// prove nothing about the fallback.
+pub fn assert_hook_kind(stderr: &[String]) {
+    if std::env::var("KERNELKITE_HOOKS").as_deref() == Ok("classic") {
+        assert!(
+            stderr.iter().any(|l| l.contains("classic tracepoints")),
+            "KERNELKITE_HOOKS=classic but the trace did not say so: {stderr:?}"
+        );
+    }
+}
+
 impl RunningTrace {
     /// Start tracing `pids` and wait until the hooks are live.
     pub fn start(pids: &[i32], extra: &[&str]) -> RunningTrace {
@@ -168,6 +180,7 @@ impl RunningTrace {
                     let live = line.contains("hooks live");
                     trace.stderr.push(line);
                     if live {
+                        assert_hook_kind(&trace.stderr);
                         return trace;
                     }
                 }

@@ -14,8 +14,10 @@
 //! 4. the eBPF object check (`cargo xtask build-ebpf --check`);
 //! 5. `cargo test --workspace --no-fail-fast` with `CI=true` (real-kernel tests fail instead of
 //!    skipping when they cannot run), then the `test result:` lines again as a summary;
-//! 6. `cargo xtask samples --check`;
-//! 7. a short fuzz pass of the recording decoder (`cargo xtask fuzz --seconds 45`).
+//! 6. the real-kernel eBPF tests again with `KERNELKITE_HOOKS=classic` (the
+//!    classic-tracepoint fallback of kernels without BTF);
+//! 7. `cargo xtask samples --check`;
+//! 8. a short fuzz pass of the recording decoder (`cargo xtask fuzz --seconds 45`).
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -26,7 +28,8 @@ use anyhow::{bail, Context, Result};
 
 const USAGE: &str = "usage: cargo xtask ci [--no-install] [--from N]
   Runs, failing fast: dependency install, cargo fmt --check, clippy -D warnings,
-  the eBPF object check, cargo test --workspace (CI=true), cargo xtask samples --check,
+  the eBPF object check, cargo test --workspace (CI=true), the eBPF tests again on
+  classic tracepoints (KERNELKITE_HOOKS=classic), cargo xtask samples --check,
   a 45 s fuzz pass of the recording decoder (cargo xtask fuzz).
   --no-install (or KK_CI_NO_INSTALL=1): do not install system packages or tools.
   --from N: start at step N (to re-run locally after a fix; CI always runs them all).";
@@ -94,6 +97,10 @@ pub fn run(args: &[String]) -> Result<()> {
         (
             "cargo test --workspace --no-fail-fast (CI=true)",
             Box::new(|| test_workspace(&root)),
+        ),
+        (
+            "eBPF tests on classic tracepoints (KERNELKITE_HOOKS=classic)",
+            Box::new(|| test_classic_hooks(&root)),
         ),
         (
             "cargo xtask samples --check",
@@ -210,6 +217,31 @@ fn ebpf_check() -> Result<()> {
 /// `cargo test --workspace` with `CI=true`, echoing the runner's output as it comes and
 /// repeating every `test result:` line, and the failures, at the end.
 fn test_workspace(root: &Path) -> Result<()> {
+    run_tests(root, &["--workspace"], &[])
+}
+
+/// The real-kernel eBPF tests once more with the programs attached as classic
+/// tracepoints, as on a kernel without BTF (`--stacks` needs BTF, so its tests are not
+/// in this pass).
+fn test_classic_hooks(root: &Path) -> Result<()> {
+    run_tests(
+        root,
+        &[
+            "-p",
+            "kernelkite",
+            "--test",
+            "ebpf_trace",
+            "--test",
+            "ebpf_run",
+            "--test",
+            "ebpf_export",
+        ],
+        &[("KERNELKITE_HOOKS", "classic")],
+    )
+}
+
+/// `cargo test <which> --no-fail-fast` with `CI=true` and `env`.
+fn run_tests(root: &Path, which: &[&str], env: &[(&str, &str)]) -> Result<()> {
     // Binaries first, so tests that run kernelkite or kk-workload find them.
     cargo(&["build", "--workspace", "--bins"])?;
     let target = std::env::var_os("CARGO_TARGET_DIR")
@@ -217,9 +249,12 @@ fn test_workspace(root: &Path) -> Result<()> {
     let workload = target.join("debug").join("kk-workload");
 
     let mut cmd = Command::new(cargo_bin());
-    cmd.args(["test", "--workspace", "--no-fail-fast"])
+    cmd.arg("test")
+        .args(which)
+        .arg("--no-fail-fast")
         .env("CI", "true")
         .env("KK_WORKLOAD", &workload)
+        .envs(env.iter().copied())
         .stdout(Stdio::piped());
     let line = show(&cmd);
     let mut child = cmd

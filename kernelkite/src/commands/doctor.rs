@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 
-use crate::cli::GlobalArgs;
+use crate::cli::{BenchFloorArgs, GlobalArgs};
 
 pub fn execute(global: &GlobalArgs) -> Result<ExitCode> {
     let report = platform::diagnose();
@@ -18,8 +18,8 @@ pub fn execute(global: &GlobalArgs) -> Result<ExitCode> {
 
 /// `kernelkite bench-floor` (hidden): attach the empty syscall programs the overhead
 /// benchmark measures as its floor, say so, and hold them until stdin closes.
-pub fn bench_floor() -> Result<ExitCode> {
-    platform::bench_floor()
+pub fn bench_floor(args: &BenchFloorArgs) -> Result<ExitCode> {
+    platform::bench_floor(args)
 }
 
 fn render_text(report: &serde_json::Value) -> String {
@@ -47,6 +47,11 @@ fn render_text(report: &serde_json::Value) -> String {
             out.push_str(&format!("  {}\n", s(h.clone())));
         }
     }
+    if let Some(notes) = report.get("notes").and_then(|h| h.as_array()) {
+        for n in notes {
+            out.push_str(&format!("note:             {}\n", s(n.clone())));
+        }
+    }
     out.push_str(&format!("backend (auto):   {}\n", s(field("backend"))));
     out.push_str(&format!("why:              {}\n", s(field("reason"))));
     if report.get("stacks").is_some() {
@@ -57,7 +62,7 @@ fn render_text(report: &serde_json::Value) -> String {
 
 #[cfg(not(target_os = "linux"))]
 mod platform {
-    pub fn bench_floor() -> anyhow::Result<std::process::ExitCode> {
+    pub fn bench_floor(_: &crate::cli::BenchFloorArgs) -> anyhow::Result<std::process::ExitCode> {
         anyhow::bail!("bench-floor needs Linux")
     }
 
@@ -72,14 +77,23 @@ mod platform {
 
 #[cfg(target_os = "linux")]
 mod platform {
+    use anyhow::Context;
     use serde_json::json;
 
     use super::*;
     use crate::source::ebpf::availability::Availability;
     use crate::source::ebpf::loader::{self, ProbeOptions};
 
-    pub fn bench_floor() -> Result<ExitCode> {
-        let probes = loader::load_floor()?;
+    pub fn bench_floor(args: &BenchFloorArgs) -> Result<ExitCode> {
+        let mut probes = loader::load_floor(args.clock)?;
+        if let Some(pid) = args.pid {
+            let mut targets: aya::maps::Array<&mut aya::maps::MapData, u64> = probes
+                .ebpf
+                .map_mut("TARGETS")
+                .context("TARGETS missing from the object")?
+                .try_into()?;
+            targets.set(pid >> 6, 1u64 << (pid & 63), 0)?;
+        }
         println!("attached {}", probes.hooks.join(", "));
         let mut sink = Vec::new();
         std::io::Read::read_to_end(&mut std::io::stdin(), &mut sink)?;
@@ -102,8 +116,13 @@ mod platform {
                 yes(a.cap_sys_admin)
             )
         };
-        let (backend, reason, hooks) = match a.unavailable_reason() {
-            Some(reason) => ("proc", format!("eBPF unavailable: {reason}"), Vec::new()),
+        let (backend, reason, hooks, notes) = match a.unavailable_reason() {
+            Some(reason) => (
+                "proc",
+                format!("eBPF unavailable: {reason}"),
+                Vec::new(),
+                Vec::new(),
+            ),
             None => match loader::load(ProbeOptions::default()) {
                 Ok(probes) => (
                     "ebpf",
@@ -112,8 +131,14 @@ mod platform {
                         probes.attach_ms
                     ),
                     probes.hooks.clone(),
+                    probes.notes.clone(),
                 ),
-                Err(e) => ("proc", format!("eBPF unavailable: {e}"), Vec::new()),
+                Err(e) => (
+                    "proc",
+                    format!("eBPF unavailable: {e}"),
+                    Vec::new(),
+                    Vec::new(),
+                ),
             },
         };
         // `--stacks` adds a perf-event sampler and stack maps: try them on their own, so
@@ -139,11 +164,14 @@ mod platform {
             "btf": if a.btf { "yes (/sys/kernel/btf/vmlinux)" } else { "no" },
             "tracefs_mounted": if a.tracefs_mounted {
                 "yes"
+            } else if a.btf {
+                "no (not needed with kernel BTF: kernelkite uses BTF tracepoints)"
             } else {
-                "no (not needed: kernelkite uses BTF tracepoints)"
+                "no (kernelkite mounts it for classic tracepoints)"
             },
             "privileges": privileges,
             "hooks": hooks,
+            "notes": notes,
             "backend": backend,
             "reason": reason,
             "stacks": stacks,

@@ -52,7 +52,7 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Stacks(args) => stacks::execute(&global, &args),
         Command::Flamegraph(args) => flamegraph::execute(&global, &args),
         Command::Doctor => doctor::execute(&global),
-        Command::BenchFloor => doctor::bench_floor(),
+        Command::BenchFloor(args) => doctor::bench_floor(&args),
         Command::ExecAfterGate(args) => run::exec_after_gate(&args),
         Command::Completions(args) => {
             let mut cmd = Cli::command();

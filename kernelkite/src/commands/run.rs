@@ -294,7 +294,7 @@ mod linux {
         if let Some(reason) = Availability::probe().unavailable_reason() {
             bail!("{reason}");
         }
-        Ok(ebpf::Session::load(TraceOptions {
+        let session = ebpf::Session::load(TraceOptions {
             pids: Vec::new(),
             follow: true,
             min_latency_ns: RUN_MIN_LATENCY_NS,
@@ -303,7 +303,11 @@ mod linux {
             network: global.network,
             label: global.label.clone(),
             stacks: crate::commands::stack_options(&args.stacks),
-        })?)
+        })?;
+        for note in session.notes() {
+            eprintln!("kernelkite: {note}");
+        }
+        Ok(session)
     }
 
     /// Launch the command held at a start gate, point the loaded programs at it (and,

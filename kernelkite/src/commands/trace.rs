@@ -44,7 +44,7 @@ mod platform {
 
     use anyhow::Context;
     use tokio::io::unix::AsyncFd;
-    use tokio::signal::unix::{signal, SignalKind};
+    use tokio::signal::unix::{signal, Signal, SignalKind};
 
     use super::*;
     use crate::analysis::analyze;
@@ -80,6 +80,19 @@ mod platform {
             label: global.label.clone(),
             stacks: crate::commands::stack_options(&args.stacks),
         };
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("starting the event loop")?;
+        // Listen for Ctrl-C before the hooks go live: a signal sent as soon as the
+        // "hooks live" line appears must end the trace with its report, not be lost.
+        let signals = {
+            let _runtime = runtime.enter();
+            Signals {
+                interrupt: signal(SignalKind::interrupt())?,
+                terminate: signal(SignalKind::terminate())?,
+            }
+        };
         let record = RecordFile::create(&args.recording)?;
         let started = Session::start_recorded(options, record.as_ref().map(RecordFile::sink));
         let mut session = match started {
@@ -89,6 +102,9 @@ mod platform {
                 return Err(e.into());
             }
         };
+        for note in session.notes() {
+            eprintln!("kernelkite: {note}");
+        }
         eprintln!(
             "kernelkite: tracing pid {} with eBPF ({} hooks live in {:.0} ms); Ctrl-C to stop",
             args.pids
@@ -99,10 +115,6 @@ mod platform {
             session.hooks().len(),
             session.attach_ms()
         );
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .context("starting the event loop")?;
         let stop = runtime.block_on(async {
             let mut scrapes = None;
             if let Some(listener) = listener {
@@ -114,7 +126,7 @@ mod platform {
                 tokio::spawn(serve::serve(listener, tx));
                 scrapes = Some(rx);
             }
-            event_loop(&mut session, global, args, scrapes).await
+            event_loop(&mut session, global, args, scrapes, signals).await
         })?;
         eprintln!("\rkernelkite: stopped: {stop}{:40}", "");
         let bundle = session.finish()?;
@@ -141,6 +153,12 @@ mod platform {
         Ok(ExitCode::SUCCESS)
     }
 
+    /// The signals that end a trace, listened for from before the hooks go live.
+    struct Signals {
+        interrupt: Signal,
+        terminate: Signal,
+    }
+
     /// Drain the ring buffer as records arrive and snapshot the counters every interval,
     /// until the duration passes, a signal arrives, or every target has exited.
     async fn event_loop(
@@ -148,6 +166,7 @@ mod platform {
         global: &GlobalArgs,
         args: &TraceArgs,
         mut scrapes: Option<tokio::sync::mpsc::Receiver<serve::Scrape>>,
+        mut signals: Signals,
     ) -> Result<&'static str> {
         // SAFETY: the RingBuf owns its map fd, keeps it open and returns the same fd
         // until the AsyncFd that owns it is dropped.
@@ -156,8 +175,6 @@ mod platform {
         let mut tick = tokio::time::interval(Duration::from_millis(global.interval_ms));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tick.tick().await;
-        let mut sigint = signal(SignalKind::interrupt())?;
-        let mut sigterm = signal(SignalKind::terminate())?;
         let deadline = args
             .duration
             .map(|d| Instant::now() + Duration::from_secs_f64(d));
@@ -198,8 +215,8 @@ mod platform {
                 Some(reply) = next_scrape(&mut scrapes) => {
                     let _ = reply.send(serve::exposition(&session.bundle_so_far()));
                 }
-                _ = sigint.recv() => break "interrupted",
-                _ = sigterm.recv() => break "terminated",
+                _ = signals.interrupt.recv() => break "interrupted",
+                _ = signals.terminate.recv() => break "terminated",
                 _ = sleep_opt(until_deadline) => break "duration reached",
             }
         };

@@ -133,6 +133,7 @@ fn have(tool: &str) -> bool {
 enum ReadConfig {
     Untraced,
     Floor,
+    ClockFloor,
     Kernelkite,
     Untargeted,
     Bpftrace,
@@ -144,6 +145,9 @@ impl ReadConfig {
         match self {
             ReadConfig::Untraced => "untraced",
             ReadConfig::Floor => "empty sys_enter/sys_exit tp_btf programs (floor)",
+            ReadConfig::ClockFloor => {
+                "target check + clock read at sys_enter and sys_exit (clock floor)"
+            }
             ReadConfig::Kernelkite => "kernelkite trace --pid (classes + syscall latency)",
             ReadConfig::Untargeted => "untargeted, while kernelkite traces another pid",
             ReadConfig::Bpftrace => "bpftrace hist() of syscall latency",
@@ -162,6 +166,11 @@ fn read_run(ctx: &Ctx, config: ReadConfig, idle_pid: u32) -> Result<(f64, Option
         ReadConfig::Floor => {
             let mut c = Command::new(&ctx.kernelkite);
             c.arg("bench-floor");
+            Some(Tracer::start(c)?)
+        }
+        ReadConfig::ClockFloor => {
+            let mut c = Command::new(&ctx.kernelkite);
+            c.args(["bench-floor", "--clock", "--pid", &pid.to_string()]);
             Some(Tracer::start(c)?)
         }
         ReadConfig::Kernelkite | ReadConfig::Untargeted => {
@@ -192,23 +201,11 @@ fn read_run(ctx: &Ctx, config: ReadConfig, idle_pid: u32) -> Result<(f64, Option
     };
     // Poll the tracer's program statistics while the workload runs: kernelkite stops
     // (and its programs go away) as soon as its target exits.
-    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let poller = tracer.as_ref().map(|t| {
-        let (pid, done) = (t.child.id(), done.clone());
-        std::thread::spawn(move || {
-            let mut last = None;
-            while !done.load(std::sync::atomic::Ordering::Relaxed) {
-                if let Some(ns) = bpf_run_time_ns(pid) {
-                    last = Some(ns);
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            last
-        })
-    });
+    let poller = tracer.as_ref().map(|t| ProgramTimePoller::start(t.child.id()));
     let result = release(child, stdin, lines);
-    done.store(true, std::sync::atomic::Ordering::Relaxed);
-    let program_ns = poller.and_then(|p| p.join().ok().flatten());
+    let program_ns = poller
+        .and_then(ProgramTimePoller::finish)
+        .map(|times| times.iter().map(|p| p.run_time_ns).sum::<u64>());
     if let Some(t) = tracer {
         t.stop();
     }
@@ -216,22 +213,92 @@ fn read_run(ctx: &Ctx, config: ReadConfig, idle_pid: u32) -> Result<(f64, Option
     Ok((per_call, program_ns.map(|ns| ns as f64 / READS as f64)))
 }
 
-/// Sum of `run_time_ns` over the BPF programs a process holds (fdinfo; counted only
-/// while kernel.bpf_stats_enabled is 1).
-fn bpf_run_time_ns(pid: u32) -> Option<u64> {
+/// `(prog_id, run_time_ns)` of each BPF program a process holds (fdinfo; counted only
+/// while kernel.bpf_stats_enabled is 1). None when it holds none.
+fn bpf_program_times(pid: u32) -> Option<Vec<(u32, u64)>> {
     let dir = std::fs::read_dir(format!("/proc/{pid}/fdinfo")).ok()?;
-    let mut total = None;
+    let mut programs = Vec::new();
     for entry in dir.flatten() {
         let Ok(info) = std::fs::read_to_string(entry.path()) else {
             continue;
         };
-        for line in info.lines() {
-            if let Some(v) = line.strip_prefix("run_time_ns:") {
-                *total.get_or_insert(0) += v.trim().parse::<u64>().unwrap_or(0);
+        let field = |key: &str| {
+            info.lines()
+                .find_map(|l| l.strip_prefix(key))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+        };
+        if let (Some(id), Some(ns)) = (field("prog_id:"), field("run_time_ns:")) {
+            // The same program may be held by several fds.
+            if !programs.iter().any(|&(p, _)| p == id as u32) {
+                programs.push((id as u32, ns));
             }
         }
     }
-    total
+    (!programs.is_empty()).then_some(programs)
+}
+
+/// A BPF program's name, from `bpftool prog show id N` ("N: tracing  name X  tag ...").
+fn bpf_program_name(id: u32) -> Option<String> {
+    let out = Command::new("bpftool")
+        .args(["prog", "show", "id", &id.to_string()])
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut words = text.split_whitespace();
+    words.find(|w| *w == "name")?;
+    words.next().map(str::to_string)
+}
+
+/// `run_time_ns` of one BPF program of a tracer.
+struct ProgramTime {
+    /// Its name (empty when bpftool could not say).
+    name: String,
+    run_time_ns: u64,
+}
+
+/// Polls a tracer's program statistics while a workload runs and keeps the last reading
+/// (tracers that stop with their target take their programs with them), naming each
+/// program while it is still loaded.
+struct ProgramTimePoller {
+    done: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<Option<Vec<ProgramTime>>>,
+}
+
+impl ProgramTimePoller {
+    fn start(pid: u32) -> ProgramTimePoller {
+        let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = done.clone();
+        let thread = std::thread::spawn(move || {
+            let mut names = std::collections::HashMap::new();
+            let mut last = None;
+            while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+                if let Some(times) = bpf_program_times(pid) {
+                    for &(id, _) in &times {
+                        names
+                            .entry(id)
+                            .or_insert_with(|| bpf_program_name(id).unwrap_or_default());
+                    }
+                    last = Some(times);
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            last.map(|times| {
+                times
+                    .into_iter()
+                    .map(|(id, run_time_ns)| ProgramTime {
+                        name: names.get(&id).cloned().unwrap_or_default(),
+                        run_time_ns,
+                    })
+                    .collect()
+            })
+        });
+        ProgramTimePoller { done, thread }
+    }
+
+    fn finish(self) -> Option<Vec<ProgramTime>> {
+        self.done.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.thread.join().ok().flatten()
+    }
 }
 
 /// Turns kernel BPF run-time statistics on, and back to what they were when dropped.
@@ -276,8 +343,9 @@ impl PipeConfig {
     }
 }
 
-/// One `perf bench sched pipe` run pinned to CPU 0: microseconds per operation.
-fn pipe_run(ctx: &Ctx, config: PipeConfig) -> Result<f64> {
+/// One `perf bench sched pipe` run pinned to CPU 0: microseconds per operation, and the
+/// tracer's programs' run times (when kernel BPF stats are on).
+fn pipe_run(ctx: &Ctx, config: PipeConfig) -> Result<(f64, Option<Vec<ProgramTime>>)> {
     // A shell that waits for a line, then execs perf: kernelkite can attach to it (and
     // follow the two perf processes) before the benchmark starts.
     let script = format!("read go; exec taskset -c 0 perf bench sched pipe -l {PIPE_LOOPS}");
@@ -302,6 +370,7 @@ fn pipe_run(ctx: &Ctx, config: PipeConfig) -> Result<f64> {
         // System-wide, as run by default: it sees the same switches of the benchmark.
         PipeConfig::Offcputime => Some(Tracer::start(Command::new("offcputime"))?),
     };
+    let poller = tracer.as_ref().map(|t| ProgramTimePoller::start(t.child.id()));
     shell.stdin.take().unwrap().write_all(b"go\n")?;
     let out = BufReader::new(shell.stdout.take().unwrap());
     let mut usecs = None;
@@ -313,13 +382,14 @@ fn pipe_run(ctx: &Ctx, config: PipeConfig) -> Result<f64> {
         }
     }
     let status = shell.wait()?;
+    let programs = poller.and_then(ProgramTimePoller::finish);
     if let Some(t) = tracer {
         t.stop();
     }
     if !status.success() {
         bail!("perf bench sched pipe failed ({status})");
     }
-    usecs.context("perf bench printed no usecs/op")
+    Ok((usecs.context("perf bench printed no usecs/op")?, programs))
 }
 
 pub(super) fn benchmarks(ctx: &Ctx) -> Result<Vec<Row>> {
@@ -344,6 +414,7 @@ pub(super) fn benchmarks(ctx: &Ctx) -> Result<Vec<Row>> {
     let mut configs = vec![
         ReadConfig::Untraced,
         ReadConfig::Floor,
+        ReadConfig::ClockFloor,
         ReadConfig::Kernelkite,
         ReadConfig::Untargeted,
     ];
@@ -405,6 +476,20 @@ pub(super) fn benchmarks(ctx: &Ctx) -> Result<Vec<Row>> {
             )
             .target(FLOOR_RATIO_TARGET),
         );
+        if let Some(clock) = added(ReadConfig::ClockFloor) {
+            rows.push(Row::new(
+                "read(): clock floor added cost / floor added cost",
+                clock / floor,
+                "×",
+                &shown,
+            ));
+            rows.push(Row::new(
+                "read(): kernelkite added cost / clock floor added cost",
+                kk / clock,
+                "×",
+                &shown,
+            ));
+        }
         for peer in [ReadConfig::Bpftrace, ReadConfig::Syscount] {
             if let Some(p) = added(peer) {
                 rows.push(
@@ -451,6 +536,14 @@ pub(super) fn benchmarks(ctx: &Ctx) -> Result<Vec<Row>> {
             )
             .target(FLOOR_RATIO_TARGET),
         );
+        if let Some(clock) = prog(ReadConfig::ClockFloor) {
+            rows.push(Row::new(
+                "BPF program time per read(): clock floor / floor",
+                clock / fl,
+                "×",
+                &stats_shown,
+            ));
+        }
         if let Some(u) = prog(ReadConfig::Untargeted) {
             rows.push(
                 Row::new(
@@ -505,7 +598,7 @@ pub(super) fn benchmarks(ctx: &Ctx) -> Result<Vec<Row>> {
         for round in 0..runs {
             print!("    sched pipe round {}/{runs}:", round + 1);
             for (i, &c) in pipe_configs.iter().enumerate() {
-                let us = pipe_run(ctx, c)?;
+                let (us, _) = pipe_run(ctx, c)?;
                 print!(" {us:.2}");
                 let _ = std::io::stdout().flush();
                 pipe[i].push(us);
@@ -544,6 +637,7 @@ pub(super) fn benchmarks(ctx: &Ctx) -> Result<Vec<Row>> {
                 rows.push(Row::new(what, a / b, "×", &shown).target(target));
             }
         }
+        rows.extend(pipe_program_times(ctx, &pipe_configs)?);
     } else {
         rows.push(Row::missing(
             "sched pipe",
@@ -554,6 +648,74 @@ pub(super) fn benchmarks(ctx: &Ctx) -> Result<Vec<Row>> {
 
     rows.push(start_time(ctx)?);
     rows.extend(tracer_rss(ctx)?);
+    Ok(rows)
+}
+
+/// One more sched-pipe run of kernelkite and runqlat with kernel BPF statistics on: the
+/// time their programs ran per operation, kernelkite's split into its scheduler hooks
+/// (what runqlat has) and its syscall hooks (four syscalls per operation, timed with two
+/// clock reads each, which runqlat does not do).
+fn pipe_program_times(ctx: &Ctx, configs: &[PipeConfig]) -> Result<Vec<Row>> {
+    let mut rows = Vec::new();
+    if !configs.contains(&PipeConfig::Runqlat) {
+        return Ok(rows);
+    }
+    let Some(_stats) = BpfStats::enable() else {
+        return Ok(rows);
+    };
+    let per_op = |programs: &[ProgramTime], keep: &dyn Fn(&str) -> bool| {
+        programs
+            .iter()
+            .filter(|p| keep(&p.name))
+            .map(|p| p.run_time_ns)
+            .sum::<u64>() as f64
+            / PIPE_LOOPS as f64
+    };
+    let shown = format!(
+        "taskset -c 0 perf bench sched pipe -l {PIPE_LOOPS}, kernel.bpf_stats_enabled=1: run_time_ns of the tracer's programs / operations"
+    );
+    let (_, ours) = pipe_run(ctx, PipeConfig::Kernelkite)?;
+    let (_, runqlat) = pipe_run(ctx, PipeConfig::Runqlat)?;
+    let (Some(ours), Some(runqlat)) = (ours, runqlat) else {
+        return Ok(rows);
+    };
+    let is_syscall_hook = |name: &str| name.starts_with("sys_");
+    let all = per_op(&ours, &|_| true);
+    let sched = per_op(&ours, &|n| !is_syscall_hook(n));
+    let peer = per_op(&runqlat, &|_| true);
+    rows.push(Row::new(
+        "BPF program time per sched-pipe op: kernelkite, every hook",
+        all,
+        "ns/op",
+        &shown,
+    ));
+    rows.push(Row::new(
+        "BPF program time per sched-pipe op: kernelkite, scheduler hooks",
+        sched,
+        "ns/op",
+        &shown,
+    ));
+    rows.push(Row::new(
+        "BPF program time per sched-pipe op: kernelkite, sys_enter/sys_exit",
+        all - sched,
+        "ns/op",
+        &shown,
+    ));
+    rows.push(Row::new(
+        "BPF program time per sched-pipe op: libbpf-tools runqlat",
+        peer,
+        "ns/op",
+        &shown,
+    ));
+    rows.push(
+        Row::new(
+            "BPF program time per sched-pipe op: kernelkite scheduler hooks / runqlat",
+            sched / peer,
+            "×",
+            &shown,
+        )
+        .target(1.0),
+    );
     Ok(rows)
 }
 

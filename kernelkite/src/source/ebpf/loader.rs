@@ -5,11 +5,12 @@ use std::path::Path;
 use std::time::Instant;
 
 use aya::maps::{Array, MapData};
-use aya::programs::BtfTracePoint;
+use aya::programs::{BtfTracePoint, TracePoint};
 use aya::{Btf, Ebpf, EbpfLoader};
 
 use super::btf_layout::{read_layout, KernelLayout};
 use super::syscall_table;
+use super::tracefs::{ClassicLayout, Tracefs};
 
 /// The BPF object built from `kernelkite-ebpf` by `cargo xtask build-ebpf` and committed,
 /// so building kernelkite needs only stable Rust. `cargo xtask ci` rebuilds it and fails
@@ -18,6 +19,37 @@ pub static BPF_OBJECT: &[u8] = aya::include_bytes_aligned!("../../../bpf/kernelk
 
 /// Where the running kernel's BTF lives.
 pub const KERNEL_BTF_PATH: &str = "/sys/kernel/btf/vmlinux";
+
+/// Environment variable that picks the hooks: `classic` forces classic tracepoints (as
+/// on a kernel without BTF; for tests and diagnosis), `tp_btf` forbids the fallback.
+pub const HOOKS_ENV: &str = "KERNELKITE_HOOKS";
+
+/// How the programs attach.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HookKind {
+    /// BTF-enabled tracepoints: typed arguments, `task_struct` reads at BTF offsets.
+    TpBtf,
+    /// Classic tracepoints (kernels without BTF): their records, at tracefs offsets.
+    Classic,
+}
+
+impl HookKind {
+    /// tp_btf when the kernel has BTF, else classic; `KERNELKITE_HOOKS` overrides.
+    pub fn choose() -> Result<HookKind, ProbeError> {
+        match std::env::var(HOOKS_ENV).ok().as_deref() {
+            Some("classic") => Ok(HookKind::Classic),
+            Some("tp_btf") => Ok(HookKind::TpBtf),
+            None | Some("") => Ok(if Path::new(KERNEL_BTF_PATH).exists() {
+                HookKind::TpBtf
+            } else {
+                HookKind::Classic
+            }),
+            Some(other) => Err(ProbeError::Load(format!(
+                "{HOOKS_ENV}={other}: expected classic or tp_btf"
+            ))),
+        }
+    }
+}
 
 /// Options the programs are loaded with.
 #[derive(Clone, Copy, Debug, Default)]
@@ -45,9 +77,12 @@ const STACK_MAPS: [&str; 3] = ["USER_STACKS", "KERNEL_STACKS", "STACK_TIMES"];
 /// The loaded, attached programs and their maps.
 pub struct Probes {
     pub ebpf: Ebpf,
-    pub layout: KernelLayout,
+    pub hook_kind: HookKind,
     /// `program (tracepoint)` for every attached hook, in attach order.
     pub hooks: Vec<String>,
+    /// What the user should know about how the hooks attached (the classic fallback,
+    /// tracefs mounted by us), one line each.
+    pub notes: Vec<String>,
     /// Time from starting the load to the last program attached.
     pub attach_ms: f64,
 }
@@ -63,6 +98,10 @@ pub enum ProbeError {
     Program { program: String, message: String },
     #[error("BPF map {0}: {1}")]
     Map(&'static str, String),
+    #[error("classic tracepoints: {0}")]
+    Tracefs(#[from] super::tracefs::TracefsError),
+    #[error("{0}")]
+    Unsupported(String),
 }
 
 /// (program name in the object, tracepoint) in attach order: lifecycle first so no
@@ -85,19 +124,42 @@ fn program_plan(layout: &KernelLayout) -> [(&'static str, &'static str); 8] {
     ]
 }
 
-/// Load and attach every program.
+/// The same hooks as classic tracepoints: (program, category/name).
+const CLASSIC_PLAN: [(&str, &str); 8] = [
+    ("classic_sched_process_fork", "sched/sched_process_fork"),
+    ("classic_sched_process_exec", "sched/sched_process_exec"),
+    ("classic_sched_process_exit", "sched/sched_process_exit"),
+    ("classic_sched_wakeup", "sched/sched_wakeup"),
+    ("classic_sched_wakeup_new", "sched/sched_wakeup_new"),
+    ("classic_sched_switch", "sched/sched_switch"),
+    ("classic_sys_enter", "raw_syscalls/sys_enter"),
+    ("classic_sys_exit", "raw_syscalls/sys_exit"),
+];
+
+/// Load and attach every program, as tp_btf or (no kernel BTF) classic tracepoints.
 pub fn load(options: ProbeOptions) -> Result<Probes, ProbeError> {
-    load_programs(options, |layout| program_plan(layout).to_vec())
+    match HookKind::choose()? {
+        HookKind::TpBtf => load_programs(options, |layout| program_plan(layout).to_vec()),
+        HookKind::Classic => load_classic(options),
+    }
 }
 
-/// Load the object but attach only empty sys_enter/sys_exit programs: the cost floor of
-/// the syscall hooks, for `cargo xtask bench`.
-pub fn load_floor() -> Result<Probes, ProbeError> {
+/// Load the object but attach only the reference sys_enter/sys_exit programs of the
+/// overhead benchmark (`cargo xtask bench`): the empty ones (the floor), or with
+/// `clock` the least a syscall-latency tracer does (see kernelkite-ebpf's floor.rs).
+pub fn load_floor(clock: bool) -> Result<Probes, ProbeError> {
     load_programs(ProbeOptions::default(), |_| {
-        vec![
-            ("floor_sys_enter", "sys_enter"),
-            ("floor_sys_exit", "sys_exit"),
-        ]
+        if clock {
+            vec![
+                ("floor_clock_sys_enter", "sys_enter"),
+                ("floor_clock_sys_exit", "sys_exit"),
+            ]
+        } else {
+            vec![
+                ("floor_sys_enter", "sys_enter"),
+                ("floor_sys_exit", "sys_exit"),
+            ]
+        }
     })
 }
 
@@ -139,18 +201,7 @@ fn load_programs(
         .load(BPF_OBJECT)
         .map_err(|e| ProbeError::Load(error_chain(&e)))?;
 
-    {
-        let map = ebpf
-            .map_mut("SYSCALL_KIND")
-            .ok_or_else(|| ProbeError::Map("SYSCALL_KIND", "missing from object".into()))?;
-        let mut kinds: Array<&mut MapData, u8> =
-            Array::try_from(map).map_err(|e| ProbeError::Map("SYSCALL_KIND", e.to_string()))?;
-        for (nr, kind) in syscall_table::kind_table() {
-            kinds
-                .set(nr, kind, 0)
-                .map_err(|e| ProbeError::Map("SYSCALL_KIND", e.to_string()))?;
-        }
-    }
+    fill_syscall_kinds(&mut ebpf)?;
 
     let mut hooks = Vec::new();
     for (program, tracepoint) in plan(&layout) {
@@ -176,10 +227,109 @@ fn load_programs(
     release_freed_memory();
     Ok(Probes {
         ebpf,
-        layout,
+        hook_kind: HookKind::TpBtf,
         hooks,
+        notes: Vec::new(),
         attach_ms,
     })
+}
+
+/// The classic-tracepoint fallback (kernelkite-ebpf's classic.rs says what it cannot
+/// know). Needs tracefs, for the tracepoints' ids and record layouts: mounted if absent.
+fn load_classic(options: ProbeOptions) -> Result<Probes, ProbeError> {
+    let started = Instant::now();
+    if options.stacks.is_some() {
+        return Err(ProbeError::Unsupported(format!(
+            "--stacks needs BTF-enabled tracepoints (kernel BTF at {KERNEL_BTF_PATH}); this session uses classic tracepoints"
+        )));
+    }
+    let mut notes = vec![if std::env::var_os(HOOKS_ENV).is_some() {
+        format!("classic tracepoints ({HOOKS_ENV}=classic): no in_iowait (io_wait only from D-state sleeps in I/O syscalls), exit codes only from exit/exit_group")
+    } else {
+        format!("the kernel has no BTF ({KERNEL_BTF_PATH}): using classic tracepoints: no in_iowait (io_wait only from D-state sleeps in I/O syscalls), exit codes only from exit/exit_group")
+    }];
+    let fs = Tracefs::find_or_mount()?;
+    if fs.mounted_by_us {
+        notes.push(format!("mounted tracefs at {}", fs.root.display()));
+    }
+    let layout = ClassicLayout::read(&fs)?;
+    raise_memlock_limit();
+    let nr = |name: &str| {
+        crate::analysis::syscall_number(std::env::consts::ARCH, name).unwrap_or(u32::MAX)
+    };
+    let (nr_clone, nr_clone3, nr_fork, nr_vfork, nr_exit, nr_exit_group) = (
+        nr("clone"),
+        nr("clone3"),
+        nr("fork"),
+        nr("vfork"),
+        nr("exit"),
+        nr("exit_group"),
+    );
+    let follow = u32::from(options.follow);
+    let mut loader = EbpfLoader::new();
+    for name in STACK_MAPS {
+        loader.map_max_entries(name, 1);
+    }
+    loader
+        .override_global("CLASSIC_SWITCH_PREV_STATE", &layout.switch_prev_state, true)
+        .override_global("CLASSIC_SWITCH_NEXT_PID", &layout.switch_next_pid, true)
+        .override_global("CLASSIC_WAKEUP_PID", &layout.wakeup_pid, true)
+        .override_global("CLASSIC_FORK_CHILD_PID", &layout.fork_child_pid, true)
+        .override_global("CLASSIC_EXEC_OLD_PID", &layout.exec_old_pid, true)
+        .override_global("CLASSIC_SYS_ENTER_ID", &layout.sys_enter_id, true)
+        .override_global("CLASSIC_SYS_ENTER_ARGS", &layout.sys_enter_args, true)
+        .override_global("CLASSIC_SYS_EXIT_RET", &layout.sys_exit_ret, true)
+        .override_global("NR_CLONE", &nr_clone, true)
+        .override_global("NR_CLONE3", &nr_clone3, true)
+        .override_global("NR_FORK", &nr_fork, true)
+        .override_global("NR_VFORK", &nr_vfork, true)
+        .override_global("NR_EXIT", &nr_exit, true)
+        .override_global("NR_EXIT_GROUP", &nr_exit_group, true)
+        .override_global("MIN_LATENCY_NS", &options.min_latency_ns, true)
+        .override_global("FOLLOW", &follow, true);
+    let mut ebpf = loader
+        .load(BPF_OBJECT)
+        .map_err(|e| ProbeError::Load(error_chain(&e)))?;
+    fill_syscall_kinds(&mut ebpf)?;
+    let mut hooks = Vec::new();
+    for (program, tracepoint) in CLASSIC_PLAN {
+        let fail = |message: String| ProbeError::Program {
+            program: program.to_string(),
+            message,
+        };
+        let (category, name) = tracepoint.split_once('/').expect("category/name");
+        let prog: &mut TracePoint = ebpf
+            .program_mut(program)
+            .ok_or_else(|| fail("missing from object".into()))?
+            .try_into()
+            .map_err(|e: aya::programs::ProgramError| fail(error_chain(&e)))?;
+        prog.load().map_err(|e| fail(error_chain(&e)))?;
+        prog.attach(category, name)
+            .map_err(|e| fail(error_chain(&e)))?;
+        hooks.push(format!("{program} (tracepoint/{tracepoint})"));
+    }
+    Ok(Probes {
+        ebpf,
+        hook_kind: HookKind::Classic,
+        hooks,
+        notes,
+        attach_ms: started.elapsed().as_secs_f64() * 1e3,
+    })
+}
+
+/// How a sleep in each syscall is classified (`SYSCALL_KIND`), for this architecture.
+fn fill_syscall_kinds(ebpf: &mut Ebpf) -> Result<(), ProbeError> {
+    let map = ebpf
+        .map_mut("SYSCALL_KIND")
+        .ok_or_else(|| ProbeError::Map("SYSCALL_KIND", "missing from object".into()))?;
+    let mut kinds: Array<&mut MapData, u8> =
+        Array::try_from(map).map_err(|e| ProbeError::Map("SYSCALL_KIND", e.to_string()))?;
+    for (nr, kind) in syscall_table::kind_table() {
+        kinds
+            .set(nr, kind, 0)
+            .map_err(|e| ProbeError::Map("SYSCALL_KIND", e.to_string()))?;
+    }
+    Ok(())
 }
 
 /// Attach the on-CPU stack sampler to a CPU-clock perf event on every online CPU.

@@ -11,3 +11,4 @@ pub mod records;
 pub mod session;
 pub mod stacks;
 pub mod syscall_table;
+pub mod tracefs;

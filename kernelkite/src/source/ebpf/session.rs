@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use aya::maps::{Array, HashMap, MapData, PerCpuArray, RingBuf};
 use kernelkite_common::bpf::{
-    lost, record_kind, run_state, thread_flags, SyscallHist, SyscallKey, ThreadState, NO_STACK,
+    lost, record_flags, record_kind, run_state, SyscallHist, SyscallKey, ThreadState, NO_STACK,
     NO_SYSCALL,
 };
 use kernelkite_common::LatencyClass;
@@ -247,16 +247,17 @@ impl Session {
     /// Start tracking every thread of `pids` (with `follow`, of their existing
     /// descendants too). The session's clock starts here.
     pub fn attach_to(&mut self, pids: &[i32]) -> Result<(), SessionError> {
-        self.attach(pids, 0)
+        self.attach(pids, false)
     }
 
     /// [`Session::attach_to`] for a process still in kernelkite's start gate: its
     /// syscalls count only from its exec of the command on.
     pub fn attach_to_gated(&mut self, pid: i32) -> Result<(), SessionError> {
-        self.attach(&[pid], thread_flags::COUNT_AFTER_EXEC)
+        self.attach(&[pid], true)
     }
 
-    fn attach(&mut self, pids: &[i32], flags: u32) -> Result<(), SessionError> {
+    /// `gated`: the one pid is `run`'s gate process (see [`Session::attach_to_gated`]).
+    fn attach(&mut self, pids: &[i32], gated: bool) -> Result<(), SessionError> {
         check_pids_exist(pids)?;
         self.options.pids = pids.to_vec();
         let clock = ClockAnchor::read();
@@ -276,7 +277,18 @@ impl Session {
                 clock,
             }));
         }
-        self.add_initial_targets(flags)?;
+        if gated {
+            let mut gate: Array<&mut MapData, u32> = self
+                .probes
+                .as_mut()
+                .and_then(|p| p.ebpf.map_mut("GATE"))
+                .ok_or_else(|| SessionError::Map("GATE", "missing from object".into()))?
+                .try_into()
+                .map_err(|e: aya::maps::MapError| SessionError::Map("GATE", e.to_string()))?;
+            gate.set(0, pids[0] as u32, 0)
+                .map_err(|e| SessionError::Map("GATE", e.to_string()))?;
+        }
+        self.add_initial_targets()?;
         let first = self.snapshot_frame(false)?;
         self.keep_frame(first);
         Ok(())
@@ -355,6 +367,12 @@ impl Session {
         &self.hooks
     }
 
+    /// What the user should know about how the hooks attached (the classic-tracepoint
+    /// fallback, tracefs mounted by kernelkite), one line each.
+    pub fn notes(&self) -> &[String] {
+        self.probes.as_ref().map_or(&[], |p| &p.notes)
+    }
+
     /// Milliseconds from starting the load to every hook attached.
     pub fn attach_ms(&self) -> f64 {
         self.attach_ms
@@ -376,7 +394,7 @@ impl Session {
     /// Insert every existing thread as INITIAL (classified from its /proc state until
     /// its first event), then set the target bits. Repeat once to catch threads created
     /// between the /proc read and the bits being set (later ones go through the fork hook).
-    fn add_initial_targets(&mut self, flags: u32) -> Result<(), SessionError> {
+    fn add_initial_targets(&mut self) -> Result<(), SessionError> {
         let roots = self.scope_pids();
         for _ in 0..2 {
             let frame = self.sampler.sample(Scope::Subtrees(&roots), 0)?;
@@ -394,7 +412,6 @@ impl Session {
                         sleep_class: initial_class(&t.state, t.syscall_nr) as u32,
                         sys_nr: NO_SYSCALL,
                         start_ns: self.start_mono_ns,
-                        flags,
                         ..Default::default()
                     };
                     // NOEXIST: never overwrite an entry the fork hook already made.
@@ -479,7 +496,8 @@ impl Session {
                     tid: r.tid as i32,
                     ppid: r.parent_tgid as i32,
                     comm: comm_string(&r.comm),
-                    exit_code: exit.then_some((r.exit_code >> 8) as i32 & 0xff),
+                    exit_code: (exit && r.flags & record_flags::EXIT_CODE_UNKNOWN == 0)
+                        .then_some((r.exit_code >> 8) as i32 & 0xff),
                     class_ns: exit.then_some(ClassTimes::from_array(r.class_ns)),
                 });
                 exit
