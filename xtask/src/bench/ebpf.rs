@@ -201,7 +201,9 @@ fn read_run(ctx: &Ctx, config: ReadConfig, idle_pid: u32) -> Result<(f64, Option
     };
     // Poll the tracer's program statistics while the workload runs: kernelkite stops
     // (and its programs go away) as soon as its target exits.
-    let poller = tracer.as_ref().map(|t| ProgramTimePoller::start(t.child.id()));
+    let poller = tracer
+        .as_ref()
+        .map(|t| ProgramTimePoller::start(t.child.id()));
     let result = release(child, stdin, lines);
     let program_ns = poller
         .and_then(ProgramTimePoller::finish)
@@ -325,6 +327,7 @@ impl Drop for BpfStats {
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum PipeConfig {
     Untraced,
+    ClockFloor,
     Kernelkite,
     KernelkiteStacks,
     Runqlat,
@@ -335,6 +338,9 @@ impl PipeConfig {
     fn label(self) -> &'static str {
         match self {
             PipeConfig::Untraced => "sched pipe: untraced",
+            PipeConfig::ClockFloor => {
+                "sched pipe: clock floor (target check + clock reads at sys_enter/sys_exit)"
+            }
             PipeConfig::Kernelkite => "sched pipe: kernelkite trace --follow",
             PipeConfig::KernelkiteStacks => "sched pipe: kernelkite trace --follow --stacks",
             PipeConfig::Runqlat => "sched pipe: libbpf-tools runqlat",
@@ -348,7 +354,8 @@ impl PipeConfig {
 fn pipe_run(ctx: &Ctx, config: PipeConfig) -> Result<(f64, Option<Vec<ProgramTime>>)> {
     // A shell that waits for a line, then execs perf: kernelkite can attach to it (and
     // follow the two perf processes) before the benchmark starts.
-    let script = format!("read go; exec taskset -c 0 perf bench sched pipe -l {PIPE_LOOPS}");
+    // Threads (-T), so the clock floor, which targets one process, covers both ends.
+    let script = format!("read go; exec taskset -c 0 perf bench sched pipe -T -l {PIPE_LOOPS}");
     let mut shell = Command::new("sh")
         .args(["-c", &script])
         .stdin(Stdio::piped())
@@ -358,6 +365,11 @@ fn pipe_run(ctx: &Ctx, config: PipeConfig) -> Result<(f64, Option<Vec<ProgramTim
         .context("cannot start perf bench")?;
     let tracer = match config {
         PipeConfig::Untraced => None,
+        PipeConfig::ClockFloor => {
+            let mut c = Command::new(&ctx.kernelkite);
+            c.args(["bench-floor", "--clock", "--pid", &shell.id().to_string()]);
+            Some(Tracer::start(c)?)
+        }
         PipeConfig::Kernelkite | PipeConfig::KernelkiteStacks => {
             let mut c = Command::new(&ctx.kernelkite);
             c.args(["trace", "--follow", "--pid", &shell.id().to_string()]);
@@ -370,7 +382,9 @@ fn pipe_run(ctx: &Ctx, config: PipeConfig) -> Result<(f64, Option<Vec<ProgramTim
         // System-wide, as run by default: it sees the same switches of the benchmark.
         PipeConfig::Offcputime => Some(Tracer::start(Command::new("offcputime"))?),
     };
-    let poller = tracer.as_ref().map(|t| ProgramTimePoller::start(t.child.id()));
+    let poller = tracer
+        .as_ref()
+        .map(|t| ProgramTimePoller::start(t.child.id()));
     shell.stdin.take().unwrap().write_all(b"go\n")?;
     let out = BufReader::new(shell.stdout.take().unwrap());
     let mut usecs = None;
@@ -585,6 +599,7 @@ pub(super) fn benchmarks(ctx: &Ctx) -> Result<Vec<Row>> {
     if have("perf") {
         let mut pipe_configs = vec![
             PipeConfig::Untraced,
+            PipeConfig::ClockFloor,
             PipeConfig::Kernelkite,
             PipeConfig::KernelkiteStacks,
         ];
@@ -612,7 +627,7 @@ pub(super) fn benchmarks(ctx: &Ctx) -> Result<Vec<Row>> {
                 median(s)
             })
             .collect();
-        let shown = format!("taskset -c 0 perf bench sched pipe -l {PIPE_LOOPS}");
+        let shown = format!("taskset -c 0 perf bench sched pipe -T -l {PIPE_LOOPS}");
         let med = |c: PipeConfig| pipe_configs.iter().position(|&p| p == c).map(|i| pmed[i]);
         for (i, c) in pipe_configs.iter().enumerate() {
             rows.push(Row::new(c.label(), pmed[i], "µs/op", &shown));
@@ -623,6 +638,12 @@ pub(super) fn benchmarks(ctx: &Ctx) -> Result<Vec<Row>> {
             (
                 "sched pipe: kernelkite added cost / runqlat added cost",
                 PipeConfig::Kernelkite,
+                PipeConfig::Runqlat,
+                1.0,
+            ),
+            (
+                "sched pipe: clock floor added cost / runqlat added cost",
+                PipeConfig::ClockFloor,
                 PipeConfig::Runqlat,
                 1.0,
             ),
@@ -672,7 +693,7 @@ fn pipe_program_times(ctx: &Ctx, configs: &[PipeConfig]) -> Result<Vec<Row>> {
             / PIPE_LOOPS as f64
     };
     let shown = format!(
-        "taskset -c 0 perf bench sched pipe -l {PIPE_LOOPS}, kernel.bpf_stats_enabled=1: run_time_ns of the tracer's programs / operations"
+        "taskset -c 0 perf bench sched pipe -T -l {PIPE_LOOPS}, kernel.bpf_stats_enabled=1: run_time_ns of the tracer's programs / operations"
     );
     let (_, ours) = pipe_run(ctx, PipeConfig::Kernelkite)?;
     let (_, runqlat) = pipe_run(ctx, PipeConfig::Runqlat)?;
