@@ -882,3 +882,35 @@ fn ignored_signals_stay_ignored_in_the_command() {
     // SIGTERM was not ignored, so it is not ignored in the command either.
     assert_eq!(ignored & (1 << (libc::SIGTERM - 1)), 0, "{status}");
 }
+
+/// The command starts with the signal mask kernelkite started with, not with the
+/// SIGCHLD kernelkite blocks for itself: std's spawn passes the parent's mask on, and a
+/// shell's `wait` for a background job then sleeps in sigsuspend forever.
+#[test]
+fn the_command_gets_the_signal_mask_kernelkite_started_with() {
+    let dir = tempfile::tempdir().unwrap();
+    let bundle_path = dir.path().join("mask.json");
+    let mut child = StdCommand::new(kk_path())
+        .args(PROC)
+        .arg("run")
+        .arg(&bundle_path)
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "sleep 0.1 & wait; grep SigBlk /proc/self/status",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let status = wait_with_timeout(&mut child, Duration::from_secs(30));
+    assert!(status.success());
+    let mut out = String::new();
+    std::io::Read::read_to_string(child.stdout.as_mut().unwrap(), &mut out).unwrap();
+    // The same command started directly by this test, whose mask kernelkite inherited.
+    let direct = StdCommand::new("grep")
+        .args(["SigBlk", "/proc/self/status"])
+        .output()
+        .unwrap();
+    assert_eq!(out, String::from_utf8_lossy(&direct.stdout), "{out}");
+}

@@ -161,6 +161,10 @@ pub struct Launcher {
     exit: Option<Exit>,
     user: Option<InvokingUser>,
     chld: libc::sigset_t,
+    /// The signal mask kernelkite started with, before it blocked SIGCHLD: the command
+    /// gets it back (std's spawn passes the parent's mask on, and a command started with
+    /// SIGCHLD blocked hangs in sigsuspend, as dash's `wait` does).
+    inherited_mask: libc::sigset_t,
 }
 
 impl Launcher {
@@ -177,14 +181,15 @@ impl Launcher {
             return Err(io::Error::last_os_error());
         }
         // SAFETY: sigset operations on a local set; sigaction with a valid handler.
-        let chld = unsafe {
+        let (chld, inherited_mask) = unsafe {
             // An inherited SIG_IGN for SIGCHLD would make the kernel reap children itself
             // and lose their rusage.
             libc::signal(libc::SIGCHLD, libc::SIG_DFL);
             let mut set: libc::sigset_t = std::mem::zeroed();
             libc::sigemptyset(&mut set);
             libc::sigaddset(&mut set, libc::SIGCHLD);
-            let rc = libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+            let mut inherited: libc::sigset_t = std::mem::zeroed();
+            let rc = libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut inherited);
             if rc != 0 {
                 return Err(io::Error::from_raw_os_error(rc));
             }
@@ -206,13 +211,14 @@ impl Launcher {
                     return Err(io::Error::last_os_error());
                 }
             }
-            set
+            (set, inherited)
         };
         Ok(Launcher {
             pid: None,
             exit: None,
             user: invoking_user()?,
             chld,
+            inherited_mask,
         })
     }
 
@@ -278,6 +284,17 @@ impl Launcher {
         }
         let mut cmd = Command::new(program);
         cmd.args(args);
+        let mask = self.inherited_mask;
+        // SAFETY: pthread_sigmask is async-signal-safe; it sets only the child's mask.
+        unsafe {
+            cmd.pre_exec(move || {
+                let rc = libc::pthread_sigmask(libc::SIG_SETMASK, &mask, std::ptr::null_mut());
+                if rc != 0 {
+                    return Err(io::Error::from_raw_os_error(rc));
+                }
+                Ok(())
+            });
+        }
         let ignored = INHERITED_IGNORED.load(Ordering::SeqCst);
         if ignored != 0 {
             // SAFETY: signal() is async-signal-safe; it only sets this child's disposition.
