@@ -464,3 +464,74 @@ fn classic_tracepoints_mount_tracefs_and_say_so() {
     assert!(blocked > 0.99, "{stdout}");
     assert_eq!(summary["events_lost"], 0, "{stdout}");
 }
+
+/// A traced process that exits frees its pid; a process that is not traced and gets that
+/// pid again (pid_max is 32768 on small machines, so it wraps within a long session)
+/// must not be counted. The pid is reused on purpose through ns_last_pid.
+#[test]
+fn a_reused_pid_of_an_exited_target_is_not_traced() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::process::Stdio;
+    let Some(_serial) = ebpf_ready("a_reused_pid_of_an_exited_target_is_not_traced") else {
+        return;
+    };
+    let mut root = Command::new("sh")
+        .args(["-c", "read go; sleep 0.2 & echo $!; wait; read done"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let trace = RunningTrace::start(&[root.id() as i32], &["--follow"]);
+    let mut stdin = root.stdin.take().unwrap();
+    stdin.write_all(b"go\n").unwrap();
+    let mut line = String::new();
+    BufReader::new(root.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let child: u32 = line.trim().parse().unwrap();
+    while std::path::Path::new(&format!("/proc/{child}")).exists() {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // Not a descendant of the traced tree, with the pid the traced child had.
+    let mut reuser = None;
+    for _ in 0..200 {
+        std::fs::write("/proc/sys/kernel/ns_last_pid", (child - 1).to_string()).unwrap();
+        let p = Command::new(workload_bin())
+            .args(["read_loop", "--count", "20000"])
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        if p.id() == child {
+            reuser = Some(p);
+            break;
+        }
+        let mut p = p;
+        let _ = p.kill();
+        let _ = p.wait();
+    }
+    let mut reuser = reuser.expect("could not get the exited child's pid again");
+    assert!(reuser.wait().unwrap().success());
+    stdin.write_all(b"done\n").unwrap();
+    drop(stdin);
+    assert!(root.wait().unwrap().success());
+    let traced = trace.finish();
+    assert!(
+        traced.syscall_count("read") < 20_000,
+        "the reused pid's reads were counted: {:?}",
+        traced.analysis.syscalls
+    );
+    assert!(
+        traced
+            .analysis
+            .processes
+            .iter()
+            .all(|p| p.comm != "kk-workload"),
+        "{:?}",
+        traced
+            .analysis
+            .processes
+            .iter()
+            .map(|p| (p.pid, &p.comm))
+            .collect::<Vec<_>>()
+    );
+}

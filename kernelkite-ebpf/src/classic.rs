@@ -38,6 +38,9 @@ static CLASSIC_SYS_ENTER_ID: u32 = 0;
 static CLASSIC_SYS_ENTER_ARGS: u32 = 0;
 #[unsafe(no_mangle)]
 static CLASSIC_SYS_EXIT_RET: u32 = 0;
+/// sched_process_exit's `group_dead`, or u32::MAX on kernels without it.
+#[unsafe(no_mangle)]
+static CLASSIC_EXIT_GROUP_DEAD: u32 = u32::MAX;
 /// Syscall numbers of the running architecture (u32::MAX where it has no such call).
 #[unsafe(no_mangle)]
 static NR_CLONE: u32 = u32::MAX;
@@ -152,11 +155,17 @@ pub fn classic_sched_process_exec(ctx: TracePointContext) -> u32 {
 }
 
 #[tracepoint]
-pub fn classic_sched_process_exit(_ctx: TracePointContext) -> u32 {
-    lifecycle::on_exit(|| {
+pub fn classic_sched_process_exit(ctx: TracePointContext) -> u32 {
+    // Without group_dead (older kernels) a process's target bit stays set after it is
+    // gone; its pid, if reused meanwhile, is treated as a target (histograms only: the
+    // new process's threads have no entries).
+    let group_dead = global(&CLASSIC_EXIT_GROUP_DEAD) != u32::MAX
+        && field::<u8>(&ctx, &CLASSIC_EXIT_GROUP_DEAD) != 0;
+    let exit_code = || {
         let (nr, status) = current_syscall();
         // exit(2) and exit_group(2) keep the low byte of the status, as wait(2) sees it.
         (nr == global(&NR_EXIT) || nr == global(&NR_EXIT_GROUP))
             .then_some(((status & 0xff) << 8) as u32)
-    }) as u32
+    };
+    lifecycle::on_exit(exit_code, group_dead) as u32
 }

@@ -12,10 +12,18 @@ use kernelkite_common::bpf::{
 use kernelkite_common::LatencyClass;
 
 use crate::maps::{
-    count_lost, current_thread, is_gate, on_cpu_syscall, set_target, EVENTS, GATE, THREADS,
+    clear_target, count_lost, current_thread, is_gate, is_target, on_cpu_syscall, set_target,
+    thread, EVENTS, GATE, THREADS,
 };
 use crate::sched::close_interval;
 use crate::{stacks, task};
+
+/// The thread of `pid_tgid` (from bpf_get_current_pid_tgid), when tracked.
+#[inline(always)]
+fn thread_of(pid_tgid: u64) -> Option<(u32, u32, &'static mut ThreadState)> {
+    let (tgid, tid) = ((pid_tgid >> 32) as u32, pid_tgid as u32);
+    thread(tid).map(|t| (tgid, tid, t))
+}
 
 /// 1 when `--follow`: new processes forked by targets become targets.
 #[unsafe(no_mangle)]
@@ -136,19 +144,35 @@ pub fn on_exec(old_tid: u32) -> i32 {
     0
 }
 
+/// 1 when sched_process_exit passes `group_dead` (recent kernels).
+#[unsafe(no_mangle)]
+static EXIT_HAS_GROUP_DEAD: u32 = 0;
+
 #[btf_tracepoint(function = "sched_process_exit")]
-pub fn sched_process_exit(_ctx: BtfTracePointContext) -> i32 {
-    on_exit(|| {
-        // SAFETY: the current task pointer is valid while it runs this hook.
-        Some(unsafe { task::exit_code(bpf_get_current_task() as *const u8) })
-    })
+pub fn sched_process_exit(ctx: BtfTracePointContext) -> i32 {
+    // SAFETY: the current task pointer is valid while it runs this hook.
+    let task = unsafe { bpf_get_current_task() } as *const u8;
+    // SAFETY: reading our own global, patched in by the loader.
+    let group_dead = if unsafe { core::ptr::read_volatile(&EXIT_HAS_GROUP_DEAD) } != 0 {
+        ctx.arg::<u64>(1) & 0xff != 0
+    } else {
+        unsafe { task::group_dead(task) }
+    };
+    on_exit(|| Some(unsafe { task::exit_code(task) }), group_dead)
 }
 
 /// A thread's exit, in the exiting thread (which is on a CPU); `exit_code` gives
-/// `task_struct.exit_code`, or None where the hook cannot know it.
+/// `task_struct.exit_code`, or None where the hook cannot know it; `group_dead`: it was
+/// the process's last thread.
 #[inline(always)]
-pub fn on_exit(exit_code: impl FnOnce() -> Option<u32>) -> i32 {
-    let Some((tgid, tid, t)) = current_thread() else {
+pub fn on_exit(exit_code: impl FnOnce() -> Option<u32>, group_dead: bool) -> i32 {
+    let pid_tgid = aya_ebpf::helpers::bpf_get_current_pid_tgid();
+    if group_dead && is_target((pid_tgid >> 32) as u32) {
+        // Its pid is free for reuse by a process that is not ours; whatever the
+        // thread's entry says below (the target bit is checked first everywhere).
+        clear_target((pid_tgid >> 32) as u32);
+    }
+    let Some((tgid, tid, t)) = thread_of(pid_tgid) else {
         return 0;
     };
     // SAFETY: helper call without preconditions.

@@ -94,6 +94,21 @@ pub fn set_target(tgid: u32) {
     }
 }
 
+/// A process is gone (its last thread exited): its pid may be reused by a process that
+/// is not ours.
+#[inline(always)]
+pub fn clear_target(tgid: u32) {
+    if let Some(p) = TARGETS.get_ptr_mut(tgid >> 6) {
+        let bit = 1u64 << (tgid & 63);
+        // SAFETY: as in set_target; atomic AND with the other bits kept.
+        unsafe {
+            core::intrinsics::atomic_and::<u64, u64, { core::intrinsics::AtomicOrdering::Relaxed }>(
+                p, !bit,
+            )
+        };
+    }
+}
+
 /// The running thread's (tgid, tid, state), when it is traced: the target bit of its
 /// process first (an inlined array load), then its entry.
 #[inline(always)]

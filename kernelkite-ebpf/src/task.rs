@@ -16,6 +16,11 @@ static TASK_EXIT_CODE_OFFSET: u32 = 0;
 static TASK_IN_IOWAIT_BYTE: u32 = 0;
 #[unsafe(no_mangle)]
 static TASK_IN_IOWAIT_MASK: u32 = 0;
+/// `task->signal` and `signal_struct.live` (the thread group's live thread count).
+#[unsafe(no_mangle)]
+static TASK_SIGNAL_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+static SIGNAL_LIVE_OFFSET: u32 = 0;
 
 #[inline(always)]
 fn global(v: &'static u32) -> u32 {
@@ -78,4 +83,15 @@ pub unsafe fn in_iowait(task: *const u8) -> bool {
     }
     let byte = unsafe { read_at::<u8>(task, global(&TASK_IN_IOWAIT_BYTE)) };
     (byte as u32) & mask != 0
+}
+
+/// Whether the exiting `task` was the last live thread of its process: its
+/// `signal->live` count, decremented before the exit tracepoint, is 0.
+#[inline(always)]
+pub unsafe fn group_dead(task: *const u8) -> bool {
+    let signal = unsafe { read_at::<u64>(task, global(&TASK_SIGNAL_OFFSET)) } as *const u8;
+    if signal.is_null() {
+        return false;
+    }
+    unsafe { read_at::<i32>(signal, global(&SIGNAL_LIVE_OFFSET)) == 0 }
 }

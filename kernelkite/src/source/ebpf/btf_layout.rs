@@ -20,6 +20,11 @@ pub struct KernelLayout {
     pub pt_regs_arg1_offset: u32,
     /// Whether `sched_switch` passes `prev_state` as a fourth argument (5.18+).
     pub switch_has_prev_state: bool,
+    /// Whether `sched_process_exit` passes `group_dead` (recent kernels); else the exit
+    /// hook reads `task->signal->live` at these offsets (0 = the last thread is gone).
+    pub exit_has_group_dead: bool,
+    pub task_signal_offset: u32,
+    pub signal_live_offset: u32,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -69,6 +74,9 @@ pub fn read_layout(path: &Path) -> Result<KernelLayout, LayoutError> {
         task_in_iowait,
         pt_regs_arg1_offset,
         switch_has_prev_state: tracepoint_arg_count(&btf, "sched_switch")? >= 5,
+        exit_has_group_dead: tracepoint_arg_count(&btf, "sched_process_exit")? >= 3,
+        task_signal_offset: byte("task_struct", "signal")?,
+        signal_live_offset: byte("signal_struct", "live")?,
     })
 }
 

@@ -173,6 +173,7 @@ fn load_programs(
     raise_memlock_limit();
 
     let (iowait_byte, iowait_mask) = layout.task_in_iowait.map_or((0, 0), |(b, m)| (b, m as u32));
+    let exit_has_group_dead = u32::from(layout.exit_has_group_dead);
     let follow = u32::from(options.follow);
     let min_block_ns = options.stacks.map_or(0, |s| s.min_block_ns.max(1));
     let sample_period_ns = options
@@ -193,6 +194,9 @@ fn load_programs(
         .override_global("TASK_IN_IOWAIT_BYTE", &iowait_byte, true)
         .override_global("TASK_IN_IOWAIT_MASK", &iowait_mask, true)
         .override_global("PT_REGS_ARG1_OFFSET", &layout.pt_regs_arg1_offset, true)
+        .override_global("EXIT_HAS_GROUP_DEAD", &exit_has_group_dead, true)
+        .override_global("TASK_SIGNAL_OFFSET", &layout.task_signal_offset, true)
+        .override_global("SIGNAL_LIVE_OFFSET", &layout.signal_live_offset, true)
         .override_global("MIN_LATENCY_NS", &options.min_latency_ns, true)
         .override_global("FOLLOW", &follow, true)
         .override_global("STACK_MIN_BLOCK_NS", &min_block_ns, true)
@@ -279,6 +283,7 @@ fn load_classic(options: ProbeOptions) -> Result<Probes, ProbeError> {
         .override_global("CLASSIC_SYS_ENTER_ID", &layout.sys_enter_id, true)
         .override_global("CLASSIC_SYS_ENTER_ARGS", &layout.sys_enter_args, true)
         .override_global("CLASSIC_SYS_EXIT_RET", &layout.sys_exit_ret, true)
+        .override_global("CLASSIC_EXIT_GROUP_DEAD", &layout.exit_group_dead, true)
         .override_global("NR_CLONE", &nr_clone, true)
         .override_global("NR_CLONE3", &nr_clone3, true)
         .override_global("NR_FORK", &nr_fork, true)

@@ -85,6 +85,8 @@ pub struct ClassicLayout {
     pub sys_enter_id: u32,
     pub sys_enter_args: u32,
     pub sys_exit_ret: u32,
+    /// `sched_process_exit`'s `group_dead` (recent kernels), or u32::MAX without it.
+    pub exit_group_dead: u32,
 }
 
 impl ClassicLayout {
@@ -106,6 +108,9 @@ impl ClassicLayout {
             sys_enter_id: fs.field_offset("raw_syscalls", "sys_enter", "id", 8)?,
             sys_enter_args: fs.field_offset("raw_syscalls", "sys_enter", "args", 48)?,
             sys_exit_ret: fs.field_offset("raw_syscalls", "sys_exit", "ret", 8)?,
+            exit_group_dead: fs
+                .field_offset("sched", "sched_process_exit", "group_dead", 1)
+                .unwrap_or(u32::MAX),
         })
     }
 }
