@@ -39,7 +39,7 @@ mod platform {
 
 #[cfg(target_os = "linux")]
 mod platform {
-    use std::io::Write;
+    use std::io::{IsTerminal, Write};
     use std::time::{Duration, Instant};
 
     use anyhow::Context;
@@ -128,7 +128,12 @@ mod platform {
             }
             event_loop(&mut session, global, args, scrapes, signals).await
         })?;
-        eprintln!("\rkernelkite: stopped: {stop}{:40}", "");
+        if std::io::stderr().is_terminal() {
+            // Over the status line.
+            eprintln!("\rkernelkite: stopped: {stop}{:40}", "");
+        } else {
+            eprintln!("kernelkite: stopped: {stop}");
+        }
         let bundle = session.finish()?;
         let analysis = analyze(&bundle);
         if global.json {
@@ -179,6 +184,7 @@ mod platform {
             .duration
             .map(|d| Instant::now() + Duration::from_secs_f64(d));
         let started = Instant::now();
+        let live_status = std::io::stderr().is_terminal();
         let mut last_status = Instant::now() - Duration::from_secs(1);
         let stop = loop {
             let until_deadline = deadline.map(|d| d.saturating_duration_since(Instant::now()));
@@ -198,7 +204,9 @@ mod platform {
                 }
                 _ = tick.tick() => {
                     session.snapshot()?;
-                    if last_status.elapsed() >= Duration::from_millis(500) {
+                    // The one-line status rewrites itself on a terminal; in a log it
+                    // would only pile up.
+                    if live_status && last_status.elapsed() >= Duration::from_millis(500) {
                         last_status = Instant::now();
                         eprint!(
                             "\r  {:.1} s  frames {}  events lost {}   ",
