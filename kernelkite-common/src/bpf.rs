@@ -54,10 +54,7 @@ pub struct ThreadState {
     pub since_ns: u64,
     /// Class id of the current sleep (SLEEPING, INITIAL).
     pub sleep_class: u32,
-    /// Syscall in progress while the thread is off its CPU, or [`NO_SYSCALL`]. While it
-    /// runs, its syscall in progress is in its CPU's `ON_CPU_SYSCALL` slot instead (a
-    /// per-CPU array the verifier inlines: a syscall costs no lookup of this entry);
-    /// `sched_switch` moves it here at switch-out and back at switch-in.
+    /// Syscall in progress, or [`NO_SYSCALL`].
     pub sys_nr: u32,
     /// CLOCK_MONOTONIC ns at sys_enter of the syscall in progress.
     pub sys_enter_ns: u64,
@@ -88,8 +85,8 @@ pub struct ThreadState {
     pub pending_sleep_ns: u64,
     pub pending_runq_ns: u64,
     pub pending_kernel_stack: u64,
-    /// First argument of the syscall in progress while off the CPU (classic tracepoints
-    /// only, where the fork and exit hooks need it: clone flags, exit status).
+    /// First argument of the syscall in progress (classic tracepoints only, where the
+    /// fork and exit hooks need it: clone flags, exit status).
     pub sys_arg0: u64,
 }
 
@@ -156,8 +153,8 @@ pub struct StackTime {
     pub count: u64,
 }
 
-/// The syscall in progress of the traced thread on a CPU: the value of the per-CPU
-/// `ON_CPU_SYSCALL` array (see [`ThreadState::sys_nr`]).
+/// A syscall in progress on a CPU: the value of the per-CPU `ON_CPU_SYSCALL` array of the
+/// overhead benchmark's clock floor.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct OnCpuSyscall {
@@ -167,12 +164,10 @@ pub struct OnCpuSyscall {
     pub nr: u32,
     /// CLOCK_MONOTONIC ns at sys_enter.
     pub enter_ns: u64,
-    /// 1 when the call is a lock wait (futex WAIT/LOCK ops, futex_waitv).
+    /// Unused by the clock floor; 0.
     pub is_lock: u32,
     /// Explicit padding; always 0.
     pub _pad: u32,
-    /// First argument (classic tracepoints only; 0 with tp_btf hooks).
-    pub arg0: u64,
 }
 
 /// Key of the per-(process, syscall) latency histogram map.
@@ -286,7 +281,7 @@ pub struct SlowSyscallRecord {
 
 const _: () = assert!(core::mem::size_of::<ThreadState>() == 160);
 const _: () = assert!(core::mem::size_of::<StackKey>() == 24);
-const _: () = assert!(core::mem::size_of::<OnCpuSyscall>() == 32);
+const _: () = assert!(core::mem::size_of::<OnCpuSyscall>() == 24);
 const _: () = assert!(core::mem::size_of::<StackTime>() == 16);
 const _: () = assert!(core::mem::size_of::<SyscallKey>() == 8);
 const _: () = assert!(core::mem::size_of::<SyscallHist>() == 16 + 8 * NUM_BUCKETS);

@@ -17,7 +17,7 @@ use aya_ebpf::macros::tracepoint;
 use aya_ebpf::programs::TracePointContext;
 use kernelkite_common::bpf::NO_SYSCALL;
 
-use crate::maps::on_cpu_syscall;
+use crate::maps::thread;
 use crate::sched::{on_switch, on_wakeup, Switch};
 use crate::{lifecycle, syscalls};
 
@@ -30,8 +30,6 @@ static CLASSIC_SWITCH_NEXT_PID: u32 = 0;
 static CLASSIC_WAKEUP_PID: u32 = 0;
 #[unsafe(no_mangle)]
 static CLASSIC_FORK_CHILD_PID: u32 = 0;
-#[unsafe(no_mangle)]
-static CLASSIC_EXEC_OLD_PID: u32 = 0;
 #[unsafe(no_mangle)]
 static CLASSIC_SYS_ENTER_ID: u32 = 0;
 #[unsafe(no_mangle)]
@@ -78,9 +76,9 @@ fn field<T: Default>(ctx: &TracePointContext, offset: &'static u32) -> T {
 #[inline(always)]
 fn current_syscall() -> (u32, u64) {
     let tid = bpf_get_current_pid_tgid() as u32;
-    match on_cpu_syscall() {
-        Some(s) if s.tid == tid => (s.nr, s.arg0),
-        _ => (NO_SYSCALL, 0),
+    match thread(tid) {
+        Some(t) => (t.sys_nr, t.sys_arg0),
+        None => (NO_SYSCALL, 0),
     }
 }
 
@@ -150,8 +148,8 @@ pub fn classic_sched_process_fork(ctx: TracePointContext) -> u32 {
 }
 
 #[tracepoint]
-pub fn classic_sched_process_exec(ctx: TracePointContext) -> u32 {
-    lifecycle::on_exec(field::<i32>(&ctx, &CLASSIC_EXEC_OLD_PID) as u32) as u32
+pub fn classic_sched_process_exec(_ctx: TracePointContext) -> u32 {
+    lifecycle::on_exec() as u32
 }
 
 #[tracepoint]

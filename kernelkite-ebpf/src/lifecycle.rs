@@ -12,8 +12,8 @@ use kernelkite_common::bpf::{
 use kernelkite_common::LatencyClass;
 
 use crate::maps::{
-    clear_target, count_lost, current_thread, is_gate, is_target, on_cpu_syscall, set_target,
-    thread, EVENTS, GATE, THREADS,
+    clear_target, count_lost, current_thread, is_gate, is_target, set_target, thread, EVENTS, GATE,
+    THREADS,
 };
 use crate::sched::close_interval;
 use crate::{stacks, task};
@@ -107,23 +107,16 @@ pub fn on_fork(child: impl FnOnce(u32) -> (u32, u32)) -> i32 {
 }
 
 #[btf_tracepoint(function = "sched_process_exec")]
-pub fn sched_process_exec(ctx: BtfTracePointContext) -> i32 {
-    on_exec(ctx.arg::<i32>(1) as u32)
+pub fn sched_process_exec(_ctx: BtfTracePointContext) -> i32 {
+    on_exec()
 }
 
-/// An exec, in the thread that execs, which had tid `old_tid` before.
+/// An exec, in the thread that execs.
 #[inline(always)]
-pub fn on_exec(old_tid: u32) -> i32 {
+pub fn on_exec() -> i32 {
     let Some((tgid, tid, _)) = current_thread() else {
         return 0;
     };
-    // A thread other than the leader that execs takes the leader's tid: its execve in
-    // progress goes with it.
-    if let Some(slot) = on_cpu_syscall() {
-        if slot.tid == old_tid {
-            slot.tid = tid;
-        }
-    }
     // The command proper starts here: count its syscalls from now on (the exec call
     // itself included, as its sys_exit comes after this hook).
     if is_gate(tid) {

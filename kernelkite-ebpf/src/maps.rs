@@ -16,9 +16,8 @@ pub static TARGETS: Array<u64> = Array::with_max_entries(TARGET_BITMAP_WORDS, 0)
 #[map]
 pub static THREADS: HashMap<u32, ThreadState> = HashMap::with_max_entries(65_536, 0);
 
-/// The syscall in progress of the traced thread running on each CPU (see
-/// `ThreadState::sys_nr`): sys_enter and sys_exit touch only this slot, which the
-/// verifier inlines, instead of a hash lookup of the thread's entry each.
+/// The clock floor's syscall in progress per CPU (floor.rs: the least a syscall-latency
+/// tracer does, for the overhead benchmark).
 #[map]
 pub static ON_CPU_SYSCALL: PerCpuArray<OnCpuSyscall> = PerCpuArray::with_max_entries(1, 0);
 
@@ -121,7 +120,7 @@ pub fn current_thread() -> Option<(u32, u32, &'static mut ThreadState)> {
     thread(tid).map(|t| (tgid, tid, t))
 }
 
-/// This CPU's `ON_CPU_SYSCALL` slot.
+/// This CPU's `ON_CPU_SYSCALL` slot (the clock floor's).
 #[inline(always)]
 pub fn on_cpu_syscall() -> Option<&'static mut OnCpuSyscall> {
     // SAFETY: a per-CPU value: only programs running on this CPU touch it, and they run

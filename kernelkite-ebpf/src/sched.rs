@@ -5,10 +5,10 @@ use aya_ebpf::helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns};
 use aya_ebpf::macros::btf_tracepoint;
 use aya_ebpf::programs::tracing::StackIdContext;
 use aya_ebpf::programs::BtfTracePointContext;
-use kernelkite_common::bpf::{run_state, syscall_kind, OnCpuSyscall, ThreadState, NO_SYSCALL};
+use kernelkite_common::bpf::{run_state, syscall_kind, ThreadState, NO_SYSCALL};
 use kernelkite_common::LatencyClass;
 
-use crate::maps::{is_target, on_cpu_syscall, thread, SYSCALL_KIND};
+use crate::maps::{is_target, thread, SYSCALL_KIND};
 use crate::{stacks, task};
 
 const TASK_RUNNING: u32 = 0;
@@ -100,37 +100,6 @@ fn clock_ns() -> u64 {
     unsafe { bpf_ktime_get_ns() }
 }
 
-/// The thread leaving the CPU takes its syscall in progress from the CPU's slot (none
-/// if the slot holds another thread's: it entered no syscall we saw).
-#[inline(always)]
-fn take_syscall(t: &mut ThreadState, tid: u32, slot: &Option<&mut OnCpuSyscall>) {
-    match slot {
-        Some(s) if s.tid == tid => {
-            t.sys_nr = s.nr;
-            t.sys_enter_ns = s.enter_ns;
-            t.sys_is_lock = s.is_lock;
-            t.sys_arg0 = s.arg0;
-        }
-        _ => t.sys_nr = NO_SYSCALL,
-    }
-}
-
-/// The thread entering the CPU puts its syscall in progress into the CPU's slot.
-#[inline(always)]
-fn give_syscall(t: &mut ThreadState, tid: u32, slot: &mut Option<&mut OnCpuSyscall>) {
-    if t.sys_nr == NO_SYSCALL {
-        return;
-    }
-    if let Some(s) = slot {
-        s.tid = tid;
-        s.nr = t.sys_nr;
-        s.enter_ns = t.sys_enter_ns;
-        s.is_lock = t.sys_is_lock;
-        s.arg0 = t.sys_arg0;
-        t.sys_nr = NO_SYSCALL;
-    }
-}
-
 /// What a sched_switch hook knows, however it learned it.
 pub struct Switch {
     /// The leaving thread was preempted (it stays runnable).
@@ -154,14 +123,12 @@ pub fn on_switch<C: StackIdContext>(ctx: &C, sw: Switch) -> i32 {
     // The clock is read only when a traced thread is involved: it is the dearest part of
     // the program (about 50 ns here), and most switches of a busy machine are not ours.
     let mut now = 0;
-    let mut slot = on_cpu_syscall();
     // The tracepoint runs in the context of `prev`.
     let pid_tgid = bpf_get_current_pid_tgid();
     if is_target((pid_tgid >> 32) as u32) {
         let prev_tid = pid_tgid as u32;
         if let Some(t) = thread(prev_tid) {
             now = clock_ns();
-            take_syscall(t, prev_tid, &slot);
             // How long it ran (0 if it was not on a CPU since an event of ours).
             let ran_ns = if t.run_state == run_state::ON_CPU {
                 now.saturating_sub(t.since_ns)
@@ -172,10 +139,6 @@ pub fn on_switch<C: StackIdContext>(ctx: &C, sw: Switch) -> i32 {
             stacks::on_switch_out(ctx, t, now, ran_ns);
         }
     }
-    // Whatever the slot held belongs to the thread leaving (or to no traced thread).
-    if let Some(s) = slot.as_mut() {
-        s.tid = 0;
-    }
     if sw.next_tgid != 0 && !is_target(sw.next_tgid) {
         return 0;
     }
@@ -185,7 +148,6 @@ pub fn on_switch<C: StackIdContext>(ctx: &C, sw: Switch) -> i32 {
         }
         stacks::on_switch_in(sw.next, t.tgid, sw.next_tid, t, now);
         switch_in(t, now);
-        give_syscall(t, sw.next_tid, &mut slot);
     }
     0
 }

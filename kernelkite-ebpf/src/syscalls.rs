@@ -1,24 +1,20 @@
 //! raw_syscalls sys_enter/sys_exit: remember the syscall in progress (for the class of
 //! a sleep inside it) and count its latency into a per-(tgid, nr) histogram.
-//!
-//! The syscall in progress of a running thread lives in its CPU's `ON_CPU_SYSCALL`
-//! slot, so neither hook looks up the thread's entry; `sched_switch` moves it to the
-//! entry when the thread leaves the CPU and back when it returns.
 
 use aya_ebpf::bindings::BPF_NOEXIST;
-use aya_ebpf::helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel};
+use aya_ebpf::helpers::{bpf_ktime_get_ns, bpf_probe_read_kernel};
 use aya_ebpf::macros::{btf_tracepoint, map};
 use aya_ebpf::maps::Array;
 use aya_ebpf::programs::tracing::StackIdContext;
 use aya_ebpf::programs::BtfTracePointContext;
 use kernelkite_common::bpf::{
     lost, record_kind, syscall_kind, SlowSyscallRecord, SyscallHist, SyscallKey, NO_STACK,
+    NO_SYSCALL,
 };
 use kernelkite_common::hist::{bucket_index, NUM_BUCKETS};
 
 use crate::maps::{
-    atomic_add, count_lost, is_gate, is_target, on_cpu_syscall, thread, EVENTS, SYSCALL_HISTS,
-    SYSCALL_KIND,
+    atomic_add, count_lost, current_thread, is_gate, EVENTS, SYSCALL_HISTS, SYSCALL_KIND,
 };
 use crate::stacks;
 
@@ -65,50 +61,36 @@ fn is_lock_wait(nr: u32, futex_op: impl FnOnce() -> u64) -> u32 {
 /// read it), and a reader of the second.
 #[inline(always)]
 pub fn on_enter(nr: u32, arg0: u64, arg1: impl FnOnce() -> u64) -> i32 {
-    // No lookup of the thread's entry: a syscall of a target thread goes into its CPU's
-    // slot (an inlined per-CPU array load), where sched_switch finds it if it blocks.
-    let pid_tgid = bpf_get_current_pid_tgid();
-    if !is_target((pid_tgid >> 32) as u32) {
-        return 0;
-    }
-    let Some(slot) = on_cpu_syscall() else {
+    let Some((_, _, t)) = current_thread() else {
         return 0;
     };
-    slot.tid = pid_tgid as u32;
-    slot.nr = nr;
-    slot.arg0 = arg0;
-    slot.is_lock = is_lock_wait(nr, arg1);
+    t.sys_nr = nr;
+    t.sys_arg0 = arg0;
+    t.sys_is_lock = is_lock_wait(nr, arg1);
     // SAFETY: helper call without preconditions.
-    slot.enter_ns = unsafe { bpf_ktime_get_ns() };
+    t.sys_enter_ns = unsafe { bpf_ktime_get_ns() };
     0
 }
 
 /// sys_exit, whatever the hook: `ret` reads the return value.
 #[inline(always)]
 pub fn on_exit<C: StackIdContext>(ctx: &C, ret: impl FnOnce() -> i64) -> i32 {
-    let pid_tgid = bpf_get_current_pid_tgid();
-    let (tgid, tid) = ((pid_tgid >> 32) as u32, pid_tgid as u32);
-    if !is_target(tgid) {
-        return 0;
-    }
-    let Some(slot) = on_cpu_syscall() else {
+    let Some((tgid, tid, t)) = current_thread() else {
         return 0;
     };
-    if slot.tid != tid {
+    let nr = t.sys_nr;
+    if nr == NO_SYSCALL {
         // Entered before we attached (or a fork child returning): no start time.
         return 0;
     }
-    slot.tid = 0;
-    let (nr, start_ns) = (slot.nr, slot.enter_ns);
-    if stacks::enabled() {
-        if let Some(t) = thread(tid) {
-            stacks::on_sys_exit(ctx, tgid, tid, t);
-        }
-    }
+    stacks::on_sys_exit(ctx, tgid, tid, t);
+    t.sys_nr = NO_SYSCALL;
+    t.sys_is_lock = 0;
     if is_gate(tid) {
         // Still kernelkite's gate process: its syscalls are not the command's.
         return 0;
     }
+    let start_ns = t.sys_enter_ns;
     // SAFETY: helper call without preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
     let latency_ns = now.saturating_sub(start_ns);

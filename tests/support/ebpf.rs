@@ -140,6 +140,26 @@ pub fn assert_hook_kind(stderr: &[String]) {
     }
 }
 
+/// Whether this test run forces classic tracepoints (`KERNELKITE_HOOKS=classic`).
+pub fn classic_hooks() -> bool {
+    std::env::var("KERNELKITE_HOOKS").as_deref() == Ok("classic")
+}
+
+/// No event lost. Events lost include the program runs the kernel skipped; classic
+/// tracepoint programs share one per-CPU recursion guard with every other tracepoint
+/// program, so a tracepoint firing inside one of ours (a wakeup from an interrupt)
+/// is skipped and counted, whichever task it concerned. Under classic hooks a few such
+/// runs are allowed; the exact counts the tests check show ours were not among them.
+pub fn assert_events_lost_ok(lost: Option<u64>, classic: bool) {
+    match lost {
+        Some(0) => {}
+        Some(n) if classic && n <= 100 => {
+            eprintln!("classic tracepoints: {n} program runs skipped by the kernel")
+        }
+        other => panic!("events lost: {other:?}"),
+    }
+}
+
 impl RunningTrace {
     /// Start tracing `pids` and wait until the hooks are live.
     pub fn start(pids: &[i32], extra: &[&str]) -> RunningTrace {
@@ -289,7 +309,7 @@ impl Traced {
     }
 
     pub fn assert_no_events_lost(&self) {
-        assert_eq!(self.bundle.events_lost, Some(0), "events lost");
+        assert_events_lost_ok(self.bundle.events_lost, classic_hooks());
     }
 
     /// Calls of `name` counted across the traced processes.

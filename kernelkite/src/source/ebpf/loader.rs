@@ -279,7 +279,6 @@ fn load_classic(options: ProbeOptions) -> Result<Probes, ProbeError> {
         .override_global("CLASSIC_SWITCH_NEXT_PID", &layout.switch_next_pid, true)
         .override_global("CLASSIC_WAKEUP_PID", &layout.wakeup_pid, true)
         .override_global("CLASSIC_FORK_CHILD_PID", &layout.fork_child_pid, true)
-        .override_global("CLASSIC_EXEC_OLD_PID", &layout.exec_old_pid, true)
         .override_global("CLASSIC_SYS_ENTER_ID", &layout.sys_enter_id, true)
         .override_global("CLASSIC_SYS_ENTER_ARGS", &layout.sys_enter_args, true)
         .override_global("CLASSIC_SYS_EXIT_RET", &layout.sys_exit_ret, true)
