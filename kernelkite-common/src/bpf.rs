@@ -153,23 +153,6 @@ pub struct StackTime {
     pub count: u64,
 }
 
-/// A syscall in progress on a CPU: the value of the per-CPU `ON_CPU_SYSCALL` array of the
-/// overhead benchmark's clock floor.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct OnCpuSyscall {
-    /// The thread it belongs to; 0 (the idle task, never traced) when empty.
-    pub tid: u32,
-    /// Syscall number.
-    pub nr: u32,
-    /// CLOCK_MONOTONIC ns at sys_enter.
-    pub enter_ns: u64,
-    /// Unused by the clock floor; 0.
-    pub is_lock: u32,
-    /// Explicit padding; always 0.
-    pub _pad: u32,
-}
-
 /// Key of the per-(process, syscall) latency histogram map.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -281,7 +264,6 @@ pub struct SlowSyscallRecord {
 
 const _: () = assert!(core::mem::size_of::<ThreadState>() == 160);
 const _: () = assert!(core::mem::size_of::<StackKey>() == 24);
-const _: () = assert!(core::mem::size_of::<OnCpuSyscall>() == 24);
 const _: () = assert!(core::mem::size_of::<StackTime>() == 16);
 const _: () = assert!(core::mem::size_of::<SyscallKey>() == 8);
 const _: () = assert!(core::mem::size_of::<SyscallHist>() == 16 + 8 * NUM_BUCKETS);

@@ -90,7 +90,7 @@ pub fn classic_sched_switch(ctx: TracePointContext) -> u32 {
         &ctx,
         Switch {
             preempt,
-            prev_state: if preempt { 0 } else { state as u32 },
+            prev_state: Some(if preempt { 0 } else { state as u32 }),
             prev: core::ptr::null(),
             next_tid: field::<i32>(&ctx, &CLASSIC_SWITCH_NEXT_PID) as u32,
             next_tgid: 0,
@@ -155,8 +155,8 @@ pub fn classic_sched_process_exec(_ctx: TracePointContext) -> u32 {
 #[tracepoint]
 pub fn classic_sched_process_exit(ctx: TracePointContext) -> u32 {
     // Without group_dead (older kernels) a process's target bit stays set after it is
-    // gone; its pid, if reused meanwhile, is treated as a target (histograms only: the
-    // new process's threads have no entries).
+    // gone; a process that reuses its pid passes the target check, but its threads have
+    // no entries, so nothing of it is recorded.
     let group_dead = global(&CLASSIC_EXIT_GROUP_DEAD) != u32::MAX
         && field::<u8>(&ctx, &CLASSIC_EXIT_GROUP_DEAD) != 0;
     let exit_code = || {

@@ -18,13 +18,6 @@ use crate::maps::{
 use crate::sched::close_interval;
 use crate::{stacks, task};
 
-/// The thread of `pid_tgid` (from bpf_get_current_pid_tgid), when tracked.
-#[inline(always)]
-fn thread_of(pid_tgid: u64) -> Option<(u32, u32, &'static mut ThreadState)> {
-    let (tgid, tid) = ((pid_tgid >> 32) as u32, pid_tgid as u32);
-    thread(tid).map(|t| (tgid, tid, t))
-}
-
 /// 1 when `--follow`: new processes forked by targets become targets.
 #[unsafe(no_mangle)]
 static FOLLOW: u32 = 0;
@@ -160,12 +153,15 @@ pub fn sched_process_exit(ctx: BtfTracePointContext) -> i32 {
 #[inline(always)]
 pub fn on_exit(exit_code: impl FnOnce() -> Option<u32>, group_dead: bool) -> i32 {
     let pid_tgid = aya_ebpf::helpers::bpf_get_current_pid_tgid();
-    if group_dead && is_target((pid_tgid >> 32) as u32) {
-        // Its pid is free for reuse by a process that is not ours; whatever the
-        // thread's entry says below (the target bit is checked first everywhere).
-        clear_target((pid_tgid >> 32) as u32);
+    let (tgid, tid) = ((pid_tgid >> 32) as u32, pid_tgid as u32);
+    if !is_target(tgid) {
+        return 0;
     }
-    let Some((tgid, tid, t)) = thread_of(pid_tgid) else {
+    if group_dead {
+        // Its pid is free for reuse by a process that is not ours.
+        clear_target(tgid);
+    }
+    let Some(t) = thread(tid) else {
         return 0;
     };
     // SAFETY: helper call without preconditions.

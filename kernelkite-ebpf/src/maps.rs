@@ -2,9 +2,7 @@
 
 use aya_ebpf::macros::map;
 use aya_ebpf::maps::{Array, HashMap, PerCpuArray, RingBuf};
-use kernelkite_common::bpf::{
-    lost, OnCpuSyscall, SyscallHist, SyscallKey, ThreadState, MAX_SYSCALL_NR,
-};
+use kernelkite_common::bpf::{lost, SyscallHist, SyscallKey, ThreadState, MAX_SYSCALL_NR};
 
 /// Bit per tgid: set for every traced process. 2^22 bits cover the largest pid_max.
 pub const TARGET_BITMAP_WORDS: u32 = (1 << 22) / 64;
@@ -15,11 +13,6 @@ pub static TARGETS: Array<u64> = Array::with_max_entries(TARGET_BITMAP_WORDS, 0)
 /// Per-thread state and class counters, keyed by tid.
 #[map]
 pub static THREADS: HashMap<u32, ThreadState> = HashMap::with_max_entries(65_536, 0);
-
-/// The clock floor's syscall in progress per CPU (floor.rs: the least a syscall-latency
-/// tracer does, for the overhead benchmark).
-#[map]
-pub static ON_CPU_SYSCALL: PerCpuArray<OnCpuSyscall> = PerCpuArray::with_max_entries(1, 0);
 
 /// Tid of `run`'s gate process while it waits to exec the command (0 otherwise): its
 /// syscalls are kernelkite's, not the command's, so they are not counted. Set by
@@ -118,14 +111,6 @@ pub fn current_thread() -> Option<(u32, u32, &'static mut ThreadState)> {
         return None;
     }
     thread(tid).map(|t| (tgid, tid, t))
-}
-
-/// This CPU's `ON_CPU_SYSCALL` slot (the clock floor's).
-#[inline(always)]
-pub fn on_cpu_syscall() -> Option<&'static mut OnCpuSyscall> {
-    // SAFETY: a per-CPU value: only programs running on this CPU touch it, and they run
-    // with migration disabled.
-    ON_CPU_SYSCALL.get_ptr_mut(0).map(|p| unsafe { &mut *p })
 }
 
 /// Whether `tid` is `run`'s gate process, not yet the command.

@@ -104,8 +104,9 @@ fn clock_ns() -> u64 {
 pub struct Switch {
     /// The leaving thread was preempted (it stays runnable).
     pub preempt: bool,
-    /// The leaving thread's state (`TASK_*` bits; 0 is running).
-    pub prev_state: u32,
+    /// The leaving thread's state (`TASK_*` bits; 0 is running), or None to read it
+    /// from `prev` (kernels before 5.18; read only when the thread is traced).
+    pub prev_state: Option<u32>,
     /// The leaving task's task_struct, or null where the hook has none (classic
     /// tracepoints: then `in_iowait` is unknown).
     pub prev: *const u8,
@@ -135,7 +136,11 @@ pub fn on_switch<C: StackIdContext>(ctx: &C, sw: Switch) -> i32 {
             } else {
                 0
             };
-            switch_out(t, sw.prev, sw.preempt, sw.prev_state, now);
+            // SAFETY: prev is the tracepoint's task_struct when prev_state is None.
+            let prev_state = sw
+                .prev_state
+                .unwrap_or_else(|| unsafe { task::state(sw.prev) });
+            switch_out(t, sw.prev, sw.preempt, prev_state, now);
             stacks::on_switch_out(ctx, t, now, ran_ns);
         }
     }
@@ -156,8 +161,7 @@ pub fn on_switch<C: StackIdContext>(ctx: &C, sw: Switch) -> i32 {
 fn on_switch_btf(ctx: &BtfTracePointContext, prev_state: Option<u32>) -> i32 {
     let prev: *const u8 = ctx.arg(1);
     let next: *const u8 = ctx.arg(2);
-    // SAFETY: prev and next are the tracepoint's task_structs.
-    let prev_state = prev_state.unwrap_or_else(|| unsafe { task::state(prev) });
+    // SAFETY: next is the tracepoint's task_struct.
     let (next_tid, next_tgid) = unsafe { task::ids(next) };
     on_switch(
         ctx,
