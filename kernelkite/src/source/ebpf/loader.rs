@@ -77,7 +77,6 @@ const STACK_MAPS: [&str; 3] = ["USER_STACKS", "KERNEL_STACKS", "STACK_TIMES"];
 /// The loaded, attached programs and their maps.
 pub struct Probes {
     pub ebpf: Ebpf,
-    pub hook_kind: HookKind,
     /// `program (tracepoint)` for every attached hook, in attach order.
     pub hooks: Vec<String>,
     /// What the user should know about how the hooks attached (the classic fallback,
@@ -85,6 +84,26 @@ pub struct Probes {
     pub notes: Vec<String>,
     /// Time from starting the load to the last program attached.
     pub attach_ms: f64,
+}
+
+impl Probes {
+    /// Runs of the attached programs the kernel skipped because the program was already
+    /// running on that CPU (`recursion_misses` in each program's fdinfo, 5.12+; 0 where
+    /// the kernel does not say): events the programs never saw.
+    pub fn recursion_misses(&self) -> u64 {
+        use std::os::fd::{AsFd, AsRawFd};
+        self.ebpf
+            .programs()
+            .filter_map(|(_, program)| program.fd().ok())
+            .filter_map(|fd| {
+                let path = format!("/proc/self/fdinfo/{}", fd.as_fd().as_raw_fd());
+                let info = std::fs::read_to_string(path).ok()?;
+                info.lines()
+                    .find_map(|l| l.strip_prefix("recursion_misses:"))
+                    .and_then(|v| v.trim().parse::<u64>().ok())
+            })
+            .sum()
+    }
 }
 
 /// Why the eBPF backend could not be started. Rendered as one line.
@@ -231,7 +250,6 @@ fn load_programs(
     release_freed_memory();
     Ok(Probes {
         ebpf,
-        hook_kind: HookKind::TpBtf,
         hooks,
         notes: Vec::new(),
         attach_ms,
@@ -247,11 +265,14 @@ fn load_classic(options: ProbeOptions) -> Result<Probes, ProbeError> {
             "--stacks needs BTF-enabled tracepoints (kernel BTF at {KERNEL_BTF_PATH}); this session uses classic tracepoints"
         )));
     }
-    let mut notes = vec![if std::env::var_os(HOOKS_ENV).is_some() {
-        format!("classic tracepoints ({HOOKS_ENV}=classic): no in_iowait (io_wait only from D-state sleeps in I/O syscalls), exit codes only from exit/exit_group")
+    let why = if std::env::var_os(HOOKS_ENV).is_some() {
+        format!("classic tracepoints ({HOOKS_ENV}=classic)")
     } else {
-        format!("the kernel has no BTF ({KERNEL_BTF_PATH}): using classic tracepoints: no in_iowait (io_wait only from D-state sleeps in I/O syscalls), exit codes only from exit/exit_group")
-    }];
+        format!("the kernel has no BTF ({KERNEL_BTF_PATH}): using classic tracepoints")
+    };
+    let mut notes = vec![format!(
+        "{why}: no in_iowait (io_wait only from D-state sleeps in I/O syscalls), exit codes only from exit/exit_group"
+    )];
     let fs = Tracefs::find_or_mount()?;
     if fs.mounted_by_us {
         notes.push(format!("mounted tracefs at {}", fs.root.display()));
@@ -314,7 +335,6 @@ fn load_classic(options: ProbeOptions) -> Result<Probes, ProbeError> {
     }
     Ok(Probes {
         ebpf,
-        hook_kind: HookKind::Classic,
         hooks,
         notes,
         attach_ms: started.elapsed().as_secs_f64() * 1e3,

@@ -92,7 +92,7 @@ pub struct Session {
     /// Live views: count a thread still waiting for its first event (INITIAL) in the
     /// class /proc showed at attach, as the final frame does, instead of not at all.
     count_initial_in_frames: bool,
-    /// [`recursion_misses`] read just before the programs were detached.
+    /// [`Probes::recursion_misses`] read just before the programs were detached.
     recursion_misses_at_detach: u64,
     /// The machine's constants when the session's clock started.
     host: HostConstants,
@@ -150,33 +150,6 @@ pub fn monotonic_ns() -> u64 {
     // SAFETY: clock_gettime writes into the timespec we own.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-/// Runs of this process's BPF programs the kernel skipped because the program was
-/// already running on that CPU (`recursion_misses` in each program fd's fdinfo, 5.12+).
-fn recursion_misses() -> u64 {
-    let Ok(dir) = std::fs::read_dir("/proc/self/fdinfo") else {
-        return 0;
-    };
-    let mut seen = BTreeSet::new();
-    let mut total = 0;
-    for entry in dir.flatten() {
-        let Ok(info) = std::fs::read_to_string(entry.path()) else {
-            continue;
-        };
-        let field = |key: &str| {
-            info.lines()
-                .find_map(|l| l.strip_prefix(key))
-                .and_then(|v| v.trim().parse::<u64>().ok())
-        };
-        // A program may be held by several fds (program and link): count it once.
-        if let (Some(id), Some(misses)) = (field("prog_id:"), field("recursion_misses:")) {
-            if seen.insert(id) {
-                total += misses;
-            }
-        }
-    }
-    total
 }
 
 fn take_map<T>(probes: &mut Probes, name: &'static str) -> Result<T, SessionError>
@@ -652,10 +625,10 @@ impl Session {
     /// already running on that CPU — one preempted inside a syscall hook, on kernels
     /// where those are preemptible — is not entered again, so that event is missed).
     pub fn events_lost(&self) -> u64 {
-        let skipped = match self.probes.as_ref() {
-            Some(_) => recursion_misses(),
-            None => self.recursion_misses_at_detach,
-        };
+        let skipped = self
+            .probes
+            .as_ref()
+            .map_or(self.recursion_misses_at_detach, Probes::recursion_misses);
         self.undecodable_records
             + skipped
             + (0..lost::COUNT).map(|i| self.lost_count(i)).sum::<u64>()
@@ -777,8 +750,9 @@ impl Session {
         // Detach first: with no program running, the final read is consistent and the
         // open intervals end now, when observation ended. (The programs' skipped runs
         // can only be read while they are loaded.)
-        self.recursion_misses_at_detach = recursion_misses();
-        drop(self.probes.take());
+        if let Some(probes) = self.probes.take() {
+            self.recursion_misses_at_detach = probes.recursion_misses();
+        }
         let last = self.snapshot_frame(true)?;
         // When everything has exited, the last frame that still showed the processes
         // (as zombies) holds their final counters; an empty frame would replace it
