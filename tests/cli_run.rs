@@ -23,6 +23,15 @@ fn kk() -> Command {
 
 const PROC: [&str; 2] = ["--backend", "proc"];
 
+/// `kk()` with what sudo sets for `sudo kernelkite ...` run by uid 65534 (nobody).
+fn kk_under_sudo_by_nobody() -> Command {
+    let mut c = kk();
+    c.env("SUDO_UID", "65534")
+        .env("SUDO_GID", "65534")
+        .env("SUDO_USER", "nobody");
+    c
+}
+
 fn kk_path() -> PathBuf {
     assert_cmd::cargo::cargo_bin("kernelkite")
 }
@@ -512,6 +521,7 @@ fn start_and_wait_for(bundle: &Path, cmd: &[&str], comm: &str) -> std::process::
         kk.pre_exec(|| {
             libc::signal(libc::SIGINT, libc::SIG_DFL);
             libc::signal(libc::SIGTERM, libc::SIG_DFL);
+            libc::signal(libc::SIGHUP, libc::SIG_DFL);
             Ok(())
         });
     }
@@ -590,6 +600,31 @@ fn sigterm_is_forwarded() {
     assert_eq!(launched.signal, Some(libc::SIGTERM));
 }
 
+/// A closed terminal or ssh session (SIGHUP) ends the command, not kernelkite: the
+/// bundle is written once the tree has exited, and nothing is left running.
+#[test]
+fn sighup_is_forwarded_and_the_bundle_still_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let bundle_path = dir.path().join("hup.json");
+    let mut child = start_and_wait_for(&bundle_path, &["sleep", "30"], "sleep");
+    let sleep_pid = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", child.id()))
+        .unwrap()
+        .trim()
+        .to_string();
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGHUP) }, 0);
+    let status = wait_with_timeout(&mut child, Duration::from_secs(10));
+    assert_eq!(status.code(), Some(128 + libc::SIGHUP), "{status:?}");
+    let launched = load_bundle(&bundle_path).unwrap().launched.unwrap();
+    assert_eq!(launched.signal, Some(libc::SIGHUP));
+    assert!(
+        !Path::new(&format!("/proc/{sleep_pid}")).exists()
+            || std::fs::read_to_string(format!("/proc/{sleep_pid}/comm"))
+                .is_ok_and(|c| c.trim() != "sleep"),
+        "the command was left running"
+    );
+}
+
 #[test]
 fn frame_cap_keeps_refreshing_the_last_frame() {
     let dir = tempfile::tempdir().unwrap();
@@ -632,7 +667,8 @@ fn missing_command_is_one_line_and_leaves_no_file() {
         .args(["--", "/nonexistent/kk-no-such-command", "arg"])
         .output()
         .unwrap();
-    assert!(!out.status.success());
+    // Not found: 127, as a shell (and `env`) would say.
+    assert_eq!(out.status.code(), Some(127), "{out:?}");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
     assert!(stderr.contains("kk-no-such-command"), "{stderr}");
@@ -641,6 +677,68 @@ fn missing_command_is_one_line_and_leaves_no_file() {
         std::fs::read_dir(dir.path()).unwrap().count(),
         0,
         "temporary files left behind"
+    );
+}
+
+/// `run` exits with its command's status, so its own failures have their own: 125
+/// kernelkite failed, 126 the command cannot be run, 127 not found; a command's own 2
+/// (or 125) is passed through.
+#[test]
+fn own_failures_have_statuses_apart_from_the_commands() {
+    let dir = tempfile::tempdir().unwrap();
+    let bundle_path = dir.path().join("s.json");
+    let status = |cmd: &mut Command| cmd.output().unwrap().status.code();
+    let not_executable = dir.path().join("not-executable");
+    std::fs::write(&not_executable, "#!/bin/sh\n").unwrap();
+    assert_eq!(
+        status(
+            kk().arg("run")
+                .arg(&bundle_path)
+                .arg("--")
+                .arg(&not_executable)
+        ),
+        Some(126)
+    );
+    assert_eq!(
+        status(
+            kk().arg("run")
+                .arg(&bundle_path)
+                .args(["--", "kk-no-such-command-on-path"])
+        ),
+        Some(127)
+    );
+    // kernelkite's own: a bad flag, a bundle it cannot write.
+    assert_eq!(
+        status(
+            kk().args(["run", "--no-such-flag"])
+                .arg(&bundle_path)
+                .args(["--", "true"])
+        ),
+        Some(125)
+    );
+    assert_eq!(
+        status(
+            kk().arg("run")
+                .arg(dir.path().join("no-dir/b.json"))
+                .args(["--", "true"])
+        ),
+        Some(125)
+    );
+    for code in ["2", "125"] {
+        assert_eq!(
+            status(kk().arg("run").arg(&bundle_path).args([
+                "--",
+                "sh",
+                "-c",
+                &format!("exit {code}")
+            ])),
+            Some(code.parse().unwrap())
+        );
+    }
+    // Other commands keep 2 for their errors.
+    assert_eq!(
+        status(kk().args(["summary", "/nonexistent/b.json"])),
+        Some(2)
     );
 }
 
@@ -702,11 +800,7 @@ fn under_sudo_the_command_runs_as_the_invoking_user() {
     }
     let dir = tempfile::tempdir().unwrap();
     let bundle_path = dir.path().join("sudo.json");
-    // What sudo sets for `sudo kernelkite ...` run by uid 65534 (nobody).
-    let out = kk()
-        .env("SUDO_UID", "65534")
-        .env("SUDO_GID", "65534")
-        .env("SUDO_USER", "nobody")
+    let out = kk_under_sudo_by_nobody()
         .env("HOME", "/root")
         .arg("run")
         .arg(&bundle_path)
@@ -913,4 +1007,117 @@ fn the_command_gets_the_signal_mask_kernelkite_started_with() {
         .output()
         .unwrap();
     assert_eq!(out, String::from_utf8_lossy(&direct.stdout), "{out}");
+}
+
+/// As root, a directory the user `nobody` owns and a root-only 0600 file elsewhere.
+fn users_dir_and_root_only_file() -> Option<(tempfile::TempDir, PathBuf, PathBuf)> {
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        return None;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let secret_dir = dir.path().join("root-only");
+    std::fs::create_dir(&secret_dir).unwrap();
+    std::fs::set_permissions(&secret_dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let victim = secret_dir.join("file");
+    std::fs::write(&victim, "secret\n").unwrap();
+    std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let home = dir.path().join("home");
+    std::fs::create_dir(&home).unwrap();
+    std::os::unix::fs::chown(&home, Some(65534), Some(65534)).unwrap();
+    Some((dir, home, victim))
+}
+
+fn assert_untouched(victim: &Path) {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(victim).unwrap();
+    assert_eq!(std::fs::read_to_string(victim).unwrap(), "secret\n");
+    assert_eq!(
+        (meta.uid(), meta.gid(), meta.mode() & 0o7777),
+        (0, 0, 0o600)
+    );
+}
+
+fn assert_users_regular_file(path: &Path) {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::symlink_metadata(path).unwrap();
+    assert!(meta.file_type().is_file(), "{}: {meta:?}", path.display());
+    assert_eq!((meta.uid(), meta.gid()), (65534, 65534));
+}
+
+/// Issue 16's reproduction: under sudo the command (running as the user) plants a
+/// symlink at the temporary name kernelkite used to write the bundle through (then
+/// chowned by path), pointing at a root-only file.
+#[test]
+fn the_command_cannot_redirect_the_bundle_to_a_root_file() {
+    let Some((_dir, home, victim)) = users_dir_and_root_only_file() else {
+        eprintln!("skipped the_command_cannot_redirect_the_bundle_to_a_root_file: needs root");
+        return;
+    };
+    let plant = format!("ln -s {} .out.json.tmp-$PPID", victim.display());
+    let out = kk_under_sudo_by_nobody()
+        .current_dir(&home)
+        .args(["run", "out.json", "--", "sh", "-c", &plant])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_untouched(&victim);
+    assert_users_regular_file(&home.join("out.json"));
+    load_bundle(&home.join("out.json")).unwrap();
+}
+
+/// `--record` created its final path with `File::create`: a symlink planted there (by
+/// the user, in their directory) had a root-only file truncated and overwritten.
+#[test]
+fn a_symlink_at_the_recording_path_is_replaced_not_followed() {
+    let Some((_dir, home, victim)) = users_dir_and_root_only_file() else {
+        eprintln!("skipped a_symlink_at_the_recording_path_is_replaced_not_followed: needs root");
+        return;
+    };
+    let kkr = home.join("out.kkr");
+    std::os::unix::fs::symlink(&victim, &kkr).unwrap();
+    let out = kk_under_sudo_by_nobody()
+        .arg("run")
+        .arg(home.join("out.json"))
+        .arg("--record")
+        .arg(&kkr)
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_untouched(&victim);
+    assert_users_regular_file(&kkr);
+    assert_users_regular_file(&home.join("out.json"));
+    // The recording replays.
+    kk().arg("replay")
+        .arg(&kkr)
+        .arg(home.join("replayed.json"))
+        .assert()
+        .success();
+
+    // As plain root (no sudo) too.
+    std::fs::remove_file(&kkr).unwrap();
+    std::os::unix::fs::symlink(&victim, &kkr).unwrap();
+    kk().arg("run")
+        .arg(home.join("root.json"))
+        .arg("--record")
+        .arg(&kkr)
+        .args(["--", "true"])
+        .assert()
+        .success();
+    assert_untouched(&victim);
+    assert!(std::fs::symlink_metadata(&kkr)
+        .unwrap()
+        .file_type()
+        .is_file());
 }

@@ -56,8 +56,13 @@ pub enum Command {
     /// every short-lived process. Without them (or with `--backend proc`) /proc is
     /// sampled every `--interval-ms`: on_cpu and runqueue exact, the other classes
     /// estimated. Either way the tree's CPU comes from the kernel's exact rusage.
-    /// Under sudo the command runs as the invoking user. Ctrl-C and SIGTERM are passed
-    /// to the command; the bundle is still written (atomically).
+    /// Under sudo the command runs as the invoking user, and the bundle is theirs.
+    /// Ctrl-C, SIGTERM and SIGHUP are passed to the command; the bundle is still written
+    /// (atomically) once its tree has exited.
+    ///
+    /// Exit status: the command's own (128 + N when signal N killed it); 125 when
+    /// kernelkite itself failed (a bad flag, no bundle written), 126 when the command was
+    /// found but could not be run, 127 when it was not found (as `env` and `timeout`).
     Run(RunArgs),
     /// Attach to running processes with eBPF and explain where their time goes (needs root).
     ///

@@ -4,11 +4,23 @@
 //! replay) produces a [`model::Bundle`] of raw cumulative counters; `analysis` derives
 //! every number from a bundle; `report` renders analyses as text, JSON and HTML.
 
+/// `eprintln!` that never panics: a closed stderr (`2>&1 | head`) must not stop
+/// kernelkite before it has written what it measured.
+#[macro_export]
+macro_rules! note {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 pub mod analysis;
 pub mod cli;
 pub mod commands;
 pub mod export;
 pub mod model;
+#[cfg(unix)]
+pub mod output;
 pub mod recording;
 pub mod report;
 pub mod source;

@@ -1,9 +1,22 @@
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{CommandFactory, Parser};
+use kernelkite::commands::run::{CommandNotStarted, STATUS_OWN_ERROR};
 
 fn main() -> ExitCode {
-    let cli = kernelkite::cli::Cli::parse();
+    // `run` exits with its command's status, so its own failures (a bad flag included)
+    // use statuses a command rarely does, as `env` and `timeout` do.
+    let own_error = if is_run() { STATUS_OWN_ERROR } else { 2 };
+    let cli = match kernelkite::cli::Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) => {
+            let _ = err.print();
+            return match err.exit_code() {
+                0 => ExitCode::SUCCESS,
+                _ => ExitCode::from(own_error),
+            };
+        }
+    };
     match kernelkite::commands::dispatch(cli) {
         Ok(code) => code,
         Err(err) => {
@@ -16,8 +29,21 @@ fn main() -> ExitCode {
                     line.push_str(&format!(": {cause}"));
                 }
             }
-            eprintln!("{line}");
-            ExitCode::from(2)
+            kernelkite::note!("{line}");
+            match err.downcast_ref::<CommandNotStarted>() {
+                Some(not_started) if own_error == STATUS_OWN_ERROR => {
+                    ExitCode::from(not_started.status)
+                }
+                _ => ExitCode::from(own_error),
+            }
         }
     }
+}
+
+/// Whether the command line asks for `run` (parsed leniently, so a bad flag still tells).
+fn is_run() -> bool {
+    kernelkite::cli::Cli::command()
+        .ignore_errors(true)
+        .try_get_matches()
+        .is_ok_and(|m| m.subcommand_name() == Some("run"))
 }

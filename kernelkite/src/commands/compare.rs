@@ -36,7 +36,7 @@ pub fn execute(global: &GlobalArgs, args: &CompareArgs) -> Result<ExitCode> {
         Ok(ExitCode::SUCCESS)
     } else {
         for f in failed {
-            eprintln!("kernelkite: fail-on: {}", f.message);
+            crate::note!("kernelkite: fail-on: {}", f.message);
         }
         Ok(ExitCode::from(1))
     }

@@ -8,11 +8,12 @@ use crate::cli::{BenchFloorArgs, GlobalArgs};
 
 pub fn execute(global: &GlobalArgs) -> Result<ExitCode> {
     let report = platform::diagnose();
-    if global.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+    let text = if global.json {
+        crate::report::json_text(&report)
     } else {
-        print!("{}", render_text(&report));
-    }
+        render_text(&report)
+    };
+    crate::report::write_stdout(&text)?;
     Ok(ExitCode::SUCCESS)
 }
 

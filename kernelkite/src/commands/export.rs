@@ -9,7 +9,7 @@ use crate::analysis::analyze;
 use crate::cli::{ExportArgs, GlobalArgs};
 use crate::commands::replay::load_input;
 use crate::export::{render, ExportOptions};
-use crate::model::write_atomically;
+use crate::output::write_file;
 
 pub fn execute(_global: &GlobalArgs, args: &ExportArgs) -> Result<ExitCode> {
     let bundle = load_input(&args.bundle)?;
@@ -20,8 +20,9 @@ pub fn execute(_global: &GlobalArgs, args: &ExportArgs) -> Result<ExitCode> {
     let bytes = render(&bundle, &analysis, args.format, options)
         .with_context(|| format!("cannot export {}", args.bundle.display()))?;
     match &args.output {
-        Some(path) => write_atomically(path, &bytes)
-            .with_context(|| format!("cannot write {}", path.display()))?,
+        Some(path) => {
+            write_file(path, &bytes).with_context(|| format!("cannot write {}", path.display()))?
+        }
         None => write_stdout_bytes(&bytes).context("cannot write to standard output")?,
     }
     Ok(ExitCode::SUCCESS)

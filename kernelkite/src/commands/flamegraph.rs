@@ -7,7 +7,7 @@ use anyhow::{anyhow, Context, Result};
 
 use crate::cli::{FlamegraphArgs, GlobalArgs};
 use crate::commands::replay::load_input;
-use crate::model::write_atomically;
+use crate::output::write_file;
 use crate::report::flamegraph::{flamegraph_svg, folded_text, FlameGraphError, FlameGraphSpec};
 use crate::report::write_stdout;
 
@@ -28,7 +28,7 @@ pub fn execute(_global: &GlobalArgs, args: &FlamegraphArgs) -> Result<ExitCode> 
         flamegraph_svg(&bundle, &spec).map_err(failed)?
     };
     match &args.output {
-        Some(path) => write_atomically(path, bytes.as_bytes())
+        Some(path) => write_file(path, bytes.as_bytes())
             .with_context(|| format!("cannot write {}", path.display()))?,
         None => write_stdout(&bytes).context("cannot write to standard output")?,
     }

@@ -37,6 +37,19 @@ pub fn stack_options(
 
 /// Run the parsed command line.
 pub fn dispatch(cli: Cli) -> Result<ExitCode> {
+    // Under sudo, outputs are written for the invoking user (see `crate::output`). The
+    // gate child writes nothing.
+    #[cfg(target_os = "linux")]
+    if !matches!(cli.command, Command::ExecAfterGate(_)) {
+        use anyhow::Context;
+        let user =
+            crate::source::launch::invoking_user().context("cannot look up the invoking user")?;
+        crate::output::set_invoking_user(user.map(|u| crate::output::OutputOwner {
+            uid: u.uid,
+            gid: u.gid,
+            groups: u.groups,
+        }));
+    }
     let global = cli.global;
     match cli.command {
         Command::Run(args) => run::execute(&global, &args),

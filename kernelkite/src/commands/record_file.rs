@@ -1,8 +1,6 @@
 //! `--record FILE` for the live commands: create the recording before the session
 //! starts (a bad path fails before anything runs) and finish it at the end.
 
-use std::path::Path;
-
 use anyhow::{Context, Result};
 
 use crate::cli::{RecordArgs, RecordCompression};
@@ -12,6 +10,8 @@ use crate::recording::{Compression, RecordSink, SharedRecording};
 pub struct RecordFile {
     pub recording: SharedRecording,
     path: std::path::PathBuf,
+    /// The file as created, so a discard removes it only if the name still holds it.
+    created: std::fs::File,
 }
 
 impl RecordFile {
@@ -23,11 +23,16 @@ impl RecordFile {
             RecordCompression::Zstd => Compression::Zstd,
             RecordCompression::None => Compression::None,
         };
-        let recording = SharedRecording::create(path, compression)
-            .with_context(|| format!("cannot create recording {}", path.display()))?;
+        let context = || format!("cannot create recording {}", path.display());
+        // In place under its name at once (see `crate::output`): a killed session
+        // leaves its complete chunks there.
+        let file = crate::output::create_streaming(path).with_context(context)?;
+        let created = file.try_clone().with_context(context)?;
+        let recording = SharedRecording::new(file, compression).with_context(context)?;
         Ok(Some(RecordFile {
             recording,
             path: path.clone(),
+            created,
         }))
     }
 
@@ -36,15 +41,11 @@ impl RecordFile {
         Box::new(self.recording.clone())
     }
 
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
     /// The session never started (a bad pid, a command that cannot run): remove the
     /// file rather than leave a recording with nothing in it.
     pub fn discard_if_empty(&self) {
         if self.recording.records() == 0 {
-            let _ = std::fs::remove_file(&self.path);
+            let _ = crate::output::remove_created(&self.path, &self.created);
         }
     }
 
@@ -56,7 +57,7 @@ impl RecordFile {
                 self.path.display()
             )
         })?;
-        eprintln!(
+        crate::note!(
             "kernelkite: recorded {} ({} records in {} chunks, {} bytes; {} bytes uncompressed); replay: kernelkite replay {} OUT.json",
             self.path.display(),
             stats.records,

@@ -56,7 +56,7 @@ fn replay_file(path: &std::path::Path) -> Result<Bundle> {
     let replayed = replay_recording(std::io::BufReader::new(file))
         .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     if let Some(tail) = replayed.incomplete_tail {
-        eprintln!(
+        crate::note!(
             "kernelkite: warning: {}: the last {} bytes (from byte {}) are an incomplete chunk, ignored; replayed the {} complete chunks (the session was cut short)",
             path.display(),
             tail.bytes,
@@ -64,7 +64,7 @@ fn replay_file(path: &std::path::Path) -> Result<Bundle> {
             replayed.chunks
         );
     } else if !replayed.ended {
-        eprintln!(
+        crate::note!(
             "kernelkite: warning: {}: no end record: the session was cut short; replayed its {} complete chunks",
             path.display(),
             replayed.chunks

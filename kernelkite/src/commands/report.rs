@@ -6,13 +6,13 @@ use anyhow::{Context, Result};
 
 use crate::cli::{GlobalArgs, ReportArgs};
 use crate::commands::replay::load_input;
-use crate::model::write_atomically;
+use crate::output::write_file;
 use crate::report::html;
 
 pub fn execute(_global: &GlobalArgs, args: &ReportArgs) -> Result<ExitCode> {
     let bundle = load_input(&args.bundle)?;
     let page = html::render(&bundle);
-    write_atomically(&args.output, page.as_bytes())
+    write_file(&args.output, page.as_bytes())
         .with_context(|| format!("cannot write {}", args.output.display()))?;
     Ok(ExitCode::SUCCESS)
 }

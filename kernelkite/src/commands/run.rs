@@ -1,12 +1,52 @@
 //! `kernelkite run <bundle> -- <cmd> [args...]`: launch a command, sample it and every
 //! descendant from /proc until the whole tree has exited, write the bundle, and exit
-//! with the command's own status (128 + N when signal N killed it).
+//! with the command's own status (128 + N when signal N killed it). Its own failures
+//! exit as `env` and `timeout` do: 125 kernelkite failed, 126 the command was found but
+//! cannot be run, 127 it was not found.
 
 use std::process::ExitCode;
 
 use anyhow::Result;
 
 use crate::cli::{GlobalArgs, RunArgs};
+
+/// `run`'s status when kernelkite itself failed (the command's own statuses are its own).
+pub const STATUS_OWN_ERROR: u8 = 125;
+
+/// The command could not be started: the status says why, as a shell's would.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot run {program}")]
+pub struct CommandNotStarted {
+    pub program: String,
+    /// 127: not found; 126: found but not executable.
+    pub status: u8,
+}
+
+impl CommandNotStarted {
+    /// Whether `err` (from finding or executing `program`) is the command's fault, and
+    /// with which status.
+    pub fn classify(program: &str, err: &std::io::Error) -> Option<CommandNotStarted> {
+        let status = match err.raw_os_error()? {
+            libc::ENOENT | libc::ENOTDIR => 127,
+            libc::EACCES | libc::EPERM | libc::ENOEXEC | libc::EISDIR | libc::ETXTBSY => 126,
+            _ => return None,
+        };
+        Some(CommandNotStarted {
+            program: program.to_string(),
+            status,
+        })
+    }
+}
+
+/// The error `run` fails with when starting `program` failed: a [`CommandNotStarted`]
+/// when the command is at fault, else kernelkite's own error.
+#[cfg(target_os = "linux")]
+fn not_started(program: &str, err: std::io::Error) -> anyhow::Error {
+    match CommandNotStarted::classify(program, &err) {
+        Some(not_started) => anyhow::Error::new(err).context(not_started),
+        None => anyhow::Error::new(err).context(format!("cannot run {program}")),
+    }
+}
 
 pub fn execute(global: &GlobalArgs, args: &RunArgs) -> Result<ExitCode> {
     #[cfg(target_os = "linux")]
@@ -35,8 +75,9 @@ pub fn exec_after_gate(args: &crate::cli::ExecAfterGateArgs) -> Result<ExitCode>
             _ => None,
         };
         let err = exec_after_gate(args.fd, user.as_ref(), &args.command);
-        eprintln!("kernelkite: cannot run {}: {err}", args.command[0]);
-        Ok(ExitCode::from(127))
+        crate::note!("kernelkite: cannot run {}: {err}", args.command[0]);
+        let status = CommandNotStarted::classify(&args.command[0], &err).map_or(127, |c| c.status);
+        Ok(ExitCode::from(status))
     }
     #[cfg(not(target_os = "linux"))]
     {
@@ -63,8 +104,7 @@ mod linux {
     use crate::source::ebpf::session::{self as ebpf, TraceOptions};
     use crate::source::host::current_host;
     use crate::source::launch::{
-        children_rusage, find_program, give_to_user, raise_open_file_limit, signal_child, Exit,
-        Launcher,
+        children_rusage, find_program, raise_open_file_limit, signal_child, Exit, Launcher,
     };
     use crate::source::procfs::{
         FrameRecorder, Sampler, SamplerOptions, Schedule, Scope, PROC_ROOT,
@@ -77,25 +117,19 @@ mod linux {
         if args.max_frames == 0 {
             bail!("--max-frames must be at least 1");
         }
-        model::check_writable(&args.bundle)?;
+        crate::output::check_writable(&args.bundle)?;
         let record_file = RecordFile::create(&args.recording)?;
         let profiled = profile(global, args, record_file.as_ref());
         if profiled.is_err() {
             record_file.iter().for_each(RecordFile::discard_if_empty);
         }
-        let (bundle, exit, launcher) = profiled?;
+        let (bundle, exit) = profiled?;
         model::write_bundle(&args.bundle, &bundle)
             .with_context(|| format!("cannot write bundle {}", args.bundle.display()))?;
-        if let Some(user) = launcher.invoking_user() {
-            give_to_user(&args.bundle, user);
-        }
         report_written(&args.bundle, &bundle);
         if let Some(record) = record_file {
             if let Some(launched) = &bundle.launched {
                 record.recording.append(RecordRef::Launched(launched));
-            }
-            if let Some(user) = launcher.invoking_user() {
-                give_to_user(record.path(), user);
             }
             record.finish(bundle.frames.last().map_or(0, |f| f.t_ns))?;
         }
@@ -109,7 +143,7 @@ mod linux {
         global: &GlobalArgs,
         args: &RunArgs,
         record_file: Option<&RecordFile>,
-    ) -> Result<(Bundle, Option<Exit>, Launcher)> {
+    ) -> Result<(Bundle, Option<Exit>)> {
         // eBPF when it may (the probes are loaded before the command starts, so a
         // failure can still fall back), else /proc; never a silent downgrade.
         let probes = match global.backend {
@@ -126,7 +160,9 @@ mod linux {
                     return Err(e.context("--stacks needs the eBPF backend, which is not available"))
                 }
                 Err(e) => {
-                    eprintln!("kernelkite: using the /proc sampler: eBPF is not available: {e:#}");
+                    crate::note!(
+                        "kernelkite: using the /proc sampler: eBPF is not available: {e:#}"
+                    );
                     None
                 }
             },
@@ -154,7 +190,7 @@ mod linux {
                 (assemble(global, args, host, session), exit)
             }
         };
-        Ok((bundle, exit, launcher))
+        Ok((bundle, exit))
     }
 
     /// What one recording session produced.
@@ -180,7 +216,7 @@ mod linux {
         let start = Instant::now();
         let pid = launcher
             .spawn(&args.command)
-            .with_context(|| format!("cannot run {}", args.command[0]))?;
+            .map_err(|e| super::not_started(&args.command[0], e))?;
         raise_open_file_limit();
         if let Some(recording) = recording {
             recording.append(RecordRef::SessionStart(&SessionStart {
@@ -305,7 +341,7 @@ mod linux {
             stacks: crate::commands::stack_options(&args.stacks),
         })?;
         for note in session.notes() {
-            eprintln!("kernelkite: {note}");
+            crate::note!("kernelkite: {note}");
         }
         Ok(session)
     }
@@ -319,8 +355,7 @@ mod linux {
         global: &GlobalArgs,
         args: &RunArgs,
     ) -> Result<(Bundle, Option<Exit>)> {
-        find_program(&args.command[0])
-            .with_context(|| format!("cannot run {}", args.command[0]))?;
+        find_program(&args.command[0]).map_err(|e| super::not_started(&args.command[0], e))?;
         let (pid, gate) = launcher
             .spawn_gated(&args.command)
             .with_context(|| format!("cannot run {}", args.command[0]))?;
@@ -414,7 +449,7 @@ mod linux {
     /// Tell the user where the bundle went, with the headline numbers.
     fn report_written(path: &Path, bundle: &Bundle) {
         let a = crate::analysis::analyze(bundle);
-        eprintln!(
+        crate::note!(
             "kernelkite: wrote {} ({} backend, {}, {} processes, CPU {}, peak RSS {}); details: kernelkite summary {}",
             path.display(),
             a.backend,

@@ -72,14 +72,16 @@ pub fn execute(global: &GlobalArgs, args: &TopArgs) -> Result<ExitCode> {
                     bail!("--stacks needs the eBPF backend, which is not available: {why}")
                 }
                 Some(why) => {
-                    eprintln!("kernelkite: using the /proc sampler: eBPF is not available: {why}");
+                    crate::note!(
+                        "kernelkite: using the /proc sampler: eBPF is not available: {why}"
+                    );
                     proc_feed(targets)?
                 }
                 // With --stacks, failing to load is the error (no stacks from /proc).
                 None if stacks.is_some() => ebpf_feed(targets)?,
                 None => match ebpf_feed(targets.clone()) {
                     Err(e) => {
-                        eprintln!(
+                        crate::note!(
                             "kernelkite: using the /proc sampler: eBPF is not available: {e:#}"
                         );
                         proc_feed(targets)?
@@ -126,7 +128,7 @@ pub fn execute(global: &GlobalArgs, args: &TopArgs) -> Result<ExitCode> {
     let outcome = outcome?;
     end_t_ns?;
     if outcome.reason != "quit" {
-        eprintln!("kernelkite: top stopped: {}", outcome.reason);
+        crate::note!("kernelkite: top stopped: {}", outcome.reason);
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -54,6 +54,7 @@ mod platform {
     use crate::report::stacks::dominant_stacks_text;
     use crate::report::summary::summary_json;
     use crate::report::trace::trace_text;
+    use crate::report::{json_text, write_stdout};
     use crate::source::ebpf::availability::Availability;
     use crate::source::ebpf::session::{Session, TraceOptions};
 
@@ -62,7 +63,7 @@ mod platform {
             anyhow::bail!("eBPF is not available: {reason}");
         }
         if let Some(out) = &args.output {
-            crate::model::check_writable(out)?;
+            crate::output::check_writable(out)?;
         }
         let listener = match args.serve {
             Some(addr) => {
@@ -91,6 +92,7 @@ mod platform {
             Signals {
                 interrupt: signal(SignalKind::interrupt())?,
                 terminate: signal(SignalKind::terminate())?,
+                hangup: signal(SignalKind::hangup())?,
             }
         };
         let record = RecordFile::create(&args.recording)?;
@@ -103,9 +105,9 @@ mod platform {
             }
         };
         for note in session.notes() {
-            eprintln!("kernelkite: {note}");
+            crate::note!("kernelkite: {note}");
         }
-        eprintln!(
+        crate::note!(
             "kernelkite: tracing pid {} with eBPF ({} hooks live in {:.0} ms); Ctrl-C to stop",
             args.pids
                 .iter()
@@ -119,7 +121,7 @@ mod platform {
             let mut scrapes = None;
             if let Some(listener) = listener {
                 let (tx, rx) = tokio::sync::mpsc::channel::<serve::Scrape>(16);
-                eprintln!(
+                crate::note!(
                     "kernelkite: serving metrics at http://{}/metrics",
                     listener.local_addr()?
                 );
@@ -130,31 +132,39 @@ mod platform {
         })?;
         if std::io::stderr().is_terminal() {
             // Over the status line.
-            eprintln!("\rkernelkite: stopped: {stop}{:40}", "");
+            crate::note!("\rkernelkite: stopped: {stop}{:40}", "");
         } else {
-            eprintln!("kernelkite: stopped: {stop}");
+            crate::note!("kernelkite: stopped: {stop}");
         }
         let bundle = session.finish()?;
+        // What was measured goes to disk first: printing can fail (a closed pipe) and
+        // must not lose it.
+        let written = match &args.output {
+            Some(out) => write_bundle(out, &bundle)
+                .with_context(|| format!("cannot write {}", out.display()))
+                .map(|()| crate::note!("kernelkite: wrote {}", out.display())),
+            None => Ok(()),
+        };
+        let recorded = match record {
+            Some(record) => record.finish(bundle.frames.last().map_or(0, |f| f.t_ns)),
+            None => Ok(()),
+        };
         let analysis = analyze(&bundle);
-        if global.json {
-            println!(
-                "{}",
-                serde_json::to_string_pretty(&summary_json(&analysis))?
-            );
+        let text = if global.json {
+            json_text(&summary_json(&analysis))
         } else {
-            print!("{}", trace_text(&analysis, args.threads));
+            let mut text = trace_text(&analysis, args.threads);
             // With --stacks: where the dominant class's time went.
-            if let Some(text) = dominant_stacks_text(&bundle, &analysis, 3) {
-                print!("\n{text}");
+            if let Some(stacks) = dominant_stacks_text(&bundle, &analysis, 3) {
+                text.push('\n');
+                text.push_str(&stacks);
             }
-        }
-        if let Some(out) = &args.output {
-            write_bundle(out, &bundle).with_context(|| format!("writing {}", out.display()))?;
-            eprintln!("kernelkite: wrote {}", out.display());
-        }
-        if let Some(record) = record {
-            record.finish(bundle.frames.last().map_or(0, |f| f.t_ns))?;
-        }
+            text
+        };
+        let printed = write_stdout(&text).context("cannot write to standard output");
+        written?;
+        recorded?;
+        printed?;
         Ok(ExitCode::SUCCESS)
     }
 
@@ -162,6 +172,8 @@ mod platform {
     struct Signals {
         interrupt: Signal,
         terminate: Signal,
+        /// A closed terminal or ssh session: ends the trace like SIGTERM, with its bundle.
+        hangup: Signal,
     }
 
     /// Drain the ring buffer as records arrive and snapshot the counters every interval,
@@ -208,13 +220,15 @@ mod platform {
                     // would only pile up.
                     if live_status && last_status.elapsed() >= Duration::from_millis(500) {
                         last_status = Instant::now();
-                        eprint!(
+                        let mut stderr = std::io::stderr();
+                        let _ = write!(
+                            stderr,
                             "\r  {:.1} s  frames {}  events lost {}   ",
                             started.elapsed().as_secs_f64(),
                             session.frames(),
                             session.events_lost()
                         );
-                        let _ = std::io::stderr().flush();
+                        let _ = stderr.flush();
                     }
                     if !session.any_target_alive() {
                         break "every traced process exited";
@@ -225,6 +239,7 @@ mod platform {
                 }
                 _ = signals.interrupt.recv() => break "interrupted",
                 _ = signals.terminate.recv() => break "terminated",
+                _ = signals.hangup.recv() => break "hung up",
                 _ = sleep_opt(until_deadline) => break "duration reached",
             }
         };

@@ -45,7 +45,7 @@ pub async fn serve(listener: std::net::TcpListener, scrapes: mpsc::Sender<Scrape
     let listener = match TcpListener::from_std(listener) {
         Ok(l) => l,
         Err(e) => {
-            eprintln!("kernelkite: --serve: {e}");
+            crate::note!("kernelkite: --serve: {e}");
             return;
         }
     };

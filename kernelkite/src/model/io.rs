@@ -142,39 +142,6 @@ fn parse_bundle(bytes: &[u8]) -> Result<Bundle, ParseFailure> {
     Ok(bundle)
 }
 
-/// Fail early (before a long session) when `path` could not be written at the end:
-/// create and remove a probe file beside it, as the atomic write will.
-pub fn check_writable(path: &Path) -> Result<(), std::io::Error> {
-    let err = |msg: String| std::io::Error::other(msg);
-    if path.is_dir() {
-        return Err(err(format!(
-            "cannot write bundle {}: it is a directory",
-            path.display()
-        )));
-    }
-    let Some(name) = path.file_name() else {
-        return Err(err(format!(
-            "cannot write bundle {}: no file name",
-            path.display()
-        )));
-    };
-    let dir = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    let mut probe_name = std::ffi::OsString::from(".");
-    probe_name.push(name);
-    probe_name.push(format!(".probe-{}", std::process::id()));
-    let probe = dir.join(probe_name);
-    fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&probe)
-        .map_err(|e| err(format!("cannot write bundle {}: {e}", path.display())))?;
-    let _ = fs::remove_file(&probe);
-    Ok(())
-}
-
 /// Serialize a bundle: JSON with one line per top-level field and per element of its
 /// top-level arrays (a frame, a lifecycle event, a histogram), so a diff of two bundles
 /// reads frame by frame; deterministic for equal input, with a trailing newline.
@@ -281,38 +248,9 @@ impl serde_json::ser::Formatter for LinePerElement {
     }
 }
 
-/// Write a bundle atomically (see [`write_atomically`]).
+/// Write a bundle atomically, with the rules of every output (see `crate::output`).
 pub fn write_bundle(path: &Path, bundle: &Bundle) -> std::io::Result<()> {
-    write_atomically(path, &bundle_to_bytes(bundle))
-}
-
-/// Write `bytes` to `path` through a temporary file in the same directory and a rename,
-/// so readers see either the old file or the complete new one, never a partial file.
-pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let dir = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    let file_name = path.file_name().ok_or_else(|| {
-        std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            "output path has no file name",
-        )
-    })?;
-    let mut tmp_name = std::ffi::OsString::from(".");
-    tmp_name.push(file_name);
-    tmp_name.push(format!(".tmp-{}", std::process::id()));
-    let tmp = dir.join(tmp_name);
-    let result = (|| {
-        let mut f = fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        fs::rename(&tmp, path)
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    result
+    crate::output::write_file(path, &bundle_to_bytes(bundle))
 }
 
 #[cfg(test)]
@@ -442,23 +380,5 @@ mod tests {
                 Err(ParseFailure::Json(_))
             ));
         }
-    }
-
-    #[test]
-    fn atomic_write_replaces_and_leaves_no_temp_file() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("out.json");
-        write_atomically(&path, b"one").unwrap();
-        write_atomically(&path, b"two").unwrap();
-        assert_eq!(fs::read(&path).unwrap(), b"two");
-        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
-    }
-
-    #[test]
-    fn atomic_write_into_missing_directory_fails_cleanly() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("missing").join("out.json");
-        assert!(write_atomically(&path, b"x").is_err());
-        assert!(!path.exists());
     }
 }

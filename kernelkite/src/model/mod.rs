@@ -13,4 +13,4 @@ pub mod validate;
 
 pub use bundle::*;
 pub use frame_recorder::FrameRecorder;
-pub use io::{check_writable, load_bundle, write_atomically, write_bundle, LoadError};
+pub use io::{load_bundle, write_bundle, LoadError};

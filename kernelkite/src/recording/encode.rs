@@ -4,7 +4,6 @@
 
 use std::fs::File;
 use std::io::{self, Write};
-use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use super::wire::Put;
@@ -334,13 +333,6 @@ pub struct RecordingWriter<W: Write> {
     error: Option<io::Error>,
 }
 
-impl RecordingWriter<File> {
-    /// Create (or truncate) `path` and write the header.
-    pub fn create(path: &Path, compression: Compression) -> io::Result<RecordingWriter<File>> {
-        RecordingWriter::new(File::create(path)?, compression)
-    }
-}
-
 impl<W: Write> RecordingWriter<W> {
     /// Write the file header to `out`.
     pub fn new(mut out: W, compression: Compression) -> io::Result<RecordingWriter<W>> {
@@ -418,8 +410,9 @@ pub fn encode_to_vec(records: &[RecordRef<'_>], compression: Compression) -> Vec
 pub struct SharedRecording(Arc<Mutex<Option<RecordingWriter<File>>>>);
 
 impl SharedRecording {
-    pub fn create(path: &Path, compression: Compression) -> io::Result<SharedRecording> {
-        let writer = RecordingWriter::create(path, compression)?;
+    /// Write the header to `file` (one `crate::output::create_streaming` made).
+    pub fn new(file: File, compression: Compression) -> io::Result<SharedRecording> {
+        let writer = RecordingWriter::new(file, compression)?;
         Ok(SharedRecording(Arc::new(Mutex::new(Some(writer)))))
     }
 

@@ -1,6 +1,6 @@
 //! Launching the command `kernelkite run` profiles, as the parent of its whole tree:
 //! kernelkite becomes a child subreaper (orphaned descendants are reparented to it),
-//! forwards SIGINT and SIGTERM to the command instead of dying from them, drops root
+//! forwards SIGINT, SIGTERM and SIGHUP to the command instead of dying from them, drops root
 //! privileges to the invoking user under sudo, reaps every descendant it inherits, and
 //! reads the tree's exact CPU from `getrusage(RUSAGE_CHILDREN)` once all are reaped.
 //!
@@ -20,8 +20,10 @@ use crate::model::Rusage;
 /// The launched command's pid while it can receive signals; 0 before it started and
 /// once it exited (so a reused pid is never signalled).
 static COMMAND_PID: AtomicI32 = AtomicI32::new(0);
-/// The signals kernelkite passes on to the command.
-const FORWARDED_SIGNALS: [libc::c_int; 2] = [libc::SIGINT, libc::SIGTERM];
+/// The signals kernelkite passes on to the command. SIGHUP too: a closed terminal or
+/// ssh session must not kill kernelkite before it wrote the bundle and leave the command
+/// running unwatched.
+const FORWARDED_SIGNALS: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
 /// Bit `1 << sig` for each of them that was ignored when kernelkite started.
 static INHERITED_IGNORED: AtomicU32 = AtomicU32::new(0);
 
@@ -168,7 +170,7 @@ pub struct Launcher {
 }
 
 impl Launcher {
-    /// Make this process a subreaper, install the SIGINT/SIGTERM forwarders and block
+    /// Make this process a subreaper, install the SIGINT/SIGTERM/SIGHUP forwarders and block
     /// SIGCHLD (it is waited for with a timeout). Call before spawning.
     pub fn prepare() -> io::Result<Launcher> {
         if LAUNCHER_EXISTS.swap(true, Ordering::SeqCst) {
@@ -429,7 +431,7 @@ impl Launcher {
         }
     }
 
-    /// A SIGINT or SIGTERM that arrived after the command exited, for the orphans it
+    /// A SIGINT, SIGTERM or SIGHUP that arrived after the command exited, for the orphans it
     /// left behind (taken once).
     pub fn take_signal_for_orphans(&self) -> Option<i32> {
         // Before the launch, a pending signal is for the command (see `spawn`).
@@ -581,7 +583,7 @@ fn exited_unreaped(pid: i32) -> bool {
     rc == 0 && unsafe { info.si_pid() } == pid
 }
 
-/// The handler for SIGINT and SIGTERM: pass the signal on to the command. A Ctrl-C
+/// The handler for SIGINT, SIGTERM and SIGHUP: pass the signal on to the command. A Ctrl-C
 /// typed at the terminal was already delivered by the kernel to every process of the
 /// foreground group, so it is only passed on when the command left that group.
 extern "C" fn forward_signal(
@@ -634,15 +636,6 @@ pub fn raise_open_file_limit() {
             lim.rlim_cur = lim.rlim_max;
             libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
         }
-    }
-}
-
-/// Hand a file written as root back to the invoking user (best effort).
-pub fn give_to_user(path: &std::path::Path, user: &InvokingUser) {
-    use std::os::unix::ffi::OsStrExt;
-    if let Ok(c_path) = CString::new(path.as_os_str().as_bytes()) {
-        // SAFETY: c_path is NUL-terminated.
-        unsafe { libc::chown(c_path.as_ptr(), user.uid, user.gid) };
     }
 }
 
