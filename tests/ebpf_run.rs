@@ -268,3 +268,86 @@ fn short_grandchildren_hang_under_their_parent_in_the_tree() {
     names.sort();
     assert_eq!(names, ["sleep", "true"]);
 }
+
+/// SIGHUP (a closed terminal or ssh session) goes to the command as SIGINT and SIGTERM
+/// do: kernelkite keeps tracing until the tree exits and writes the bundle, instead of
+/// dying with it unwritten and the command left running.
+#[test]
+fn sighup_is_forwarded_and_the_bundle_still_written() {
+    let Some(_serial) = ebpf_ready("sighup_is_forwarded_and_the_bundle_still_written") else {
+        return;
+    };
+    use std::os::unix::process::CommandExt;
+    use std::time::{Duration, Instant};
+    let dir = tempfile::tempdir().unwrap();
+    let bundle_path = dir.path().join("hup.json");
+    let mut kk = Command::new(kernelkite_bin());
+    kk.args(["--backend", "ebpf", "--interval-ms", "50", "run"])
+        .arg(&bundle_path)
+        .args(["--", "sleep", "30"]);
+    // SAFETY: signal() is async-signal-safe; it only changes this child's disposition.
+    unsafe {
+        kk.pre_exec(|| {
+            libc::signal(libc::SIGHUP, libc::SIG_DFL);
+            Ok(())
+        });
+    }
+    let mut child = kk.spawn().unwrap();
+    let children = format!("/proc/{0}/task/{0}/children", child.id());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let sleep_pid = loop {
+        let sleeping = std::fs::read_to_string(&children)
+            .unwrap_or_default()
+            .split_whitespace()
+            .find(|pid| {
+                std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                    .is_ok_and(|c| c.trim() == "sleep")
+            })
+            .map(str::to_string);
+        if let Some(pid) = sleeping {
+            break pid;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "sleep never started under kernelkite"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    // SAFETY: kill has no memory-safety preconditions.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGHUP) }, 0);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("kernelkite did not exit after SIGHUP");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(128 + libc::SIGHUP), "{status:?}");
+    let bundle = load_bundle(&bundle_path).unwrap();
+    assert_eq!(bundle.backend, Backend::Ebpf);
+    assert_eq!(bundle.launched.unwrap().signal, Some(libc::SIGHUP));
+    assert!(
+        std::fs::read_to_string(format!("/proc/{sleep_pid}/comm"))
+            .map_or(true, |c| c.trim() != "sleep"),
+        "the command was left running"
+    );
+}
+
+/// Under eBPF too: 127 for a command not found, 126 for one that cannot be run.
+#[test]
+fn a_command_that_cannot_start_exits_126_or_127() {
+    let Some(_serial) = ebpf_ready("a_command_that_cannot_start_exits_126_or_127") else {
+        return;
+    };
+    let (out, bundle, dir) = kk_run(&["--backend", "ebpf"], &strings(&["kk-no-such-command"]));
+    assert_eq!(out.status.code(), Some(127), "{out:?}");
+    assert!(!bundle.exists());
+    let script = dir.path().join("not-executable");
+    std::fs::write(&script, "#!/bin/sh\n").unwrap();
+    let (out, _, _dir) = kk_run(&["--backend", "ebpf"], &[script.display().to_string()]);
+    assert_eq!(out.status.code(), Some(126), "{out:?}");
+}

@@ -534,3 +534,70 @@ fn a_reused_pid_of_an_exited_target_is_not_traced() {
             .collect::<Vec<_>>()
     );
 }
+
+/// A `sleep 30` to trace, killed when dropped.
+struct Sleeper(std::process::Child);
+
+impl Sleeper {
+    fn start() -> Sleeper {
+        Sleeper(
+            std::process::Command::new("sleep")
+                .arg("30")
+                .spawn()
+                .unwrap(),
+        )
+    }
+    fn pid(&self) -> i32 {
+        self.0.id() as i32
+    }
+}
+
+impl Drop for Sleeper {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `trace ... -o tr.json | true`: the reader of stdout is gone when the report is
+/// printed. The bundle is written first, and the closed pipe is no panic.
+#[test]
+fn a_closed_stdout_still_gets_the_bundle_written() {
+    let Some(_serial) = ebpf_ready("a_closed_stdout_still_gets_the_bundle_written") else {
+        return;
+    };
+    let target = Sleeper::start();
+    let mut trace = RunningTrace::start(&[target.pid()], &["--duration", "0.5"]);
+    drop(trace.child.stdout.take());
+    let traced = trace.finish();
+    assert!(
+        !traced.stderr.iter().any(|l| l.contains("panicked")),
+        "{:?}",
+        traced.stderr
+    );
+    assert_eq!(traced.bundle.root_pids, vec![target.pid()]);
+}
+
+/// SIGHUP (the terminal or ssh session closed) ends a trace as SIGTERM does: the report
+/// and the bundle are written.
+#[test]
+fn sighup_ends_the_trace_with_its_bundle() {
+    let Some(_serial) = ebpf_ready("sighup_ends_the_trace_with_its_bundle") else {
+        return;
+    };
+    let target = Sleeper::start();
+    let trace = RunningTrace::start(&[target.pid()], &[]);
+    // SAFETY: kill has no memory-safety preconditions.
+    assert_eq!(
+        unsafe { libc::kill(trace.child.id() as i32, libc::SIGHUP) },
+        0
+    );
+    let traced = trace.finish();
+    assert!(
+        traced.stderr.iter().any(|l| l.contains("stopped: hung up")),
+        "{:?}",
+        traced.stderr
+    );
+    assert_eq!(traced.bundle.root_pids, vec![target.pid()]);
+    assert!(traced.stdout.contains("events lost"), "{}", traced.stdout);
+}

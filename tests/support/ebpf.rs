@@ -231,7 +231,9 @@ impl RunningTrace {
             std::thread::sleep(Duration::from_millis(20));
         };
         let mut stdout = String::new();
-        std::io::Read::read_to_string(self.child.stdout.as_mut().unwrap(), &mut stdout).unwrap();
+        if let Some(out) = self.child.stdout.as_mut() {
+            std::io::Read::read_to_string(out, &mut stdout).unwrap();
+        }
         while let Ok(line) = self.stderr_lines.recv_timeout(Duration::from_millis(500)) {
             self.stderr.push(line);
         }
