@@ -180,7 +180,8 @@ fn without_privileges_run_falls_back_to_proc_with_one_line() {
         .args(["--", "true"])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(2));
+    // kernelkite's own failure: 125 (a command's own status could be 2).
+    assert_eq!(out.status.code(), Some(125));
     assert!(String::from_utf8_lossy(&out.stderr).contains("eBPF is not available: not privileged"));
     assert!(!dir.path().join("never.json").exists());
 

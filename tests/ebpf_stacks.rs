@@ -204,7 +204,7 @@ fn stacks_need_the_ebpf_backend() {
         .output()
         .unwrap();
     assert!(!bundle.exists());
-    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(out.status.code(), Some(125));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--stacks needs the eBPF backend"), "{err}");
     assert_eq!(err.trim().lines().count(), 1, "{err}");
