@@ -601,3 +601,59 @@ fn sighup_ends_the_trace_with_its_bundle() {
     assert_eq!(traced.bundle.root_pids, vec![target.pid()]);
     assert!(traced.stdout.contains("events lost"), "{}", traced.stdout);
 }
+
+/// Under nohup (SIGHUP ignored when it starts) a hangup does not stop the trace: it
+/// runs to its `--duration`.
+#[test]
+fn under_nohup_a_hangup_does_not_stop_the_trace() {
+    let Some(_serial) = ebpf_ready("under_nohup_a_hangup_does_not_stop_the_trace") else {
+        return;
+    };
+    use std::io::BufRead;
+    use std::os::unix::process::CommandExt;
+    let target = Sleeper::start();
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = dir.path().join("nohup.json");
+    let mut cmd = Command::new(kernelkite_bin());
+    cmd.args([
+        "trace",
+        "--pid",
+        &target.pid().to_string(),
+        "--duration",
+        "1.5",
+        "-o",
+    ])
+    .arg(&bundle)
+    .stdout(std::process::Stdio::null())
+    .stderr(std::process::Stdio::piped());
+    // SAFETY: signal() is async-signal-safe; it only changes this child's disposition.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::signal(libc::SIGHUP, libc::SIG_IGN);
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().unwrap();
+    let mut lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut stderr = Vec::new();
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        let live = line.contains("hooks live");
+        stderr.push(line);
+        if live {
+            break;
+        }
+    }
+    // SAFETY: kill has no memory-safety preconditions.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGHUP) }, 0);
+    stderr.extend(lines.map(Result::unwrap));
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status:?} {stderr:?}");
+    assert!(
+        stderr
+            .iter()
+            .any(|l| l.contains("stopped: duration reached")),
+        "{stderr:?}"
+    );
+    kernelkite::model::load_bundle(&bundle).unwrap();
+}

@@ -92,7 +92,12 @@ mod platform {
             Signals {
                 interrupt: signal(SignalKind::interrupt())?,
                 terminate: signal(SignalKind::terminate())?,
-                hangup: signal(SignalKind::hangup())?,
+                // Under nohup (SIGHUP ignored on entry) a hangup is meant not to stop it.
+                hangup: if ignored_on_entry(libc::SIGHUP) {
+                    None
+                } else {
+                    Some(signal(SignalKind::hangup())?)
+                },
             }
         };
         let record = RecordFile::create(&args.recording)?;
@@ -173,7 +178,27 @@ mod platform {
         interrupt: Signal,
         terminate: Signal,
         /// A closed terminal or ssh session: ends the trace like SIGTERM, with its bundle.
-        hangup: Signal,
+        hangup: Option<Signal>,
+    }
+
+    /// Whether `sig` was ignored when kernelkite started (nohup, a background job).
+    fn ignored_on_entry(sig: libc::c_int) -> bool {
+        // SAFETY: sigaction with a null new action only reads the disposition.
+        unsafe {
+            let mut old: libc::sigaction = std::mem::zeroed();
+            libc::sigaction(sig, std::ptr::null(), &mut old) == 0
+                && old.sa_sigaction == libc::SIG_IGN
+        }
+    }
+
+    /// The next delivery of `signal`; never, without one.
+    async fn recv_opt(signal: &mut Option<Signal>) {
+        match signal {
+            Some(s) => {
+                s.recv().await;
+            }
+            None => std::future::pending().await,
+        }
     }
 
     /// Drain the ring buffer as records arrive and snapshot the counters every interval,
@@ -239,7 +264,7 @@ mod platform {
                 }
                 _ = signals.interrupt.recv() => break "interrupted",
                 _ = signals.terminate.recv() => break "terminated",
-                _ = signals.hangup.recv() => break "hung up",
+                _ = recv_opt(&mut signals.hangup) => break "hung up",
                 _ = sleep_opt(until_deadline) => break "duration reached",
             }
         };
