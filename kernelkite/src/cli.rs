@@ -61,7 +61,7 @@ pub enum Command {
     /// (atomically) once its tree has exited.
     ///
     /// Exit status: the command's own (128 + N when signal N killed it); 125 when
-    /// kernelkite itself failed (a bad flag, no bundle written), 126 when the command was
+    /// kernelkite itself failed (a bad flag, a bundle it cannot write), 126 when the command was
     /// found but could not be run, 127 when it was not found (as `env` and `timeout`).
     Run(RunArgs),
     /// Attach to running processes with eBPF and explain where their time goes (needs root).
