@@ -53,7 +53,6 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Flamegraph(args) => flamegraph::execute(&global, &args),
         Command::Doctor => doctor::execute(&global),
         Command::BenchFloor(args) => doctor::bench_floor(&args),
-        Command::ExecAfterGate(args) => run::exec_after_gate(&args),
         Command::Completions(args) => {
             let mut cmd = Cli::command();
             let mut out = Vec::new();
