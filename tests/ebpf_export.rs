@@ -233,11 +233,14 @@ fn serving_trace(
         }
     });
     loop {
-        let line = rx
-            .recv_timeout(Duration::from_secs(30))
-            .expect("trace never started serving");
-        if line.contains("serving metrics at") {
-            return (child, rx);
+        match rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(line) if line.contains("serving metrics at") => return (child, rx),
+            Ok(_) => {}
+            Err(_) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("trace never started serving");
+            }
         }
     }
 }
