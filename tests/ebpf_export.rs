@@ -339,4 +339,18 @@ fn a_slow_client_does_not_block_other_scrapes() {
     );
     workload.finish();
     assert!(wait_for_exit(&mut trace).success());
+    // The frames the scrape was rendered from are still the session's (they are lent
+    // to the scrape, not copied): the bundle starts before the scrape's time.
+    let scraped_ns = answer
+        .lines()
+        .find(|l| l.starts_with("kernelkite_session_duration_seconds "))
+        .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .map(|s| (s * 1e9) as u64)
+        .expect("a session duration in the scrape");
+    let b = kernelkite::model::load_bundle(&bundle).unwrap();
+    assert!(
+        b.frames[0].t_ns <= scraped_ns && b.frames.len() > 1,
+        "first frame at {} ns, scraped at {scraped_ns} ns",
+        b.frames[0].t_ns
+    );
 }
