@@ -9,7 +9,9 @@ use std::net::TcpStream;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use support::{ebpf_ready, GatedWorkload, RunningTrace};
+use std::sync::mpsc;
+
+use support::{ebpf_ready, kernelkite_bin, GatedWorkload, RunningTrace};
 
 /// A free loopback port (bound, then released for kernelkite to take).
 fn free_port() -> u16 {
@@ -188,4 +190,167 @@ fn a_real_trace_exports_in_every_format() {
         }
         assert!(o.status.success(), "{kind}: {text}");
     }
+}
+
+/// `kernelkite trace --pid PID --serve 127.0.0.1:PORT -o BUNDLE` with at most
+/// `nofile` open files; returns once it serves, with its stderr lines so far.
+fn serving_trace(
+    pid: i32,
+    port: u16,
+    bundle: &std::path::Path,
+    nofile: u64,
+) -> (std::process::Child, mpsc::Receiver<String>) {
+    use std::io::BufRead;
+    use std::os::unix::process::CommandExt;
+    let mut cmd = Command::new(kernelkite_bin());
+    cmd.args(["trace", "--pid", &pid.to_string(), "--interval-ms", "50"])
+        .args(["--serve", &format!("127.0.0.1:{port}"), "-o"])
+        .arg(bundle)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    // SAFETY: setrlimit is async-signal-safe and only affects the child.
+    unsafe {
+        cmd.pre_exec(move || {
+            let lim = libc::rlimit {
+                rlim_cur: nofile,
+                rlim_max: nofile,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = tx.send(line);
+        }
+    });
+    loop {
+        match rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(line) if line.contains("serving metrics at") => return (child, rx),
+            Ok(_) => {}
+            Err(_) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("trace never started serving");
+            }
+        }
+    }
+}
+
+/// Wait (at most 60 s) for the trace to stop by itself.
+fn wait_for_exit(child: &mut std::process::Child) -> std::process::ExitStatus {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("trace did not stop after its target exited");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// 341 idle connections to --serve under `ulimit -n 256` used to take every file
+/// descriptor, and the trace died on its next /proc read with no bundle. Connections
+/// are capped: the trace runs to its end and writes the bundle.
+#[test]
+fn idle_connections_under_a_low_fd_limit_do_not_end_the_trace() {
+    let Some(_serial) = ebpf_ready("idle_connections_under_a_low_fd_limit_do_not_end_the_trace")
+    else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = dir.path().join("idle.json");
+    let mut workload = GatedWorkload::spawn(&["futex_stress", "--threads", "2", "--seconds", "3"]);
+    let port = free_port();
+    let (mut trace, lines) = serving_trace(workload.pid, port, &bundle, 256);
+    // Held open, sending nothing, reconnected as the server drops them.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let holder = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
+            let mut held: Vec<TcpStream> = Vec::new();
+            let mut most = 0;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                held.retain(|s| {
+                    let mut b = [0u8; 1];
+                    s.set_nonblocking(true).unwrap();
+                    matches!(s.peek(&mut b), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+                });
+                while held.len() < 341 {
+                    match TcpStream::connect_timeout(&addr, Duration::from_millis(50)) {
+                        Ok(s) => held.push(s),
+                        Err(_) => break,
+                    }
+                }
+                most = most.max(held.len());
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            most
+        })
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    workload.go();
+    workload.finish();
+    let status = wait_for_exit(&mut trace);
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let most = holder.join().unwrap();
+    let stderr: Vec<String> = lines.try_iter().collect();
+    assert!(status.success(), "trace failed: {status}: {stderr:?}");
+    assert!(most >= 100, "only {most} connections were held open");
+    let b = kernelkite::model::load_bundle(&bundle).expect("the bundle was written");
+    assert!(!b.frames.is_empty());
+}
+
+/// A client that sends its request a byte at a time does not hold up other scrapes.
+#[test]
+fn a_slow_client_does_not_block_other_scrapes() {
+    let Some(_serial) = ebpf_ready("a_slow_client_does_not_block_other_scrapes") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = dir.path().join("slow.json");
+    let mut workload = GatedWorkload::spawn(&["futex_stress", "--threads", "2", "--seconds", "2"]);
+    let port = free_port();
+    let (mut trace, _lines) = serving_trace(workload.pid, port, &bundle, 1024);
+    workload.go();
+    let mut slow = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    slow.write_all(b"GET /met").unwrap();
+    let answer = scrape(port).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
+    // The slow request is still open: the scrape did not wait for it to time out.
+    slow.write_all(b"r").unwrap();
+    slow.set_nonblocking(true).unwrap();
+    let mut b = [0u8; 1];
+    assert!(
+        matches!(slow.peek(&mut b), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+        "the server already answered or closed the slow request"
+    );
+    workload.finish();
+    assert!(wait_for_exit(&mut trace).success());
+    // The frames the scrape was rendered from are still the session's (they are lent
+    // to the scrape, not copied): the bundle starts before the scrape's time.
+    let scraped_ns = answer
+        .lines()
+        .find(|l| l.starts_with("kernelkite_session_duration_seconds "))
+        .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .map(|s| (s * 1e9) as u64)
+        .expect("a session duration in the scrape");
+    let b = kernelkite::model::load_bundle(&bundle).unwrap();
+    assert!(
+        b.frames[0].t_ns <= scraped_ns && b.frames.len() > 1,
+        "first frame at {} ns, scraped at {scraped_ns} ns",
+        b.frames[0].t_ns
+    );
 }

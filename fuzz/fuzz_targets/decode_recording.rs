@@ -13,13 +13,14 @@ use libfuzzer_sys::fuzz_target;
 fuzz_target!(|data: &[u8]| {
     let file = fuzz_support::as_recording(data);
     // The streaming API, record by record.
-    if let Ok(mut reader) = RecordingReader::new(file.as_slice()) {
+    let len = file.len() as u64;
+    if let Ok(mut reader) = RecordingReader::new(file.as_slice()).map(|r| r.limit_to_input_len(len)) {
         while let Ok(Some(record)) = reader.next_record() {
             let _ = record.t_ns();
         }
     }
     // And the whole replay, which validates the rebuilt bundle.
-    if let Err(e) = replay_recording(file.as_slice()) {
+    if let Err(e) = replay_recording(file.as_slice(), len) {
         assert!(!e.to_string().contains('\n'), "one-line errors");
     }
 });

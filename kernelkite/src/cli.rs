@@ -56,13 +56,21 @@ pub enum Command {
     /// every short-lived process. Without them (or with `--backend proc`) /proc is
     /// sampled every `--interval-ms`: on_cpu and runqueue exact, the other classes
     /// estimated. Either way the tree's CPU comes from the kernel's exact rusage.
-    /// Under sudo the command runs as the invoking user, and the bundle is theirs.
-    /// Ctrl-C, SIGTERM and SIGHUP are passed to the command; the bundle is still written
-    /// (atomically) once its tree has exited.
+    /// Under sudo the bundle belongs to the invoking user. Ctrl-C, SIGTERM and SIGHUP
+    /// are passed to the command; the bundle is still written (atomically) once its tree
+    /// has exited.
     ///
     /// Exit status: the command's own (128 + N when signal N killed it); 125 when
     /// kernelkite itself failed (a bad flag, a bundle it cannot write), 126 when the command was
     /// found but could not be run, 127 when it was not found (as `env` and `timeout`).
+    ///
+    /// Who the command runs as: started as root through sudo (SUDO_UID, SUDO_GID), doas
+    /// (DOAS_USER) or pkexec (PKEXEC_UID), the command runs as that user, with their
+    /// groups and HOME, USER, LOGNAME, SHELL and MAIL from their passwd entry, and
+    /// without the SUDO_* variables. As root with none of these set (su, a root login)
+    /// it runs as root, and a line on stderr says so; `--user USER` runs it as USER.
+    /// Either way it gets neither kernelkite's ambient or inheritable capabilities nor
+    /// the unlimited RLIMIT_MEMLOCK kernelkite sets for loading BPF.
     Run(RunArgs),
     /// Attach to running processes with eBPF and explain where their time goes (needs root).
     ///
@@ -142,9 +150,6 @@ pub enum Command {
     /// Benchmark helper: attach empty sys_enter/sys_exit programs until stdin closes.
     #[command(hide = true)]
     BenchFloor(BenchFloorArgs),
-    /// Internal: the child `run` starts under eBPF waits on FD, then execs COMMAND.
-    #[command(hide = true, name = "__exec-after-gate")]
-    ExecAfterGate(ExecAfterGateArgs),
 }
 
 #[derive(Debug, Args)]
@@ -159,20 +164,6 @@ pub struct BenchFloorArgs {
 }
 
 #[derive(Debug, Args)]
-pub struct ExecAfterGateArgs {
-    /// Become this user (and `--gid`, `--groups`) before exec.
-    #[arg(long)]
-    pub uid: Option<u32>,
-    #[arg(long)]
-    pub gid: Option<u32>,
-    #[arg(long, value_delimiter = ',')]
-    pub groups: Vec<u32>,
-    pub fd: i32,
-    #[arg(last = true, required = true, num_args = 1..)]
-    pub command: Vec<String>,
-}
-
-#[derive(Debug, Args)]
 pub struct RunArgs {
     /// Where to write the bundle (atomically; also when interrupted).
     pub bundle: PathBuf,
@@ -183,6 +174,10 @@ pub struct RunArgs {
     /// totals stay exact; the bundle and reports say the cap was hit).
     #[arg(long, default_value_t = 100_000)]
     pub max_frames: u64,
+    /// Run the command as USER (a name or a uid). Needs root; when sudo, doas or pkexec
+    /// started kernelkite, USER must be the user who ran it (unless that was root).
+    #[arg(long, value_name = "USER")]
+    pub user: Option<String>,
     #[command(flatten)]
     pub stacks: StackArgs,
     #[command(flatten)]

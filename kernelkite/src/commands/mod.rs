@@ -37,10 +37,9 @@ pub fn stack_options(
 
 /// Run the parsed command line.
 pub fn dispatch(cli: Cli) -> Result<ExitCode> {
-    // Under sudo, outputs are written for the invoking user (see `crate::output`). The
-    // gate child writes nothing.
+    // Under sudo, outputs are written for the invoking user (see `crate::output`).
     #[cfg(target_os = "linux")]
-    if !matches!(cli.command, Command::ExecAfterGate(_)) {
+    {
         use anyhow::Context;
         let user =
             crate::source::launch::invoking_user().context("cannot look up the invoking user")?;
@@ -66,7 +65,6 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Flamegraph(args) => flamegraph::execute(&global, &args),
         Command::Doctor => doctor::execute(&global),
         Command::BenchFloor(args) => doctor::bench_floor(&args),
-        Command::ExecAfterGate(args) => run::exec_after_gate(&args),
         Command::Completions(args) => {
             let mut cmd = Cli::command();
             let mut out = Vec::new();

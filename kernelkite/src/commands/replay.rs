@@ -10,7 +10,7 @@ use anyhow::{Context, Result};
 use crate::cli::{GlobalArgs, ReplayArgs};
 use crate::model::fixture::load_fixture;
 use crate::model::{write_bundle, Bundle};
-use crate::recording::{has_magic, replay_recording, MAGIC};
+use crate::recording::{has_magic, replay_recording_file, MAGIC};
 
 pub fn execute(global: &GlobalArgs, args: &ReplayArgs) -> Result<ExitCode> {
     let mut bundle = if is_recording(&args.input) {
@@ -43,18 +43,16 @@ pub fn load_input(path: &std::path::Path) -> Result<Bundle> {
 
 fn starts_with_recording_magic(path: &std::path::Path) -> bool {
     let mut head = [0u8; MAGIC.len()];
-    std::fs::File::open(path)
-        .and_then(|mut f| f.read_exact(&mut head))
+    crate::model::io::open_input(path)
+        .and_then(|(mut f, _)| f.read_exact(&mut head))
         .is_ok_and(|()| has_magic(&head))
 }
 
 /// Rebuild a recording's bundle; a recording cut short replays its complete chunks with
 /// a warning on stderr.
 fn replay_file(path: &std::path::Path) -> Result<Bundle> {
-    let file =
-        std::fs::File::open(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let replayed = replay_recording(std::io::BufReader::new(file))
-        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    let replayed =
+        replay_recording_file(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     if let Some(tail) = replayed.incomplete_tail {
         crate::note!(
             "kernelkite: warning: {}: the last {} bytes (from byte {}) are an incomplete chunk, ignored; replayed the {} complete chunks (the session was cut short)",

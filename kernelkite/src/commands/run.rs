@@ -60,32 +60,6 @@ pub fn execute(global: &GlobalArgs, args: &RunArgs) -> Result<ExitCode> {
     }
 }
 
-/// The gated child of `run` under eBPF (see `Launcher::spawn_gated`): exec the command
-/// once the tracer has attached; exit 127 with one line if that fails.
-pub fn exec_after_gate(args: &crate::cli::ExecAfterGateArgs) -> Result<ExitCode> {
-    #[cfg(target_os = "linux")]
-    {
-        use crate::source::launch::{exec_after_gate, GateUser};
-        let user = match (args.uid, args.gid) {
-            (Some(uid), Some(gid)) => Some(GateUser {
-                uid,
-                gid,
-                groups: args.groups.clone(),
-            }),
-            _ => None,
-        };
-        let err = exec_after_gate(args.fd, user.as_ref(), &args.command);
-        crate::note!("kernelkite: cannot run {}: {err}", args.command[0]);
-        let status = CommandNotStarted::classify(&args.command[0], &err).map_or(127, |c| c.status);
-        Ok(ExitCode::from(status))
-    }
-    #[cfg(not(target_os = "linux"))]
-    {
-        let _ = args;
-        anyhow::bail!("kernelkite run needs Linux")
-    }
-}
-
 #[cfg(target_os = "linux")]
 mod linux {
     use std::path::Path;
@@ -104,7 +78,8 @@ mod linux {
     use crate::source::ebpf::session::{self as ebpf, TraceOptions};
     use crate::source::host::current_host;
     use crate::source::launch::{
-        children_rusage, find_program, raise_open_file_limit, signal_child, Exit, Launcher,
+        children_rusage, find_program, raise_open_file_limit, signal_child, CommandUsers, Exit,
+        Launcher,
     };
     use crate::source::procfs::{
         FrameRecorder, Sampler, SamplerOptions, Schedule, Scope, PROC_ROOT,
@@ -117,9 +92,10 @@ mod linux {
         if args.max_frames == 0 {
             bail!("--max-frames must be at least 1");
         }
+        let users = CommandUsers::resolve(args.user.as_deref())?;
         crate::output::check_writable(&args.bundle)?;
         let record_file = RecordFile::create(&args.recording)?;
-        let profiled = profile(global, args, record_file.as_ref());
+        let profiled = profile(global, args, users, record_file.as_ref());
         if profiled.is_err() {
             record_file.iter().for_each(RecordFile::discard_if_empty);
         }
@@ -142,6 +118,7 @@ mod linux {
     fn profile(
         global: &GlobalArgs,
         args: &RunArgs,
+        users: CommandUsers,
         record_file: Option<&RecordFile>,
     ) -> Result<(Bundle, Option<Exit>)> {
         // eBPF when it may (the probes are loaded before the command starts, so a
@@ -168,7 +145,8 @@ mod linux {
             },
         };
         let host = current_host();
-        let mut launcher = Launcher::prepare().context("cannot prepare to launch the command")?;
+        let mut launcher =
+            Launcher::prepare(users).context("cannot prepare to launch the command")?;
 
         let recording = record_file.map(|r| &r.recording);
         let (bundle, exit) = match probes {
@@ -191,6 +169,13 @@ mod linux {
             }
         };
         Ok((bundle, exit))
+    }
+
+    /// Say so once the command runs as root without anybody having asked for it.
+    fn note_root(launcher: &Launcher) {
+        if let Some(note) = launcher.users().root_without_invoker() {
+            crate::note!("kernelkite: {note}");
+        }
     }
 
     /// What one recording session produced.
@@ -217,6 +202,7 @@ mod linux {
         let pid = launcher
             .spawn(&args.command)
             .map_err(|e| super::not_started(&args.command[0], e))?;
+        note_root(launcher);
         raise_open_file_limit();
         if let Some(recording) = recording {
             recording.append(RecordRef::SessionStart(&SessionStart {
@@ -358,7 +344,7 @@ mod linux {
         find_program(&args.command[0]).map_err(|e| super::not_started(&args.command[0], e))?;
         let (pid, gate) = launcher
             .spawn_gated(&args.command)
-            .with_context(|| format!("cannot run {}", args.command[0]))?;
+            .map_err(|e| super::not_started(&args.command[0], e))?;
         raise_open_file_limit();
         let started = session
             .attach_to_gated(pid)
@@ -374,7 +360,9 @@ mod linux {
                 return Err(e).context("cannot trace the command");
             }
         };
-        gate.open().context("cannot start the command")?;
+        gate.open()
+            .map_err(|e| super::not_started(&args.command[0], e))?;
+        note_root(launcher);
         let mut schedule = Schedule::new(Instant::now(), Duration::from_millis(global.interval_ms));
         until_reaped(launcher, &mut schedule, |tick, _| {
             match tick {

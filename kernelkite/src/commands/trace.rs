@@ -260,7 +260,7 @@ mod platform {
                     }
                 }
                 Some(reply) = next_scrape(&mut scrapes) => {
-                    let _ = reply.send(serve::exposition(&session.bundle_so_far()));
+                    let _ = reply.send(session.with_bundle_so_far(serve::exposition));
                 }
                 _ = signals.interrupt.recv() => break "interrupted",
                 _ = signals.terminate.recv() => break "terminated",

@@ -4,7 +4,10 @@
 //! A deliberately small HTTP/1.1 responder on a tokio listener: it reads one request
 //! head (at most [`MAX_HEAD_BYTES`], within [`READ_TIMEOUT`]), answers `GET /metrics`
 //! (and `HEAD`) with the exposition, anything else with 404 or 405, and closes the
-//! connection. Each scrape asks the trace loop for a fresh exposition through a
+//! connection. At most [`MAX_CONNECTIONS`] are open at once (more wait in the kernel's
+//! listen backlog, holding none of the tracer's file descriptors), an answer must be
+//! taken within [`WRITE_TIMEOUT`], and a failed accept (out of file descriptors) only
+//! pauses accepting: a scraper can neither starve the trace of descriptors nor end it. Each scrape asks the trace loop for a fresh exposition through a
 //! channel ([`Scrape`]), so the numbers are those of the session's latest snapshot and
 //! nothing is rendered when nobody scrapes.
 
@@ -22,6 +25,10 @@ use crate::model::Bundle;
 pub const MAX_HEAD_BYTES: usize = 8192;
 /// How long a client may take to send its request head.
 pub const READ_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a client may take to read the answer.
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Connections served at once; Prometheus opens one per scrape.
+pub const MAX_CONNECTIONS: usize = 16;
 
 /// One scrape: the trace loop answers with the exposition of the session so far.
 pub type Scrape = oneshot::Sender<String>;
@@ -49,15 +56,22 @@ pub async fn serve(listener: std::net::TcpListener, scrapes: mpsc::Sender<Scrape
             return;
         }
     };
+    let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
+        // A free slot first: at the cap, clients wait in the listen backlog.
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            return;
+        };
         let Ok((stream, _)) = listener.accept().await else {
             // Out of file descriptors and the like: back off instead of spinning.
+            drop(slot);
             tokio::time::sleep(Duration::from_millis(100)).await;
             continue;
         };
         let scrapes = scrapes.clone();
         tokio::spawn(async move {
             let _ = respond(stream, scrapes).await;
+            drop(slot);
         });
     }
 }
@@ -161,7 +175,23 @@ async fn read_head(stream: &mut TcpStream) -> std::io::Result<Option<String>> {
     }
 }
 
+/// Write the answer and close, within [`WRITE_TIMEOUT`] (a client that does not read
+/// would otherwise hold its connection forever).
 async fn write(
+    stream: &mut TcpStream,
+    status: &str,
+    content_type: &str,
+    body: &str,
+    with_body: bool,
+) -> std::io::Result<()> {
+    let written = write_untimed(stream, status, content_type, body, with_body);
+    match tokio::time::timeout(WRITE_TIMEOUT, written).await {
+        Ok(result) => result,
+        Err(_) => Err(std::io::ErrorKind::TimedOut.into()),
+    }
+}
+
+async fn write_untimed(
     stream: &mut TcpStream,
     status: &str,
     content_type: &str,

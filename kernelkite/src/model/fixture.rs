@@ -285,7 +285,7 @@ struct FixtureSyscall {
 /// in one line. `replayed_from` is set to the file's name (not its directory, so the
 /// bytes do not depend on where the command runs).
 pub fn load_fixture(path: &Path) -> Result<Bundle, LoadError> {
-    let bytes = std::fs::read(path).map_err(|source| LoadError::Read {
+    let bytes = super::io::read_input(path).map_err(|source| LoadError::Read {
         path: path.to_path_buf(),
         source,
     })?;

@@ -40,6 +40,18 @@ impl FrameRecorder {
         self.cap
     }
 
+    /// Lend the frames out (see [`FrameRecorder::restore_frames`]); the recorder is
+    /// empty until they come back.
+    pub fn take_frames(&mut self) -> Vec<Frame> {
+        std::mem::take(&mut self.frames)
+    }
+
+    /// Put back the frames [`FrameRecorder::take_frames`] lent.
+    pub fn restore_frames(&mut self, frames: Vec<Frame>) {
+        debug_assert!(self.frames.is_empty(), "frames pushed while lent");
+        self.frames = frames;
+    }
+
     pub fn into_parts(self) -> (Vec<Frame>, FrameCap) {
         (self.frames, self.cap)
     }

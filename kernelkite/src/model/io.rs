@@ -23,6 +23,74 @@ pub enum LoadError {
     Invalid { path: PathBuf, message: String },
 }
 
+/// The largest input any reader accepts (bundles, fixtures, recordings): 64 GiB, far
+/// above a bundle at the frame cap, but a bound (an input is read into memory whole).
+pub const MAX_INPUT_BYTES: u64 = 64 << 30;
+
+/// Open an input file for reading: regular files only, at most [`MAX_INPUT_BYTES`].
+/// A device (`/dev/zero` never ends), a FIFO (it would block, or never end) or a
+/// directory is refused with what it is. Returns the file and its length.
+pub fn open_input(path: &Path) -> std::io::Result<(fs::File, u64)> {
+    let mut options = fs::OpenOptions::new();
+    options.read(true);
+    // Non-blocking, so opening a FIFO with no writer does not hang before the check.
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::custom_flags(&mut options, libc::O_NONBLOCK);
+    let file = options.open(path)?;
+    let meta = file.metadata()?;
+    let kind = meta.file_type();
+    if !kind.is_file() {
+        let what = input_kind(&kind);
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("{what}, not a regular file"),
+        ));
+    }
+    if meta.len() > MAX_INPUT_BYTES {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!(
+                "{} bytes, over the {} GiB an input may have",
+                meta.len(),
+                MAX_INPUT_BYTES >> 30
+            ),
+        ));
+    }
+    Ok((file, meta.len()))
+}
+
+/// What a file that is not a regular file is, for an error message.
+fn input_kind(kind: &fs::FileType) -> &'static str {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if kind.is_char_device() {
+            return "a character device";
+        } else if kind.is_block_device() {
+            return "a block device";
+        } else if kind.is_fifo() {
+            return "a FIFO";
+        } else if kind.is_socket() {
+            return "a socket";
+        }
+    }
+    if kind.is_dir() {
+        "a directory"
+    } else {
+        "a special file"
+    }
+}
+
+/// A whole input file (see [`open_input`]), read with no more than its length.
+pub fn read_input(path: &Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let (file, len) = open_input(path)?;
+    let mut bytes = Vec::with_capacity(len as usize);
+    // A file that grew since fstat is read up to the length it had.
+    file.take(len).read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
 /// Load and validate a bundle.
 pub fn load_bundle(path: &Path) -> Result<Bundle, LoadError> {
     let bytes = FileBytes::open(path).map_err(|source| LoadError::Read {
@@ -64,9 +132,9 @@ impl FileBytes {
         #[cfg(unix)]
         {
             use std::os::unix::io::AsRawFd;
-            let file = fs::File::open(path)?;
-            let len = file.metadata()?.len() as usize;
-            if len > 0 && file.metadata()?.is_file() {
+            let (file, len) = open_input(path)?;
+            let len = len as usize;
+            if len > 0 {
                 // SAFETY: a private, read-only mapping of a regular file we opened;
                 // MAP_FAILED is checked, and the mapping is unmapped once, on drop.
                 let ptr = unsafe {
@@ -84,7 +152,7 @@ impl FileBytes {
                 }
             }
         }
-        fs::read(path).map(FileBytes::Read)
+        read_input(path).map(FileBytes::Read)
     }
 
     fn as_slice(&self) -> &[u8] {

@@ -74,9 +74,26 @@ pub struct IncompleteTail {
     pub bytes: u64,
 }
 
+/// Decompressed payload bytes a recording of `input_len` bytes may hold in total: zstd
+/// lets a few bytes stand for megabytes (and every decoded byte becomes up to ~10 bytes
+/// of frames in memory), so the total is bounded by the input's own size. kernelkite's
+/// recordings compress by 2 to 7 times; the budget allows 32 times, plus 4 MiB.
+pub fn decode_budget(input_len: u64) -> u64 {
+    input_len
+        .saturating_mul(DECODED_PER_INPUT_BYTE)
+        .saturating_add(DECODED_BUDGET_FLOOR)
+}
+
+const DECODED_PER_INPUT_BYTE: u64 = 32;
+const DECODED_BUDGET_FLOOR: u64 = 4 << 20;
+
 /// Streaming reader of one recording.
 pub struct RecordingReader<R: Read> {
     input: R,
+    /// Decompressed bytes the chunks may still hold (see [`decode_budget`]).
+    decoded_budget_left: u64,
+    /// The input length the budget was derived from, for the error message.
+    input_len: Option<u64>,
     version: u16,
     /// File offset of the next chunk.
     offset: u64,
@@ -138,6 +155,8 @@ impl<R: Read> RecordingReader<R> {
         }
         Ok(RecordingReader {
             input,
+            decoded_budget_left: u64::MAX,
+            input_len: None,
             version,
             offset: FILE_HEADER_LEN as u64,
             queue: VecDeque::new(),
@@ -147,6 +166,14 @@ impl<R: Read> RecordingReader<R> {
             started: false,
             ended: false,
         })
+    }
+
+    /// Bound what the chunks may decompress to by the input's length (see
+    /// [`decode_budget`]); every reader of a file the user names does this.
+    pub fn limit_to_input_len(mut self, input_len: u64) -> RecordingReader<R> {
+        self.decoded_budget_left = decode_budget(input_len);
+        self.input_len = Some(input_len);
+        self
     }
 
     /// The file's format version.
@@ -213,6 +240,17 @@ impl<R: Read> RecordingReader<R> {
                 format!("chunk raw length {raw_len} is over the limit of {MAX_RAW_LEN} bytes"),
             );
         }
+        if u64::from(raw_len) > self.decoded_budget_left {
+            let budget = decode_budget(self.input_len.unwrap_or(0));
+            return corrupt(
+                at + 4,
+                format!(
+                    "the chunks decompress to more than the {budget} bytes a recording of {} bytes may hold",
+                    self.input_len.unwrap_or(0)
+                ),
+            );
+        }
+        self.decoded_budget_left -= u64::from(raw_len);
         let mut payload = vec![0u8; stored_len as usize];
         let got = read_up_to(&mut self.input, &mut payload).map_err(DecodeError::Io)?;
         if got < payload.len() {
@@ -288,6 +326,15 @@ impl<R: Read> RecordingReader<R> {
         });
         self.done = true;
         Ok(())
+    }
+}
+
+impl RecordingReader<io::BufReader<std::fs::File>> {
+    /// Open a recording file (a regular file, see `model::io::open_input`), with its
+    /// decode budget derived from its length.
+    pub fn open(path: &std::path::Path) -> Result<Self, DecodeError> {
+        let (file, len) = crate::model::io::open_input(path).map_err(DecodeError::Io)?;
+        Ok(RecordingReader::new(io::BufReader::new(file))?.limit_to_input_len(len))
     }
 }
 

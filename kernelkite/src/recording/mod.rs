@@ -60,7 +60,7 @@ mod wire;
 
 pub use decode::{DecodeError, IncompleteTail, RecordingReader};
 pub use encode::{Compression, RecordingWriter, SharedRecording};
-pub use rebuild::{replay_recording, BundleBuilder, Replayed};
+pub use rebuild::{replay_recording, replay_recording_file, BundleBuilder, Replayed};
 
 use crate::model::{
     Backend, Frame, HostConstants, LaunchedCommand, LifecycleEvent, SlowSyscall, StackProfile,

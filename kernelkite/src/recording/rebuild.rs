@@ -136,9 +136,18 @@ pub enum ReplayError {
     Invalid(String),
 }
 
-/// Read a whole recording and rebuild its bundle.
-pub fn replay_recording(input: impl Read) -> Result<Replayed, ReplayError> {
-    let mut reader = RecordingReader::new(input)?;
+/// Read a whole recording of `input_len` bytes and rebuild its bundle (what it
+/// decompresses to is bounded by `input_len`, see `decode::decode_budget`).
+pub fn replay_recording(input: impl Read, input_len: u64) -> Result<Replayed, ReplayError> {
+    replay_reader(RecordingReader::new(input)?.limit_to_input_len(input_len))
+}
+
+/// Read a whole recording file and rebuild its bundle.
+pub fn replay_recording_file(path: &std::path::Path) -> Result<Replayed, ReplayError> {
+    replay_reader(RecordingReader::open(path)?)
+}
+
+fn replay_reader<R: Read>(mut reader: RecordingReader<R>) -> Result<Replayed, ReplayError> {
     let mut builder = BundleBuilder::new();
     let mut records = 0;
     while let Some(record) = reader.next_record()? {

@@ -208,7 +208,7 @@ fn the_rebuild_applies_the_frame_cap_and_sorts_events_like_the_live_session() {
     let mut records = session_records();
     records[0] = Record::SessionStart(start(Backend::Ebpf, 1));
     let bytes = encode(&records, Compression::Zstd);
-    let replayed = replay_recording(bytes.as_slice()).unwrap();
+    let replayed = replay_recording(bytes.as_slice(), bytes.len() as u64).unwrap();
     let b = &replayed.bundle;
     assert_eq!(b.frames.len(), 1);
     assert_eq!(
@@ -390,7 +390,7 @@ fn a_recording_without_frames_or_with_a_backwards_frame_does_not_become_a_bundle
         &[Record::SessionStart(start(Backend::Proc, 10))],
         Compression::Zstd,
     );
-    let e = replay_recording(only_start.as_slice()).unwrap_err();
+    let e = replay_recording(only_start.as_slice(), only_start.len() as u64).unwrap_err();
     assert_eq!(e.to_string(), "the recording holds no complete frame");
     let backwards = encode(
         &[
@@ -400,7 +400,7 @@ fn a_recording_without_frames_or_with_a_backwards_frame_does_not_become_a_bundle
         ],
         Compression::Zstd,
     );
-    let e = replay_recording(backwards.as_slice()).unwrap_err();
+    let e = replay_recording(backwards.as_slice(), backwards.len() as u64).unwrap_err();
     assert!(
         e.to_string()
             .starts_with("the replayed bundle is invalid: frame 1"),

@@ -1,14 +1,17 @@
 //! Launching the command `kernelkite run` profiles, as the parent of its whole tree:
 //! kernelkite becomes a child subreaper (orphaned descendants are reparented to it),
-//! forwards SIGINT, SIGTERM and SIGHUP to the command instead of dying from them, drops root
-//! privileges to the invoking user under sudo, reaps every descendant it inherits, and
-//! reads the tree's exact CPU from `getrusage(RUSAGE_CHILDREN)` once all are reaped.
+//! forwards SIGINT, SIGTERM and SIGHUP to the command instead of dying from them, runs the
+//! command as the user who started kernelkite as root (sudo, doas, pkexec) or whom
+//! `--user` names, without kernelkite's ambient capabilities or raised memlock limit,
+//! reaps every descendant it inherits, and reads the tree's exact CPU from
+//! `getrusage(RUSAGE_CHILDREN)` once all are reaped.
 //!
 //! Process-wide state: signal handlers and a blocked SIGCHLD. Only one [`Launcher`] may
 //! exist per process.
 
 use std::ffi::{CStr, CString, OsString};
 use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStringExt;
 use std::os::unix::process::CommandExt;
 use std::process::Command;
@@ -58,18 +61,25 @@ impl Exit {
     }
 }
 
-/// The user who ran `sudo kernelkite ...`, whom the command runs as.
+/// A user the command can run as: who started kernelkite as root (through sudo, doas
+/// or pkexec), or whom `run --user` names.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct InvokingUser {
     pub uid: u32,
     pub gid: u32,
     pub name: String,
     pub home: Option<OsString>,
+    /// The login shell from the passwd entry.
+    pub shell: Option<OsString>,
     /// Supplementary groups (getgrouplist), including `gid`.
     pub groups: Vec<u32>,
+    /// How kernelkite knows the user: "sudo", "doas", "pkexec" or "--user".
+    pub via: &'static str,
 }
 
-/// Under sudo as root (SUDO_UID and SUDO_GID set, effective uid 0): the invoking user.
+/// Running as root: who started kernelkite, from what sudo (SUDO_UID and SUDO_GID),
+/// doas (DOAS_USER) or pkexec (PKEXEC_UID) leave in the environment. `None` when not
+/// root, or when none of them is set (su, a root login).
 pub fn invoking_user() -> io::Result<Option<InvokingUser>> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
@@ -80,41 +90,205 @@ pub fn invoking_user() -> io::Result<Option<InvokingUser>> {
             .ok()
             .and_then(|v| v.trim().parse::<u32>().ok())
     };
-    let (Some(uid), Some(gid)) = (parse("SUDO_UID"), parse("SUDO_GID")) else {
-        return Ok(None);
+    if let (Some(uid), Some(gid)) = (parse("SUDO_UID"), parse("SUDO_GID")) {
+        let entry = passwd_by_uid(uid)?;
+        let name = match &entry {
+            Some(p) => p.name.clone(),
+            None => std::env::var("SUDO_USER").unwrap_or_default(),
+        };
+        return user_from(uid, gid, name, entry, "sudo").map(Some);
+    }
+    if let Some(name) = std::env::var("DOAS_USER").ok().filter(|n| !n.is_empty()) {
+        let entry = passwd_by_name(&name)?
+            .ok_or_else(|| io::Error::other(format!("DOAS_USER {name:?} has no passwd entry")))?;
+        return user_from(
+            entry.uid,
+            entry.gid,
+            entry.name.clone(),
+            Some(entry),
+            "doas",
+        )
+        .map(Some);
+    }
+    if let Some(uid) = parse("PKEXEC_UID") {
+        let entry = passwd_by_uid(uid)?
+            .ok_or_else(|| io::Error::other(format!("PKEXEC_UID {uid} has no passwd entry")))?;
+        return user_from(uid, entry.gid, entry.name.clone(), Some(entry), "pkexec").map(Some);
+    }
+    Ok(None)
+}
+
+/// `name` (a user name or a numeric uid) from the passwd database, for `run --user`.
+pub fn named_user(name: &str) -> io::Result<InvokingUser> {
+    let entry = match passwd_by_name(name)? {
+        Some(p) => Some(p),
+        None => match name.parse::<u32>() {
+            Ok(uid) => passwd_by_uid(uid)?,
+            Err(_) => None,
+        },
     };
-    let (name, home) = passwd_entry(uid)?
-        .unwrap_or_else(|| (std::env::var("SUDO_USER").unwrap_or_default(), None));
+    let entry = entry.ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("no user {name:?} in the passwd database"),
+        )
+    })?;
+    user_from(
+        entry.uid,
+        entry.gid,
+        entry.name.clone(),
+        Some(entry),
+        "--user",
+    )
+}
+
+fn user_from(
+    uid: u32,
+    gid: u32,
+    name: String,
+    entry: Option<Passwd>,
+    via: &'static str,
+) -> io::Result<InvokingUser> {
     let groups = if name.is_empty() {
         vec![gid]
     } else {
         group_list(&name, gid)?
     };
-    Ok(Some(InvokingUser {
+    let (home, shell) = entry.map_or((None, None), |p| (p.home, p.shell));
+    Ok(InvokingUser {
         uid,
         gid,
         name,
         home,
+        shell,
         groups,
-    }))
+        via,
+    })
 }
 
-fn passwd_entry(uid: u32) -> io::Result<Option<(String, Option<OsString>)>> {
+/// Whom `run`'s command runs as, and whom kernelkite's outputs belong to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CommandUsers {
+    /// Who started kernelkite as root (sudo, doas, pkexec): outputs are handed to them.
+    pub invoker: Option<InvokingUser>,
+    /// Whom the command runs as; `None`: as kernelkite itself runs.
+    pub command: Option<InvokingUser>,
+    /// `--user` was given.
+    pub requested: bool,
+}
+
+/// Why `run` will not run the command as asked.
+#[derive(Debug, thiserror::Error)]
+pub enum UserError {
+    #[error("cannot find out who started kernelkite: {0}")]
+    Invoker(#[source] io::Error),
+    #[error("--user {0}: {1}")]
+    Lookup(String, #[source] io::Error),
+    #[error("--user {0}: only root can run the command as another user")]
+    NotRoot(String),
+    #[error("--user {requested}: kernelkite was started by {invoker} through {via}, so the command runs only as {invoker}")]
+    NotTheInvoker {
+        requested: String,
+        invoker: String,
+        via: &'static str,
+    },
+}
+
+impl CommandUsers {
+    /// The privilege rules of `run`: as root, the command runs as whoever started
+    /// kernelkite through sudo, doas or pkexec; `--user` may only name that same user
+    /// (or anyone, when root itself started kernelkite or no invoker is known), so a
+    /// sudo rule that allows kernelkite never lets its user become someone else. Not as
+    /// root, the command runs as kernelkite does; `--user` may only name that user.
+    pub fn resolve(requested: Option<&str>) -> Result<CommandUsers, UserError> {
+        let invoker = invoking_user().map_err(UserError::Invoker)?;
+        let Some(requested) = requested else {
+            let command = invoker.clone().filter(|u| u.uid != 0);
+            return Ok(CommandUsers {
+                invoker,
+                command,
+                requested: false,
+            });
+        };
+        let named = named_user(requested).map_err(|e| UserError::Lookup(requested.into(), e))?;
+        // SAFETY: geteuid has no preconditions.
+        let euid = unsafe { libc::geteuid() };
+        if euid != 0 {
+            return if named.uid == euid {
+                Ok(CommandUsers {
+                    invoker: None,
+                    command: None,
+                    requested: true,
+                })
+            } else {
+                Err(UserError::NotRoot(requested.into()))
+            };
+        }
+        if let Some(inv) = invoker.as_ref().filter(|u| u.uid != 0) {
+            if named.uid != inv.uid {
+                return Err(UserError::NotTheInvoker {
+                    requested: requested.into(),
+                    invoker: inv.name.clone(),
+                    via: inv.via,
+                });
+            }
+        }
+        let command = (named.uid != 0).then_some(named);
+        Ok(CommandUsers {
+            invoker,
+            command,
+            requested: true,
+        })
+    }
+
+    /// One line for stderr when the command will run as root although nobody said so:
+    /// kernelkite runs as root and does not know who started it (su, a root login).
+    pub fn root_without_invoker(&self) -> Option<&'static str> {
+        // SAFETY: geteuid has no preconditions.
+        let root = unsafe { libc::geteuid() } == 0;
+        (root && !self.requested && self.invoker.is_none()).then_some(
+            "the command runs as root (no SUDO_UID, DOAS_USER or PKEXEC_UID says who started kernelkite; --user USER runs it as USER)",
+        )
+    }
+}
+
+/// The fields of a passwd entry kernelkite uses.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Passwd {
+    name: String,
+    uid: u32,
+    gid: u32,
+    home: Option<OsString>,
+    shell: Option<OsString>,
+}
+
+fn passwd_by_uid(uid: u32) -> io::Result<Option<Passwd>> {
+    passwd_lookup(|pwd, buf, len, result| {
+        // SAFETY: the caller passes a valid passwd, buffer and result pointer.
+        unsafe { libc::getpwuid_r(uid, pwd, buf, len, result) }
+    })
+}
+
+fn passwd_by_name(name: &str) -> io::Result<Option<Passwd>> {
+    let Ok(c_name) = CString::new(name) else {
+        return Ok(None);
+    };
+    passwd_lookup(|pwd, buf, len, result| {
+        // SAFETY: c_name is NUL-terminated; the rest as in passwd_lookup.
+        unsafe { libc::getpwnam_r(c_name.as_ptr(), pwd, buf, len, result) }
+    })
+}
+
+/// Run a getpw*_r call with a growing buffer and copy out the entry.
+fn passwd_lookup(
+    call: impl Fn(*mut libc::passwd, *mut libc::c_char, usize, *mut *mut libc::passwd) -> libc::c_int,
+) -> io::Result<Option<Passwd>> {
     let mut buf = vec![0u8; 4096];
     loop {
-        // SAFETY: all-zero is a valid passwd (null pointers); getpwuid_r fills it from buf.
+        // SAFETY: all-zero is a valid passwd (null pointers); the call fills it from buf.
         let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
         let mut result: *mut libc::passwd = std::ptr::null_mut();
-        // SAFETY: buf outlives the call and its length is passed; result is checked.
-        let rc = unsafe {
-            libc::getpwuid_r(
-                uid,
-                &mut pwd,
-                buf.as_mut_ptr().cast(),
-                buf.len(),
-                &mut result,
-            )
-        };
+        let rc = call(&mut pwd, buf.as_mut_ptr().cast(), buf.len(), &mut result);
         if rc == libc::ERANGE && buf.len() < 1 << 20 {
             buf.resize(buf.len() * 2, 0);
             continue;
@@ -125,13 +299,21 @@ fn passwd_entry(uid: u32) -> io::Result<Option<(String, Option<OsString>)>> {
         if result.is_null() {
             return Ok(None);
         }
-        // SAFETY: on success pw_name and pw_dir point to NUL-terminated strings in buf.
-        let name = unsafe { CStr::from_ptr(pwd.pw_name) }
-            .to_string_lossy()
-            .into_owned();
-        let home = (!pwd.pw_dir.is_null())
-            .then(|| OsString::from_vec(unsafe { CStr::from_ptr(pwd.pw_dir) }.to_bytes().to_vec()));
-        return Ok(Some((name, home)));
+        let text = |p: *const libc::c_char| {
+            // SAFETY: on success the entry's strings are NUL-terminated, inside buf.
+            (!p.is_null())
+                .then(|| OsString::from_vec(unsafe { CStr::from_ptr(p) }.to_bytes().to_vec()))
+                .filter(|s| !s.is_empty())
+        };
+        return Ok(Some(Passwd {
+            name: text(pwd.pw_name)
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            uid: pwd.pw_uid,
+            gid: pwd.pw_gid,
+            home: text(pwd.pw_dir),
+            shell: text(pwd.pw_shell),
+        }));
     }
 }
 
@@ -161,7 +343,7 @@ fn group_list(name: &str, gid: u32) -> io::Result<Vec<u32>> {
 pub struct Launcher {
     pid: Option<i32>,
     exit: Option<Exit>,
-    user: Option<InvokingUser>,
+    users: CommandUsers,
     chld: libc::sigset_t,
     /// The signal mask kernelkite started with, before it blocked SIGCHLD: the command
     /// gets it back (std's spawn passes the parent's mask on, and a command started with
@@ -170,9 +352,10 @@ pub struct Launcher {
 }
 
 impl Launcher {
-    /// Make this process a subreaper, install the SIGINT/SIGTERM/SIGHUP forwarders and block
-    /// SIGCHLD (it is waited for with a timeout). Call before spawning.
-    pub fn prepare() -> io::Result<Launcher> {
+    /// Make this process a subreaper, install the SIGINT/SIGTERM/SIGHUP forwarders and
+    /// block SIGCHLD (it is waited for with a timeout). Call before spawning. The command
+    /// will run as `users.command` (see [`CommandUsers::resolve`]).
+    pub fn prepare(users: CommandUsers) -> io::Result<Launcher> {
         if LAUNCHER_EXISTS.swap(true, Ordering::SeqCst) {
             return Err(io::Error::other(
                 "only one command can be launched per process",
@@ -218,133 +401,90 @@ impl Launcher {
         Ok(Launcher {
             pid: None,
             exit: None,
-            user: invoking_user()?,
+            users,
             chld,
             inherited_mask,
         })
     }
 
-    /// The user the command runs as under sudo.
+    /// Who started kernelkite as root (sudo, doas, pkexec): its outputs are theirs.
     pub fn invoking_user(&self) -> Option<&InvokingUser> {
-        self.user.as_ref()
+        self.users.invoker.as_ref()
     }
 
-    /// Start the command. Under sudo it runs as the invoking user, with their groups,
-    /// HOME, USER and LOGNAME.
+    /// Whom the command runs as, and why.
+    pub fn users(&self) -> &CommandUsers {
+        &self.users
+    }
+
+    /// Start the command: as `users.command` when set (its groups, and HOME, USER,
+    /// LOGNAME, SHELL and MAIL from its passwd entry, without sudo's, doas's or pkexec's
+    /// variables), with kernelkite's own ambient and inheritable capabilities and its
+    /// raised RLIMIT_MEMLOCK taken away.
     pub fn spawn(&mut self, argv: &[String]) -> io::Result<i32> {
-        self.spawn_inner(argv, None)
-    }
-
-    /// Start the command held at a gate, so a tracer can attach to its pid and see it
-    /// from its first instruction. The child is kernelkite itself in its hidden
-    /// `__exec-after-gate` mode: it waits until [`StartGate::open`], then execs the
-    /// command in place (same pid). If the gate is dropped unopened it exits with 127
-    /// without running the command. (A gate inside `pre_exec` cannot work: std's spawn
-    /// waits for the exec.)
-    pub fn spawn_gated(&mut self, argv: &[String]) -> io::Result<(i32, StartGate)> {
-        let exe = std::env::current_exe()?;
-        let mut fds = [0 as libc::c_int; 2];
-        // SAFETY: pipe2 fills two fds; both close on exec (the read end is made
-        // inheritable in the child only).
-        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        let (read_fd, write_fd) = (fds[0], fds[1]);
-        let mut shim = vec![
-            exe.to_string_lossy().into_owned(),
-            GATE_SUBCOMMAND.to_string(),
-        ];
-        if let Some(user) = &self.user {
-            let groups: Vec<String> = user.groups.iter().map(|g| g.to_string()).collect();
-            shim.extend([
-                format!("--uid={}", user.uid),
-                format!("--gid={}", user.gid),
-                format!("--groups={}", groups.join(",")),
-            ]);
-        }
-        shim.extend([read_fd.to_string(), "--".to_string()]);
-        shim.extend(argv.iter().cloned());
-        let result = self.spawn_inner(&shim, Some(read_fd));
-        // SAFETY: the read end is the child's; the parent closes its copy.
-        unsafe { libc::close(read_fd) };
-        match result {
-            Ok(pid) => Ok((pid, StartGate { write_fd })),
-            Err(e) => {
-                // SAFETY: our own fd.
-                unsafe { libc::close(write_fd) };
-                Err(e)
-            }
-        }
-    }
-
-    fn spawn_inner(&mut self, argv: &[String], inherit_fd: Option<libc::c_int>) -> io::Result<i32> {
-        let (program, args) = argv
-            .split_first()
-            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no command given"))?;
-        if self.pid.is_some() {
-            return Err(io::Error::other("the command was already launched"));
-        }
-        let mut cmd = Command::new(program);
-        cmd.args(args);
-        let mask = self.inherited_mask;
-        // SAFETY: pthread_sigmask is async-signal-safe; it sets only the child's mask.
-        unsafe {
-            cmd.pre_exec(move || {
-                let rc = libc::pthread_sigmask(libc::SIG_SETMASK, &mask, std::ptr::null_mut());
-                if rc != 0 {
-                    return Err(io::Error::from_raw_os_error(rc));
-                }
-                Ok(())
-            });
-        }
-        let ignored = INHERITED_IGNORED.load(Ordering::SeqCst);
-        if ignored != 0 {
-            // SAFETY: signal() is async-signal-safe; it only sets this child's disposition.
-            unsafe {
-                cmd.pre_exec(move || {
-                    for sig in FORWARDED_SIGNALS {
-                        if ignored & (1 << sig) != 0 {
-                            libc::signal(sig, libc::SIG_IGN);
-                        }
-                    }
-                    Ok(())
-                });
-            }
-        }
-        if let Some(fd) = inherit_fd {
-            // SAFETY: fcntl is async-signal-safe; it clears close-on-exec on one fd.
-            unsafe {
-                cmd.pre_exec(move || {
-                    if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
-                        return Err(io::Error::last_os_error());
-                    }
-                    Ok(())
-                });
-            }
-        }
-        if let Some(user) = &self.user {
-            if let Some(home) = &user.home {
-                cmd.env("HOME", home);
-            }
-            if !user.name.is_empty() {
-                cmd.env("USER", &user.name).env("LOGNAME", &user.name);
-            }
-            // A gated child is kernelkite itself, which may live where the user cannot
-            // read (root's home): it drops privileges itself, after the gate.
-            if inherit_fd.is_none() {
-                let (uid, gid, groups) = (user.uid, user.gid, user.groups.clone());
-                // SAFETY: the hook only makes async-signal-safe system calls on data
-                // prepared before fork.
-                unsafe {
-                    cmd.pre_exec(move || drop_privileges(uid, gid, &groups));
-                }
-            }
-        }
-        let child = cmd.spawn()?;
+        self.check_unlaunched()?;
+        let child = self.command(argv, None)?.spawn()?;
         let pid = child.id() as i32;
         // Reaped through waitpid below, not through `child`; dropping it neither waits
         // nor kills.
         drop(child);
+        self.launched(pid);
+        Ok(pid)
+    }
+
+    /// Start the command held at a gate, so a tracer can attach to its pid and see it
+    /// from its first instruction: the forked child waits (in `pre_exec`, before it
+    /// drops privileges and execs) until [`StartGate::open`]; dropped unopened, the gate
+    /// makes it exit without running the command. std's spawn returns only once the
+    /// child has exec'd, so it runs on a helper thread and the child reports its pid
+    /// through a pipe. Only `run` itself starts a command this way: kernelkite has no
+    /// subcommand that execs its arguments.
+    pub fn spawn_gated(&mut self, argv: &[String]) -> io::Result<(i32, StartGate)> {
+        self.check_unlaunched()?;
+        let (gate_read, gate_write) = cloexec_pipe()?;
+        let (pid_read, pid_write) = cloexec_pipe()?;
+        let hook = GateHook {
+            gate_read: gate_read.as_raw_fd(),
+            gate_write: gate_write.as_raw_fd(),
+            pid_read: pid_read.as_raw_fd(),
+            pid_write: pid_write.as_raw_fd(),
+            comm: command_comm(argv),
+        };
+        let mut cmd = self.command(argv, Some(hook))?;
+        let spawner = std::thread::Builder::new()
+            .name("kk-spawn".into())
+            .spawn(move || {
+                let spawned = cmd.spawn().map(drop);
+                // After the fork: the parent's copies go, so a failed spawn reads as EOF.
+                drop((gate_read, pid_write));
+                spawned
+            })?;
+        let mut pid = [0u8; 4];
+        let mut pid_file = std::fs::File::from(pid_read);
+        if std::io::Read::read_exact(&mut pid_file, &mut pid).is_err() {
+            return Err(join_spawner(spawner)
+                .err()
+                .unwrap_or_else(|| io::Error::other("the command started past its gate")));
+        }
+        let pid = i32::from_ne_bytes(pid);
+        self.launched(pid);
+        Ok((
+            pid,
+            StartGate {
+                write: Some(gate_write),
+                spawner: Some(spawner),
+            },
+        ))
+    }
+
+    fn check_unlaunched(&self) -> io::Result<()> {
+        if self.pid.is_some() {
+            return Err(io::Error::other("the command was already launched"));
+        }
+        Ok(())
+    }
+
+    fn launched(&mut self, pid: i32) {
         self.pid = Some(pid);
         COMMAND_PID.store(pid, Ordering::SeqCst);
         // A signal that came in before the command existed is for it.
@@ -353,7 +493,60 @@ impl Launcher {
             // SAFETY: kill has no memory-safety preconditions; pid is our unreaped child.
             unsafe { libc::kill(pid, pending) };
         }
-        Ok(pid)
+    }
+
+    /// The command as it will be exec'd: its environment, signal state, limits,
+    /// capabilities and user; held at `gate` first, when given.
+    fn command(&self, argv: &[String], gate: Option<GateHook>) -> io::Result<Command> {
+        let (program, args) = argv
+            .split_first()
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no command given"))?;
+        let mut cmd = Command::new(program);
+        cmd.args(args);
+        let user = self.users.command.as_ref();
+        if let Some(user) = user {
+            set_user_environment(&mut cmd, user);
+        }
+        let mask = self.inherited_mask;
+        let ignored = INHERITED_IGNORED.load(Ordering::SeqCst);
+        let memlock = crate::source::limits::memlock_before_raise();
+        let ids = user.map(|u| (u.uid, u.gid, u.groups.clone()));
+        // SAFETY: the hooks only make async-signal-safe system calls on data prepared
+        // before fork. They run in this order.
+        unsafe {
+            cmd.pre_exec(move || {
+                let rc = libc::pthread_sigmask(libc::SIG_SETMASK, &mask, std::ptr::null_mut());
+                if rc != 0 {
+                    return Err(io::Error::from_raw_os_error(rc));
+                }
+                // A signal ignored where kernelkite started (a background job's SIGINT,
+                // nohup) is ignored in the command too; our handler would be reset to
+                // SIG_DFL by the exec.
+                for sig in FORWARDED_SIGNALS {
+                    if ignored & (1 << sig) != 0 {
+                        libc::signal(sig, libc::SIG_IGN);
+                    }
+                }
+                Ok(())
+            });
+            if let Some(gate) = gate {
+                cmd.pre_exec(move || gate.wait());
+            }
+            cmd.pre_exec(move || {
+                // The limit kernelkite raised for its BPF maps is not the command's.
+                if let Some(lim) = memlock {
+                    if libc::setrlimit(libc::RLIMIT_MEMLOCK, &lim) != 0 {
+                        return Err(io::Error::last_os_error());
+                    }
+                }
+                drop_capabilities()?;
+                match &ids {
+                    Some((uid, gid, groups)) => drop_privileges(*uid, *gid, groups),
+                    None => Ok(()),
+                }
+            });
+        }
+        Ok(cmd)
     }
 
     /// The launched command's pid.
@@ -466,9 +659,6 @@ pub fn find_program(program: &str) -> io::Result<std::path::PathBuf> {
         .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOENT))
 }
 
-/// The hidden subcommand the gated child runs (see [`Launcher::spawn_gated`]).
-pub const GATE_SUBCOMMAND: &str = "__exec-after-gate";
-
 /// Become `uid`/`gid` with `groups` (async-signal-safe: used between fork and exec).
 fn drop_privileges(uid: u32, gid: u32, groups: &[libc::gid_t]) -> io::Result<()> {
     // SAFETY: plain system calls on a slice we own.
@@ -483,77 +673,196 @@ fn drop_privileges(uid: u32, gid: u32, groups: &[libc::gid_t]) -> io::Result<()>
     Ok(())
 }
 
-/// Who the gated child becomes before it execs the command (under sudo).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct GateUser {
-    pub uid: u32,
-    pub gid: u32,
-    pub groups: Vec<u32>,
+/// Clear the ambient and inheritable capability sets (async-signal-safe), so a
+/// kernelkite given CAP_BPF and CAP_PERFMON as ambient capabilities (`setpriv
+/// --ambient-caps`, `capsh --addamb`) does not hand them to the command: after its exec
+/// the command holds only what its own file grants.
+fn drop_capabilities() -> io::Result<()> {
+    // SAFETY: prctl with integer arguments; capget/capset on local structs.
+    unsafe {
+        if libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
+            0,
+            0,
+            0,
+        ) != 0
+            && *libc::__errno_location() != libc::EINVAL
+        {
+            // EINVAL: a kernel before 4.3, which has no ambient set.
+            return Err(io::Error::last_os_error());
+        }
+        let mut header = CapHeader {
+            version: LINUX_CAPABILITY_VERSION_3,
+            pid: 0,
+        };
+        let mut data = [CapData::default(); 2];
+        if libc::syscall(libc::SYS_capget, &mut header, data.as_mut_ptr()) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if data.iter().any(|d| d.inheritable != 0) {
+            for d in &mut data {
+                d.inheritable = 0;
+            }
+            if libc::syscall(libc::SYS_capset, &mut header, data.as_ptr()) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+    }
+    Ok(())
 }
 
-/// The child side of the gate: wait for the byte on `fd`, become `user` if given, then
-/// exec `argv` in place. Returns only on failure (the caller exits 127, as a shell does).
-pub fn exec_after_gate(fd: libc::c_int, user: Option<&GateUser>, argv: &[String]) -> io::Error {
-    // Wear the command's name while waiting, so a snapshot taken before the exec does
-    // not show the command as "kernelkite".
+/// `_LINUX_CAPABILITY_VERSION_3`: 64-bit sets as two 32-bit halves.
+const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: libc::c_int,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+/// The environment a user's command expects, as `sudo -i` sets it (without a login):
+/// HOME, USER, LOGNAME, SHELL and MAIL from the passwd entry, and nothing left of the
+/// tool that made kernelkite root (SUDO_*, DOAS_USER, PKEXEC_UID).
+fn set_user_environment(cmd: &mut Command, user: &InvokingUser) {
+    for (name, _) in std::env::vars_os() {
+        let n = name.to_string_lossy();
+        if n.starts_with("SUDO_") || n == "DOAS_USER" || n == "PKEXEC_UID" {
+            cmd.env_remove(&name);
+        }
+    }
+    match &user.home {
+        Some(home) => cmd.env("HOME", home),
+        None => cmd.env_remove("HOME"),
+    };
+    match &user.shell {
+        Some(shell) => cmd.env("SHELL", shell),
+        None => cmd.env("SHELL", "/bin/sh"),
+    };
+    if user.name.is_empty() {
+        cmd.env_remove("USER")
+            .env_remove("LOGNAME")
+            .env_remove("MAIL");
+    } else {
+        cmd.env("USER", &user.name)
+            .env("LOGNAME", &user.name)
+            .env("MAIL", format!("/var/mail/{}", user.name));
+    }
+}
+
+fn cloexec_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as libc::c_int; 2];
+    // SAFETY: pipe2 fills two fds, which we then own.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: both fds are fresh and ours.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// The command's name as the kernel's 16-byte, NUL-terminated `comm`.
+fn command_comm(argv: &[String]) -> [u8; 16] {
+    let mut comm = [0u8; 16];
     if let Some(name) = argv.first().and_then(|p| p.rsplit('/').next()) {
-        let mut comm = [0u8; 16];
         let n = name.len().min(15);
         comm[..n].copy_from_slice(&name.as_bytes()[..n]);
-        // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes.
-        unsafe { libc::prctl(libc::PR_SET_NAME, comm.as_ptr() as libc::c_ulong, 0, 0, 0) };
     }
-    let mut byte = 0u8;
-    loop {
-        // SAFETY: reads one byte into a local from an fd we own.
-        let n = unsafe { libc::read(fd, (&mut byte as *mut u8).cast(), 1) };
-        if n == 1 {
-            break;
+    comm
+}
+
+/// The gated child's side of [`Launcher::spawn_gated`], run between fork and exec.
+#[derive(Clone, Copy)]
+struct GateHook {
+    gate_read: libc::c_int,
+    gate_write: libc::c_int,
+    pid_read: libc::c_int,
+    pid_write: libc::c_int,
+    comm: [u8; 16],
+}
+
+impl GateHook {
+    /// Report our pid, then wait for the gate's byte (async-signal-safe).
+    fn wait(&self) -> io::Result<()> {
+        // SAFETY: system calls on the pipe fds inherited through fork and on locals.
+        unsafe {
+            // Wear the command's name while waiting (the fork has the spawning thread's),
+            // so a snapshot before the exec does not show "kk-spawn".
+            libc::prctl(
+                libc::PR_SET_NAME,
+                self.comm.as_ptr() as libc::c_ulong,
+                0,
+                0,
+                0,
+            );
+            // Our copies of the parent's ends, or the gate would never see EOF.
+            libc::close(self.gate_write);
+            libc::close(self.pid_read);
+            let pid = libc::getpid().to_ne_bytes();
+            let n = libc::write(self.pid_write, pid.as_ptr().cast(), pid.len());
+            if n != pid.len() as isize {
+                return Err(io::Error::last_os_error());
+            }
+            libc::close(self.pid_write);
+            let mut byte = 0u8;
+            loop {
+                let n = libc::read(self.gate_read, (&mut byte as *mut u8).cast(), 1);
+                if n == 1 {
+                    break;
+                }
+                if n < 0 && *libc::__errno_location() == libc::EINTR {
+                    continue;
+                }
+                // The tracer went away before starting the command.
+                return Err(io::Error::from_raw_os_error(libc::ECANCELED));
+            }
+            libc::close(self.gate_read);
         }
-        let err = io::Error::last_os_error();
-        if n < 0 && err.kind() == io::ErrorKind::Interrupted {
-            continue;
-        }
-        return io::Error::other("the tracer went away before starting the command");
+        Ok(())
     }
-    // SAFETY: our own fd, closed once.
-    unsafe { libc::close(fd) };
-    if let Some(u) = user {
-        if let Err(e) = drop_privileges(u.uid, u.gid, &u.groups) {
-            return e;
-        }
-    }
-    let Some((program, args)) = argv.split_first() else {
-        return io::Error::new(io::ErrorKind::InvalidInput, "no command given");
-    };
-    Command::new(program).args(args).exec()
+}
+
+/// The spawning thread's result: the command exec'd, or why it did not.
+fn join_spawner(spawner: std::thread::JoinHandle<io::Result<()>>) -> io::Result<()> {
+    spawner
+        .join()
+        .unwrap_or_else(|_| Err(io::Error::other("the thread starting the command panicked")))
 }
 
 /// The parent's end of [`Launcher::spawn_gated`]'s gate.
 #[derive(Debug)]
 pub struct StartGate {
-    write_fd: libc::c_int,
+    write: Option<OwnedFd>,
+    spawner: Option<std::thread::JoinHandle<io::Result<()>>>,
 }
 
 impl StartGate {
-    /// Let the command run.
-    pub fn open(self) -> io::Result<()> {
-        let byte = 1u8;
-        // SAFETY: write one byte from a local to our own pipe fd.
-        let n = unsafe { libc::write(self.write_fd, (&byte as *const u8).cast(), 1) };
-        if n == 1 {
-            Ok(())
-        } else {
-            Err(io::Error::last_os_error())
-        }
-        // Drop closes the fd.
+    /// Let the command run; returns once it has exec'd, or with why it could not (it
+    /// has then exited, and been reaped).
+    pub fn open(mut self) -> io::Result<()> {
+        let mut write = std::fs::File::from(self.write.take().expect("an unopened gate"));
+        std::io::Write::write_all(&mut write, &[1])?;
+        drop(write);
+        join_spawner(self.spawner.take().expect("an unopened gate"))
     }
 }
 
 impl Drop for StartGate {
     fn drop(&mut self) {
-        // SAFETY: our own fd, closed once.
-        unsafe { libc::close(self.write_fd) };
+        // Unopened: EOF on the gate makes the child exit without running the command,
+        // and std's spawn reaps it. Waiting for that here keeps the caller's own
+        // reaping from racing std's.
+        drop(self.write.take());
+        if let Some(spawner) = self.spawner.take() {
+            let _ = join_spawner(spawner);
+        }
     }
 }
 

@@ -7,4 +7,6 @@ pub mod host;
 #[cfg(target_os = "linux")]
 pub mod launch;
 #[cfg(target_os = "linux")]
+pub mod limits;
+#[cfg(target_os = "linux")]
 pub mod procfs;

@@ -311,10 +311,8 @@ impl RecordingReplayFeed {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_else(|| path.display().to_string());
-        let file =
-            std::fs::File::open(path).with_context(|| format!("cannot read {}", path.display()))?;
-        let mut reader = RecordingReader::new(std::io::BufReader::new(file))
-            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        let mut reader =
+            RecordingReader::open(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
         let start = match reader.next_record() {
             Ok(Some(Record::SessionStart(start))) => start,
             Ok(_) => anyhow::bail!(

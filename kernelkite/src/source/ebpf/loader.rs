@@ -189,7 +189,7 @@ fn load_programs(
     let started = Instant::now();
     let layout = read_layout(Path::new(KERNEL_BTF_PATH))?;
     let btf = Btf::from_sys_fs().map_err(|e| ProbeError::Load(format!("kernel BTF: {e}")))?;
-    raise_memlock_limit();
+    crate::source::limits::raise_memlock_limit();
 
     let (iowait_byte, iowait_mask) = layout.task_in_iowait.map_or((0, 0), |(b, m)| (b, m as u32));
     let exit_has_group_dead = u32::from(layout.exit_has_group_dead);
@@ -278,7 +278,7 @@ fn load_classic(options: ProbeOptions) -> Result<Probes, ProbeError> {
         notes.push(format!("mounted tracefs at {}", fs.root.display()));
     }
     let layout = ClassicLayout::read(&fs)?;
-    raise_memlock_limit();
+    crate::source::limits::raise_memlock_limit();
     let nr = |name: &str| {
         crate::analysis::syscall_number(std::env::consts::ARCH, name).unwrap_or(u32::MAX)
     };
@@ -395,16 +395,6 @@ fn release_freed_memory() {
     unsafe {
         libc::malloc_trim(0);
     }
-}
-
-/// Kernels before 5.11 charge BPF maps to RLIMIT_MEMLOCK; lift it (best effort).
-fn raise_memlock_limit() {
-    let rlim = libc::rlimit {
-        rlim_cur: libc::RLIM_INFINITY,
-        rlim_max: libc::RLIM_INFINITY,
-    };
-    // SAFETY: setrlimit reads the struct we pass; failure is harmless here.
-    unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &rlim) };
 }
 
 /// An error and its sources on one line (verifier logs are cut to their last line).

@@ -791,17 +791,21 @@ impl Session {
         Ok(self.assemble(frames, cap, lifecycle, slow, stacks))
     }
 
-    /// The bundle as it would be if the session stopped at its latest snapshot, for
-    /// live views (`trace --serve`): the frames so far, the histograms and loss counters
-    /// as the kernel holds them now. The programs stay attached.
-    pub fn bundle_so_far(&self) -> Bundle {
-        self.assemble(
-            self.recorder.frames().to_vec(),
-            self.recorder.cap(),
-            self.lifecycle.clone(),
-            self.slow.clone(),
-            None,
-        )
+    /// `f` of the bundle as it would be if the session stopped at its latest snapshot,
+    /// for live views (`trace --serve`): the frames so far, the histograms and loss
+    /// counters as the kernel holds them now. The programs stay attached. The frames
+    /// are lent to the bundle, not copied (a scrape used to clone the whole session on
+    /// the trace loop); events and slow syscalls are copied, as the bundle sorts them
+    /// and the session keeps their arrival order.
+    pub fn with_bundle_so_far<R>(&mut self, f: impl FnOnce(&Bundle) -> R) -> R {
+        let cap = self.recorder.cap();
+        let frames = self.recorder.take_frames();
+        let mut bundle =
+            self.assemble(frames, cap, self.lifecycle.clone(), self.slow.clone(), None);
+        let out = f(&bundle);
+        self.recorder
+            .restore_frames(std::mem::take(&mut bundle.frames));
+        out
     }
 
     /// A bundle of `frames` plus the histograms (exited processes' and the map's) and
