@@ -8,3 +8,5 @@ pub mod host;
 pub mod launch;
 #[cfg(target_os = "linux")]
 pub mod procfs;
+#[cfg(target_os = "linux")]
+pub mod untrusted;
