@@ -12,7 +12,8 @@
 //!   thread. Chosen over a separate helper process because it needs no exec and no
 //!   IPC; it is the same kernel check the target itself would meet.
 //! - The caller waits at most a deadline: a read stuck anywhere (a FUSE file system the
-//!   target serves) is abandoned, and every later read for that uid is refused.
+//!   target serves) is left to finish on its own (its answer is taken if asked again),
+//!   and one read per uid runs at a time, so a stalled target holds one thread.
 //! - A path is opened `O_PATH | O_NOFOLLOW` (a symlink is not followed); a mapped file
 //!   through `/proc/PID/map_files/START-END` (the kernel's own link to the mapped
 //!   inode). `O_PATH` opens nothing: no FIFO or device is ever opened for reading.
@@ -25,6 +26,7 @@
 //!
 //! Every refusal is a [`Skip`], which callers report with the path.
 
+use std::collections::BTreeMap;
 use std::ffi::CString;
 use std::fs::File;
 use std::io::{Read, Write};
@@ -144,43 +146,67 @@ pub fn perf_map_path(pid: u32) -> PathBuf {
 #[derive(Debug)]
 pub struct Door {
     deadline: Duration,
-    /// Per uid, a token each read thread holds until it ends: while a read for a uid
-    /// is still stuck past its deadline, that uid's reads are refused at once, so a
-    /// target cannot stall every snapshot by the deadline.
-    in_flight: std::collections::BTreeMap<u32, Arc<()>>,
+    /// Per uid, a token each read thread holds until it ends: one read per uid at a
+    /// time, so a target that stalls reads (a FUSE file system it serves) holds one
+    /// thread, and its other reads are refused at once instead of each waiting out
+    /// the deadline.
+    in_flight: BTreeMap<u32, Arc<()>>,
+    /// Reads past their deadline, by the path opened: asking again takes the answer
+    /// once it has come.
+    pending: BTreeMap<PathBuf, mpsc::Receiver<Result<Vec<u8>, Skip>>>,
 }
 
 impl Door {
     pub fn new(deadline: Duration) -> Door {
         Door {
             deadline,
-            in_flight: Default::default(),
+            in_flight: BTreeMap::new(),
+            pending: BTreeMap::new(),
         }
     }
 
-    /// The file's contents, read by the rules of this module.
+    /// The file's contents, read by the rules of this module. [`Skip::TimedOut`] is
+    /// not final: the read goes on, and asking again later may give its result.
     pub fn read(&mut self, place: &Place, rules: Rules, who: Credentials) -> Result<Vec<u8>, Skip> {
+        let path = place.open_path();
+        if let Some(rx) = self.pending.get(&path) {
+            return match rx.try_recv() {
+                Ok(result) => {
+                    self.pending.remove(&path);
+                    result
+                }
+                Err(mpsc::TryRecvError::Empty) => Err(Skip::TimedOut),
+                Err(mpsc::TryRecvError::Disconnected) => {
+                    self.pending.remove(&path);
+                    Err(Skip::Unreadable)
+                }
+            };
+        }
         let token = self.in_flight.entry(who.uid).or_default();
         if Arc::strong_count(token) > 1 {
             return Err(Skip::TimedOut);
         }
         let held = Arc::clone(token);
         let (tx, rx) = mpsc::channel();
-        let path = place.open_path();
+        let opened = path.clone();
         let spawned = std::thread::Builder::new()
             .name("kk-untrusted-read".into())
             .spawn(move || {
-                let result = take_credentials(who).and_then(|()| read_checked(&path, rules, who));
+                let result = take_credentials(who).and_then(|()| read_checked(&opened, rules, who));
                 let _ = tx.send(result);
                 drop(held);
             });
         if spawned.is_err() {
             return Err(Skip::Unreadable);
         }
-        // A thread still blocked past the deadline is left where it is: it holds
-        // nothing of ours but its token.
-        rx.recv_timeout(self.deadline)
-            .unwrap_or(Err(Skip::TimedOut))
+        match rx.recv_timeout(self.deadline) {
+            Ok(result) => result,
+            Err(_) => {
+                // The thread goes on where it is blocked; it holds nothing of ours.
+                self.pending.insert(path, rx);
+                Err(Skip::TimedOut)
+            }
+        }
     }
 
     /// The file's contents copied into a sealed anonymous file of our own, so a parser

@@ -76,6 +76,11 @@ pub struct StackCollector {
     /// Traced processes as last read. A process that has exited is dropped once its
     /// stacks are resolved.
     processes: BTreeMap<u32, TracedProcess>,
+    /// The last resolve of the session: a read past its deadline is then final.
+    final_pass: bool,
+    /// A read for the stack being resolved is past its deadline: resolve it again
+    /// at the next snapshot, when the read may have finished.
+    read_pending: bool,
 }
 
 /// What a traced process's stacks are resolved with.
@@ -125,6 +130,8 @@ impl StackCollector {
             kernel_resolved: BTreeMap::new(),
             wanted_user: Vec::new(),
             processes: BTreeMap::new(),
+            final_pass: false,
+            read_pending: false,
         }
     }
 
@@ -175,6 +182,7 @@ impl StackCollector {
     /// Resolve every stack left: with symbols for [`FINAL_BUDGET`], then the rest with
     /// addresses and `module+0xoffset` only (no file is read).
     pub fn resolve_final(&mut self) {
+        self.final_pass = true;
         if !self.resolve(Instant::now() + FINAL_BUDGET, false) {
             self.resolve(Instant::now(), true);
         }
@@ -201,7 +209,13 @@ impl StackCollector {
                 complete = false;
                 break;
             }
+            self.read_pending = false;
             let index = self.resolve_user(pid, id, symbols, &mut perf_maps);
+            if self.read_pending {
+                self.wanted_user.push((pid, id));
+                complete = false;
+                continue;
+            }
             self.user_resolved.insert((pid, id), index);
         }
         for key in keys.iter().map(|k| k.kernel_stack) {
@@ -263,8 +277,14 @@ impl StackCollector {
             .collect()
     }
 
-    fn skip(&mut self, path: &str, reason: Skip) {
+    /// Count a refusal; `false` for a read past its deadline that is asked again later.
+    fn skip(&mut self, path: &str, reason: Skip) -> bool {
+        if reason == Skip::TimedOut && !self.final_pass {
+            self.read_pending = true;
+            return false;
+        }
         *self.skipped.entry((path.to_string(), reason)).or_default() += 1;
+        true
     }
 
     /// One sample per (thread, class, resolved user stack, resolved kernel stack), from
@@ -489,8 +509,9 @@ impl StackCollector {
                 Some(file)
             }
             Err(skip) => {
-                self.skip(&path, skip);
-                self.refused.insert((pid, file), skip);
+                if self.skip(&path, skip) {
+                    self.refused.insert((pid, file), skip);
+                }
                 None
             }
         }
