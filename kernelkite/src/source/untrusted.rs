@@ -262,7 +262,7 @@ impl FileCopy {
         PathBuf::from(format!("/proc/self/fd/{}", self.file.as_raw_fd()))
     }
 
-    pub fn len(&self) -> u64 {
+    pub fn size_bytes(&self) -> u64 {
         self.len
     }
 

@@ -498,13 +498,13 @@ impl StackCollector {
         }
         match result {
             Ok(copy) => {
-                if self.copied_bytes + copy.len() > MAX_COPIED_BYTES {
+                if self.copied_bytes + copy.size_bytes() > MAX_COPIED_BYTES {
                     // Start afresh: blazesym's caches hold every copy they parsed.
                     self.symbolizer = Symbolizer::new();
                     self.copies.clear();
                     self.copied_bytes = 0;
                 }
-                self.copied_bytes += copy.len();
+                self.copied_bytes += copy.size_bytes();
                 self.copies.insert(file, copy);
                 Some(file)
             }
