@@ -8,7 +8,7 @@
 #[path = "support/ebpf.rs"]
 mod support;
 
-use std::ffi::CString;
+use std::ffi::{CString, OsStr};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -55,21 +55,29 @@ struct Jit {
     addr: u64,
 }
 
+/// `program args` run as `nobody` (setpriv execs it: the child is the process), and
+/// the first line it prints.
+fn spawn_as_nobody(program: &OsStr, args: &[&str]) -> (Child, String) {
+    let mut child = Command::new("setpriv")
+        .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"])
+        .arg(program)
+        .args(args)
+        .current_dir("/tmp")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("setpriv");
+    let mut line = String::new();
+    use std::io::BufRead;
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    (child, line)
+}
+
 impl Jit {
     fn spawn(bin: &Path, args: &[&str]) -> Jit {
-        let mut child = Command::new("setpriv")
-            .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"])
-            .arg(bin)
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("setpriv");
-        let mut line = String::new();
-        use std::io::BufRead;
-        std::io::BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
+        let (child, line) = spawn_as_nobody(bin.as_os_str(), args);
         let mut words = line.split_whitespace();
         assert_eq!(words.next(), Some("jit"), "{line:?}");
         let pid = words.next().unwrap().parse().unwrap();
@@ -445,25 +453,25 @@ fn a_genuine_perf_map_still_names_jit_code() {
     assert!(skipped(&bundle).is_empty(), "{:?}", skipped(&bundle));
 }
 
-#[test]
-fn a_binary_renamed_over_after_its_process_exits_is_not_read() {
-    let Some(_guard) = ebpf_ready("a_binary_renamed_over_after_its_process_exits_is_not_read")
-    else {
-        return;
-    };
+/// jitwork as `nobody`, traced with no snapshot between the first (which reads its
+/// mappings) and its exit, so its stacks are resolved after it has gone, from the path
+/// it had mapped; before it exits it renames `make_replacement(dir)` over its binary.
+/// The bundle, and the binary's path.
+fn trace_a_swap(make_replacement: impl FnOnce(&Path) -> PathBuf) -> (Bundle, PathBuf) {
     let dir = nobody_dir();
     let bin = build_jitwork(dir.path(), "jitwork", "kk_spin_mapped__");
-    let impostor = build_jitwork(dir.path(), "impostor", "kk_spin_IMPOSTOR");
-    for f in [&bin, &impostor] {
-        std::os::unix::fs::chown(f, Some(NOBODY), Some(NOGROUP)).unwrap();
-    }
-    // Once told, spins 1.5 s, renames the impostor over its own binary, exits.
+    std::os::unix::fs::chown(&bin, Some(NOBODY), Some(NOGROUP)).unwrap();
+    let replacement = make_replacement(dir.path());
+    std::os::unix::fs::chown(&replacement, Some(NOBODY), Some(NOGROUP)).unwrap();
+    // Once told, spins 1.5 s, renames the replacement over its own binary, exits.
     let mut jit = Jit::spawn(
         &bin,
-        &["1.5", &bin.to_string_lossy(), &impostor.to_string_lossy()],
+        &[
+            "1.5",
+            &bin.to_string_lossy(),
+            &replacement.to_string_lossy(),
+        ],
     );
-    // No snapshot between the first (which reads its mappings) and its exit: its
-    // stacks are resolved after it has gone, from the path it had mapped.
     let bundle_path = dir.path().join("b.json");
     let live = LiveTrace::start(&["--interval-ms", "600000"], jit.pid, "30", &bundle_path);
     use std::io::Write;
@@ -482,12 +490,88 @@ fn a_binary_renamed_over_after_its_process_exits_is_not_read() {
         "no frame in the binary: {:?}",
         frames(&bundle)
     );
+    assert!(in_binary.iter().all(|f| f.module_offset.is_some()));
+    (bundle, bin)
+}
+
+#[test]
+fn a_binary_renamed_over_after_its_process_exits_is_not_read() {
+    let Some(_guard) = ebpf_ready("a_binary_renamed_over_after_its_process_exits_is_not_read")
+    else {
+        return;
+    };
+    let (bundle, bin) = trace_a_swap(|dir| build_jitwork(dir, "impostor", "kk_spin_IMPOSTOR"));
     for f in frames(&bundle) {
         assert!(
             !f.symbol.as_deref().unwrap_or("").contains("IMPOSTOR"),
             "a name from the file renamed over the mapped one: {f:?}"
         );
     }
-    assert!(in_binary.iter().all(|f| f.module_offset.is_some()));
     assert_skipped(&bundle, &bin, "replaced");
+}
+
+/// Issue 16's case: the exited binary's path is a FIFO by the time it is read.
+#[test]
+fn a_binary_replaced_by_a_fifo_after_exit_does_not_hang_the_trace() {
+    let Some(_guard) = ebpf_ready("a_binary_replaced_by_a_fifo_after_exit_does_not_hang_the_trace")
+    else {
+        return;
+    };
+    let (bundle, bin) = trace_a_swap(|dir| {
+        let fifo = dir.join("fifo");
+        mkfifo(&fifo);
+        fifo
+    });
+    assert_skipped(&bundle, &bin, "not_regular");
+}
+
+/// Node's own perf map (`--perf-basic-prof`), written as the traced user: its JIT
+/// frames are named.
+#[test]
+fn node_perf_basic_prof_still_resolves() {
+    let Some(_guard) = ebpf_ready("node_perf_basic_prof_still_resolves") else {
+        return;
+    };
+    let script = "function kkHotLoop(n) { let s = 0; for (let i = 0; i < n; i++) { s = (s + i * i) % 1000003; } return s; }\n\
+                  console.log('node ' + process.pid);\n\
+                  const end = Date.now() + 60000; let x = 0; while (Date.now() < end) { x += kkHotLoop(1e6); }";
+    let (mut node, line) =
+        spawn_as_nobody(OsStr::new("node"), &["--perf-basic-prof", "-e", script]);
+    let pid: u32 = line.trim().strip_prefix("node ").unwrap().parse().unwrap();
+    let perf_map = PathBuf::from(format!("/tmp/perf-{pid}.map"));
+    // Until V8 has compiled the loop.
+    let waited = Instant::now();
+    while !std::fs::read_to_string(&perf_map).is_ok_and(|m| m.contains("kkHotLoop")) {
+        assert!(
+            waited.elapsed() < Duration::from_secs(30),
+            "node wrote no perf map line for kkHotLoop"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let bundle_path = dir.path().join("b.json");
+    let out = trace(&[], pid, "3", &bundle_path);
+    let _ = node.kill();
+    let _ = node.wait();
+    let _ = std::fs::remove_file(&perf_map);
+    assert_ok(&out);
+    let bundle = load_bundle(&bundle_path).unwrap();
+    assert!(
+        frames(&bundle)
+            .iter()
+            .any(|f| f.module.as_deref() == Some("[perf-map]")
+                && f.symbol.as_deref().is_some_and(|s| s.contains("kkHotLoop"))),
+        "no JIT frame named from node's perf map: {:?}",
+        frames(&bundle)
+            .iter()
+            .filter(|f| f.module.as_deref() == Some("[perf-map]"))
+            .collect::<Vec<_>>()
+    );
+    assert!(
+        skipped(&bundle)
+            .iter()
+            .all(|f| f.path != perf_map.to_string_lossy()),
+        "{:?}",
+        skipped(&bundle)
+    );
 }

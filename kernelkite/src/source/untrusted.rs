@@ -193,8 +193,9 @@ impl Door {
             .name("kk-untrusted-read".into())
             .spawn(move || {
                 let result = take_credentials(who).and_then(|()| read_checked(&opened, rules, who));
-                let _ = tx.send(result);
+                // Done before the answer, so the next read of this uid may start.
                 drop(held);
+                let _ = tx.send(result);
             });
         if spawned.is_err() {
             return Err(Skip::Unreadable);
@@ -507,6 +508,31 @@ mod tests {
         assert!(has_debug_link(b"not an elf"));
         let copy = FileCopy::of(&exe[..4096]).unwrap();
         assert_eq!(std::fs::read(copy.fd_path()).unwrap(), exe[..4096]);
+    }
+
+    /// Reads use the target's credentials, not root's: a root-only file (owner root,
+    /// so perf's owner rule alone would let it through) is refused to `nobody`.
+    #[test]
+    fn reads_use_the_targets_credentials() {
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipped: needs root to drop to another user's credentials");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let secret = dir.path().join("secret");
+        std::fs::write(&secret, b"root only").unwrap();
+        std::fs::set_permissions(&secret, std::os::unix::fs::PermissionsExt::from_mode(0o640))
+            .unwrap();
+        let nobody = Credentials {
+            uid: 65534,
+            gid: 65534,
+        };
+        let mut door = Door::new(Duration::from_secs(5));
+        let place = Place::Path(secret);
+        assert_eq!(door.read(&place, rules(100), nobody), Err(Skip::Denied));
+        // The same read as root works, and this thread kept its own credentials.
+        assert_eq!(door.read(&place, rules(100), root()).unwrap(), b"root only");
+        assert_eq!(unsafe { libc::syscall(libc::SYS_setfsuid, u32::MAX) }, 0);
     }
 
     /// Every open of a file a traced process controls goes through this module:

@@ -3,7 +3,7 @@
  * "jit <pid> <hex address of the page>" and exits after SECONDS (argv[1]).
  *
  * With argv[2] and argv[3] it also plays the binary-swap attack: it waits for a line
- * on stdin (the trace is live), spins SECONDS, renames argv[3] over argv[2] (its own
+ * on stdin (the trace is live) before it starts its threads, spins SECONDS, renames argv[3] over argv[2] (its own
  * binary) and only then exits. Built twice
  * with different -DSPIN names, so a frame named from the renamed file shows it. */
 #define _GNU_SOURCE
@@ -56,16 +56,17 @@ int main(int argc, char **argv) {
         return 1;
     }
     __builtin___clear_cache((char *)page, (char *)page + sizeof code);
-    pthread_t t, u;
-    pthread_create(&t, NULL, jit, page);
-    pthread_create(&u, NULL, spin, NULL);
     printf("jit %d %lx\n", getpid(), (unsigned long)page);
     fflush(stdout);
     if (argc > 3) {
+        /* Nothing runs before the go: no stack of it exists until then. */
         char go[16];
         if (!fgets(go, sizeof go, stdin))
             return 1;
     }
+    pthread_t t, u;
+    pthread_create(&t, NULL, jit, page);
+    pthread_create(&u, NULL, spin, NULL);
     usleep((useconds_t)(seconds * 1e6));
     if (argc > 3 && rename(argv[3], argv[2]) != 0) {
         perror("rename");
