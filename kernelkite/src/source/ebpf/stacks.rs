@@ -42,6 +42,10 @@ const MAX_BINARY_BYTES: u64 = 512 << 20;
 /// Copies kept for symbolizing: past this total, the symbolizer and its copies start
 /// afresh (a cache only; resolved frames are already in the bundle).
 const MAX_COPIED_BYTES: u64 = 1 << 30;
+/// Skipped files listed by path; past this many, further ones are counted under
+/// [`OTHER_SKIPPED_FILES`] (a process churning out refused files cannot grow the list).
+const MAX_SKIPPED_FILES: usize = 1000;
+const OTHER_SKIPPED_FILES: &str = "(other files)";
 /// The largest perf map read (perf's format: one `START SIZE name` line per symbol).
 const MAX_PERF_MAP_BYTES: u64 = 64 << 20;
 
@@ -230,6 +234,12 @@ impl StackCollector {
             let processes = &self.processes;
             self.refused
                 .retain(|(pid, _), _| processes.contains_key(pid));
+            // A copy is used for any mapping of its device and inode: keep only those
+            // still mapped (an inode freed with its last mapping may be reused).
+            let mapped: std::collections::HashSet<FileId> = (processes.values())
+                .flat_map(|p| p.maps.iter().map(|m| m.file))
+                .collect();
+            self.copies.retain(|file, _| mapped.contains(file));
         }
         complete
     }
@@ -283,7 +293,11 @@ impl StackCollector {
             self.read_pending = true;
             return false;
         }
-        *self.skipped.entry((path.to_string(), reason)).or_default() += 1;
+        let mut key = (path.to_string(), reason);
+        if self.skipped.len() >= MAX_SKIPPED_FILES && !self.skipped.contains_key(&key) {
+            key.0 = OTHER_SKIPPED_FILES.to_string();
+        }
+        *self.skipped.entry(key).or_default() += 1;
         true
     }
 
