@@ -365,8 +365,10 @@ fn a_perf_map_fifo_neither_hangs_a_trace_nor_its_signals() {
         "trace took {took:?} to end after SIGTERM"
     );
     assert!(err.contains("stopped: terminated"), "{err}");
+    // With its stacks (whether the JIT stack was reached before the signal depends on
+    // the machine's load: the first run checked the skip).
     let bundle = load_bundle(&second).unwrap();
-    assert_skipped(&bundle, &jit.perf_map(), "not_regular");
+    assert!(bundle.stacks.is_some());
 }
 
 #[test]
