@@ -42,6 +42,8 @@ const MAX_BINARY_BYTES: u64 = 512 << 20;
 /// Copies kept for symbolizing: past this total, the symbolizer and its copies start
 /// afresh (a cache only; resolved frames are already in the bundle).
 const MAX_COPIED_BYTES: u64 = 1 << 30;
+/// A perf map that lacks an address is read again at most this often.
+const PERF_MAP_REREAD: Duration = Duration::from_secs(1);
 /// Skipped files listed by path; past this many, further ones are counted under
 /// [`OTHER_SKIPPED_FILES`] (a process churning out refused files cannot grow the list).
 const MAX_SKIPPED_FILES: usize = 1000;
@@ -80,6 +82,8 @@ pub struct StackCollector {
     /// Traced processes as last read. A process that has exited is dropped once its
     /// stacks are resolved.
     processes: BTreeMap<u32, TracedProcess>,
+    /// Each process's perf map as last read (`None`: it has none, or it was refused).
+    perf_maps: BTreeMap<u32, (Option<PerfMap>, Instant)>,
     /// The last resolve of the session: a read past its deadline is then final.
     final_pass: bool,
     /// A read for the stack being resolved is past its deadline: resolve it again
@@ -134,6 +138,7 @@ impl StackCollector {
             kernel_resolved: BTreeMap::new(),
             wanted_user: Vec::new(),
             processes: BTreeMap::new(),
+            perf_maps: BTreeMap::new(),
             final_pass: false,
             read_pending: false,
         }
@@ -203,7 +208,6 @@ impl StackCollector {
         users.sort_unstable();
         users.dedup();
         users.retain(|k| !self.user_resolved.contains_key(k));
-        let mut perf_maps: StdHashMap<u32, Option<PerfMap>> = StdHashMap::new();
         let mut complete = true;
         for (n, &(pid, id)) in users.iter().enumerate() {
             let symbols = !addresses_only && Instant::now() < until;
@@ -214,7 +218,7 @@ impl StackCollector {
                 break;
             }
             self.read_pending = false;
-            let index = self.resolve_user(pid, id, symbols, &mut perf_maps);
+            let index = self.resolve_user(pid, id, symbols);
             if self.read_pending {
                 self.wanted_user.push((pid, id));
                 complete = false;
@@ -234,6 +238,7 @@ impl StackCollector {
             let processes = &self.processes;
             self.refused
                 .retain(|(pid, _), _| processes.contains_key(pid));
+            self.perf_maps.retain(|pid, _| processes.contains_key(pid));
             // A copy is used for any mapping of its device and inode: keep only those
             // still mapped (an inode freed with its last mapping may be reused).
             let mapped: std::collections::HashSet<FileId> = (processes.values())
@@ -359,13 +364,7 @@ impl StackCollector {
 
     /// One user stack's frames: `module+0xoffset` from the process's mappings, names
     /// (with `symbols`) from its files and perf map read through the door.
-    fn resolve_user(
-        &mut self,
-        pid: u32,
-        id: i32,
-        symbols: bool,
-        perf_maps: &mut StdHashMap<u32, Option<PerfMap>>,
-    ) -> Option<u32> {
+    fn resolve_user(&mut self, pid: u32, id: i32, symbols: bool) -> Option<u32> {
         let trace = self.user_stacks.get(&(id as u32), 0).ok()?;
         let addrs: Vec<u64> = trace
             .frames()
@@ -400,11 +399,27 @@ impl StackCollector {
             .collect();
         if symbols {
             self.name_file_frames(pid, &mut frames, &located);
-            if located.iter().any(Option::is_none) {
-                let perf_map = perf_maps
-                    .entry(pid)
-                    .or_insert_with(|| self.read_perf_map(pid));
-                if let Some(perf_map) = perf_map {
+            let jit: Vec<usize> = (0..frames.len())
+                .filter(|&i| located[i].is_none())
+                .collect();
+            if !jit.is_empty() {
+                let misses = |map: &Option<PerfMap>| {
+                    jit.iter()
+                        .any(|&i| map.as_ref().and_then(|m| m.name(lookup[i])).is_none())
+                };
+                // Read again when it lacks an address (the runtime appends as it
+                // compiles), at most every PERF_MAP_REREAD.
+                let stale = match self.perf_maps.get(&pid) {
+                    None => true,
+                    Some((map, read_at)) => misses(map) && read_at.elapsed() >= PERF_MAP_REREAD,
+                };
+                if stale {
+                    let map = self.read_perf_map(pid);
+                    if !self.read_pending {
+                        self.perf_maps.insert(pid, (map, Instant::now()));
+                    }
+                }
+                if let Some((Some(perf_map), _)) = self.perf_maps.get(&pid) {
                     for (i, frame) in frames.iter_mut().enumerate() {
                         if located[i].is_some() {
                             continue;
