@@ -220,6 +220,13 @@ fn frames(bundle: &Bundle) -> &[StackFrame] {
     &bundle.stacks.as_ref().expect("bundle has stacks").frames
 }
 
+/// Whether a frame of `module` has a symbol containing `name`.
+fn has_frame(bundle: &Bundle, module: &str, name: &str) -> bool {
+    frames(bundle).iter().any(|f| {
+        f.module.as_deref() == Some(module) && f.symbol.as_deref().is_some_and(|s| s.contains(name))
+    })
+}
+
 fn jit_frames(bundle: &Bundle, jit: &Jit) -> Vec<StackFrame> {
     frames(bundle)
         .iter()
@@ -559,10 +566,7 @@ fn node_perf_basic_prof_still_resolves() {
     assert_ok(&out);
     let bundle = load_bundle(&bundle_path).unwrap();
     assert!(
-        frames(&bundle)
-            .iter()
-            .any(|f| f.module.as_deref() == Some("[perf-map]")
-                && f.symbol.as_deref().is_some_and(|s| s.contains("kkHotLoop"))),
+        has_frame(&bundle, "[perf-map]", "kkHotLoop"),
         "no JIT frame named from node's perf map: {:?}",
         frames(&bundle)
             .iter()
@@ -575,5 +579,45 @@ fn node_perf_basic_prof_still_resolves() {
             .all(|f| f.path != perf_map.to_string_lossy()),
         "{:?}",
         skipped(&bundle)
+    );
+}
+
+/// vDSO frames are named from kernelkite's own copy of the kernel's vDSO (nothing of
+/// the traced process is read for them).
+#[test]
+fn vdso_frames_are_named() {
+    let Some(_guard) = ebpf_ready("vdso_frames_are_named") else {
+        return;
+    };
+    let dir = nobody_dir();
+    let src = dir.path().join("vdsoloop.c");
+    std::fs::write(
+        &src,
+        "#include <stdio.h>\n#include <time.h>\n#include <unistd.h>\n\
+         int main(void) { struct timespec ts; printf(\"vdso %d\\n\", getpid()); fflush(stdout);\n\
+         for (;;) clock_gettime(CLOCK_MONOTONIC, &ts); }\n",
+    )
+    .unwrap();
+    let bin = dir.path().join("vdsoloop");
+    let status = Command::new("gcc")
+        .args(["-O1", "-fno-omit-frame-pointer"])
+        .arg(&src)
+        .arg("-o")
+        .arg(&bin)
+        .status()
+        .expect("gcc");
+    assert!(status.success());
+    let (mut child, line) = spawn_as_nobody(bin.as_os_str(), &[]);
+    let pid: u32 = line.trim().strip_prefix("vdso ").unwrap().parse().unwrap();
+    let bundle_path = dir.path().join("b.json");
+    let out = trace(&[], pid, "2", &bundle_path);
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_ok(&out);
+    let bundle = load_bundle(&bundle_path).unwrap();
+    assert!(
+        has_frame(&bundle, "[vdso]", "clock_gettime"),
+        "{:?}",
+        frames(&bundle)
     );
 }

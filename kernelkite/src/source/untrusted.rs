@@ -224,6 +224,24 @@ impl Door {
     }
 }
 
+/// A copy of kernelkite's own vDSO: the kernel maps the same image into every process
+/// of its architecture, so it names a traced process's vDSO frames without reading
+/// anything of that process.
+pub fn own_vdso() -> Option<FileCopy> {
+    // SAFETY: getauxval has no preconditions.
+    let base = unsafe { libc::getauxval(libc::AT_SYSINFO_EHDR) };
+    let maps = procfs::process::Process::myself()
+        .and_then(|p| p.maps())
+        .ok()?;
+    let vdso = maps
+        .into_iter()
+        .find(|m| matches!(m.pathname, procfs::process::MMapPath::Vdso) && m.address.0 == base)?;
+    let len = (vdso.address.1 - vdso.address.0) as usize;
+    // SAFETY: our own vDSO, mapped readable for the life of the process.
+    let bytes = unsafe { std::slice::from_raw_parts(base as *const u8, len) };
+    FileCopy::of(bytes)
+}
+
 /// A private, sealed copy of a file read through the door.
 #[derive(Debug)]
 pub struct FileCopy {
@@ -498,6 +516,14 @@ mod tests {
             door.read(&Place::Path(file), r, root()),
             Err(Skip::Replaced)
         );
+    }
+
+    #[test]
+    fn our_own_vdso_is_an_elf_image() {
+        let copy = own_vdso().expect("a vDSO");
+        let bytes = std::fs::read(copy.fd_path()).unwrap();
+        assert!(bytes.starts_with(b"\x7fELF"));
+        assert_eq!(bytes.len() as u64, copy.size_bytes());
     }
 
     #[test]

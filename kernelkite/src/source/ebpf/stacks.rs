@@ -42,6 +42,13 @@ const MAX_BINARY_BYTES: u64 = 512 << 20;
 /// Copies kept for symbolizing: past this total, the symbolizer and its copies start
 /// afresh (a cache only; resolved frames are already in the bundle).
 const MAX_COPIED_BYTES: u64 = 1 << 30;
+/// The vDSO mapping: its module name, and the key of our copy of it.
+const VDSO: &str = "[vdso]";
+const VDSO_FILE: FileId = FileId {
+    dev_major: 0,
+    dev_minor: 0,
+    inode: 0,
+};
 /// A perf map that lacks an address is read again at most this often.
 const PERF_MAP_REREAD: Duration = Duration::from_secs(1);
 /// Skipped files listed by path; past this many, further ones are counted under
@@ -503,6 +510,21 @@ impl StackCollector {
         if self.refused.contains_key(&(pid, file)) {
             return None;
         }
+        if file == VDSO_FILE {
+            // The same kernel maps the same vDSO into every (native) process.
+            let copy =
+                untrusted::own_vdso().filter(|c| c.size_bytes() == mapping.end - mapping.start);
+            return match copy {
+                Some(copy) => {
+                    self.copies.insert(file, copy);
+                    Some(file)
+                }
+                None => {
+                    self.refused.insert((pid, file), Skip::Unreadable);
+                    None
+                }
+            };
+        }
         let (who, alive, path) = (p.who, p.alive, mapping.path.clone());
         let rules = Rules {
             max_bytes: MAX_BINARY_BYTES,
@@ -672,6 +694,14 @@ fn file_mappings(pid: u32) -> Option<Vec<FileMapping>> {
     Some(
         maps.into_iter()
             .filter_map(|m| match m.pathname {
+                // The kernel's code, not the process's: named from our own copy.
+                MMapPath::Vdso => Some(FileMapping {
+                    start: m.address.0,
+                    end: m.address.1,
+                    offset: 0,
+                    path: VDSO.to_string(),
+                    file: VDSO_FILE,
+                }),
                 MMapPath::Path(path) => Some(FileMapping {
                     start: m.address.0,
                     end: m.address.1,
