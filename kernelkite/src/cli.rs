@@ -189,7 +189,9 @@ pub struct RunArgs {
 pub struct StackArgs {
     /// Capture user and kernel stacks: off-CPU periods of at least --min-block-us, on-CPU
     /// samples at --sample-hz, slow syscalls. Symbols are resolved while the processes
-    /// live and stored in the bundle (see `kernelkite stacks`, `kernelkite flamegraph`).
+    /// live and stored in the bundle (see `kernelkite stacks`, `kernelkite flamegraph`);
+    /// their binaries and perf maps are read with the process's own rights, never
+    /// through a symlink or from a non-regular file (refusals are listed in the bundle).
     /// Needs the eBPF backend. Cost: a stack is walked only for an off-CPU period of at
     /// least --min-block-us (and for on-CPU samples), so short blocks cost a few ns of
     /// bookkeeping; on `perf bench sched pipe` --stacks adds well under half of what

@@ -4,7 +4,7 @@
 //! Steps:
 //! 1. install what the later steps need, when missing (skipped with `KK_CI_NO_INSTALL=1`
 //!    or `--no-install`): `apt-get update` once, then `apt-get install -y` of chromium,
-//!    time, tmux, strace, bpftool, gcc and binutils (the --stacks C workload), g++
+//!    time, tmux, strace, bpftool, nodejs (a real perf map), gcc and binutils (the --stacks C workload), g++
 //!    (libFuzzer), prometheus (promtool), python3-pip and llvm-22-dev;
 //!    `pip install opentelemetry-proto protobuf`; `rustup component add rust-src`; bpf-linker
 //!    (`cargo install`, built against LLVM 22) when the eBPF crate is present;
@@ -339,6 +339,11 @@ const NEEDS: &[Need] = &[
         what: "tmux (top's real-terminal tests)",
         present: &["tmux"],
         packages: &[&["tmux"]],
+    },
+    Need {
+        what: "node (a genuine JIT perf map, --stacks)",
+        present: &["node", "nodejs"],
+        packages: &[&["nodejs"]],
     },
     Need {
         what: "strace",

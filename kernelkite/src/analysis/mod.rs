@@ -118,6 +118,21 @@ pub struct Analysis {
     /// Children's I/O folded into an observed ancestor at reap time (already
     /// subtracted from the totals and process rows above), in child order.
     pub reap_folds: Vec<ReapFold>,
+    /// Files a traced process controls that were not read for symbols
+    /// (`stacks.skipped_files`), so a missing name is explained.
+    pub skipped_files: Vec<SkippedFileRow>,
+}
+
+/// A file not read for symbols, and why (docs/STACKS.md).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct SkippedFileRow {
+    pub path: String,
+    /// `symlink`, `not_regular`, `wrong_owner`, `too_large`, `replaced`, `missing`,
+    /// `permission_denied`, `timed_out` or `unreadable`.
+    pub reason: String,
+    /// Times it was refused.
+    pub count: u64,
 }
 
 /// A child's I/O that the kernel folded into an observed ancestor when it was reaped
@@ -776,6 +791,13 @@ pub fn analyze(bundle: &Bundle) -> Analysis {
         latency_classes,
         latency_classes_exact: bundle.backend.latency_classes_exact(),
         events_lost: bundle.events_lost,
+        skipped_files: (bundle.stacks.iter().flat_map(|s| &s.skipped_files))
+            .map(|f| SkippedFileRow {
+                path: f.path.clone(),
+                reason: f.reason.clone(),
+                count: f.count,
+            })
+            .collect(),
         syscalls: aggregate_syscalls(bundle),
         histogram_relative_error: kernelkite_common::hist::MIDPOINT_RELATIVE_ERROR,
         processes,

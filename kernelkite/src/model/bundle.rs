@@ -89,6 +89,24 @@ pub struct StackProfile {
     /// failed walk, a full aggregation map), counted in the kernel. They are also in
     /// `events_lost`.
     pub captures_lost: u64,
+    /// Files a traced process controls (its binaries, its perf map) that kernelkite
+    /// refused to read, and why: their frames keep `module+0xoffset` or the bare
+    /// address. Absent in bundles written before kernelkite reported them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped_files: Vec<SkippedFile>,
+}
+
+/// A file not read for symbols (docs/STACKS.md lists the reasons).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SkippedFile {
+    /// The path as the process's mappings or the perf map convention name it.
+    pub path: String,
+    /// `symlink`, `not_regular`, `wrong_owner`, `too_large`, `replaced`, `missing`,
+    /// `permission_denied`, `timed_out` or `unreadable`.
+    pub reason: String,
+    /// How many times it was refused.
+    pub count: u64,
 }
 
 /// One frame of a stack, resolved while its process was alive (blazesym).

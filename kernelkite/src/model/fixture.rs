@@ -55,7 +55,8 @@
 //!     "stacks": [{"id": "get", "frames": ["lock", "cache_get", "main"]}], // innermost first
 //!     "samples": [{"pid": 5000, "tid": 5003, "class": "lock_wait",
 //!                  "user_stack": "get", "kernel_stack": "futex",   // stack ids, or null
-//!                  "total_ns": 900000000, "count": 42}]
+//!                  "total_ns": 900000000, "count": 42}],
+//!     "skipped_files": [{"path": "/tmp/perf-5000.map", "reason": "symlink", "count": 1}]  // optional
 //!   }
 //! }
 //! ```
@@ -137,6 +138,8 @@ struct FixtureStacks {
     min_block_us: u64,
     #[serde(default)]
     captures_lost: u64,
+    #[serde(default)]
+    skipped_files: Vec<SkippedFile>,
     frames: Vec<FixtureFrame>,
     stacks: Vec<FixtureStack>,
     samples: Vec<FixtureStackSample>,
@@ -862,6 +865,7 @@ fn convert_stacks(fx: FixtureStacks, frames: &[Frame]) -> Result<StackProfile, F
         stacks,
         samples,
         captures_lost: fx.captures_lost,
+        skipped_files: fx.skipped_files,
     })
 }
 

@@ -156,6 +156,7 @@ fn session_records() -> Vec<Record> {
                     count: 1,
                 }],
                 captures_lost: 2,
+                skipped_files: Vec::new(),
             },
             slow_stacks: vec![(0, 0)],
         },

@@ -70,6 +70,22 @@ pub fn stacks_section(h: &mut String, bundle: &Bundle, a: &Analysis) {
         stacks.sample_hz,
         stacks.captures_lost
     );
+    if !a.skipped_files.is_empty() {
+        h.push_str(
+            "<p class=\"hint\">Files the traced processes control that were not read for \
+             symbols (their frames keep module+offset or the address):</p>\n<ul class=\"skipped\">\n",
+        );
+        for f in &a.skipped_files {
+            let _ = writeln!(
+                h,
+                "<li><code>{}</code>: {} ({}&times;)</li>",
+                esc(&f.path),
+                esc(&f.reason),
+                f.count
+            );
+        }
+        h.push_str("</ul>\n");
+    }
     h.push_str(
         "<table class=\"data\">\n<thead><tr><th>Class</th><th class=\"num\">With stacks</th>\
          <th class=\"num\">Of the class</th><th>Heaviest stack (leaf ← caller)</th>\

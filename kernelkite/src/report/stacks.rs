@@ -170,7 +170,28 @@ pub fn stacks_text(a: &Analysis, s: &StacksAnalysis, calls: &[SlowCallStack]) ->
         }
     }
     slow_calls_text(&mut out, calls);
+    skipped_files_text(&mut out, a);
     out
+}
+
+/// Files not read for symbols: why some frames have no name.
+fn skipped_files_text(out: &mut String, a: &Analysis) {
+    if a.skipped_files.is_empty() {
+        return;
+    }
+    out.push_str(
+        "
+files not read for symbols (their frames keep module+offset or the address):
+",
+    );
+    for f in &a.skipped_files {
+        out.push_str(&format!(
+            "  {}: {} ({}x)\n",
+            clean(&f.path),
+            f.reason,
+            f.count
+        ));
+    }
 }
 
 /// The short form `trace` prints at the end: the heaviest stacks of one class.
@@ -237,6 +258,7 @@ pub fn stacks_json(a: &Analysis, s: &StacksAnalysis, calls: &[SlowCallStack]) ->
         "sample_hz": s.sample_hz,
         "min_block_ns": s.min_block_ns,
         "captures_lost": s.captures_lost,
+        "skipped_files": a.skipped_files,
         "classes": classes,
         "slow_syscalls": calls.iter().map(|c| json!({
             "t_ns": c.t_ns,

@@ -127,6 +127,7 @@ pub fn summary_json(a: &Analysis) -> Value {
         "latency_classes_exact": a.latency_classes_exact,
         "estimated_classes": estimated,
         "events_lost": a.events_lost,
+        "skipped_files": a.skipped_files,
         "syscalls": syscalls,
         "histogram_relative_error": a.histogram_relative_error,
         "network": network,

@@ -10,3 +10,5 @@ pub mod launch;
 pub mod limits;
 #[cfg(target_os = "linux")]
 pub mod procfs;
+#[cfg(target_os = "linux")]
+pub mod untrusted;

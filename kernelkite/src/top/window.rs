@@ -270,6 +270,7 @@ pub fn stack_deltas(latest: &StackProfile, base: Option<&StackProfile>) -> Stack
         captures_lost: latest
             .captures_lost
             .saturating_sub(base.map_or(0, |b| b.captures_lost)),
+        skipped_files: latest.skipped_files.clone(),
     }
 }
 
@@ -513,6 +514,7 @@ mod tests {
             stacks: vec![vec![], vec![]],
             samples,
             captures_lost: lost,
+            skipped_files: Vec::new(),
         };
         let base = profile(vec![sample(7, 0, 500, 5), sample(8, 1, 300, 3)], 1);
         let latest = profile(

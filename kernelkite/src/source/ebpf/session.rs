@@ -763,7 +763,8 @@ impl Session {
         }
         let stacks = match self.stacks.take() {
             Some(mut collector) => {
-                collector.resolve_new();
+                // Bounded: what is left past the deadline keeps module+offset only.
+                collector.resolve_final();
                 for &(i, pid, id) in &self.slow_stack_ids {
                     if let Some(slow) = self.slow.get_mut(i) {
                         slow.user_stack = collector.user_stack_index(pid, id);

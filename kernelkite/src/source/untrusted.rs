@@ -1,0 +1,613 @@
+//! The one door to files that a traced process controls: its perf map
+//! (`/tmp/perf-PID.map`), the binaries and libraries it mapped, read by path once it
+//! has exited. kernelkite runs as root next to that process, so each such file is
+//! untrusted input, and nothing else in kernelkite opens one (a test below checks the
+//! source for other opens).
+//!
+//! The rules, in the order they are applied (docs/SECURITY.md):
+//! - The read runs on a short-lived thread that first takes the traced process's
+//!   filesystem credentials (no supplementary groups, its fsgid, its fsuid; all three are
+//!   per thread in the kernel, so the raw syscalls change that thread only): root's
+//!   DAC rights are never used on the target's behalf, and the credentials end with the
+//!   thread. Chosen over a separate helper process because it needs no exec and no
+//!   IPC; it is the same kernel check the target itself would meet.
+//! - The caller waits at most a deadline: a read stuck anywhere (a FUSE file system the
+//!   target serves) is left to finish on its own (its answer is taken if asked again),
+//!   and one read per uid runs at a time, so a stalled target holds one thread.
+//! - A path is opened `O_PATH | O_NOFOLLOW` (a symlink is not followed); a mapped file
+//!   through `/proc/PID/map_files/START-END` (the kernel's own link to the mapped
+//!   inode). `O_PATH` opens nothing: no FIFO or device is ever opened for reading.
+//! - `fstat` of that handle: a regular file only; owned by the target's uid or root when
+//!   asked (the rule perf applies to perf maps); the expected device and inode when
+//!   asked (the mapping's, from /proc/PID/maps: a path renamed over is not read); not
+//!   larger than the size bound.
+//! - Reopened through `/proc/self/fd/N` with `O_RDONLY | O_NONBLOCK`, read to at most
+//!   the size bound (a file that grows past it is refused too).
+//!
+//! Every refusal is a [`Skip`], which callers report with the path.
+
+use std::collections::BTreeMap;
+use std::ffi::CString;
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
+
+/// Why a file was not read. `name()` is the word bundles and reports use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Skip {
+    /// The path does not exist (any more).
+    Missing,
+    /// The path is a symbolic link.
+    Symlink,
+    /// Not a regular file (FIFO, device, socket, directory).
+    NotRegular,
+    /// Owned by neither the traced process's uid nor root.
+    WrongOwner,
+    /// Larger than the size bound.
+    TooLarge,
+    /// Another file than the one that was mapped (device or inode differ).
+    Replaced,
+    /// The traced process's credentials may not read it.
+    Denied,
+    /// The read did not finish before its deadline (or an earlier one for this uid did
+    /// not).
+    TimedOut,
+    /// Any other error opening or reading it.
+    Unreadable,
+}
+
+impl Skip {
+    pub fn name(self) -> &'static str {
+        match self {
+            Skip::Missing => "missing",
+            Skip::Symlink => "symlink",
+            Skip::NotRegular => "not_regular",
+            Skip::WrongOwner => "wrong_owner",
+            Skip::TooLarge => "too_large",
+            Skip::Replaced => "replaced",
+            Skip::Denied => "permission_denied",
+            Skip::TimedOut => "timed_out",
+            Skip::Unreadable => "unreadable",
+        }
+    }
+}
+
+/// The device (major, minor) and inode of a file, as /proc/PID/maps shows them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FileId {
+    pub dev_major: u32,
+    pub dev_minor: u32,
+    pub inode: u64,
+}
+
+/// Where the file is.
+#[derive(Clone, Debug)]
+pub enum Place {
+    /// A path the target may have made a symlink, a FIFO or another file.
+    Path(PathBuf),
+    /// The file mapped at `start..end` in live process `pid`.
+    Mapped { pid: u32, start: u64, end: u64 },
+}
+
+impl Place {
+    /// The path the kernel is asked to open.
+    fn open_path(&self) -> PathBuf {
+        match self {
+            Place::Path(p) => p.clone(),
+            Place::Mapped { pid, start, end } => {
+                PathBuf::from(format!("/proc/{pid}/map_files/{start:x}-{end:x}"))
+            }
+        }
+    }
+}
+
+/// What the file must be to be read.
+#[derive(Clone, Copy, Debug)]
+pub struct Rules {
+    /// Larger files are refused ([`Skip::TooLarge`]); nothing past it is read.
+    pub max_bytes: u64,
+    /// Refuse files owned by anyone but the target's uid or root (perf's rule for perf
+    /// maps).
+    pub owner_is_target_or_root: bool,
+    /// Refuse a file that is not this one.
+    pub file: Option<FileId>,
+}
+
+/// The identity a traced process reads files with: its fsuid and fsgid.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Credentials {
+    pub uid: u32,
+    pub gid: u32,
+}
+
+impl Credentials {
+    /// The filesystem uid and gid of live process `pid` (/proc/PID/status).
+    pub fn of_process(pid: u32) -> Option<Credentials> {
+        let status = procfs::process::Process::new(pid as i32)
+            .and_then(|p| p.status())
+            .ok()?;
+        Some(Credentials {
+            uid: status.fuid,
+            gid: status.fgid,
+        })
+    }
+}
+
+/// `/tmp/perf-PID.map`, where JIT runtimes list the code they generate.
+pub fn perf_map_path(pid: u32) -> PathBuf {
+    PathBuf::from(format!("/tmp/perf-{pid}.map"))
+}
+
+/// The door: reads under [`Rules`] with a target's [`Credentials`] and a deadline.
+#[derive(Debug)]
+pub struct Door {
+    deadline: Duration,
+    /// Per uid, a token each read thread holds until it ends: one read per uid at a
+    /// time, so a target that stalls reads (a FUSE file system it serves) holds one
+    /// thread, and its other reads are refused at once instead of each waiting out
+    /// the deadline.
+    in_flight: BTreeMap<u32, Arc<()>>,
+    /// Reads past their deadline, by the path opened: asking again takes the answer
+    /// once it has come.
+    pending: BTreeMap<PathBuf, mpsc::Receiver<Result<Vec<u8>, Skip>>>,
+}
+
+impl Door {
+    pub fn new(deadline: Duration) -> Door {
+        Door {
+            deadline,
+            in_flight: BTreeMap::new(),
+            pending: BTreeMap::new(),
+        }
+    }
+
+    /// The file's contents, read by the rules of this module. [`Skip::TimedOut`] is
+    /// not final: the read goes on, and asking again later may give its result.
+    pub fn read(&mut self, place: &Place, rules: Rules, who: Credentials) -> Result<Vec<u8>, Skip> {
+        let path = place.open_path();
+        if let Some(rx) = self.pending.get(&path) {
+            return match rx.try_recv() {
+                Ok(result) => {
+                    self.pending.remove(&path);
+                    result
+                }
+                Err(mpsc::TryRecvError::Empty) => Err(Skip::TimedOut),
+                Err(mpsc::TryRecvError::Disconnected) => {
+                    self.pending.remove(&path);
+                    Err(Skip::Unreadable)
+                }
+            };
+        }
+        let token = self.in_flight.entry(who.uid).or_default();
+        if Arc::strong_count(token) > 1 {
+            return Err(Skip::TimedOut);
+        }
+        let held = Arc::clone(token);
+        let (tx, rx) = mpsc::channel();
+        let opened = path.clone();
+        let spawned = std::thread::Builder::new()
+            .name("kk-untrusted-read".into())
+            .spawn(move || {
+                let result = take_credentials(who).and_then(|()| read_checked(&opened, rules, who));
+                // Done before the answer, so the next read of this uid may start.
+                drop(held);
+                let _ = tx.send(result);
+            });
+        if spawned.is_err() {
+            return Err(Skip::Unreadable);
+        }
+        match rx.recv_timeout(self.deadline) {
+            Ok(result) => result,
+            Err(_) => {
+                // The thread goes on where it is blocked; it holds nothing of ours.
+                self.pending.insert(path, rx);
+                Err(Skip::TimedOut)
+            }
+        }
+    }
+
+    /// The file's contents copied into a sealed anonymous file of our own, so a parser
+    /// that maps it (blazesym) never maps the target's file: the target cannot truncate
+    /// it under the mapping (SIGBUS) or change it.
+    pub fn copy(
+        &mut self,
+        place: &Place,
+        rules: Rules,
+        who: Credentials,
+    ) -> Result<FileCopy, Skip> {
+        let bytes = self.read(place, rules, who)?;
+        FileCopy::of(&bytes).ok_or(Skip::Unreadable)
+    }
+}
+
+/// A copy of kernelkite's own vDSO: the kernel maps the same image into every process
+/// of its architecture, so it names a traced process's vDSO frames without reading
+/// anything of that process.
+pub fn own_vdso() -> Option<FileCopy> {
+    // SAFETY: getauxval has no preconditions.
+    let base = unsafe { libc::getauxval(libc::AT_SYSINFO_EHDR) };
+    let maps = procfs::process::Process::myself()
+        .and_then(|p| p.maps())
+        .ok()?;
+    let vdso = maps
+        .into_iter()
+        .find(|m| matches!(m.pathname, procfs::process::MMapPath::Vdso) && m.address.0 == base)?;
+    let len = (vdso.address.1 - vdso.address.0) as usize;
+    // SAFETY: our own vDSO, mapped readable for the life of the process.
+    let bytes = unsafe { std::slice::from_raw_parts(base as *const u8, len) };
+    FileCopy::of(bytes)
+}
+
+/// A private, sealed copy of a file read through the door.
+#[derive(Debug)]
+pub struct FileCopy {
+    file: File,
+    len: u64,
+    debug_link: bool,
+}
+
+impl FileCopy {
+    fn of(bytes: &[u8]) -> Option<FileCopy> {
+        let name = CString::new("kernelkite-copy").ok()?;
+        // SAFETY: a valid C string; the fd returned is ours.
+        let fd = unsafe {
+            libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING)
+        };
+        if fd < 0 {
+            return None;
+        }
+        // SAFETY: just created, owned here only.
+        let mut file = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+        file.write_all(bytes).ok()?;
+        let seals =
+            libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_WRITE | libc::F_SEAL_SEAL;
+        // SAFETY: fcntl on our own fd.
+        if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, seals) } != 0 {
+            return None;
+        }
+        Some(FileCopy {
+            file,
+            len: bytes.len() as u64,
+            debug_link: has_debug_link(bytes),
+        })
+    }
+
+    /// The path a parser opens the copy by (our own fd; never the target's file).
+    pub fn fd_path(&self) -> PathBuf {
+        PathBuf::from(format!("/proc/self/fd/{}", self.file.as_raw_fd()))
+    }
+
+    pub fn size_bytes(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether the ELF names a separate debug file (`.gnu_debuglink`), or is not an ELF
+    /// this check understands. Such a file's DWARF must not be looked for: blazesym
+    /// would open the debug link's name, which the target chose, as a path.
+    pub fn has_debug_link(&self) -> bool {
+        self.debug_link
+    }
+}
+
+/// Give this thread the target's filesystem identity (this thread only: raw syscalls,
+/// not glibc's process-wide wrappers).
+fn take_credentials(who: Credentials) -> Result<(), Skip> {
+    // SAFETY: plain syscalls with integer arguments; they act on this thread only.
+    unsafe {
+        let groups_cleared =
+            libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<libc::gid_t>()) == 0;
+        libc::syscall(libc::SYS_setfsgid, who.gid);
+        libc::syscall(libc::SYS_setfsuid, who.uid);
+        // An invalid id changes nothing and returns the current one.
+        let fsuid = libc::syscall(libc::SYS_setfsuid, u32::MAX) as u32;
+        let fsgid = libc::syscall(libc::SYS_setfsgid, u32::MAX) as u32;
+        if fsuid == who.uid && fsgid == who.gid && groups_cleared {
+            return Ok(());
+        }
+        // Without CAP_SETUID/CAP_SETGID we are not root: our own rights are then no
+        // more than an unprivileged user's, and we read with them. As root, never.
+        if libc::geteuid() == 0 {
+            return Err(Skip::Denied);
+        }
+    }
+    Ok(())
+}
+
+fn errno_skip(e: &std::io::Error) -> Skip {
+    match e.raw_os_error() {
+        Some(libc::ENOENT) | Some(libc::ENOTDIR) => Skip::Missing,
+        Some(libc::EACCES) | Some(libc::EPERM) => Skip::Denied,
+        Some(libc::ELOOP) => Skip::Symlink,
+        _ => Skip::Unreadable,
+    }
+}
+
+fn open_raw(path: &Path, flags: libc::c_int) -> Result<OwnedFd, Skip> {
+    let c = CString::new(path.as_os_str().as_bytes()).map_err(|_| Skip::Unreadable)?;
+    // SAFETY: a valid C string; the fd returned is ours.
+    let fd = unsafe { libc::open(c.as_ptr(), flags | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(errno_skip(&std::io::Error::last_os_error()));
+    }
+    // SAFETY: just opened, owned here only.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+fn fstat(fd: &OwnedFd) -> Result<libc::stat, Skip> {
+    // SAFETY: a zeroed stat is a valid out buffer for fstat on our fd.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
+        return Err(Skip::Unreadable);
+    }
+    Ok(st)
+}
+
+/// Open (never following a symlink, never opening a non-regular file) and check.
+fn read_checked(path: &Path, rules: Rules, who: Credentials) -> Result<Vec<u8>, Skip> {
+    // map_files entries are the kernel's links to the mapped inode: followed. Any
+    // other path: its last component must not be a link.
+    let is_map_file =
+        path.starts_with("/proc") && path.components().any(|c| c.as_os_str() == "map_files");
+    let nofollow = if is_map_file { 0 } else { libc::O_NOFOLLOW };
+    let handle = open_raw(path, libc::O_PATH | nofollow)?;
+    let st = fstat(&handle)?;
+    check(&st, rules, who)?;
+    let fd = open_raw(
+        Path::new(&format!("/proc/self/fd/{}", handle.as_raw_fd())),
+        libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY,
+    )?;
+    let reopened = fstat(&fd)?;
+    if (reopened.st_dev, reopened.st_ino) != (st.st_dev, st.st_ino) {
+        return Err(Skip::Replaced);
+    }
+    let mut bytes = Vec::with_capacity(st.st_size.max(0) as usize);
+    // One byte past the bound tells a file that grew past it.
+    File::from(fd)
+        .take(rules.max_bytes + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| errno_skip(&e))?;
+    if bytes.len() as u64 > rules.max_bytes {
+        return Err(Skip::TooLarge);
+    }
+    Ok(bytes)
+}
+
+fn check(st: &libc::stat, rules: Rules, who: Credentials) -> Result<(), Skip> {
+    match st.st_mode & libc::S_IFMT {
+        libc::S_IFREG => {}
+        libc::S_IFLNK => return Err(Skip::Symlink),
+        _ => return Err(Skip::NotRegular),
+    }
+    if let Some(want) = rules.file {
+        let have = FileId {
+            dev_major: libc::major(st.st_dev),
+            dev_minor: libc::minor(st.st_dev),
+            inode: st.st_ino,
+        };
+        if have != want {
+            return Err(Skip::Replaced);
+        }
+    }
+    if rules.owner_is_target_or_root && st.st_uid != who.uid && st.st_uid != 0 {
+        return Err(Skip::WrongOwner);
+    }
+    if st.st_size < 0 || st.st_size as u64 > rules.max_bytes {
+        return Err(Skip::TooLarge);
+    }
+    Ok(())
+}
+
+/// Whether a 64-bit little-endian ELF has a `.gnu_debuglink` section; `true` for
+/// anything this does not understand (so its debug data is not looked for).
+fn has_debug_link(elf: &[u8]) -> bool {
+    let u16_at = |o: usize| {
+        elf.get(o..o + 2)
+            .map(|b| u16::from_le_bytes([b[0], b[1]]) as usize)
+    };
+    let u32_at = |o: usize| {
+        elf.get(o..o + 4)
+            .map(|b| u32::from_le_bytes(b.try_into().unwrap()) as usize)
+    };
+    let u64_at = |o: usize| {
+        elf.get(o..o + 8)
+            .map(|b| u64::from_le_bytes(b.try_into().unwrap()) as usize)
+    };
+    let scan = || -> Option<bool> {
+        // ELFCLASS64, ELFDATA2LSB.
+        if elf.get(..6)? != b"\x7fELF\x02\x01" {
+            return None;
+        }
+        let (shoff, shentsize, shnum, shstrndx) =
+            (u64_at(0x28)?, u16_at(0x3a)?, u16_at(0x3c)?, u16_at(0x3e)?);
+        if shentsize < 0x40 {
+            return None;
+        }
+        let header = |i: usize| shoff.checked_add(i.checked_mul(shentsize)?);
+        let strtab = u64_at(header(shstrndx)? + 0x18)?;
+        for i in 0..shnum {
+            let name = strtab.checked_add(u32_at(header(i)?)?)?;
+            if elf.get(name..)?.starts_with(b".gnu_debuglink\0") {
+                return Some(true);
+            }
+        }
+        Some(false)
+    };
+    scan().unwrap_or(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn root() -> Credentials {
+        Credentials { uid: 0, gid: 0 }
+    }
+
+    fn rules(max_bytes: u64) -> Rules {
+        Rules {
+            max_bytes,
+            owner_is_target_or_root: true,
+            file: None,
+        }
+    }
+
+    #[test]
+    fn a_regular_file_is_read_and_a_link_to_it_is_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("f");
+        std::fs::write(&file, b"hello").unwrap();
+        let link = dir.path().join("l");
+        std::os::unix::fs::symlink(&file, &link).unwrap();
+        let mut door = Door::new(Duration::from_secs(5));
+        assert_eq!(
+            door.read(&Place::Path(file), rules(100), root()).unwrap(),
+            b"hello"
+        );
+        assert_eq!(
+            door.read(&Place::Path(link), rules(100), root()),
+            Err(Skip::Symlink)
+        );
+        let missing = dir.path().join("nothing");
+        assert_eq!(
+            door.read(&Place::Path(missing), rules(100), root()),
+            Err(Skip::Missing)
+        );
+    }
+
+    #[test]
+    fn a_fifo_is_never_opened_and_the_bound_holds() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        let c = CString::new(fifo.as_os_str().as_bytes()).unwrap();
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+        let mut door = Door::new(Duration::from_secs(5));
+        assert_eq!(
+            door.read(&Place::Path(fifo), rules(100), root()),
+            Err(Skip::NotRegular)
+        );
+        let big = dir.path().join("big");
+        std::fs::write(&big, vec![b'x'; 101]).unwrap();
+        assert_eq!(
+            door.read(&Place::Path(big), rules(100), root()),
+            Err(Skip::TooLarge)
+        );
+    }
+
+    #[test]
+    fn the_expected_inode_is_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("f");
+        std::fs::write(&file, b"x").unwrap();
+        let mut door = Door::new(Duration::from_secs(5));
+        let other = FileId {
+            dev_major: 0,
+            dev_minor: 0,
+            inode: 1,
+        };
+        let r = Rules {
+            file: Some(other),
+            ..rules(10)
+        };
+        assert_eq!(
+            door.read(&Place::Path(file), r, root()),
+            Err(Skip::Replaced)
+        );
+    }
+
+    #[test]
+    fn our_own_vdso_is_an_elf_image() {
+        let copy = own_vdso().expect("a vDSO");
+        let bytes = std::fs::read(copy.fd_path()).unwrap();
+        assert!(bytes.starts_with(b"\x7fELF"));
+        assert_eq!(bytes.len() as u64, copy.size_bytes());
+    }
+
+    #[test]
+    fn our_own_executable_copies_and_has_no_debug_link_check_crash() {
+        let exe = std::fs::read("/proc/self/exe").unwrap();
+        // A test binary has DWARF inline, no debug link.
+        assert!(!has_debug_link(&exe));
+        assert!(has_debug_link(b"not an elf"));
+        let copy = FileCopy::of(&exe[..4096]).unwrap();
+        assert_eq!(std::fs::read(copy.fd_path()).unwrap(), exe[..4096]);
+    }
+
+    /// Reads use the target's credentials, not root's: a root-only file (owner root,
+    /// so perf's owner rule alone would let it through) is refused to `nobody`.
+    #[test]
+    fn reads_use_the_targets_credentials() {
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipped: needs root to drop to another user's credentials");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let secret = dir.path().join("secret");
+        std::fs::write(&secret, b"root only").unwrap();
+        std::fs::set_permissions(&secret, std::os::unix::fs::PermissionsExt::from_mode(0o640))
+            .unwrap();
+        let nobody = Credentials {
+            uid: 65534,
+            gid: 65534,
+        };
+        let mut door = Door::new(Duration::from_secs(5));
+        let place = Place::Path(secret);
+        assert_eq!(door.read(&place, rules(100), nobody), Err(Skip::Denied));
+        // The same read as root works, and this thread kept its own credentials.
+        assert_eq!(door.read(&place, rules(100), root()).unwrap(), b"root only");
+        assert_eq!(unsafe { libc::syscall(libc::SYS_setfsuid, u32::MAX) }, 0);
+    }
+
+    /// Every open of a file a traced process controls goes through this module:
+    /// nothing else in kernelkite names perf maps or map_files, builds a blazesym file
+    /// source from anything but a [`FileCopy`], or lets blazesym read a process's files.
+    #[test]
+    fn no_other_module_opens_target_files() {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut offenders = Vec::new();
+        let mut dirs = vec![src.clone()];
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(&dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    dirs.push(path);
+                    continue;
+                }
+                if path.extension().is_none_or(|e| e != "rs")
+                    || path.ends_with("source/untrusted.rs")
+                {
+                    continue;
+                }
+                let text = std::fs::read_to_string(&path).unwrap();
+                // Tests may read what they like.
+                let code_part = text.split("#[cfg(test)]").next().unwrap_or("");
+                for (n, line) in code_part.lines().enumerate() {
+                    let code = line.split("//").next().unwrap_or("");
+                    let bad = code.contains("/perf-")
+                        || code.contains("perf-{")
+                        || code.contains("map_files")
+                        || code.contains("Normalizer")
+                        || (code.contains("Elf::new(") && !code.contains(".fd_path()"))
+                        || code.contains("Elf {")
+                        || code.contains("Source::Process")
+                        || code.contains("source::Process")
+                        || (path.ends_with("source/ebpf/stacks.rs")
+                            && (code.contains("File::open")
+                                || code.contains("fs::read")
+                                || code.contains("OpenOptions")));
+                    if bad {
+                        offenders.push(format!("{}:{}: {}", path.display(), n + 1, line.trim()));
+                    }
+                }
+            }
+        }
+        assert!(
+            offenders.is_empty(),
+            "target files opened outside the door:\n{}",
+            offenders.join("\n")
+        );
+    }
+}
