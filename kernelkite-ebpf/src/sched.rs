@@ -5,10 +5,10 @@ use aya_ebpf::helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns};
 use aya_ebpf::macros::btf_tracepoint;
 use aya_ebpf::programs::tracing::StackIdContext;
 use aya_ebpf::programs::BtfTracePointContext;
-use kernelkite_common::bpf::{run_state, syscall_kind, ThreadState, NO_SYSCALL};
+use kernelkite_common::bpf::{lost, run_state, syscall_kind, ThreadState, NO_SYSCALL};
 use kernelkite_common::LatencyClass;
 
-use crate::maps::{is_target, thread, SYSCALL_KIND};
+use crate::maps::{count_lost, is_target, thread, SYSCALL_KIND};
 use crate::{stacks, task};
 
 const TASK_RUNNING: u32 = 0;
@@ -74,7 +74,11 @@ fn switch_out(t: &mut ThreadState, prev: *const u8, preempt: bool, prev_state: u
         run_state::EXITED => return,
         // INITIAL: a thread that leaves the CPU was on it since we attached.
         run_state::ON_CPU | run_state::INITIAL => close_interval(t, LatencyClass::OnCpu, now),
-        _ => close_interval(t, waiting_class(t), now),
+        _ => {
+            // Off a CPU as far as we know: its switch-in was missed.
+            count_lost(lost::MISSED);
+            close_interval(t, waiting_class(t), now)
+        }
     }
     if preempt || prev_state == TASK_RUNNING {
         t.run_state = run_state::RUNNABLE;
@@ -88,7 +92,11 @@ fn switch_out(t: &mut ThreadState, prev: *const u8, preempt: bool, prev_state: u
 fn switch_in(t: &mut ThreadState, now: u64) {
     match t.run_state {
         run_state::EXITED => return,
-        run_state::ON_CPU => close_interval(t, LatencyClass::OnCpu, now),
+        run_state::ON_CPU => {
+            // On a CPU as far as we know: its switch-out was missed.
+            count_lost(lost::MISSED);
+            close_interval(t, LatencyClass::OnCpu, now)
+        }
         _ => close_interval(t, waiting_class(t), now),
     }
     t.run_state = run_state::ON_CPU;

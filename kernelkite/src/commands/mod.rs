@@ -23,6 +23,19 @@ pub mod trace;
 pub mod tree;
 pub mod viewer;
 
+/// Say how many program runs the kernel skipped during an eBPF session. They are not
+/// in `events lost`: the kernel does not say which task a skipped run concerned, and
+/// on a machine with other tracers most concern tasks that are not traced; the
+/// programs count the traced threads' missed events they find (docs/PROFILE.md).
+#[cfg(target_os = "linux")]
+pub fn note_skipped_runs(skipped: u64) {
+    if skipped > 0 {
+        eprintln!(
+            "kernelkite: the kernel skipped {skipped} runs of the programs on this machine (its BPF recursion guard; tasks of any process, the traced threads' missed events are in events lost)"
+        );
+    }
+}
+
 /// What `--stacks` and its options ask the eBPF backend to capture.
 #[cfg(target_os = "linux")]
 pub fn stack_options(

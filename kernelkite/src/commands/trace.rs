@@ -75,7 +75,9 @@ mod platform {
             follow: args.follow,
             min_latency_ns: args.min_latency_us.saturating_mul(1000),
             interval: Duration::from_millis(global.interval_ms),
-            max_frames: 100_000,
+            max_frames: args.frame_cap.max_frames,
+            max_frame_bytes: args.frame_cap.max_frame_bytes()?,
+            max_threads: Some(args.max_threads),
             network: global.network,
             label: global.label.clone(),
             stacks: crate::commands::stack_options(&args.stacks),
@@ -134,7 +136,10 @@ mod platform {
         } else {
             eprintln!("kernelkite: stopped: {stop}");
         }
+        session.detach();
+        let skipped = session.program_runs_skipped();
         let bundle = session.finish()?;
+        crate::commands::note_skipped_runs(skipped);
         let analysis = analyze(&bundle);
         if global.json {
             println!(
