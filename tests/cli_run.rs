@@ -914,3 +914,38 @@ fn the_command_gets_the_signal_mask_kernelkite_started_with() {
         .unwrap();
     assert_eq!(out, String::from_utf8_lossy(&direct.stdout), "{out}");
 }
+
+/// The frame cap also bounds memory: a big process tree fills `--max-frames-mb` long
+/// before `--max-frames`, and the frames kept are then the cap (300 processes make a
+/// frame of about 100 KB; 100,000 of them would be 10 GB).
+#[test]
+fn frame_byte_budget_caps_the_frames_of_a_big_tree() {
+    use kernelkite::model::frame_recorder::frame_bytes;
+    let dir = tempfile::tempdir().unwrap();
+    let bundle_path = dir.path().join("budget.json");
+    kk().args(["--interval-ms", "20", "run", "--max-frames-mb", "1"])
+        .arg(&bundle_path)
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "for i in $(seq 300); do sleep 1.5 & done; wait",
+        ])
+        .assert()
+        .success();
+    let bundle = load_bundle(&bundle_path).unwrap();
+    let cap = bundle.frame_cap;
+    assert!(cap.frames_dropped > 0, "{cap:?}");
+    assert_eq!(cap.max_frames, bundle.frames.len() as u64, "{cap:?}");
+    let kept: u64 = bundle.frames.iter().map(frame_bytes).sum();
+    let largest = bundle.frames.iter().map(frame_bytes).max().unwrap();
+    assert!(kept <= (1 << 20) + largest, "{kept} bytes kept");
+    kk().args(["run", "--max-frames-mb", "0"])
+        .arg(&bundle_path)
+        .args(["--", "true"])
+        .assert()
+        .code(2)
+        .stderr(predicates::str::contains(
+            "--max-frames-mb must be at least 1",
+        ));
+}
