@@ -194,9 +194,8 @@ pub mod lost {
     pub const STACK: u32 = 3;
     /// An event of a traced thread was missed (the kernel skipped a program run: its
     /// recursion guard), seen from the thread's next event, which finds it in a state
-    /// it cannot be in: a switch-in of a thread on a CPU, a switch-out of one off it, a
-    /// syscall entered inside another, a new task with the tid of one whose exit was
-    /// missed.
+    /// it cannot be in: a switch-in of a thread on a CPU, a syscall entered inside
+    /// another, a new task with the tid of one whose exit was missed.
     pub const MISSED: u32 = 4;
     /// Number of counters.
     pub const COUNT: u32 = 5;

@@ -74,11 +74,9 @@ fn switch_out(t: &mut ThreadState, prev: *const u8, preempt: bool, prev_state: u
         run_state::EXITED => return,
         // INITIAL: a thread that leaves the CPU was on it since we attached.
         run_state::ON_CPU | run_state::INITIAL => close_interval(t, LatencyClass::OnCpu, now),
-        _ => {
-            // Off a CPU as far as we know: its switch-in was missed.
-            count_lost(lost::MISSED);
-            close_interval(t, waiting_class(t), now)
-        }
+        // Not counted as a missed switch-in: exec storms show such switch-outs with no
+        // skipped run at all (cause not found).
+        _ => close_interval(t, waiting_class(t), now),
     }
     if preempt || prev_state == TASK_RUNNING {
         t.run_state = run_state::RUNNABLE;

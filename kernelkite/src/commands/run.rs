@@ -368,9 +368,8 @@ mod linux {
         let rusage = children_rusage();
         let exit = launcher.exit();
         session.detach();
-        let skipped = session.program_runs_skipped();
+        crate::commands::note_lost_events(&session);
         let mut bundle = session.finish()?;
-        crate::commands::note_skipped_runs(skipped);
         bundle.launched = Some(launched_command(args, pid, exit, rusage));
         Ok((bundle, exit))
     }

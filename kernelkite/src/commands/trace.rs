@@ -137,9 +137,8 @@ mod platform {
             eprintln!("kernelkite: stopped: {stop}");
         }
         session.detach();
-        let skipped = session.program_runs_skipped();
+        crate::commands::note_lost_events(&session);
         let bundle = session.finish()?;
-        crate::commands::note_skipped_runs(skipped);
         let analysis = analyze(&bundle);
         if global.json {
             println!(

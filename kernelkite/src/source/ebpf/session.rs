@@ -640,6 +640,29 @@ impl Session {
             .map_or(0, |per_cpu| per_cpu.iter().sum())
     }
 
+    /// [`Session::events_lost`] by cause, the causes with a count only.
+    pub fn events_lost_by_cause(&self) -> Vec<(&'static str, u64)> {
+        let causes = [
+            ("ring buffer full", self.lost_count(lost::RINGBUF_FULL)),
+            (
+                "thread table full",
+                self.lost_count(lost::THREADS_FULL) + self.dropped.untracked_threads,
+            ),
+            ("histogram map full", self.lost_count(lost::HIST_FULL)),
+            ("stack captures", self.lost_count(lost::STACK)),
+            (
+                "missed events of traced threads",
+                self.lost_count(lost::MISSED),
+            ),
+            ("undecodable records", self.undecodable_records),
+            (
+                "past the session's caps",
+                self.dropped.events + self.dropped.syscalls,
+            ),
+        ];
+        causes.into_iter().filter(|(_, n)| *n > 0).collect()
+    }
+
     /// Events of the traced threads lost so far: as counted by the BPF programs (full
     /// maps and ring buffer, and the events of traced threads they found missed), plus
     /// records we could not decode, plus what the session dropped on its side (threads

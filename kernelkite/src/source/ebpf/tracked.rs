@@ -76,22 +76,21 @@ impl Tracked {
 
     /// Keep only our processes in a frame sampled from /proc, and forget the processes
     /// that are gone: no traced thread left (`live`: pids with one) and not in /proc, or
-    /// in /proc with another start time (the pid was reused by a process we do not
-    /// trace).
+    /// in /proc with another start time than when it had one (the pid was reused by a
+    /// process we do not trace).
     pub fn keep_ours(&mut self, frame: &mut Frame, live: &BTreeSet<u32>) {
         let processes = &mut self.processes;
         frame.processes.retain(|p| {
             let pid = p.pid as u32;
-            match processes.get_mut(&pid) {
-                None => false,
-                Some(Some(start)) => *start == p.start_time_ticks,
-                Some(start @ None) => {
-                    if live.contains(&pid) {
-                        *start = Some(p.start_time_ticks);
-                    }
-                    true
-                }
+            let Some(start) = processes.get_mut(&pid) else {
+                return false;
+            };
+            if live.contains(&pid) {
+                // A traced thread in it: ours, also a traced child that reused the pid.
+                *start = Some(p.start_time_ticks);
+                return true;
             }
+            start.is_none_or(|s| s == p.start_time_ticks)
         });
         let shown: BTreeSet<u32> = frame.processes.iter().map(|p| p.pid as u32).collect();
         processes.retain(|pid, _| live.contains(pid) || shown.contains(pid));
@@ -192,6 +191,13 @@ mod tests {
         let pids: Vec<i32> = f.processes.iter().map(|p| p.pid).collect();
         assert_eq!(pids, [11]);
         assert_eq!(t.pids().collect::<Vec<_>>(), [11]);
+        // A traced child gets pid 11 again (11 exited and was reaped in between): ours.
+        let mut f = frame(vec![process(11, 700)]);
+        t.keep_ours(&mut f, &[11].into());
+        assert_eq!(f.processes.len(), 1);
+        let mut f = frame(vec![process(11, 700)]);
+        t.keep_ours(&mut f, &BTreeSet::new());
+        assert_eq!(f.processes.len(), 1, "its zombie is shown");
         // 11 exits and is reaped: nothing is left.
         let mut f = frame(Vec::new());
         t.keep_ours(&mut f, &BTreeSet::new());
