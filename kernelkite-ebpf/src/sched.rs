@@ -74,8 +74,8 @@ fn switch_out(t: &mut ThreadState, prev: *const u8, preempt: bool, prev_state: u
         run_state::EXITED => return,
         // INITIAL: a thread that leaves the CPU was on it since we attached.
         run_state::ON_CPU | run_state::INITIAL => close_interval(t, LatencyClass::OnCpu, now),
-        // Not counted as a missed switch-in: exec storms show such switch-outs with no
-        // skipped run at all (cause not found).
+        // Not counted as a missed switch-in: an INITIAL thread woken while still on its
+        // CPU is taken for runnable, then switched out so (exec storms under `run`).
         _ => close_interval(t, waiting_class(t), now),
     }
     if preempt || prev_state == TASK_RUNNING {
