@@ -662,3 +662,124 @@ fn trace_max_frames_keeps_refreshing_the_last_frame() {
     assert!(b.frames[1].t_ns < 300_000_000, "{}", b.frames[1].t_ns);
     assert!(b.frames[2].t_ns >= 550_000_000, "{}", b.frames[2].t_ns);
 }
+
+/// The kernel can skip a program run (its recursion guard, with other tracers on the
+/// machine), an exit hook's too: the exited thread then stays in the thread table and
+/// its process's target bit stays set. A process that is not traced and gets that pid
+/// must not be traced through them; the fork hook forgets the stale entry and counts
+/// the missed exit. The missed exit is made by hand: a thread table entry and a target
+/// bit for a pid that is free, written into the trace's maps with bpftool.
+#[test]
+fn a_new_task_with_the_tid_of_a_missed_exit_is_not_traced() {
+    use std::process::Stdio;
+    let Some(_serial) = ebpf_ready("a_new_task_with_the_tid_of_a_missed_exit_is_not_traced") else {
+        return;
+    };
+    if Command::new("bpftool").arg("version").output().is_err() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "bpftool is needed under CI"
+        );
+        eprintln!("skipped: no bpftool");
+        return;
+    }
+    let mut target = Command::new("sleep").arg("2").spawn().unwrap();
+    let trace = RunningTrace::start(&[target.id() as i32], &["--duration", "3"]);
+    let map_id = |name: &str| -> u32 {
+        let held: Vec<u32> = bpf_ids_held_by(trace.child.id())
+            .into_iter()
+            .filter(|(kind, _)| kind == "map_id")
+            .map(|(_, id)| id)
+            .collect();
+        let out = Command::new("bpftool")
+            .args(["-j", "map", "show"])
+            .output()
+            .unwrap();
+        let maps: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        (maps.as_array().unwrap().iter())
+            .find(|m| m["name"] == name && held.contains(&(m["id"].as_u64().unwrap() as u32)))
+            .and_then(|m| m["id"].as_u64())
+            .unwrap_or_else(|| panic!("the trace holds no map {name}")) as u32
+    };
+    let hex = |bytes: &[u8]| -> Vec<String> { bytes.iter().map(|b| format!("{b:#04x}")).collect() };
+    let update = |id: u32, key: &[u8], value: &[u8]| {
+        let status = Command::new("bpftool")
+            .args(["map", "update", "id", &id.to_string(), "key", "hex"])
+            .args(hex(key).iter().map(|h| &h[2..]))
+            .args(["value", "hex"])
+            .args(hex(value).iter().map(|h| &h[2..]))
+            .status()
+            .unwrap();
+        assert!(status.success(), "bpftool map update {id}");
+    };
+    // A free pid: the next one, taken by nobody yet.
+    let pid = {
+        let last: u32 = std::fs::read_to_string("/proc/sys/kernel/ns_last_pid")
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        (last + 50..last + 1000)
+            .find(|p| !std::path::Path::new(&format!("/proc/{p}")).exists())
+            .unwrap()
+    };
+    let stale = kernelkite_common::bpf::ThreadState {
+        tgid: pid,
+        run_state: kernelkite_common::bpf::run_state::ON_CPU,
+        sys_nr: kernelkite_common::bpf::NO_SYSCALL,
+        ..Default::default()
+    };
+    // SAFETY: ThreadState is repr(C) with explicit padding: every byte is initialised.
+    let stale_bytes = unsafe {
+        std::slice::from_raw_parts(
+            (&stale as *const kernelkite_common::bpf::ThreadState).cast::<u8>(),
+            std::mem::size_of_val(&stale),
+        )
+    };
+    update(map_id("THREADS"), &pid.to_le_bytes(), stale_bytes);
+    update(
+        map_id("TARGETS"),
+        &(pid >> 6).to_le_bytes(),
+        &(1u64 << (pid & 63)).to_le_bytes(),
+    );
+    let mut reuser = None;
+    for _ in 0..200 {
+        std::fs::write("/proc/sys/kernel/ns_last_pid", (pid - 1).to_string()).unwrap();
+        let mut p = Command::new(workload_bin())
+            .args(["read_loop", "--count", "20000"])
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        if p.id() == pid {
+            reuser = Some(p);
+            break;
+        }
+        let _ = p.kill();
+        let _ = p.wait();
+    }
+    let mut reuser = reuser.expect("could not get the free pid");
+    assert!(reuser.wait().unwrap().success());
+    target.wait().unwrap();
+    let traced = trace.finish();
+    assert!(
+        traced.syscall_count("read") < 20_000,
+        "the process with the stale entry's pid was traced: {:?}",
+        traced.analysis.syscalls
+    );
+    assert!(
+        traced
+            .analysis
+            .processes
+            .iter()
+            .all(|p| p.pid != pid as i32),
+        "{:?}",
+        (traced.analysis.processes.iter())
+            .map(|p| (p.pid, &p.comm))
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(
+        traced.bundle.events_lost,
+        Some(1),
+        "the missed exit is counted"
+    );
+}
