@@ -192,10 +192,9 @@ pub mod lost {
     /// `--stacks`: a stack could not be captured or stored (stack map full or a
     /// collision, a failed walk), or `STACK_TIMES` was full.
     pub const STACK: u32 = 3;
-    /// An event of a traced thread was missed (the kernel skipped a program run: its
-    /// recursion guard), seen from the thread's next event, which finds it in a state
-    /// it cannot be in: a switch-in of a thread on a CPU, a syscall entered inside
-    /// another, a new task with the tid of one whose exit was missed.
+    /// A traced thread's exit was missed (the kernel skipped the exit hook's run: its
+    /// recursion guard), seen when a new task gets its tid while its entry is still in
+    /// `THREADS`.
     pub const MISSED: u32 = 4;
     /// Number of counters.
     pub const COUNT: u32 = 5;

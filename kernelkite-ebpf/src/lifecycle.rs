@@ -61,7 +61,9 @@ pub fn on_fork(child: impl FnOnce(u32) -> (u32, u32)) -> i32 {
     // process's target bit if it was the process's first thread (a leader's tid is
     // free only once the whole process is), so the new task is not taken for it.
     if let Some(stale) = thread(child_tid) {
-        if stale.run_state != run_state::EXITED {
+        // Not a missed event: EXITED (its lost exit record is counted), INITIAL (a
+        // thread that exited between userspace's /proc read and its insert at attach).
+        if stale.run_state != run_state::EXITED && stale.run_state != run_state::INITIAL {
             count_lost(lost::MISSED);
         }
         if stale.tgid == child_tid {

@@ -5,10 +5,10 @@ use aya_ebpf::helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns};
 use aya_ebpf::macros::btf_tracepoint;
 use aya_ebpf::programs::tracing::StackIdContext;
 use aya_ebpf::programs::BtfTracePointContext;
-use kernelkite_common::bpf::{lost, run_state, syscall_kind, ThreadState, NO_SYSCALL};
+use kernelkite_common::bpf::{run_state, syscall_kind, ThreadState, NO_SYSCALL};
 use kernelkite_common::LatencyClass;
 
-use crate::maps::{count_lost, is_target, thread, SYSCALL_KIND};
+use crate::maps::{is_target, thread, SYSCALL_KIND};
 use crate::{stacks, task};
 
 const TASK_RUNNING: u32 = 0;
@@ -90,11 +90,9 @@ fn switch_out(t: &mut ThreadState, prev: *const u8, preempt: bool, prev_state: u
 fn switch_in(t: &mut ThreadState, now: u64) {
     match t.run_state {
         run_state::EXITED => return,
-        run_state::ON_CPU => {
-            // On a CPU as far as we know: its switch-out was missed.
-            count_lost(lost::MISSED);
-            close_interval(t, LatencyClass::OnCpu, now)
-        }
+        // Not counted as a missed switch-out: system-wide sessions show such switch-ins
+        // with no skipped run at all (cause not found).
+        run_state::ON_CPU => close_interval(t, LatencyClass::OnCpu, now),
         _ => close_interval(t, waiting_class(t), now),
     }
     t.run_state = run_state::ON_CPU;

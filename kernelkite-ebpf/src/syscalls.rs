@@ -64,10 +64,6 @@ pub fn on_enter(nr: u32, arg0: u64, arg1: impl FnOnce() -> u64) -> i32 {
     let Some((_, _, t)) = current_thread() else {
         return 0;
     };
-    if t.sys_nr != NO_SYSCALL {
-        // Still inside the previous call as far as we know: its sys_exit was missed.
-        count_lost(lost::MISSED);
-    }
     t.sys_nr = nr;
     t.sys_arg0 = arg0;
     t.sys_is_lock = is_lock_wait(nr, arg1);

@@ -27,7 +27,7 @@ pub mod viewer;
 /// many program runs the kernel skipped. The skipped runs are not
 /// in `events lost`: the kernel does not say which task a skipped run concerned, and
 /// on a machine with other tracers most concern tasks that are not traced; the
-/// programs count the traced threads' missed events they find (docs/PROFILE.md).
+/// programs count the traced threads' missed exits they find (docs/PROFILE.md).
 #[cfg(target_os = "linux")]
 pub fn note_lost_events(session: &crate::source::ebpf::session::Session) {
     let causes = session.events_lost_by_cause();
@@ -38,7 +38,7 @@ pub fn note_lost_events(session: &crate::source::ebpf::session::Session) {
     let skipped = session.program_runs_skipped();
     if skipped > 0 {
         eprintln!(
-            "kernelkite: the kernel skipped {skipped} runs of the programs on this machine (its BPF recursion guard; tasks of any process, the traced threads' missed events are in events lost)"
+            "kernelkite: the kernel skipped {skipped} runs of the programs on this machine (its BPF recursion guard; for tasks of any process; the traced threads' missed exits are in events lost)"
         );
     }
 }

@@ -50,7 +50,7 @@ pub struct Bundle {
     /// Whether a cap on the number of frames was hit, and how many frames it dropped.
     pub frame_cap: FrameCap,
     /// Events of the traced threads that are not in the bundle: ring-buffer records and
-    /// map entries the BPF programs could not store, the traced threads' missed events
+    /// map entries the BPF programs could not store, the traced threads' missed exits
     /// they found, and what the session dropped past its caps (docs/BUNDLE.md). Not the
     /// program runs the kernel skipped for any task. `None` when the backend has no
     /// such loss (the /proc sampler).

@@ -651,7 +651,7 @@ impl Session {
             ("histogram map full", self.lost_count(lost::HIST_FULL)),
             ("stack captures", self.lost_count(lost::STACK)),
             (
-                "missed events of traced threads",
+                "missed exits of traced threads",
                 self.lost_count(lost::MISSED),
             ),
             ("undecodable records", self.undecodable_records),
@@ -664,7 +664,7 @@ impl Session {
     }
 
     /// Events of the traced threads lost so far: as counted by the BPF programs (full
-    /// maps and ring buffer, and the events of traced threads they found missed), plus
+    /// maps and ring buffer, and the exits of traced threads they found missed), plus
     /// records we could not decode, plus what the session dropped on its side (threads
     /// the map had no room for at attach, events past its caps).
     pub fn events_lost(&self) -> u64 {
@@ -796,10 +796,9 @@ impl Session {
     /// Runs of the programs the kernel skipped (its recursion guard: a tracepoint that
     /// fires while a BPF program already runs on that CPU, say a wakeup from an
     /// interrupt, runs no program), for any task on the machine: most concern tasks
-    /// that are not traced, which the programs would have ignored. A skipped run of a
-    /// traced thread's switch, syscall or exit is found from its next event and counted
-    /// in [`Session::events_lost`]; a skipped wakeup is not (its time until the
-    /// switch-in then counts in the sleep's class instead of runqueue).
+    /// that are not traced, which the programs would have ignored. A skipped exit hook
+    /// of a traced thread is found when its tid is reused, and counted in
+    /// [`Session::events_lost`]; other skipped runs are not (docs/PROFILE.md).
     pub fn program_runs_skipped(&self) -> u64 {
         self.probes
             .as_ref()
