@@ -625,8 +625,13 @@ fn sighup_is_forwarded_and_the_bundle_still_written() {
     );
 }
 
+/// Held by tests that count frames per second of sampling and by the ones that load
+/// the machine, so they do not run at once.
+static TIMED: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn frame_cap_keeps_refreshing_the_last_frame() {
+    let _alone = TIMED.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let bundle_path = dir.path().join("cap.json");
     kk().args(["--interval-ms", "10", "run", "--max-frames", "3"])
@@ -1120,4 +1125,40 @@ fn a_symlink_at_the_recording_path_is_replaced_not_followed() {
         .unwrap()
         .file_type()
         .is_file());
+}
+
+/// The frame cap also bounds memory: a big process tree fills `--max-frames-mb` long
+/// before `--max-frames`, and the frames kept are then the cap (150 processes make a
+/// frame of about 50 KB; 100,000 of them would be 5 GB).
+#[test]
+fn frame_byte_budget_caps_the_frames_of_a_big_tree() {
+    use kernelkite::model::frame_recorder::frame_bytes;
+    let dir = tempfile::tempdir().unwrap();
+    let bundle_path = dir.path().join("budget.json");
+    let _alone = TIMED.lock().unwrap_or_else(|e| e.into_inner());
+    kk().args(["--interval-ms", "50", "run", "--max-frames-mb", "1"])
+        .arg(&bundle_path)
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "for i in $(seq 150); do sleep 2.5 & done; wait",
+        ])
+        .assert()
+        .success();
+    let bundle = load_bundle(&bundle_path).unwrap();
+    let cap = bundle.frame_cap;
+    assert!(cap.frames_dropped > 0, "{cap:?}");
+    assert_eq!(cap.max_frames, bundle.frames.len() as u64, "{cap:?}");
+    let kept: u64 = bundle.frames.iter().map(frame_bytes).sum();
+    let largest = bundle.frames.iter().map(frame_bytes).max().unwrap();
+    assert!(kept <= (1 << 20) + largest, "{kept} bytes kept");
+    kk().args(["run", "--max-frames-mb", "0"])
+        .arg(&bundle_path)
+        .args(["--", "true"])
+        .assert()
+        .code(125)
+        .stderr(predicates::str::contains(
+            "--max-frames-mb must be at least 1",
+        ));
 }

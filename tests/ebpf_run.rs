@@ -47,7 +47,7 @@ fn exec_storm_under_run_sees_every_process_and_exact_cpu() {
     );
     let bundle = load_bundle(&bundle_path).unwrap();
     assert_eq!(bundle.backend, Backend::Ebpf);
-    assert_events_lost_ok(bundle.events_lost, classic_hooks());
+    assert_events_lost_ok(bundle.events_lost);
     let root = bundle.launched.as_ref().unwrap().pid;
     let children = bundle
         .lifecycle

@@ -168,9 +168,10 @@ fn sleep_stress_shows_syscall_blocked() {
     // attaches, so the margin over lock_wait is smaller than over the rest.
     let blocked = c.get(LatencyClass::SyscallBlocked);
     assert!(blocked * 2 > 3 * c.get(LatencyClass::LockWait), "{c:?}");
+    // Not runqueue: after each wakeup the threads wait for a CPU as long as the machine
+    // is busy (on a loaded CI machine, half as long as they slept).
     for class in [
         LatencyClass::OnCpu,
-        LatencyClass::Runqueue,
         LatencyClass::IoWait,
         LatencyClass::UnknownWait,
     ] {
@@ -370,7 +371,7 @@ fn trace_json_carries_the_summary_contract_and_syscalls() {
     let v: serde_json::Value = serde_json::from_str(&traced.stdout).expect("trace --json is JSON");
     assert_eq!(v["backend"], "ebpf");
     assert_eq!(v["latency_classes_exact"], true);
-    assert_events_lost_ok(v["events_lost"].as_u64(), classic_hooks());
+    assert_events_lost_ok(v["events_lost"].as_u64());
     for key in [
         "on_cpu",
         "runqueue",
@@ -461,7 +462,7 @@ fn classic_tracepoints_mount_tracefs_and_say_so() {
         .as_f64()
         .unwrap();
     assert!(blocked > 0.99, "{stdout}");
-    assert_events_lost_ok(summary["events_lost"].as_u64(), true);
+    assert_events_lost_ok(summary["events_lost"].as_u64());
 }
 
 /// A traced process that exits frees its pid; a process that is not traced and gets that
@@ -656,4 +657,252 @@ fn under_nohup_a_hangup_does_not_stop_the_trace() {
         "{stderr:?}"
     );
     kernelkite::model::load_bundle(&bundle).unwrap();
+}
+
+/// Thread ids are reused (pid_max is 32768 on small machines): a traced child that gets
+/// the pid of one that exited earlier in the session is a new thread. It must keep the
+/// trace going until it exits (it was taken for dead, so the trace ended as soon as the
+/// other targets had), and its frames must not carry the old thread's class times. The
+/// pid is reused on purpose through ns_last_pid.
+#[test]
+fn a_traced_child_reusing_an_exited_ones_pid_is_a_new_thread() {
+    use kernelkite::model::LifecycleKind;
+    use std::io::{BufRead, BufReader, Write};
+    use std::process::Stdio;
+    let Some(_serial) = ebpf_ready("a_traced_child_reusing_an_exited_ones_pid_is_a_new_thread")
+    else {
+        return;
+    };
+    // The first child sleeps 0.4 s (syscall_blocked); then, on `try`, a child that
+    // should get its pid back; `kill` drops a try that got another pid.
+    let script = "read go; sleep 0.4 & echo $!; wait; \
+        while read cmd; do case $cmd in \
+        try) sleep 1.5 & echo $! ;; kill) kill $!; wait $! ;; *) exit 0 ;; esac; done";
+    let mut root = Command::new("sh")
+        .args(["-c", script])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let trace = RunningTrace::start(&[root.id() as i32], &["--follow"]);
+    let mut stdin = root.stdin.take().unwrap();
+    let mut stdout = BufReader::new(root.stdout.take().unwrap());
+    let mut read_pid = || {
+        let mut line = String::new();
+        stdout.read_line(&mut line).unwrap();
+        line.trim().parse::<u32>().unwrap()
+    };
+    stdin.write_all(b"go\n").unwrap();
+    let first = read_pid();
+    while std::path::Path::new(&format!("/proc/{first}")).exists() {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let mut reused = false;
+    for _ in 0..200 {
+        std::fs::write("/proc/sys/kernel/ns_last_pid", (first - 1).to_string()).unwrap();
+        stdin.write_all(b"try\n").unwrap();
+        if read_pid() == first {
+            reused = true;
+            break;
+        }
+        stdin.write_all(b"kill\n").unwrap();
+    }
+    assert!(reused, "could not get the first child's pid again");
+    // The root exits while the reusing child still sleeps.
+    stdin.write_all(b"exit\n").unwrap();
+    drop(stdin);
+    assert!(root.wait().unwrap().success());
+    let traced = trace.finish();
+    traced.assert_no_events_lost();
+    let events = |kind| -> Vec<u64> {
+        (traced.bundle.lifecycle.iter())
+            .filter(|e| e.kind == kind && e.tid == first as i32)
+            .map(|e| e.t_ns)
+            .collect()
+    };
+    let (forks, exits) = (events(LifecycleKind::Fork), events(LifecycleKind::Exit));
+    assert_eq!(forks.len(), 2, "two children had pid {first}: {forks:?}");
+    assert_eq!(
+        exits.len(),
+        2,
+        "the trace ended before the child that reused pid {first} exited: exits at {exits:?}"
+    );
+    let (reused_at, reused_exit) = (forks[1], exits[1]);
+    assert!(
+        reused_exit - reused_at >= 1_400_000_000,
+        "{forks:?} {exits:?}"
+    );
+    // Every frame of the second child shows at most the time it lived.
+    let mut checked = 0;
+    for frame in traced.bundle.frames.iter().filter(|f| f.t_ns > reused_at) {
+        let threads = frame.processes.iter().flat_map(|p| &p.threads);
+        for t in threads.filter(|t| t.tid == first as i32) {
+            let total = t.class_ns.map_or(0, |c| c.total_ns());
+            let lived = frame.t_ns - reused_at;
+            assert!(
+                total <= lived + 20_000_000,
+                "frame at {} ns: pid {first} shows {total} ns of class time but the child reusing it lived {lived} ns",
+                frame.t_ns
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked > 0, "no frame showed the child reusing pid {first}");
+}
+
+/// Threads that do not fit in the kernel's thread table are not traced, and are counted
+/// as lost: here 5 threads exist at attach and the table holds 2 (it held 65,536, and
+/// the threads past it were dropped without a word).
+#[test]
+fn threads_past_the_thread_table_are_counted_as_lost() {
+    let Some(_serial) = ebpf_ready("threads_past_the_thread_table_are_counted_as_lost") else {
+        return;
+    };
+    let (traced, _) = trace_workload(
+        &["futex_stress", "--threads", "4", "--seconds", "0.5"],
+        &["--max-threads", "2"],
+    );
+    assert_eq!(traced.bundle.events_lost, Some(3), "{:?}", traced.stderr);
+    let lost = "events lost: 3";
+    assert!(traced.stdout.contains(lost), "{}", traced.stdout);
+}
+
+/// `trace --max-frames` caps the frames as `run`'s does: the last frame keeps being
+/// refreshed, the bundle says how many were dropped.
+#[test]
+fn trace_max_frames_keeps_refreshing_the_last_frame() {
+    let Some(_serial) = ebpf_ready("trace_max_frames_keeps_refreshing_the_last_frame") else {
+        return;
+    };
+    let (traced, _) = trace_workload(
+        &["futex_stress", "--threads", "2", "--seconds", "0.6"],
+        &["--max-frames", "3"],
+    );
+    let b = &traced.bundle;
+    assert_eq!((b.frames.len(), b.frame_cap.max_frames), (3, 3));
+    assert!(b.frame_cap.frames_dropped >= 5, "{:?}", b.frame_cap);
+    // The last frame kept is the latest: the workload ran 0.6 s, in 50 ms frames.
+    assert!(b.frames[1].t_ns < 300_000_000, "{}", b.frames[1].t_ns);
+    assert!(b.frames[2].t_ns >= 550_000_000, "{}", b.frames[2].t_ns);
+}
+
+/// The kernel can skip a program run (its recursion guard, with other tracers on the
+/// machine), an exit hook's too: the exited thread then stays in the thread table and
+/// its process's target bit stays set. A process that is not traced and gets that pid
+/// must not be traced through them; the fork hook forgets the stale entry and counts
+/// the missed exit. The missed exit is made by hand: a thread table entry and a target
+/// bit for a pid that is free, written into the trace's maps with bpftool.
+#[test]
+fn a_new_task_with_the_tid_of_a_missed_exit_is_not_traced() {
+    use std::process::Stdio;
+    let Some(_serial) = ebpf_ready("a_new_task_with_the_tid_of_a_missed_exit_is_not_traced") else {
+        return;
+    };
+    if Command::new("bpftool").arg("version").output().is_err() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "bpftool is needed under CI"
+        );
+        eprintln!("skipped: no bpftool");
+        return;
+    }
+    let mut target = Command::new("sleep").arg("2").spawn().unwrap();
+    let trace = RunningTrace::start(&[target.id() as i32], &["--duration", "3"]);
+    let map_id = |name: &str| -> u32 {
+        let held: Vec<u32> = bpf_ids_held_by(trace.child.id())
+            .into_iter()
+            .filter(|(kind, _)| kind == "map_id")
+            .map(|(_, id)| id)
+            .collect();
+        let out = Command::new("bpftool")
+            .args(["-j", "map", "show"])
+            .output()
+            .unwrap();
+        let maps: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        (maps.as_array().unwrap().iter())
+            .find(|m| m["name"] == name && held.contains(&(m["id"].as_u64().unwrap() as u32)))
+            .and_then(|m| m["id"].as_u64())
+            .unwrap_or_else(|| panic!("the trace holds no map {name}")) as u32
+    };
+    let hex = |bytes: &[u8]| -> Vec<String> { bytes.iter().map(|b| format!("{b:#04x}")).collect() };
+    let update = |id: u32, key: &[u8], value: &[u8]| {
+        let status = Command::new("bpftool")
+            .args(["map", "update", "id", &id.to_string(), "key", "hex"])
+            .args(hex(key).iter().map(|h| &h[2..]))
+            .args(["value", "hex"])
+            .args(hex(value).iter().map(|h| &h[2..]))
+            .status()
+            .unwrap();
+        assert!(status.success(), "bpftool map update {id}");
+    };
+    // A free pid: the next one, taken by nobody yet.
+    let pid = {
+        let last: u32 = std::fs::read_to_string("/proc/sys/kernel/ns_last_pid")
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        (last + 50..last + 1000)
+            .find(|p| !std::path::Path::new(&format!("/proc/{p}")).exists())
+            .unwrap()
+    };
+    let stale = kernelkite_common::bpf::ThreadState {
+        tgid: pid,
+        run_state: kernelkite_common::bpf::run_state::ON_CPU,
+        sys_nr: kernelkite_common::bpf::NO_SYSCALL,
+        ..Default::default()
+    };
+    // SAFETY: ThreadState is repr(C) with explicit padding: every byte is initialised.
+    let stale_bytes = unsafe {
+        std::slice::from_raw_parts(
+            (&stale as *const kernelkite_common::bpf::ThreadState).cast::<u8>(),
+            std::mem::size_of_val(&stale),
+        )
+    };
+    update(map_id("THREADS"), &pid.to_le_bytes(), stale_bytes);
+    update(
+        map_id("TARGETS"),
+        &(pid >> 6).to_le_bytes(),
+        &(1u64 << (pid & 63)).to_le_bytes(),
+    );
+    let mut reuser = None;
+    for _ in 0..200 {
+        std::fs::write("/proc/sys/kernel/ns_last_pid", (pid - 1).to_string()).unwrap();
+        let mut p = Command::new(workload_bin())
+            .args(["read_loop", "--count", "20000"])
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        if p.id() == pid {
+            reuser = Some(p);
+            break;
+        }
+        let _ = p.kill();
+        let _ = p.wait();
+    }
+    let mut reuser = reuser.expect("could not get the free pid");
+    assert!(reuser.wait().unwrap().success());
+    target.wait().unwrap();
+    let traced = trace.finish();
+    assert!(
+        traced.syscall_count("read") < 20_000,
+        "the process with the stale entry's pid was traced: {:?}",
+        traced.analysis.syscalls
+    );
+    assert!(
+        traced
+            .analysis
+            .processes
+            .iter()
+            .all(|p| p.pid != pid as i32),
+        "{:?}",
+        (traced.analysis.processes.iter())
+            .map(|p| (p.pid, &p.comm))
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(
+        traced.bundle.events_lost,
+        Some(1),
+        "the missed exit is counted"
+    );
 }

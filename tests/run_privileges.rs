@@ -315,7 +315,7 @@ fn user_cannot_name_someone_else_than_who_started_kernelkite() {
         &[],
         &script,
     );
-    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(125), "{}", stderr(&out));
     assert!(stderr(&out).contains("only root"), "{}", stderr(&out));
     assert!(!marker.exists());
 }
@@ -464,7 +464,12 @@ fn a_command_the_user_cannot_exec_is_one_line() {
             .output()
             .unwrap();
         // Found but not executable for the user: 126, as a shell says.
-        assert_eq!(out.status.code(), Some(126), "{backend:?}: {}", stderr(&out));
+        assert_eq!(
+            out.status.code(),
+            Some(126),
+            "{backend:?}: {}",
+            stderr(&out)
+        );
         let err = stderr(&out);
         assert_eq!(err.trim_end().lines().count(), 1, "{backend:?}: {err}");
         assert!(

@@ -192,8 +192,12 @@ pub mod lost {
     /// `--stacks`: a stack could not be captured or stored (stack map full or a
     /// collision, a failed walk), or `STACK_TIMES` was full.
     pub const STACK: u32 = 3;
+    /// A traced thread's exit was missed (the kernel skipped the exit hook's run: its
+    /// recursion guard), seen when a new task gets its tid while its entry is still in
+    /// `THREADS`.
+    pub const MISSED: u32 = 4;
     /// Number of counters.
-    pub const COUNT: u32 = 4;
+    pub const COUNT: u32 = 5;
 }
 
 /// Ring-buffer record kinds (the first u32 of every record).

@@ -53,10 +53,27 @@ pub fn sched_process_fork(ctx: BtfTracePointContext) -> i32 {
 /// parent's tgid.
 #[inline(always)]
 pub fn on_fork(child: impl FnOnce(u32) -> (u32, u32)) -> i32 {
-    let Some((parent_tgid, _, _)) = current_thread() else {
-        return 0;
-    };
+    let parent_tgid = (aya_ebpf::helpers::bpf_get_current_pid_tgid() >> 32) as u32;
+    let traced = current_thread().is_some();
     let (child_tid, child_tgid) = child(parent_tgid);
+    // The new task's tid is free, so a thread the map still holds under it is gone: its
+    // exit was missed (the kernel skipped the exit hook's run). Forget it, and its
+    // process's target bit if it was the process's first thread (a leader's tid is
+    // free only once the whole process is), so the new task is not taken for it.
+    if let Some(stale) = thread(child_tid) {
+        // Not a missed event: EXITED (its lost exit record is counted), INITIAL (a
+        // thread that exited between userspace's /proc read and its insert at attach).
+        if stale.run_state != run_state::EXITED && stale.run_state != run_state::INITIAL {
+            count_lost(lost::MISSED);
+        }
+        if stale.tgid == child_tid {
+            clear_target(child_tid);
+        }
+        let _ = THREADS.remove(&child_tid);
+    }
+    if !traced {
+        return 0;
+    }
     let new_process = child_tgid != parent_tgid;
     if new_process && unsafe { core::ptr::read_volatile(&FOLLOW) } == 0 {
         return 0;

@@ -74,6 +74,8 @@ fn switch_out(t: &mut ThreadState, prev: *const u8, preempt: bool, prev_state: u
         run_state::EXITED => return,
         // INITIAL: a thread that leaves the CPU was on it since we attached.
         run_state::ON_CPU | run_state::INITIAL => close_interval(t, LatencyClass::OnCpu, now),
+        // Not counted as a missed switch-in: an INITIAL thread woken while still on its
+        // CPU is taken for runnable, then switched out so (exec storms under `run`).
         _ => close_interval(t, waiting_class(t), now),
     }
     if preempt || prev_state == TASK_RUNNING {
@@ -88,6 +90,8 @@ fn switch_out(t: &mut ThreadState, prev: *const u8, preempt: bool, prev_state: u
 fn switch_in(t: &mut ThreadState, now: u64) {
     match t.run_state {
         run_state::EXITED => return,
+        // Not counted as a missed switch-out: system-wide sessions show such switch-ins
+        // with no skipped run at all (cause not found).
         run_state::ON_CPU => close_interval(t, LatencyClass::OnCpu, now),
         _ => close_interval(t, waiting_class(t), now),
     }

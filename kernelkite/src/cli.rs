@@ -170,10 +170,8 @@ pub struct RunArgs {
     /// The command to profile, after `--`.
     #[arg(last = true, required = true, num_args = 1..)]
     pub command: Vec<String>,
-    /// Stop recording new frames after this many (the last frame keeps being refreshed so
-    /// totals stay exact; the bundle and reports say the cap was hit).
-    #[arg(long, default_value_t = 100_000)]
-    pub max_frames: u64,
+    #[command(flatten)]
+    pub frame_cap: FrameCapArgs,
     /// Run the command as USER (a name or a uid). Needs root; when sudo, doas or pkexec
     /// started kernelkite, USER must be the user who ran it (unless that was root).
     #[arg(long, value_name = "USER")]
@@ -182,6 +180,37 @@ pub struct RunArgs {
     pub stacks: StackArgs,
     #[command(flatten)]
     pub recording: RecordArgs,
+}
+
+/// How many frames a session keeps in memory (and writes to its bundle).
+#[derive(Debug, Args, Clone, Copy)]
+pub struct FrameCapArgs {
+    /// Stop recording new frames after this many (the last frame keeps being refreshed so
+    /// totals stay exact; the bundle and reports say the cap was hit).
+    #[arg(long, default_value_t = 100_000)]
+    pub max_frames: u64,
+    /// Stop recording new frames, as with --max-frames, once the kept frames take this
+    /// many MiB of memory (estimated from their rows: a frame of 50 threads is about
+    /// 14 KB); the bundle's frame cap is then the number of frames kept.
+    #[arg(long, value_name = "MIB", default_value_t = crate::model::frame_recorder::DEFAULT_MAX_FRAMES_MB)]
+    pub max_frames_mb: u64,
+}
+
+impl FrameCapArgs {
+    /// The byte budget, after checking both caps are usable.
+    pub fn max_frame_bytes(&self) -> anyhow::Result<u64> {
+        if self.max_frames == 0 {
+            anyhow::bail!("--max-frames must be at least 1");
+        }
+        match self.max_frames_mb.checked_mul(1 << 20) {
+            Some(bytes) if bytes > 0 => Ok(bytes),
+            _ => anyhow::bail!(
+                "--max-frames-mb must be at least 1 and at most {}, got {}",
+                u64::MAX >> 20,
+                self.max_frames_mb
+            ),
+        }
+    }
 }
 
 /// Stack capture options (eBPF backend).
@@ -248,6 +277,13 @@ pub struct TraceArgs {
     /// Stream single syscalls at least this slow (microseconds) into the bundle; 0 streams none.
     #[arg(long, default_value_t = 10_000)]
     pub min_latency_us: u64,
+    #[command(flatten)]
+    pub frame_cap: FrameCapArgs,
+    /// Threads the kernel side can track at once (its THREADS map; about 200 bytes of
+    /// locked kernel memory each). Threads past it are not traced and are counted in
+    /// `events lost`.
+    #[arg(long, default_value_t = 65_536, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_threads: u32,
     #[command(flatten)]
     pub stacks: StackArgs,
     /// Serve Prometheus metrics of the running session at http://ADDR/metrics; ADDR is

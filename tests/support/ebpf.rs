@@ -145,19 +145,11 @@ pub fn classic_hooks() -> bool {
     std::env::var("KERNELKITE_HOOKS").as_deref() == Ok("classic")
 }
 
-/// No event lost. Events lost include the program runs the kernel skipped; classic
-/// tracepoint programs share one per-CPU recursion guard with every other tracepoint
-/// program, so a tracepoint firing inside one of ours (a wakeup from an interrupt)
-/// is skipped and counted, whichever task it concerned. Under classic hooks a few such
-/// runs are allowed; the exact counts the tests check show ours were not among them.
-pub fn assert_events_lost_ok(lost: Option<u64>, classic: bool) {
-    match lost {
-        Some(0) => {}
-        Some(n) if classic && n <= 100 => {
-            eprintln!("classic tracepoints: {n} program runs skipped by the kernel")
-        }
-        other => panic!("events lost: {other:?}"),
-    }
+/// No event of the traced threads lost. Exact, also on a busy machine with other
+/// tracers: events lost count only what concerned the traced threads (the kernel's
+/// skipped program runs, which can concern any task, are reported apart).
+pub fn assert_events_lost_ok(lost: Option<u64>) {
+    assert_eq!(lost, Some(0), "events lost");
 }
 
 impl RunningTrace {
@@ -311,7 +303,7 @@ impl Traced {
     }
 
     pub fn assert_no_events_lost(&self) {
-        assert_events_lost_ok(self.bundle.events_lost, classic_hooks());
+        assert_events_lost_ok(self.bundle.events_lost);
     }
 
     /// Calls of `name` counted across the traced processes.

@@ -23,6 +23,26 @@ pub mod trace;
 pub mod tree;
 pub mod viewer;
 
+/// Say why events were lost in an eBPF session (call once it is detached), and how
+/// many program runs the kernel skipped. The skipped runs are not
+/// in `events lost`: the kernel does not say which task a skipped run concerned, and
+/// on a machine with other tracers most concern tasks that are not traced; the
+/// programs count the traced threads' missed exits they find (docs/PROFILE.md).
+#[cfg(target_os = "linux")]
+pub fn note_lost_events(session: &crate::source::ebpf::session::Session) {
+    let causes = session.events_lost_by_cause();
+    if !causes.is_empty() {
+        let list: Vec<String> = causes.iter().map(|(c, n)| format!("{c} {n}")).collect();
+        eprintln!("kernelkite: events lost: {}", list.join(", "));
+    }
+    let skipped = session.program_runs_skipped();
+    if skipped > 0 {
+        eprintln!(
+            "kernelkite: the kernel skipped {skipped} runs of the programs on this machine (its BPF recursion guard; for tasks of any process; the traced threads' missed exits are in events lost)"
+        );
+    }
+}
+
 /// What `--stacks` and its options ask the eBPF backend to capture.
 #[cfg(target_os = "linux")]
 pub fn stack_options(

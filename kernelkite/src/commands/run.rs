@@ -89,9 +89,7 @@ mod linux {
     const RUN_MIN_LATENCY_NS: u64 = 10_000_000;
 
     pub(super) fn execute(global: &GlobalArgs, args: &RunArgs) -> Result<ExitCode> {
-        if args.max_frames == 0 {
-            bail!("--max-frames must be at least 1");
-        }
+        args.frame_cap.max_frame_bytes()?;
         let users = CommandUsers::resolve(args.user.as_deref())?;
         crate::output::check_writable(&args.bundle)?;
         let record_file = RecordFile::create(&args.recording)?;
@@ -210,7 +208,7 @@ mod linux {
                 label: global.label.clone(),
                 host: host.clone(),
                 interval_ms: global.interval_ms,
-                max_frames: args.max_frames,
+                max_frames: args.frame_cap.max_frames,
                 min_latency_ns: 0,
                 follow: true,
                 network: global.network,
@@ -220,7 +218,10 @@ mod linux {
         }
         let me = std::process::id() as i32;
         let mut schedule = Schedule::new(start, Duration::from_millis(global.interval_ms));
-        let mut recorder = FrameRecorder::new(args.max_frames);
+        let mut recorder = FrameRecorder::with_byte_budget(
+            args.frame_cap.max_frames,
+            args.frame_cap.max_frame_bytes()?,
+        );
         let keep = |recorder: &mut FrameRecorder, frame: Frame| {
             if let Some(recording) = recording {
                 recording.append(RecordRef::Frame(&frame));
@@ -321,7 +322,9 @@ mod linux {
             follow: true,
             min_latency_ns: RUN_MIN_LATENCY_NS,
             interval: Duration::from_millis(global.interval_ms),
-            max_frames: args.max_frames,
+            max_frames: args.frame_cap.max_frames,
+            max_frame_bytes: args.frame_cap.max_frame_bytes()?,
+            max_threads: None,
             network: global.network,
             label: global.label.clone(),
             stacks: crate::commands::stack_options(&args.stacks),
@@ -387,6 +390,8 @@ mod linux {
         // Everything is reaped: RUSAGE_CHILDREN now covers the whole tree exactly.
         let rusage = children_rusage();
         let exit = launcher.exit();
+        session.detach();
+        crate::commands::note_lost_events(&session);
         let mut bundle = session.finish()?;
         bundle.launched = Some(launched_command(args, pid, exit, rusage));
         Ok((bundle, exit))

@@ -76,7 +76,9 @@ mod platform {
             follow: args.follow,
             min_latency_ns: args.min_latency_us.saturating_mul(1000),
             interval: Duration::from_millis(global.interval_ms),
-            max_frames: 100_000,
+            max_frames: args.frame_cap.max_frames,
+            max_frame_bytes: args.frame_cap.max_frame_bytes()?,
+            max_threads: Some(args.max_threads),
             network: global.network,
             label: global.label.clone(),
             stacks: crate::commands::stack_options(&args.stacks),
@@ -141,6 +143,8 @@ mod platform {
         } else {
             crate::note!("kernelkite: stopped: {stop}");
         }
+        session.detach();
+        crate::commands::note_lost_events(&session);
         let bundle = session.finish()?;
         // What was measured goes to disk first: printing can fail (a closed pipe) and
         // must not lose it.

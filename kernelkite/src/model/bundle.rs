@@ -49,8 +49,11 @@ pub struct Bundle {
     pub frames: Vec<Frame>,
     /// Whether a cap on the number of frames was hit, and how many frames it dropped.
     pub frame_cap: FrameCap,
-    /// Ring-buffer records and map entries the BPF programs could not store, as counted
-    /// in the kernel. `None` when the backend has no such loss (the /proc sampler).
+    /// Events of the traced threads that are not in the bundle: ring-buffer records and
+    /// map entries the BPF programs could not store, the traced threads' missed exits
+    /// they found, and what the session dropped past its caps (docs/BUNDLE.md). Not the
+    /// program runs the kernel skipped for any task. `None` when the backend has no
+    /// such loss (the /proc sampler).
     pub events_lost: Option<u64>,
     /// Process lifecycle events seen by the kernel (eBPF backend), in time order.
     pub lifecycle: Vec<LifecycleEvent>,
@@ -442,8 +445,9 @@ pub struct Rusage {
     pub involuntary_switches: u64,
 }
 
-/// Whether frames were dropped because the session hit `max_frames`. When the cap is
-/// hit the sampler keeps replacing the last frame, so final counters stay exact.
+/// Whether frames were dropped because the session hit `max_frames` (`--max-frames`,
+/// or the frames kept when the `--max-frames-mb` byte budget filled first). When the
+/// cap is hit the sampler keeps replacing the last frame, so final counters stay exact.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FrameCap {

@@ -1,32 +1,97 @@
-//! Keeping frames over a session under the frame cap. Shared by the live collectors and
-//! the replay of recordings (which applies the cap exactly as the session did).
+//! Keeping frames over a session under the frame cap, and its events under the event
+//! cap. Shared by the live collectors and the replay of recordings (which applies the
+//! caps exactly as the session did).
 
-use super::bundle::{Frame, FrameCap};
+use super::bundle::{Frame, FrameCap, NetDevCounters, ProcessSample, ThreadSample};
 
-/// Frames of one session, at most `max_frames` of them. Past the cap each new frame
-/// replaces the last one, so the final counters stay exact while the middle thins out.
+/// The memory kept frames may take by default (`--max-frames-mb`), in MiB.
+pub const DEFAULT_MAX_FRAMES_MB: u64 = 256;
+
+/// Frames of one session: at most `max_frames` of them, and no more than fit in a byte
+/// budget (their estimated size in memory, [`frame_bytes`]). Past either cap each new
+/// frame replaces the last one, so the final counters stay exact while the middle thins
+/// out. A frame of a session with 50 threads takes about 14 KB, so 100,000 of them would
+/// be 1.4 GB: the byte budget is what bounds a long session of a busy process.
 #[derive(Debug)]
 pub struct FrameRecorder {
     frames: Vec<Frame>,
     cap: FrameCap,
+    max_bytes: u64,
+    /// Estimated bytes of `frames`.
+    kept_bytes: u64,
+    /// Whether the byte budget, not `max_frames`, ended the appending.
+    byte_budget_hit: bool,
+}
+
+/// Lifecycle events, and separately slow syscalls, a session keeps (about 100 bytes
+/// each); later ones are dropped and counted in `events_lost`.
+pub const MAX_EVENTS: usize = 1_000_000;
+
+/// Push `item` unless `list` holds [`MAX_EVENTS`] already; whether it was kept.
+pub fn keep_capped<T>(list: &mut Vec<T>, item: T) -> bool {
+    let room = list.len() < MAX_EVENTS;
+    if room {
+        list.push(item);
+    }
+    room
+}
+
+/// Estimated bytes a frame takes in memory: its rows (heap strings of network interface
+/// names included; comms and states are inline). An estimate from the frame's own
+/// contents, so a replay reaches the budget at the same frame as the session did.
+pub fn frame_bytes(frame: &Frame) -> u64 {
+    use std::mem::size_of;
+    let threads: usize = frame.processes.iter().map(|p| p.threads.len()).sum();
+    let network = frame.network.as_ref().map_or(0, |n| {
+        n.iter()
+            .map(|d| size_of::<NetDevCounters>() + d.interface.len())
+            .sum()
+    });
+    (size_of::<Frame>()
+        + frame.processes.len() * size_of::<ProcessSample>()
+        + threads * size_of::<ThreadSample>()
+        + network) as u64
 }
 
 impl FrameRecorder {
-    /// `max_frames` below 1 is treated as 1: a bundle needs a frame.
+    /// `max_frames` below 1 is treated as 1: a bundle needs a frame. The byte budget is
+    /// [`DEFAULT_MAX_FRAMES_MB`].
     pub fn new(max_frames: u64) -> FrameRecorder {
+        FrameRecorder::with_byte_budget(max_frames, DEFAULT_MAX_FRAMES_MB << 20)
+    }
+
+    /// [`FrameRecorder::new`] with a budget of `max_bytes` for the kept frames (the first
+    /// frame is always kept).
+    pub fn with_byte_budget(max_frames: u64, max_bytes: u64) -> FrameRecorder {
         FrameRecorder {
             frames: Vec::new(),
             cap: FrameCap {
                 max_frames: max_frames.max(1),
                 frames_dropped: 0,
             },
+            max_bytes,
+            kept_bytes: 0,
+            byte_budget_hit: false,
         }
     }
 
     pub fn push(&mut self, frame: Frame) {
-        if (self.frames.len() as u64) < self.cap.max_frames {
+        let bytes = frame_bytes(&frame);
+        let below_cap = (self.frames.len() as u64) < self.cap.max_frames;
+        let fits = self.frames.is_empty() || self.kept_bytes + bytes <= self.max_bytes;
+        if below_cap && fits {
+            self.kept_bytes += bytes;
             self.frames.push(frame);
-        } else if let Some(last) = self.frames.last_mut() {
+            return;
+        }
+        if below_cap {
+            // The budget is full: the frames kept so far are the cap from now on, so
+            // reports say a cap was hit and how many frames it dropped.
+            self.cap.max_frames = self.frames.len() as u64;
+            self.byte_budget_hit = true;
+        }
+        if let Some(last) = self.frames.last_mut() {
+            self.kept_bytes = self.kept_bytes - frame_bytes(last) + bytes;
             *last = frame;
             self.cap.frames_dropped += 1;
         }
@@ -50,6 +115,11 @@ impl FrameRecorder {
     pub fn restore_frames(&mut self, frames: Vec<Frame>) {
         debug_assert!(self.frames.is_empty(), "frames pushed while lent");
         self.frames = frames;
+    }
+
+    /// Whether the byte budget lowered the frame cap (to `cap().max_frames`).
+    pub fn byte_budget_hit(&self) -> bool {
+        self.byte_budget_hit
     }
 
     pub fn into_parts(self) -> (Vec<Frame>, FrameCap) {
@@ -84,6 +154,64 @@ mod tests {
                 frames_dropped: 4
             }
         );
+    }
+
+    /// A frame with one process of `threads` threads.
+    fn busy_frame(t_ns: u64, threads: usize) -> Frame {
+        let thread = |tid| ThreadSample {
+            tid,
+            comm: "worker".into(),
+            state: "S".into(),
+            schedstat: None,
+            syscall_nr: None,
+            class_ns: None,
+        };
+        Frame {
+            t_ns,
+            processes: vec![ProcessSample {
+                pid: 1,
+                ppid: 0,
+                comm: "busy".into(),
+                state: "S".into(),
+                start_time_ticks: 0,
+                utime_ticks: t_ns,
+                stime_ticks: 0,
+                cutime_ticks: 0,
+                cstime_ticks: 0,
+                rss_pages: 0,
+                num_threads: threads as u64,
+                io: None,
+                threads: (0..threads as i32).map(thread).collect(),
+            }],
+            network: None,
+        }
+    }
+
+    #[test]
+    fn the_byte_budget_lowers_the_cap_and_counts_drops() {
+        let size = frame_bytes(&busy_frame(0, 50));
+        // A 50-thread frame is several KB: the budget bounds a long session's memory.
+        assert!(size > 5_000, "{size}");
+        let mut rec = FrameRecorder::with_byte_budget(100_000, 3 * size + size / 2);
+        for t in 0..10 {
+            rec.push(busy_frame(t, 50));
+        }
+        let t: Vec<u64> = rec.frames().iter().map(|f| f.t_ns).collect();
+        assert_eq!(t, [0, 1, 9], "the last frame keeps being refreshed");
+        assert!(rec.byte_budget_hit());
+        assert_eq!(
+            rec.cap(),
+            FrameCap {
+                max_frames: 3,
+                frames_dropped: 7
+            }
+        );
+        // The first frame is kept whatever its size.
+        let mut tiny = FrameRecorder::with_byte_budget(10, 1);
+        tiny.push(busy_frame(0, 50));
+        tiny.push(busy_frame(1, 50));
+        assert_eq!(tiny.frames().len(), 1);
+        assert_eq!(tiny.frames()[0].t_ns, 1);
     }
 
     #[test]

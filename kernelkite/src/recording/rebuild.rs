@@ -6,6 +6,7 @@ use std::io::Read;
 
 use super::decode::{DecodeError, IncompleteTail, RecordingReader};
 use super::{ClockAnchor, Record, SessionStart};
+use crate::model::frame_recorder::keep_capped;
 use crate::model::validate::validate;
 use crate::model::FrameRecorder;
 use crate::model::{Backend, Bundle};
@@ -47,8 +48,13 @@ impl BundleBuilder {
         match record {
             Record::SessionStart(_) => {}
             Record::Frame(f) => recorder.push(f),
-            Record::Lifecycle(e) => bundle.lifecycle.push(e),
-            Record::SlowSyscall(s) => bundle.slow_syscalls.push(s),
+            // Under the session's event cap (the drops are in its events lost count).
+            Record::Lifecycle(e) => {
+                keep_capped(&mut bundle.lifecycle, e);
+            }
+            Record::SlowSyscall(s) => {
+                keep_capped(&mut bundle.slow_syscalls, s);
+            }
             Record::Histograms { histograms, .. } => bundle.syscalls = histograms,
             Record::EventsLost { count, .. } => bundle.events_lost = Some(count),
             Record::Launched(l) => bundle.launched = Some(l),

@@ -60,6 +60,8 @@ pub struct ProbeOptions {
     pub min_latency_ns: u64,
     /// Capture stacks (`--stacks`).
     pub stacks: Option<StackOptions>,
+    /// Entries of the THREADS map (`--max-threads`); `None`: the object's 65,536.
+    pub max_threads: Option<u32>,
 }
 
 /// What `--stacks` captures.
@@ -205,6 +207,9 @@ fn load_programs(
             loader.map_max_entries(name, 1);
         }
     }
+    if let Some(n) = options.max_threads {
+        loader.map_max_entries("THREADS", n);
+    }
     loader
         .override_global("TASK_PID_OFFSET", &layout.task_pid_offset, true)
         .override_global("TASK_TGID_OFFSET", &layout.task_tgid_offset, true)
@@ -294,6 +299,9 @@ fn load_classic(options: ProbeOptions) -> Result<Probes, ProbeError> {
     let mut loader = EbpfLoader::new();
     for name in STACK_MAPS {
         loader.map_max_entries(name, 1);
+    }
+    if let Some(n) = options.max_threads {
+        loader.map_max_entries("THREADS", n);
     }
     loader
         .override_global("CLASSIC_SWITCH_PREV_STATE", &layout.switch_prev_state, true)

@@ -12,3 +12,4 @@ pub mod session;
 pub mod stacks;
 pub mod syscall_table;
 pub mod tracefs;
+pub mod tracked;

@@ -18,7 +18,9 @@ use super::map_batch::read_all;
 use super::records::{comm_string, decode, Record};
 use super::stacks::StackCollector;
 use super::syscall_table;
+use super::tracked::{ThreadKey, Tracked};
 use crate::analysis::sample_class;
+use crate::model::frame_recorder::{keep_capped, MAX_EVENTS};
 use crate::model::{
     Backend, Bundle, ClassTimes, Frame, HostConstants, LifecycleEvent, LifecycleKind, SlowSyscall,
     SyscallHistogram, ThreadSample,
@@ -35,6 +37,10 @@ pub struct TraceOptions {
     pub min_latency_ns: u64,
     pub interval: Duration,
     pub max_frames: u64,
+    /// Memory the kept frames may take (`--max-frames-mb`, in bytes).
+    pub max_frame_bytes: u64,
+    /// Entries of the kernel's thread table (`--max-threads`); `None`: 65,536.
+    pub max_threads: Option<u32>,
     pub network: bool,
     pub label: Option<String>,
     /// Capture stacks (`--stacks`).
@@ -63,8 +69,8 @@ pub struct Session {
     probes: Option<Probes>,
     hooks: Vec<String>,
     attach_ms: f64,
-    /// Class times last put in a frame, per tid: frames must never go backwards.
-    last_emitted: BTreeMap<u32, ClassTimes>,
+    /// The traced threads and processes, as far as frames need to remember them.
+    tracked: Tracked,
     threads: HashMap<MapData, u32, ThreadState>,
     hists: HashMap<MapData, SyscallKey, SyscallHist>,
     /// Histograms of exited processes, moved out of the map so it never fills up.
@@ -80,11 +86,8 @@ pub struct Session {
     lifecycle: Vec<LifecycleEvent>,
     slow: Vec<SlowSyscall>,
     undecodable_records: u64,
-    /// Exited threads whose exit record arrived, so a later snapshot doesn't count them.
-    exited: BTreeSet<u32>,
-    /// Every process ever traced: a snapshot keeps one whose threads have all exited
-    /// while /proc still shows it (a zombie holds its final counters until reaped).
-    known_tgids: BTreeSet<u32>,
+    /// What userspace could not keep, counted in `events_lost` with the kernel's counters.
+    dropped: Dropped,
     /// `--stacks`: the captured stacks, resolved at every snapshot.
     stacks: Option<StackCollector>,
     /// `--stacks`: (index into `slow`, pid, user stack id) of slow calls with a stack.
@@ -101,6 +104,22 @@ pub struct Session {
     /// Session time of the last histogram snapshot sent to the sink.
     last_sink_histograms_ns: u64,
 }
+
+/// What a session dropped on its side, each counted in `events_lost`.
+#[derive(Clone, Copy, Debug, Default)]
+struct Dropped {
+    /// Threads found at attach that did not fit in the THREADS map (`--max-threads`).
+    untracked_threads: u64,
+    /// Lifecycle events and slow syscalls past [`MAX_EVENTS`].
+    events: u64,
+    /// Syscalls of exited processes whose histograms found no room under
+    /// [`MAX_FOLDED_HISTOGRAMS`].
+    syscalls: u64,
+}
+
+/// (process, syscall) histograms of exited processes a session keeps (a few hundred
+/// bytes each); the calls of later ones are dropped and counted as lost.
+pub const MAX_FOLDED_HISTOGRAMS: usize = 100_000;
 
 /// How often (session time) a recorded session also records its histograms and lost
 /// event count: they cost a walk of the kernel maps, and only a killed session's
@@ -196,6 +215,7 @@ impl Session {
             follow: options.follow,
             min_latency_ns: options.min_latency_ns,
             stacks: options.stacks,
+            max_threads: options.max_threads,
         })?;
         let stacks = match options.stacks {
             Some(stack_options) => Some(StackCollector::new(
@@ -222,19 +242,18 @@ impl Session {
             attach_ms: probes.attach_ms,
             probes: Some(probes),
             targets,
-            last_emitted: BTreeMap::new(),
+            tracked: Tracked::default(),
             threads,
             hists,
             lost,
             sampler,
-            recorder: FrameRecorder::new(options.max_frames),
+            recorder: FrameRecorder::with_byte_budget(options.max_frames, options.max_frame_bytes),
             options,
             start_mono_ns: monotonic_ns(),
             lifecycle: Vec::new(),
             slow: Vec::new(),
             undecodable_records: 0,
-            exited: BTreeSet::new(),
-            known_tgids: BTreeSet::new(),
+            dropped: Dropped::default(),
             folded_hists: BTreeMap::new(),
             live_hists: Vec::new(),
             stacks,
@@ -309,7 +328,9 @@ impl Session {
         if let Some(sink) = self.sink.as_mut() {
             sink.record(RecordRef::Lifecycle(&event));
         }
-        self.lifecycle.push(event);
+        if !keep_capped(&mut self.lifecycle, event) {
+            self.dropped.events += 1;
+        }
     }
 
     /// Record the histograms and the lost event count as they are at `t_ns`.
@@ -351,7 +372,7 @@ impl Session {
                 let _ = self.hists.remove(&key);
             }
         }
-        self.known_tgids.remove(&me);
+        self.tracked.forget_process(me);
         Ok(())
     }
 
@@ -399,6 +420,8 @@ impl Session {
     /// between the /proc read and the bits being set (later ones go through the fork hook).
     fn add_initial_targets(&mut self) -> Result<(), SessionError> {
         let roots = self.scope_pids();
+        // Threads the map had no room for, counted once over both passes.
+        let mut untracked = BTreeSet::new();
         for _ in 0..2 {
             let frame = self.sampler.sample(Scope::Subtrees(&roots), 0)?;
             let mut tgids = BTreeSet::new();
@@ -418,11 +441,18 @@ impl Session {
                         ..Default::default()
                     };
                     // NOEXIST: never overwrite an entry the fork hook already made.
-                    let _ = self.threads.insert(t.tid as u32, state, 1);
+                    match self.threads.insert(t.tid as u32, state, 1) {
+                        Ok(()) => {}
+                        Err(e) if already_exists(&e) => {}
+                        Err(_) => {
+                            untracked.insert(t.tid);
+                        }
+                    }
                 }
             }
             self.set_target_bits(&tgids)?;
         }
+        self.dropped.untracked_threads += untracked.len() as u64;
         Ok(())
     }
 
@@ -455,19 +485,6 @@ impl Session {
         state
     }
 
-    /// Class times for a frame, never below what an earlier frame showed.
-    fn emit(&mut self, tid: u32, times: ClassTimes) -> ClassTimes {
-        let prev = self.last_emitted.entry(tid).or_default();
-        let a = times.to_array();
-        let b = prev.to_array();
-        let mut out = [0u64; kernelkite_common::NUM_CLASSES];
-        for i in 0..out.len() {
-            out[i] = a[i].max(b[i]);
-        }
-        *prev = ClassTimes::from_array(out);
-        *prev
-    }
-
     fn t_ns(&self, mono_ns: u64) -> u64 {
         mono_ns.saturating_sub(self.start_mono_ns)
     }
@@ -490,7 +507,7 @@ impl Session {
                 };
                 let exit = kind == LifecycleKind::Exit;
                 if exit {
-                    self.exited.insert(r.tid);
+                    self.tracked.exit_seen((r.tid, r.start_ns));
                 }
                 self.keep_lifecycle(LifecycleEvent {
                     t_ns: self.t_ns(r.ts_ns),
@@ -506,7 +523,8 @@ impl Session {
                 exit
             }
             Record::SlowSyscall(r) => {
-                if let Some(stacks) = &mut self.stacks {
+                let room = self.slow.len() < MAX_EVENTS;
+                if let Some(stacks) = self.stacks.as_mut().filter(|_| room) {
                     if r.user_stack_id != NO_STACK {
                         stacks.want_user_stack(r.tgid, r.user_stack_id);
                         self.slow_stack_ids
@@ -526,7 +544,9 @@ impl Session {
                 if let Some(sink) = self.sink.as_mut() {
                     sink.record(RecordRef::SlowSyscall(&slow));
                 }
-                self.slow.push(slow);
+                if !keep_capped(&mut self.slow, slow) {
+                    self.dropped.events += 1;
+                }
                 false
             }
         }
@@ -608,9 +628,9 @@ impl Session {
 
     /// Whether any traced thread is still alive.
     pub fn any_target_alive(&self) -> bool {
-        read_all(&self.threads)
-            .into_iter()
-            .any(|(tid, s)| s.run_state != run_state::EXITED && !self.exited.contains(&tid))
+        read_all(&self.threads).into_iter().any(|(tid, s)| {
+            s.run_state != run_state::EXITED && !self.tracked.has_exited((tid, s.start_ns))
+        })
     }
 
     /// One of the kernel's `lost::*` counters, summed over CPUs.
@@ -620,17 +640,38 @@ impl Session {
             .map_or(0, |per_cpu| per_cpu.iter().sum())
     }
 
-    /// Events lost so far, as counted by the BPF programs, plus records we could not
-    /// decode, plus the program runs the kernel skipped (its recursion guard: a program
-    /// already running on that CPU — one preempted inside a syscall hook, on kernels
-    /// where those are preemptible — is not entered again, so that event is missed).
+    /// [`Session::events_lost`] by cause, the causes with a count only.
+    pub fn events_lost_by_cause(&self) -> Vec<(&'static str, u64)> {
+        let causes = [
+            ("ring buffer full", self.lost_count(lost::RINGBUF_FULL)),
+            (
+                "thread table full",
+                self.lost_count(lost::THREADS_FULL) + self.dropped.untracked_threads,
+            ),
+            ("histogram map full", self.lost_count(lost::HIST_FULL)),
+            ("stack captures", self.lost_count(lost::STACK)),
+            (
+                "missed exits of traced threads",
+                self.lost_count(lost::MISSED),
+            ),
+            ("undecodable records", self.undecodable_records),
+            (
+                "past the session's caps",
+                self.dropped.events + self.dropped.syscalls,
+            ),
+        ];
+        causes.into_iter().filter(|(_, n)| *n > 0).collect()
+    }
+
+    /// Events of the traced threads lost so far: as counted by the BPF programs (full
+    /// maps and ring buffer, and the exits of traced threads they found missed), plus
+    /// records we could not decode, plus what the session dropped on its side (threads
+    /// the map had no room for at attach, events past its caps).
     pub fn events_lost(&self) -> u64 {
-        let skipped = self
-            .probes
-            .as_ref()
-            .map_or(self.recursion_misses_at_detach, Probes::recursion_misses);
         self.undecodable_records
-            + skipped
+            + self.dropped.untracked_threads
+            + self.dropped.events
+            + self.dropped.syscalls
             + (0..lost::COUNT).map(|i| self.lost_count(i)).sum::<u64>()
     }
 
@@ -644,7 +685,12 @@ impl Session {
         self.live_hists = alive;
         for (key, value) in dead {
             // No thread of the process is left to update the entry: the copy is final.
-            self.folded_hists.entry(key).or_default().add(&value);
+            let room = self.folded_hists.len() < MAX_FOLDED_HISTOGRAMS;
+            match self.folded_hists.get_mut(&key) {
+                Some(acc) => acc.add(&value),
+                None if room => self.folded_hists.entry(key).or_default().add(&value),
+                None => self.dropped.syscalls += value.buckets.iter().sum::<u64>(),
+            }
             let _ = self.hists.remove(&key);
         }
     }
@@ -656,6 +702,7 @@ impl Session {
         let mut by_tgid: BTreeMap<u32, BTreeMap<u32, ThreadState>> = BTreeMap::new();
         let mut lost_exits = Vec::new();
         let entries: Vec<(u32, ThreadState)> = read_all(&self.threads);
+        let present: BTreeSet<ThreadKey> = entries.iter().map(|(t, s)| (*t, s.start_ns)).collect();
         for (tid, state) in entries {
             let state = self.read_thread(tid, state);
             if state.run_state == run_state::EXITED {
@@ -667,7 +714,7 @@ impl Session {
         // Exits whose record was lost (ring buffer full): collect the final counters
         // from the map, so no measured time is lost with the record.
         for (tid, state) in lost_exits {
-            if self.exited.insert(tid) {
+            if self.tracked.exit_seen((tid, state.start_ns)) {
                 self.keep_lifecycle(LifecycleEvent {
                     t_ns,
                     kind: LifecycleKind::Exit,
@@ -688,7 +735,7 @@ impl Session {
             stacks.refresh_maps(by_tgid.keys().copied());
             stacks.resolve_new();
         }
-        self.known_tgids.extend(by_tgid.keys().copied());
+        self.tracked.add_processes(by_tgid.keys().copied());
         // System-wide (pid 1 with follow), every traced process stays below pid 1: a
         // fixed scope lets the /proc walker keep its cache of the processes outside it
         // (kernel threads) from tick to tick, where the known set, growing with every
@@ -696,11 +743,11 @@ impl Session {
         let roots: Vec<i32> = if self.options.follow && self.options.pids.contains(&1) {
             vec![1]
         } else {
-            self.known_tgids.iter().map(|&t| t as i32).collect()
+            self.tracked.pids().map(|t| t as i32).collect()
         };
         let mut frame = self.sampler.sample(Scope::Subtrees(&roots), t_ns)?;
-        let known = &self.known_tgids;
-        frame.processes.retain(|p| known.contains(&(p.pid as u32)));
+        self.tracked
+            .keep_ours(&mut frame, &by_tgid.keys().copied().collect());
         let mut emitted: BTreeMap<u32, ClassTimes> = BTreeMap::new();
         for states in by_tgid.values() {
             for (&tid, state) in states {
@@ -709,9 +756,10 @@ impl Session {
                 } else {
                     class_times_at(state, now)
                 };
-                emitted.insert(tid, self.emit(tid, times));
+                emitted.insert(tid, self.tracked.emit((tid, state.start_ns), times));
             }
         }
+        self.tracked.keep_threads(&present);
         for p in &mut frame.processes {
             let Some(states) = by_tgid.get(&(p.pid as u32)) else {
                 // Every thread has exited (a zombie): its class times are in the exit
@@ -745,14 +793,31 @@ impl Session {
         Ok(frame)
     }
 
-    /// Stop: one last drain-free snapshot, the histograms, and the bundle.
-    pub fn finish(mut self) -> Result<Bundle, SessionError> {
-        // Detach first: with no program running, the final read is consistent and the
-        // open intervals end now, when observation ended. (The programs' skipped runs
-        // can only be read while they are loaded.)
+    /// Runs of the programs the kernel skipped (its recursion guard: a tracepoint that
+    /// fires while a BPF program already runs on that CPU, say a wakeup from an
+    /// interrupt, runs no program), for any task on the machine: most concern tasks
+    /// that are not traced, which the programs would have ignored. A skipped exit hook
+    /// of a traced thread is found when its tid is reused, and counted in
+    /// [`Session::events_lost`]; other skipped runs are not (docs/PROFILE.md).
+    pub fn program_runs_skipped(&self) -> u64 {
+        self.probes
+            .as_ref()
+            .map_or(self.recursion_misses_at_detach, Probes::recursion_misses)
+    }
+
+    /// Detach every program (the session stops observing); [`Session::finish`] does it
+    /// too. The programs' skipped runs are read first: only loaded programs say.
+    pub fn detach(&mut self) {
         if let Some(probes) = self.probes.take() {
             self.recursion_misses_at_detach = probes.recursion_misses();
         }
+    }
+
+    /// Stop: one last drain-free snapshot, the histograms, and the bundle.
+    pub fn finish(mut self) -> Result<Bundle, SessionError> {
+        // Detach first: with no program running, the final read is consistent and the
+        // open intervals end now, when observation ended.
+        self.detach();
         let last = self.snapshot_frame(true)?;
         // When everything has exited, the last frame that still showed the processes
         // (as zombies) holds their final counters; an empty frame would replace it
@@ -884,6 +949,11 @@ fn class_times_final(state: &ThreadState, now: u64) -> ClassTimes {
 fn consistent(state: &ThreadState) -> bool {
     let sum = state.class_ns.iter().fold(0u64, |a, b| a.wrapping_add(*b));
     sum == state.since_ns.wrapping_sub(state.start_ns)
+}
+
+/// Whether a map insert failed only because the key is there already (`BPF_NOEXIST`).
+fn already_exists(e: &aya::maps::MapError) -> bool {
+    matches!(e, aya::maps::MapError::SyscallError(s) if s.io_error.raw_os_error() == Some(libc::EEXIST))
 }
 
 /// Sum of one (process, syscall) histogram across map generations.
