@@ -657,3 +657,147 @@ fn under_nohup_a_hangup_does_not_stop_the_trace() {
     );
     kernelkite::model::load_bundle(&bundle).unwrap();
 }
+
+/// A process blocked in one long nanosleep: its whole time is syscall_blocked, no call
+/// completes. The syscall line says so (not that histograms need the eBPF backend, which
+/// this is), and `stacks` lists syscall_blocked with its time and why it has no stack
+/// (not that no class was asked for).
+#[test]
+fn a_process_in_one_long_sleep_is_labelled_truthfully() {
+    let Some(_serial) = ebpf_ready("a_process_in_one_long_sleep_is_labelled_truthfully") else {
+        return;
+    };
+    let sleeper = Sleeper::start();
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = dir.path().join("sleep.bundle.json");
+    let out = Command::new(kernelkite_bin())
+        .args([
+            "trace",
+            "--pid",
+            &sleeper.pid().to_string(),
+            "--duration",
+            "1",
+        ])
+        .args(["--stacks", "-o"])
+        .arg(&bundle)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!stdout.contains("come from the eBPF backend"), "{stdout}");
+    assert!(
+        stdout.contains("syscalls: none completed inside the session"),
+        "{stdout}"
+    );
+    let stacks = |json: bool| {
+        let mut cmd = Command::new(kernelkite_bin());
+        if json {
+            cmd.arg("--json");
+        }
+        let out = cmd.arg("stacks").arg(&bundle).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let text = stacks(false);
+    assert!(!text.contains("classes asked for"), "{text}");
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("syscall_blocked: "))
+        .unwrap_or_else(|| panic!("no syscall_blocked line: {text}"));
+    assert!(line.contains(" without;"), "{text}");
+    assert!(
+        text.contains("no stack: off-CPU intervals shorter than"),
+        "{text}"
+    );
+    let doc: serde_json::Value = serde_json::from_str(&stacks(true)).unwrap();
+    let blocked = doc["classes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["class"] == "syscall_blocked")
+        .unwrap_or_else(|| panic!("no syscall_blocked class: {doc}"));
+    let class_ns = blocked["class_ns"].as_u64().unwrap();
+    assert!(class_ns > 500_000_000, "{blocked}");
+    assert_eq!(
+        blocked["without_stack_ns"].as_u64().unwrap() + blocked["stack_ns"].as_u64().unwrap(),
+        class_ns,
+        "{blocked}"
+    );
+    assert!(blocked["no_stacks_reason"].is_string(), "{blocked}");
+}
+
+/// `trace --help` says what `--follow` does, and it does it: a child already running
+/// when tracing starts is traced with `--follow` and not without.
+#[test]
+fn follow_traces_existing_children_and_help_says_so() {
+    let help = Command::new(kernelkite_bin())
+        .args(["trace", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(!help.contains("future children"), "{help}");
+    assert!(help.contains("already running"), "{help}");
+    let Some(_serial) = ebpf_ready("follow_traces_existing_children_and_help_says_so") else {
+        return;
+    };
+    let mut parent = Command::new("sh")
+        .args(["-c", "sleep 30 & wait"])
+        .spawn()
+        .unwrap();
+    let ppid = parent.id();
+    let children = format!("/proc/{ppid}/task/{ppid}/children");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let child: i64 = loop {
+        let list = std::fs::read_to_string(&children).unwrap_or_default();
+        if let Some(c) = list.split_whitespace().next() {
+            break c.parse().unwrap();
+        }
+        assert!(std::time::Instant::now() < deadline, "sh started no child");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    };
+    let traced_pids = |follow: bool| -> Vec<i64> {
+        let mut cmd = Command::new(kernelkite_bin());
+        cmd.args([
+            "--json",
+            "trace",
+            "--pid",
+            &ppid.to_string(),
+            "--duration",
+            "1",
+        ]);
+        if follow {
+            cmd.arg("--follow");
+        }
+        let out = cmd.output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        doc["processes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["pid"].as_i64().unwrap())
+            .collect()
+    };
+    let followed = traced_pids(true);
+    let alone = traced_pids(false);
+    let _ = Command::new("kill").arg(child.to_string()).status();
+    let _ = parent.kill();
+    let _ = parent.wait();
+    assert!(followed.contains(&child), "{followed:?}");
+    assert!(
+        !alone.contains(&child) && alone.contains(&(ppid as i64)),
+        "{alone:?}"
+    );
+}

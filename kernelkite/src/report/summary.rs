@@ -342,7 +342,16 @@ pub fn summary_text(a: &Analysis) -> String {
 pub fn syscalls_text(a: &Analysis, top: usize) -> String {
     let mut out = String::new();
     if a.syscalls.is_empty() {
-        out.push_str("syscalls: none recorded (syscall histograms come from the eBPF backend)\n");
+        out.push_str(match a.backend {
+            crate::model::Backend::Proc => {
+                "syscalls: none recorded (syscall histograms come from the eBPF backend)\n"
+            }
+            // A call counts when it returns: a wait still running at the end is not in
+            // the histograms yet.
+            crate::model::Backend::Ebpf => {
+                "syscalls: none completed inside the session (a call still in progress at the end is not counted)\n"
+            }
+        });
     } else {
         out.push_str(&format!(
             "top syscalls by total time (percentiles are histogram bucket midpoints, within ±{:.2}%)\n",
