@@ -192,7 +192,7 @@ fn totals(h: &mut String, bundle: &Bundle, a: &Analysis) {
         h,
         "Wall time",
         &fmt_ns(a.duration_ns),
-        "first to last frame",
+        super::window_label(a),
     );
     let dur_s = a.duration_ns as f64 / 1e9;
     let mut cpu_sub = match a.cpu_source {

@@ -170,8 +170,9 @@ pub fn summary_text(a: &Analysis) -> String {
     row(
         "duration",
         format!(
-            "{}  (first to last frame; interval {} ms)",
+            "{}  ({}; interval {} ms)",
             fmt_ms(a.duration_ms),
+            super::window_label(a),
             a.interval_ms
         ),
     );
