@@ -232,6 +232,36 @@ fn follow_sees_every_short_child() {
         "every child's exit carries its class times"
     );
     traced.assert_classes_sum_to_wall();
+    // Children that lived between two snapshots were never sampled: their RSS is not
+    // measured and reads so (null, n/a), not as 0 B. Their CPU is eBPF's exact on_cpu.
+    let unsampled: Vec<_> = traced
+        .analysis
+        .processes
+        .iter()
+        .filter(|p| p.frames == 0)
+        .collect();
+    assert!(!unsampled.is_empty(), "some child lived between snapshots");
+    let json = kernelkite::report::summary::summary_json(&traced.analysis);
+    for p in &unsampled {
+        assert_eq!(p.peak_rss_bytes, None, "pid {}", p.pid);
+        assert!(p.cpu_seconds.is_some(), "pid {}: on_cpu is measured", p.pid);
+        let row = json["processes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["pid"] == p.pid)
+            .unwrap();
+        assert!(row["peak_rss_bytes"].is_null(), "{row}");
+    }
+    let tree = kernelkite::report::tree::tree_text(&traced.analysis);
+    let line = tree
+        .lines()
+        .find(|l| {
+            l.trim_start_matches(|c| " │├└─".contains(c))
+                .starts_with(&format!("{} ", unsampled[0].pid))
+        })
+        .unwrap_or_else(|| panic!("{tree}"));
+    assert!(line.ends_with("n/a"), "{line}");
 }
 
 #[test]

@@ -122,6 +122,11 @@ pub fn window_label(a: &crate::analysis::Analysis) -> &'static str {
     }
 }
 
+/// A value formatted with `f`, or `n/a` when it was not measured.
+pub fn or_na<T>(value: Option<T>, f: impl FnOnce(T) -> String) -> String {
+    value.map_or_else(|| "n/a".to_string(), f)
+}
+
 /// Seconds with millisecond precision: `2.790 s`.
 pub fn fmt_secs(s: f64) -> String {
     format!("{s:.3} s")
