@@ -221,6 +221,26 @@ fn follow_sees_every_short_child() {
         .filter(|e| e.kind == kernelkite::model::LifecycleKind::Fork && e.tid == e.pid)
         .count() as u64;
     assert_eq!(forks, spawned, "every child's fork was seen");
+    // Every child exits while its parent, the workload, is alive: its exit event names
+    // that parent (the BPF exit record carries none).
+    let root = traced
+        .bundle
+        .lifecycle
+        .iter()
+        .find(|e| e.kind == kernelkite::model::LifecycleKind::Fork && e.tid == e.pid)
+        .unwrap()
+        .ppid;
+    let child_exits: Vec<_> = traced
+        .bundle
+        .lifecycle
+        .iter()
+        .filter(|e| e.kind == kernelkite::model::LifecycleKind::Exit)
+        .filter(|e| e.tid == e.pid && e.pid != root)
+        .collect();
+    assert_eq!(child_exits.len() as u64, spawned);
+    for e in &child_exits {
+        assert_eq!(e.ppid, root, "{e:?}");
+    }
     let exits_with_classes = traced
         .bundle
         .lifecycle

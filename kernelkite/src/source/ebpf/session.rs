@@ -85,6 +85,10 @@ pub struct Session {
     /// Every process ever traced: a snapshot keeps one whose threads have all exited
     /// while /proc still shows it (a zombie holds its final counters until reaped).
     known_tgids: BTreeSet<u32>,
+    /// The last known parent of every traced process (from its fork record, then from
+    /// each snapshot): the BPF exit record carries no parent, and an exit event with
+    /// ppid 0 would read as an orphan.
+    parent_of: BTreeMap<u32, i32>,
     /// `--stacks`: the captured stacks, resolved at every snapshot.
     stacks: Option<StackCollector>,
     /// `--stacks`: (index into `slow`, pid, user stack id) of slow calls with a stack.
@@ -235,6 +239,7 @@ impl Session {
             undecodable_records: 0,
             exited: BTreeSet::new(),
             known_tgids: BTreeSet::new(),
+            parent_of: BTreeMap::new(),
             folded_hists: BTreeMap::new(),
             live_hists: Vec::new(),
             stacks,
@@ -492,12 +497,19 @@ impl Session {
                 if exit {
                     self.exited.insert(r.tid);
                 }
+                if kind == LifecycleKind::Fork && r.tgid != r.parent_tgid {
+                    self.parent_of.insert(r.tgid, r.parent_tgid as i32);
+                }
+                let ppid = match r.parent_tgid {
+                    0 => self.parent_of.get(&r.tgid).copied().unwrap_or(0),
+                    parent => parent as i32,
+                };
                 self.keep_lifecycle(LifecycleEvent {
                     t_ns: self.t_ns(r.ts_ns),
                     kind,
                     pid: r.tgid as i32,
                     tid: r.tid as i32,
-                    ppid: r.parent_tgid as i32,
+                    ppid,
                     comm: comm_string(&r.comm),
                     exit_code: (exit && r.flags & record_flags::EXIT_CODE_UNKNOWN == 0)
                         .then_some((r.exit_code >> 8) as i32 & 0xff),
@@ -673,7 +685,7 @@ impl Session {
                     kind: LifecycleKind::Exit,
                     pid: state.tgid as i32,
                     tid: tid as i32,
-                    ppid: 0,
+                    ppid: self.parent_of.get(&state.tgid).copied().unwrap_or(0),
                     comm: String::new(),
                     exit_code: Some((state.exit_code >> 8) as i32 & 0xff),
                     class_ns: Some(ClassTimes::from_array(state.class_ns)),
@@ -701,6 +713,9 @@ impl Session {
         let mut frame = self.sampler.sample(Scope::Subtrees(&roots), t_ns)?;
         let known = &self.known_tgids;
         frame.processes.retain(|p| known.contains(&(p.pid as u32)));
+        for p in &frame.processes {
+            self.parent_of.insert(p.pid as u32, p.ppid);
+        }
         let mut emitted: BTreeMap<u32, ClassTimes> = BTreeMap::new();
         for states in by_tgid.values() {
             for (&tid, state) in states {
