@@ -782,6 +782,26 @@ fn a_process_in_one_long_sleep_is_labelled_truthfully() {
         "{blocked}"
     );
     assert!(blocked["no_stacks_reason"].is_string(), "{blocked}");
+    // The HTML report's stacks table gives the class its row and the reason.
+    let html = dir.path().join("sleep.html");
+    let out = Command::new(kernelkite_bin())
+        .arg("report")
+        .arg(&bundle)
+        .arg("-o")
+        .arg(&html)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let html = std::fs::read_to_string(&html).unwrap();
+    assert!(
+        html.contains("<tr><td>syscall_blocked</td>"),
+        "no syscall_blocked row"
+    );
+    assert!(html.contains("no stack: off-CPU intervals shorter than"));
 }
 
 /// `trace --help` says what `--follow` does, and it does it: a child already running
