@@ -708,6 +708,14 @@ fn under_nohup_a_hangup_does_not_stop_the_trace() {
     kernelkite::model::load_bundle(&bundle).unwrap();
 }
 
+/// Run kernelkite with `args`; its stdout, after asserting it succeeded.
+fn kk_ok<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> String {
+    let out = Command::new(kernelkite_bin()).args(args).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "kernelkite failed: {stderr}");
+    String::from_utf8(out.stdout).unwrap()
+}
+
 /// A process blocked in one long nanosleep: its whole time is syscall_blocked, no call
 /// completes. The syscall line says so (not that histograms need the eBPF backend, which
 /// this is), and `stacks` lists syscall_blocked with its time and why it has no stack
@@ -720,43 +728,24 @@ fn a_process_in_one_long_sleep_is_labelled_truthfully() {
     let sleeper = Sleeper::start();
     let dir = tempfile::tempdir().unwrap();
     let bundle = dir.path().join("sleep.bundle.json");
-    let out = Command::new(kernelkite_bin())
-        .args([
-            "trace",
-            "--pid",
-            &sleeper.pid().to_string(),
-            "--duration",
-            "1",
-        ])
-        .args(["--stacks", "-o"])
-        .arg(&bundle)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let pid = sleeper.pid().to_string();
+    let b = bundle.to_str().unwrap();
+    let stdout = kk_ok(&[
+        "trace",
+        "--pid",
+        &pid,
+        "--duration",
+        "1",
+        "--stacks",
+        "-o",
+        b,
+    ]);
     assert!(!stdout.contains("come from the eBPF backend"), "{stdout}");
     assert!(
         stdout.contains("syscalls: none completed inside the session"),
         "{stdout}"
     );
-    let stacks = |json: bool| {
-        let mut cmd = Command::new(kernelkite_bin());
-        if json {
-            cmd.arg("--json");
-        }
-        let out = cmd.arg("stacks").arg(&bundle).output().unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
-    };
-    let text = stacks(false);
+    let text = kk_ok(&["stacks", b]);
     assert!(!text.contains("classes asked for"), "{text}");
     let line = text
         .lines()
@@ -767,7 +756,7 @@ fn a_process_in_one_long_sleep_is_labelled_truthfully() {
         text.contains("no stack: off-CPU intervals shorter than"),
         "{text}"
     );
-    let doc: serde_json::Value = serde_json::from_str(&stacks(true)).unwrap();
+    let doc: serde_json::Value = serde_json::from_str(&kk_ok(&["--json", "stacks", b])).unwrap();
     let blocked = doc["classes"]
         .as_array()
         .unwrap()
@@ -784,18 +773,7 @@ fn a_process_in_one_long_sleep_is_labelled_truthfully() {
     assert!(blocked["no_stacks_reason"].is_string(), "{blocked}");
     // The HTML report's stacks table gives the class its row and the reason.
     let html = dir.path().join("sleep.html");
-    let out = Command::new(kernelkite_bin())
-        .arg("report")
-        .arg(&bundle)
-        .arg("-o")
-        .arg(&html)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    kk_ok(&["report", b, "-o", html.to_str().unwrap()]);
     let html = std::fs::read_to_string(&html).unwrap();
     assert!(
         html.contains("<tr><td>syscall_blocked</td>"),
@@ -808,11 +786,7 @@ fn a_process_in_one_long_sleep_is_labelled_truthfully() {
 /// when tracing starts is traced with `--follow` and not without.
 #[test]
 fn follow_traces_existing_children_and_help_says_so() {
-    let help = Command::new(kernelkite_bin())
-        .args(["trace", "--help"])
-        .output()
-        .unwrap();
-    let help = String::from_utf8_lossy(&help.stdout);
+    let help = kk_ok(&["trace", "--help"]);
     assert!(!help.contains("future children"), "{help}");
     assert!(help.contains("already running"), "{help}");
     let Some(_serial) = ebpf_ready("follow_traces_existing_children_and_help_says_so") else {
@@ -834,25 +808,12 @@ fn follow_traces_existing_children_and_help_says_so() {
         std::thread::sleep(std::time::Duration::from_millis(10));
     };
     let traced_pids = |follow: bool| -> Vec<i64> {
-        let mut cmd = Command::new(kernelkite_bin());
-        cmd.args([
-            "--json",
-            "trace",
-            "--pid",
-            &ppid.to_string(),
-            "--duration",
-            "1",
-        ]);
+        let pid = ppid.to_string();
+        let mut args = vec!["--json", "trace", "--pid", &pid, "--duration", "1"];
         if follow {
-            cmd.arg("--follow");
+            args.push("--follow");
         }
-        let out = cmd.output().unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let doc: serde_json::Value = serde_json::from_str(&kk_ok(&args)).unwrap();
         doc["processes"]
             .as_array()
             .unwrap()
