@@ -53,7 +53,7 @@ fn stacks_text_json_class_and_top() {
     let b = replay(dir.path(), "stacks-demo.json");
     let text = stdout_of(kk().arg("stacks").arg(&b));
     assert!(text.contains(
-        "lock_wait: 1.857 s with stacks = 96.7% of the class's 1.920 s; 675 intervals, 2 distinct stack(s)"
+        "lock_wait: 1.857 s with stacks = 96.7% of the class's 1.920 s, 62.90 ms without; 675 intervals, 2 distinct stack(s)"
     ));
     assert!(text.contains("  #1  1.671 s  90.0% of stacks  87.1% of lock_wait  600 intervals"));
     assert!(text.contains("kv::Cache::get(std::string const&)  src/cache.cc:88"));

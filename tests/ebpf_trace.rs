@@ -222,6 +222,26 @@ fn follow_sees_every_short_child() {
         .filter(|e| e.kind == kernelkite::model::LifecycleKind::Fork && e.tid == e.pid)
         .count() as u64;
     assert_eq!(forks, spawned, "every child's fork was seen");
+    // Every child exits while its parent, the workload, is alive: its exit event names
+    // that parent (the BPF exit record carries none).
+    let root = traced
+        .bundle
+        .lifecycle
+        .iter()
+        .find(|e| e.kind == kernelkite::model::LifecycleKind::Fork && e.tid == e.pid)
+        .unwrap()
+        .ppid;
+    let child_exits: Vec<_> = traced
+        .bundle
+        .lifecycle
+        .iter()
+        .filter(|e| e.kind == kernelkite::model::LifecycleKind::Exit)
+        .filter(|e| e.tid == e.pid && e.pid != root)
+        .collect();
+    assert_eq!(child_exits.len() as u64, spawned);
+    for e in &child_exits {
+        assert_eq!(e.ppid, root, "{e:?}");
+    }
     let exits_with_classes = traced
         .bundle
         .lifecycle
@@ -233,6 +253,36 @@ fn follow_sees_every_short_child() {
         "every child's exit carries its class times"
     );
     traced.assert_classes_sum_to_wall();
+    // Children that lived between two snapshots were never sampled: their RSS is not
+    // measured and reads so (null, n/a), not as 0 B. Their CPU is eBPF's exact on_cpu.
+    let unsampled: Vec<_> = traced
+        .analysis
+        .processes
+        .iter()
+        .filter(|p| p.frames == 0)
+        .collect();
+    assert!(!unsampled.is_empty(), "some child lived between snapshots");
+    let json = kernelkite::report::summary::summary_json(&traced.analysis);
+    for p in &unsampled {
+        assert_eq!(p.peak_rss_bytes, None, "pid {}", p.pid);
+        assert!(p.cpu_seconds.is_some(), "pid {}: on_cpu is measured", p.pid);
+        let row = json["processes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["pid"] == p.pid)
+            .unwrap();
+        assert!(row["peak_rss_bytes"].is_null(), "{row}");
+    }
+    let tree = kernelkite::report::tree::tree_text(&traced.analysis);
+    let line = tree
+        .lines()
+        .find(|l| {
+            l.trim_start_matches(|c| " │├└─".contains(c))
+                .starts_with(&format!("{} ", unsampled[0].pid))
+        })
+        .unwrap_or_else(|| panic!("{tree}"));
+    assert!(line.ends_with("n/a"), "{line}");
 }
 
 #[test]
@@ -904,5 +954,130 @@ fn a_new_task_with_the_tid_of_a_missed_exit_is_not_traced() {
         traced.bundle.events_lost,
         Some(1),
         "the missed exit is counted"
+    );
+}
+
+/// Run kernelkite with `args`; its stdout, after asserting it succeeded.
+fn kk_ok<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> String {
+    let out = Command::new(kernelkite_bin()).args(args).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "kernelkite failed: {stderr}");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// A process blocked in one long nanosleep: its whole time is syscall_blocked, no call
+/// completes. The syscall line says so (not that histograms need the eBPF backend, which
+/// this is), and `stacks` lists syscall_blocked with its time and why it has no stack
+/// (not that no class was asked for).
+#[test]
+fn a_process_in_one_long_sleep_is_labelled_truthfully() {
+    let Some(_serial) = ebpf_ready("a_process_in_one_long_sleep_is_labelled_truthfully") else {
+        return;
+    };
+    let sleeper = Sleeper::start();
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = dir.path().join("sleep.bundle.json");
+    let pid = sleeper.pid().to_string();
+    let b = bundle.to_str().unwrap();
+    let stdout = kk_ok(&[
+        "trace",
+        "--pid",
+        &pid,
+        "--duration",
+        "1",
+        "--stacks",
+        "-o",
+        b,
+    ]);
+    assert!(!stdout.contains("come from the eBPF backend"), "{stdout}");
+    assert!(
+        stdout.contains("syscalls: none completed inside the session"),
+        "{stdout}"
+    );
+    let text = kk_ok(&["stacks", b]);
+    assert!(!text.contains("classes asked for"), "{text}");
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("syscall_blocked: "))
+        .unwrap_or_else(|| panic!("no syscall_blocked line: {text}"));
+    assert!(line.contains(" without;"), "{text}");
+    assert!(
+        text.contains("no stack: off-CPU intervals shorter than"),
+        "{text}"
+    );
+    let doc: serde_json::Value = serde_json::from_str(&kk_ok(&["--json", "stacks", b])).unwrap();
+    let blocked = doc["classes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["class"] == "syscall_blocked")
+        .unwrap_or_else(|| panic!("no syscall_blocked class: {doc}"));
+    let class_ns = blocked["class_ns"].as_u64().unwrap();
+    assert!(class_ns > 500_000_000, "{blocked}");
+    assert_eq!(
+        blocked["without_stack_ns"].as_u64().unwrap() + blocked["stack_ns"].as_u64().unwrap(),
+        class_ns,
+        "{blocked}"
+    );
+    assert!(blocked["no_stacks_reason"].is_string(), "{blocked}");
+    // The HTML report's stacks table gives the class its row and the reason.
+    let html = dir.path().join("sleep.html");
+    kk_ok(&["report", b, "-o", html.to_str().unwrap()]);
+    let html = std::fs::read_to_string(&html).unwrap();
+    assert!(
+        html.contains("<tr><td>syscall_blocked</td>"),
+        "no syscall_blocked row"
+    );
+    assert!(html.contains("no stack: off-CPU intervals shorter than"));
+}
+
+/// `trace --help` says what `--follow` does, and it does it: a child already running
+/// when tracing starts is traced with `--follow` and not without.
+#[test]
+fn follow_traces_existing_children_and_help_says_so() {
+    let help = kk_ok(&["trace", "--help"]);
+    assert!(!help.contains("future children"), "{help}");
+    assert!(help.contains("already running"), "{help}");
+    let Some(_serial) = ebpf_ready("follow_traces_existing_children_and_help_says_so") else {
+        return;
+    };
+    let mut parent = Command::new("sh")
+        .args(["-c", "sleep 30 & wait"])
+        .spawn()
+        .unwrap();
+    let ppid = parent.id();
+    let children = format!("/proc/{ppid}/task/{ppid}/children");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let child: i64 = loop {
+        let list = std::fs::read_to_string(&children).unwrap_or_default();
+        if let Some(c) = list.split_whitespace().next() {
+            break c.parse().unwrap();
+        }
+        assert!(std::time::Instant::now() < deadline, "sh started no child");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    };
+    let traced_pids = |follow: bool| -> Vec<i64> {
+        let pid = ppid.to_string();
+        let mut args = vec!["--json", "trace", "--pid", &pid, "--duration", "1"];
+        if follow {
+            args.push("--follow");
+        }
+        let doc: serde_json::Value = serde_json::from_str(&kk_ok(&args)).unwrap();
+        doc["processes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["pid"].as_i64().unwrap())
+            .collect()
+    };
+    let followed = traced_pids(true);
+    let alone = traced_pids(false);
+    let _ = Command::new("kill").arg(child.to_string()).status();
+    let _ = parent.kill();
+    let _ = parent.wait();
+    assert!(followed.contains(&child), "{followed:?}");
+    assert!(
+        !alone.contains(&child) && alone.contains(&(ppid as i64)),
+        "{alone:?}"
     );
 }

@@ -262,7 +262,8 @@ pub struct TraceArgs {
     /// Process to trace (every thread); repeatable.
     #[arg(long = "pid", required = true, num_args = 1)]
     pub pids: Vec<i32>,
-    /// Also trace future children of the traced processes.
+    /// Also trace the descendants of the traced processes: those already running and
+    /// those started while tracing. Without it only the given processes are traced.
     #[arg(long)]
     pub follow: bool,
     /// Stop after this many seconds (default: until Ctrl-C or every target exits).

@@ -223,10 +223,11 @@ pub struct ProcessRow {
     pub last_seen_ns: u64,
     /// Number of frames it appears in (0: seen in lifecycle events only).
     pub frames: u64,
-    /// Session utime+stime from its samples, seconds.
-    pub cpu_seconds: f64,
-    /// Largest rss sample, bytes.
-    pub peak_rss_bytes: u64,
+    /// Session utime+stime from its samples (eBPF: its exact on_cpu time), seconds;
+    /// `None` when not measured (seen in lifecycle events only, no thread time).
+    pub cpu_seconds: Option<f64>,
+    /// Largest rss sample, bytes; `None` when never sampled.
+    pub peak_rss_bytes: Option<u64>,
     pub read_bytes: u64,
     pub write_bytes: u64,
     /// Whether /proc/<pid>/io was readable in at least one sample.
@@ -275,8 +276,10 @@ pub struct TreeNode {
     pub start_time_ticks: u64,
     pub first_seen_ns: u64,
     pub last_seen_ns: u64,
-    pub cpu_seconds: f64,
-    pub peak_rss_bytes: u64,
+    /// As in [`ProcessRow::cpu_seconds`]: `None` when not measured.
+    pub cpu_seconds: Option<f64>,
+    /// As in [`ProcessRow::peak_rss_bytes`]: `None` when never sampled.
+    pub peak_rss_bytes: Option<u64>,
     pub children: Vec<TreeNode>,
 }
 
@@ -687,8 +690,8 @@ pub fn analyze(bundle: &Bundle) -> Analysis {
             first_seen_ns: frame_t(a.first_frame),
             last_seen_ns: frame_t(a.last_frame),
             frames: a.frames,
-            cpu_seconds: a.cpu.total as f64 / hz as f64,
-            peak_rss_bytes: a.peak_rss,
+            cpu_seconds: Some(a.cpu.total as f64 / hz as f64),
+            peak_rss_bytes: Some(a.peak_rss),
             read_bytes: a.read.total,
             write_bytes: a.write.total,
             io_visible: a.io_visible,
@@ -707,8 +710,10 @@ pub fn analyze(bundle: &Bundle) -> Analysis {
             first_seen_ns: *first,
             last_seen_ns: *last,
             frames: 0,
-            cpu_seconds: 0.0,
-            peak_rss_bytes: 0,
+            // Never sampled: not measured (eBPF fills in on_cpu below when its threads
+            // have time).
+            cpu_seconds: None,
+            peak_rss_bytes: None,
             read_bytes: 0,
             write_bytes: 0,
             io_visible: false,
@@ -721,14 +726,16 @@ pub fn analyze(bundle: &Bundle) -> Analysis {
     // instead of the tick samples.
     if bundle.backend == Backend::Ebpf {
         for p in &mut processes {
-            p.cpu_seconds = p.classes.on_cpu as f64 / 1e9;
+            if p.frames > 0 || p.classes.total_ns() > 0 {
+                p.cpu_seconds = Some(p.classes.on_cpu as f64 / 1e9);
+            }
         }
         lifetimes_from_events(&mut processes, &bundle.lifecycle);
     }
     processes.sort_by_key(|p| (p.first_seen_ns, p.pid, p.start_time_ticks));
 
     let sampled_cpu_seconds = match bundle.backend {
-        Backend::Ebpf => processes.iter().map(|p| p.cpu_seconds).sum(),
+        Backend::Ebpf => processes.iter().filter_map(|p| p.cpu_seconds).sum(),
         Backend::Proc => {
             let sampled_ticks = procs
                 .values()

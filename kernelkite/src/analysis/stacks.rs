@@ -110,6 +110,12 @@ impl ClassStacks {
     pub fn share_of_class(&self) -> Option<f64> {
         share(self.stack_ns, self.class_ns)
     }
+
+    /// The class's time without a stack (0 when sampled on-CPU stacks exceed the
+    /// class's exact time).
+    pub fn without_stack_ns(&self) -> u64 {
+        self.class_ns.saturating_sub(self.stack_ns)
+    }
 }
 
 /// The heaviest stacks of every class with stacks.
@@ -118,8 +124,9 @@ pub struct StacksAnalysis {
     pub sample_hz: u64,
     pub min_block_ns: u64,
     pub captures_lost: u64,
-    /// Classes with stack time, the class with the most time in the latency classes
-    /// first (ties: class order).
+    /// Every class with time in the latency classes or with stack time (those without
+    /// stacks have an empty `top`), the class with the most time first (ties: class
+    /// order).
     pub classes: Vec<ClassStacks>,
 }
 
@@ -231,6 +238,13 @@ pub fn analyze_stacks(
         entry.0 = entry.0.saturating_add(s.total_ns);
         entry.1 = entry.1.saturating_add(s.count);
         entry.2.insert((s.pid, s.tid));
+    }
+    // Every class with time gets a row, stacks or not: a class left out would read as
+    // having no time.
+    for class in LatencyClass::ALL {
+        if a.latency_classes.get(class) > 0 && only.is_none_or(|c| c == class) {
+            by_class.entry(class).or_default();
+        }
     }
     let mut classes: Vec<ClassStacks> = by_class
         .into_iter()

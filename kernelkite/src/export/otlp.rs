@@ -140,17 +140,20 @@ pub fn metrics_request(
             "s",
             class_points,
         ));
-        metrics.push(monotonic_sum(
-            "process.cpu.time",
-            "CPU time (user + system) of the process inside the session.",
-            "s",
-            vec![NumberDataPoint {
-                start_time_unix_nano: start,
-                time_unix_nano: time,
-                value: Some(number_data_point::Value::AsDouble(p.cpu_seconds)),
-                ..Default::default()
-            }],
-        ));
+        // A process whose CPU was not measured gets no point rather than a 0.
+        if let Some(cpu) = p.cpu_seconds {
+            metrics.push(monotonic_sum(
+                "process.cpu.time",
+                "CPU time (user + system) of the process inside the session.",
+                "s",
+                vec![NumberDataPoint {
+                    start_time_unix_nano: start,
+                    time_unix_nano: time,
+                    value: Some(number_data_point::Value::AsDouble(cpu)),
+                    ..Default::default()
+                }],
+            ));
+        }
         resource_metrics.push(ResourceMetrics {
             resource: Some(process_resource(bundle, p.pid, p.ppid, &p.comm)),
             scope_metrics: vec![ScopeMetrics {

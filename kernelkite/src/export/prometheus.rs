@@ -58,7 +58,9 @@ impl Snapshot {
                     .entry((p.pid, p.comm.clone(), class.name()))
                     .or_default() += p.classes.get(class) as f64 / 1e9;
             }
-            *s.cpu_seconds.entry((p.pid, p.comm.clone())).or_default() += p.cpu_seconds;
+            if let Some(cpu) = p.cpu_seconds {
+                *s.cpu_seconds.entry((p.pid, p.comm.clone())).or_default() += cpu;
+            }
         }
         for h in syscall_histograms(bundle, analysis) {
             let e = s

@@ -192,7 +192,7 @@ fn totals(h: &mut String, bundle: &Bundle, a: &Analysis) {
         h,
         "Wall time",
         &fmt_ns(a.duration_ns),
-        "first to last frame",
+        super::window_label(a),
     );
     let dur_s = a.duration_ns as f64 / 1e9;
     let mut cpu_sub = match a.cpu_source {
@@ -862,7 +862,7 @@ fn lanes_section(h: &mut String, bundle: &Bundle, a: &Analysis, tl: &Timeline) {
     let cpu_by_key: BTreeMap<(i32, u64), f64> = a
         .processes
         .iter()
-        .map(|r| ((r.pid, r.start_time_ticks), r.cpu_seconds))
+        .filter_map(|r| Some(((r.pid, r.start_time_ticks), r.cpu_seconds?)))
         .collect();
     let cpu: Vec<f64> = tl
         .processes
@@ -1315,7 +1315,8 @@ fn processes_section(h: &mut String, a: &Analysis) {
     let mut rows: Vec<&crate::analysis::ProcessRow> = a.processes.iter().collect();
     rows.sort_by(|p, q| {
         q.cpu_seconds
-            .total_cmp(&p.cpu_seconds)
+            .unwrap_or(0.0)
+            .total_cmp(&p.cpu_seconds.unwrap_or(0.0))
             .then(q.peak_rss_bytes.cmp(&p.peak_rss_bytes))
             .then(p.first_seen_ns.cmp(&q.first_seen_ns))
             .then(p.pid.cmp(&q.pid))
@@ -1350,8 +1351,8 @@ fn processes_section(h: &mut String, a: &Analysis) {
             p.pid,
             esc(&p.comm),
             p.ppid,
-            esc(&fmt_secs(p.cpu_seconds)),
-            esc(&fmt_bytes(p.peak_rss_bytes)),
+            esc(&super::or_na(p.cpu_seconds, fmt_secs)),
+            esc(&super::or_na(p.peak_rss_bytes, fmt_bytes)),
             esc(&io(p.read_bytes)),
             esc(&io(p.write_bytes)),
             p.threads,

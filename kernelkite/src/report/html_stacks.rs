@@ -115,7 +115,10 @@ pub fn stacks_section(h: &mut String, bundle: &Bundle, a: &Analysis) {
                 };
                 (names.join(" ← "), pct(s.share_of_class))
             }
-            None => (String::new(), String::new()),
+            None => (
+                super::stacks::why_no_stacks(&stacks, c).unwrap_or_default(),
+                String::new(),
+            ),
         };
         let _ = writeln!(
             h,
@@ -130,12 +133,12 @@ pub fn stacks_section(h: &mut String, bundle: &Bundle, a: &Analysis) {
         );
     }
     h.push_str("</tbody>\n</table>\n");
-    if stacks.classes.is_empty() {
-        h.push_str("<p class=\"hint\">No stack has any time.</p>\n</section>\n");
+    if stacks.classes.iter().all(|c| c.distinct_stacks == 0) {
+        h.push_str("<p class=\"hint\">No stack was captured.</p>\n</section>\n");
         return;
     }
     graph(h, bundle, None);
-    for c in &stacks.classes {
+    for c in stacks.classes.iter().filter(|c| c.distinct_stacks > 0) {
         let _ = writeln!(
             h,
             "<details class=\"flame\"><summary>{}: {} with stacks</summary>",

@@ -113,6 +113,20 @@ pub fn fmt_ms(ms: f64) -> String {
     }
 }
 
+/// What the duration measures, as `analyze` computes it: the eBPF backend counts from
+/// the session start (t = 0, when tracking began), a sampler from its first frame.
+pub fn window_label(a: &crate::analysis::Analysis) -> &'static str {
+    match a.backend {
+        crate::model::Backend::Ebpf => "session start to last frame",
+        crate::model::Backend::Proc => "first to last frame",
+    }
+}
+
+/// A value formatted with `f`, or `n/a` when it was not measured.
+pub fn or_na<T>(value: Option<T>, f: impl FnOnce(T) -> String) -> String {
+    value.map_or_else(|| "n/a".to_string(), f)
+}
+
 /// Seconds with millisecond precision: `2.790 s`.
 pub fn fmt_secs(s: f64) -> String {
     format!("{s:.3} s")
@@ -253,6 +267,46 @@ mod snapshot_tests {
         insta::assert_snapshot!("summary_ebpf_text", super::summary::summary_text(&a));
         insta::assert_json_snapshot!("summary_ebpf_json", super::summary::summary_json(&a));
         insta::assert_snapshot!("tree_ebpf_text", super::tree::tree_text(&a));
+    }
+
+    /// The duration's label names what it is measured from: an eBPF bundle's window
+    /// starts at t = 0 (its first frame comes later), a sampler's at its first frame.
+    #[test]
+    fn duration_label_names_where_the_window_starts() {
+        for (name, from_zero) in [
+            ("api-server-ebpf.json", true),
+            ("cargo-build-before.json", false),
+        ] {
+            let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../fixtures")
+                .join(name);
+            let mut bundle = fixture_to_bundle(&std::fs::read(&path).unwrap(), name).unwrap();
+            if bundle.frames[0].t_ns == 0 {
+                // A session's first snapshot comes one interval after tracking began.
+                bundle.frames.remove(0);
+            }
+            let a = analyze(&bundle);
+            let first = bundle.frames.first().unwrap().t_ns;
+            let last = bundle.frames.last().unwrap().t_ns;
+            assert!(first > 0, "{name}: the fixture must tell the two apart");
+            let start = if from_zero { 0 } else { first };
+            assert_eq!(a.duration_ns, last - start, "{name}");
+            let text = super::summary::summary_text(&a);
+            let html = super::html::render(&bundle);
+            let label = if from_zero {
+                "session start to last frame"
+            } else {
+                "first to last frame"
+            };
+            assert!(
+                text.contains(&format!("({label}; interval")),
+                "{name}: {text}"
+            );
+            assert!(
+                html.contains(&format!("<div class=\"sub\">{label}</div>")),
+                "{name}"
+            );
+        }
     }
 
     /// The issue asks for this: the folded output of a fixture-driven replay.

@@ -97,15 +97,44 @@ fn stack_block(out: &mut String, rank: usize, class: LatencyClass, s: &HeavyStac
 
 fn class_heading(c: &ClassStacks) -> String {
     format!(
-        "{}: {} with stacks = {} of the class's {}; {} {}, {} distinct stack(s)\n",
+        "{}: {} with stacks = {} of the class's {}, {} without; {} {}, {} distinct stack(s)\n",
         c.class.name(),
         fmt_ns(c.stack_ns as f64),
         opt_share(c.share_of_class()),
         fmt_ns(c.class_ns as f64),
+        fmt_ns(c.without_stack_ns() as f64),
         c.count,
         count_unit(c.class),
         c.distinct_stacks
     )
+}
+
+/// Why a class with time has no stack at all; `None` when it has one. The causes the
+/// bundle cannot tell apart are all named.
+pub fn why_no_stacks(s: &StacksAnalysis, c: &ClassStacks) -> Option<String> {
+    if c.distinct_stacks > 0 {
+        return None;
+    }
+    let mut why = if c.class.is_off_cpu() {
+        format!(
+            "no stack: off-CPU intervals shorter than {} (--min-block-us) get none, and a wait still in progress at the end has none yet",
+            fmt_ns(s.min_block_ns as f64)
+        )
+    } else if s.sample_hz == 0 {
+        "no stack: on-CPU sampling was off (--sample-hz 0)".to_string()
+    } else {
+        format!(
+            "no stack: no on-CPU sample at {} Hz landed on it",
+            s.sample_hz
+        )
+    };
+    if s.captures_lost > 0 {
+        why.push_str(&format!(
+            ", or its capture was lost ({} lost)",
+            s.captures_lost
+        ));
+    }
+    Some(why)
 }
 
 /// How many slow syscalls with stacks `kernelkite stacks` lists.
@@ -152,11 +181,14 @@ pub fn stacks_text(a: &Analysis, s: &StacksAnalysis, calls: &[SlowCallStack]) ->
         s.captures_lost
     ));
     if s.classes.is_empty() {
-        out.push_str("\nno stack has any time in the classes asked for\n");
+        out.push_str("\nno time in the classes asked for, and no stack\n");
     }
     for c in &s.classes {
         out.push('\n');
         out.push_str(&class_heading(c));
+        if let Some(why) = why_no_stacks(s, c) {
+            out.push_str(&format!("  {why}\n"));
+        }
         for (i, stack) in c.top.iter().enumerate() {
             stack_block(&mut out, i + 1, c.class, stack);
         }
@@ -233,6 +265,8 @@ pub fn stacks_json(a: &Analysis, s: &StacksAnalysis, calls: &[SlowCallStack]) ->
                 "class": c.class.name(),
                 "class_ns": c.class_ns,
                 "stack_ns": c.stack_ns,
+                "without_stack_ns": c.without_stack_ns(),
+                "no_stacks_reason": why_no_stacks(s, c),
                 "share_of_class": c.share_of_class(),
                 "count": c.count,
                 "count_unit": count_unit(c.class),

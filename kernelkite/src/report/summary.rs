@@ -170,8 +170,9 @@ pub fn summary_text(a: &Analysis) -> String {
     row(
         "duration",
         format!(
-            "{}  (first to last frame; interval {} ms)",
+            "{}  ({}; interval {} ms)",
             fmt_ms(a.duration_ms),
+            super::window_label(a),
             a.interval_ms
         ),
     );
@@ -296,7 +297,8 @@ pub fn summary_text(a: &Analysis) -> String {
     if shown.len() > TOP_PROCESSES {
         shown.sort_by(|x, y| {
             y.cpu_seconds
-                .total_cmp(&x.cpu_seconds)
+                .unwrap_or(0.0)
+                .total_cmp(&x.cpu_seconds.unwrap_or(0.0))
                 .then_with(|| (x.first_seen_ns, x.pid).cmp(&(y.first_seen_ns, y.pid)))
         });
         shown.truncate(TOP_PROCESSES);
@@ -323,10 +325,11 @@ pub fn summary_text(a: &Analysis) -> String {
                 fmt_ms(ns_to_ms(p.first_seen_ns)).trim_end_matches(" ms"),
                 fmt_ms(ns_to_ms(p.last_seen_ns))
             ),
-            fmt_secs(p.cpu_seconds),
-            fmt_bytes(p.peak_rss_bytes),
-            fmt_bytes(p.read_bytes),
-            fmt_bytes(p.write_bytes),
+            super::or_na(p.cpu_seconds, fmt_secs),
+            super::or_na(p.peak_rss_bytes, fmt_bytes),
+            // Unreadable /proc/<pid>/io (or never sampled): not measured, not 0 B.
+            super::or_na(p.io_visible.then_some(p.read_bytes), fmt_bytes),
+            super::or_na(p.io_visible.then_some(p.write_bytes), fmt_bytes),
         ]);
     }
     for line in columns(&rows, &[0, 1, 4, 5, 6, 7]).lines() {
@@ -342,7 +345,16 @@ pub fn summary_text(a: &Analysis) -> String {
 pub fn syscalls_text(a: &Analysis, top: usize) -> String {
     let mut out = String::new();
     if a.syscalls.is_empty() {
-        out.push_str("syscalls: none recorded (syscall histograms come from the eBPF backend)\n");
+        out.push_str(match a.backend {
+            crate::model::Backend::Proc => {
+                "syscalls: none recorded (syscall histograms come from the eBPF backend)\n"
+            }
+            // A call counts when it returns: a wait still running at the end is not in
+            // the histograms yet.
+            crate::model::Backend::Ebpf => {
+                "syscalls: none completed inside the session (a call still in progress at the end is not counted)\n"
+            }
+        });
     } else {
         out.push_str(&format!(
             "top syscalls by total time (percentiles are histogram bucket midpoints, within ±{:.2}%)\n",

@@ -41,8 +41,8 @@ fn walk(n: &TreeNode, prefix: &str, branch: &str, rows: &mut Vec<Vec<String>>) {
             fmt_ms(n.first_seen_ns as f64 / 1e6).trim_end_matches(" ms"),
             fmt_ms(n.last_seen_ns as f64 / 1e6)
         ),
-        fmt_secs(n.cpu_seconds),
-        fmt_bytes(n.peak_rss_bytes),
+        super::or_na(n.cpu_seconds, fmt_secs),
+        super::or_na(n.peak_rss_bytes, fmt_bytes),
     ]);
     let child_prefix = match branch {
         "" => prefix.to_string(),

@@ -322,7 +322,7 @@ impl App {
                 comm: p.comm.clone(),
                 threads: tids.len() as u64,
                 classes: p.classes,
-                cpu_percent: percent(p.cpu_seconds),
+                cpu_percent: percent(p.cpu_seconds.unwrap_or(0.0)),
                 off_cpu_ns: p.classes.off_cpu_ns(),
                 expanded,
             };

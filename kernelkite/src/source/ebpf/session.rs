@@ -63,6 +63,10 @@ pub enum SessionError {
     Proc(#[from] std::io::Error),
 }
 
+/// How many processes' last known parents a session keeps before pruning them to the
+/// processes it still tracks.
+const PARENTS_KEPT: usize = 100_000;
+
 /// A running session. Dropping it detaches every program.
 pub struct Session {
     /// The attached programs; `None` once detached (at the end, before the final read).
@@ -88,6 +92,11 @@ pub struct Session {
     undecodable_records: u64,
     /// What userspace could not keep, counted in `events_lost` with the kernel's counters.
     dropped: Dropped,
+    /// The last known parent of every traced process (from its fork record, then from
+    /// each snapshot): the BPF exit record carries no parent, and an exit event with
+    /// ppid 0 would read as an orphan. Pruned to the tracked processes past
+    /// [`PARENTS_KEPT`] entries.
+    parent_of: BTreeMap<u32, i32>,
     /// `--stacks`: the captured stacks, resolved at every snapshot.
     stacks: Option<StackCollector>,
     /// `--stacks`: (index into `slow`, pid, user stack id) of slow calls with a stack.
@@ -254,6 +263,7 @@ impl Session {
             slow: Vec::new(),
             undecodable_records: 0,
             dropped: Dropped::default(),
+            parent_of: BTreeMap::new(),
             folded_hists: BTreeMap::new(),
             live_hists: Vec::new(),
             stacks,
@@ -509,12 +519,19 @@ impl Session {
                 if exit {
                     self.tracked.exit_seen((r.tid, r.start_ns));
                 }
+                if kind == LifecycleKind::Fork && r.tgid != r.parent_tgid {
+                    self.parent_of.insert(r.tgid, r.parent_tgid as i32);
+                }
+                let ppid = match r.parent_tgid {
+                    0 => self.parent_of.get(&r.tgid).copied().unwrap_or(0),
+                    parent => parent as i32,
+                };
                 self.keep_lifecycle(LifecycleEvent {
                     t_ns: self.t_ns(r.ts_ns),
                     kind,
                     pid: r.tgid as i32,
                     tid: r.tid as i32,
-                    ppid: r.parent_tgid as i32,
+                    ppid,
                     comm: comm_string(&r.comm),
                     exit_code: (exit && r.flags & record_flags::EXIT_CODE_UNKNOWN == 0)
                         .then_some((r.exit_code >> 8) as i32 & 0xff),
@@ -720,7 +737,7 @@ impl Session {
                     kind: LifecycleKind::Exit,
                     pid: state.tgid as i32,
                     tid: tid as i32,
-                    ppid: 0,
+                    ppid: self.parent_of.get(&state.tgid).copied().unwrap_or(0),
                     comm: String::new(),
                     exit_code: Some((state.exit_code >> 8) as i32 & 0xff),
                     class_ns: Some(ClassTimes::from_array(state.class_ns)),
@@ -748,6 +765,15 @@ impl Session {
         let mut frame = self.sampler.sample(Scope::Subtrees(&roots), t_ns)?;
         self.tracked
             .keep_ours(&mut frame, &by_tgid.keys().copied().collect());
+        for p in &frame.processes {
+            self.parent_of.insert(p.pid as u32, p.ppid);
+        }
+        // Bounded: past the cap, only the processes still tracked keep their parent (a
+        // process that exited since the last snapshot may still need it, so not always).
+        if self.parent_of.len() > PARENTS_KEPT {
+            let remembered: BTreeSet<u32> = self.tracked.pids().collect();
+            self.parent_of.retain(|pid, _| remembered.contains(pid));
+        }
         let mut emitted: BTreeMap<u32, ClassTimes> = BTreeMap::new();
         for states in by_tgid.values() {
             for (&tid, state) in states {
