@@ -92,6 +92,7 @@ fn build_session(backend: Backend) -> Bundle {
                 },
                 syscall_blocked: age * (100 - share) * 2_500,
                 unknown_wait: age * (100 - share) * 500,
+                steal: 0,
             };
             // The thread classes must add up to wall time; here they come close.
             processes.push(ProcessSample {

@@ -4,7 +4,7 @@
 //! byte for byte; the size assertions at the bottom fail the build if they drift.
 
 use crate::hist::NUM_BUCKETS;
-use crate::NUM_CLASSES;
+use crate::{LatencyClass, NUM_CLASSES};
 
 /// `ThreadState::run_state`: where the thread is, as far as the BPF programs know.
 pub mod run_state {
@@ -88,6 +88,10 @@ pub struct ThreadState {
     /// First argument of the syscall in progress (classic tracepoints only, where the
     /// fork and exit hooks need it: clone flags, exit status).
     pub sys_arg0: u64,
+    /// The thread's `se.sum_exec_runtime` already given to `on_cpu` (read at its first
+    /// switch-in, then advanced by each on-CPU interval's on_cpu part), or
+    /// [`NO_RUNTIME`] before it is known (classic tracepoints: always).
+    pub runtime_ns: u64,
 }
 
 impl Default for ThreadState {
@@ -114,7 +118,41 @@ impl Default for ThreadState {
             pending_runq_ns: 0,
             pending_kernel_stack: 0,
             sys_arg0: 0,
+            runtime_ns: NO_RUNTIME,
         }
+    }
+}
+
+/// `ThreadState::runtime_ns` while the thread's kernel runtime is not known.
+pub const NO_RUNTIME: u64 = u64::MAX;
+
+impl ThreadState {
+    /// Close the on-CPU interval that ends at `now` of a thread whose kernel runtime
+    /// (`se.sum_exec_runtime`) is now `runtime_ns`, against a known baseline
+    /// (`self.runtime_ns`): the runtime the kernel accounted over it is on_cpu, the rest
+    /// of the interval steal.
+    ///
+    /// Runtime beyond the interval (the kernel reads its rq clock a little before the
+    /// hook reads its clock, at both ends) is not lost: the baseline advances only by
+    /// what was given, and a later interval takes the rest. So on_cpu keeps up with the
+    /// kernel's counter and every interval still adds up exactly (`close_interval`'s
+    /// invariant).
+    #[inline(always)]
+    pub fn split_on_cpu(&mut self, runtime_ns: u64, now: u64) {
+        if now <= self.since_ns {
+            return;
+        }
+        let interval = now - self.since_ns;
+        let accounted = runtime_ns.saturating_sub(self.runtime_ns);
+        let on_cpu = if accounted < interval {
+            accounted
+        } else {
+            interval
+        };
+        self.class_ns[LatencyClass::OnCpu as usize] += on_cpu;
+        self.class_ns[LatencyClass::Steal as usize] += interval - on_cpu;
+        self.since_ns = now;
+        self.runtime_ns += on_cpu;
     }
 }
 
@@ -262,12 +300,12 @@ pub struct SlowSyscallRecord {
     pub _pad: u32,
 }
 
-const _: () = assert!(core::mem::size_of::<ThreadState>() == 160);
+const _: () = assert!(core::mem::size_of::<ThreadState>() == 176);
 const _: () = assert!(core::mem::size_of::<StackKey>() == 24);
 const _: () = assert!(core::mem::size_of::<StackTime>() == 16);
 const _: () = assert!(core::mem::size_of::<SyscallKey>() == 8);
 const _: () = assert!(core::mem::size_of::<SyscallHist>() == 16 + 8 * NUM_BUCKETS);
-const _: () = assert!(core::mem::size_of::<LifecycleRecord>() == 104);
+const _: () = assert!(core::mem::size_of::<LifecycleRecord>() == 112);
 const _: () = assert!(core::mem::size_of::<SlowSyscallRecord>() == 48);
 
 #[cfg(feature = "user")]
@@ -281,4 +319,47 @@ mod pod {
     unsafe impl aya::Pod for super::SlowSyscallRecord {}
     unsafe impl aya::Pod for super::StackKey {}
     unsafe impl aya::Pod for super::StackTime {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Three on-CPU intervals of one thread: the hook's clock at switch-in and
+    /// switch-out, and `se.sum_exec_runtime` at switch-out (its baseline at the first
+    /// switch-in was 41_000_000).
+    #[test]
+    fn on_cpu_is_the_accounted_runtime_and_the_rest_of_the_interval_is_steal() {
+        let mut t = ThreadState {
+            run_state: run_state::ON_CPU,
+            since_ns: 5_000_000,
+            start_ns: 5_000_000,
+            runtime_ns: 41_000_000,
+            ..ThreadState::default()
+        };
+        let on = LatencyClass::OnCpu as usize;
+        let steal = LatencyClass::Steal as usize;
+        // 4 ms on the CPU, of which the hypervisor took 0.25 ms.
+        t.split_on_cpu(44_750_000, 9_000_000);
+        assert_eq!((t.class_ns[on], t.class_ns[steal]), (3_750_000, 250_000));
+        // Off the CPU for 1 ms (runqueue), then 2 ms on it that the kernel counts as
+        // 300 ns more (its rq clock was read before the hook's clock at switch-in).
+        t.class_ns[LatencyClass::Runqueue as usize] += 1_000_000;
+        t.since_ns = 10_000_000;
+        t.split_on_cpu(46_750_300, 12_000_000);
+        assert_eq!((t.class_ns[on], t.class_ns[steal]), (5_750_000, 250_000));
+        // The 300 ns are given to the next interval: 1 ms, 0.1 ms of it stolen.
+        t.split_on_cpu(47_650_000, 13_000_000);
+        assert_eq!((t.class_ns[on], t.class_ns[steal]), (6_650_000, 350_000));
+        // on_cpu is exactly the runtime the kernel accounted since the baseline.
+        assert_eq!(t.class_ns[on], 47_650_000 - 41_000_000);
+        assert_eq!(t.runtime_ns, 47_650_000);
+        // The classes add up to the thread's wall time, as close_interval's do.
+        let sum: u64 = t.class_ns.iter().sum();
+        assert_eq!(sum, t.since_ns - t.start_ns);
+        // A clock that did not move changes nothing.
+        let before = t;
+        t.split_on_cpu(50_000_000, 13_000_000);
+        assert_eq!(t, before);
+    }
 }

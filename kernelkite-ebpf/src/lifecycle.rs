@@ -72,7 +72,7 @@ pub fn on_fork(child: impl FnOnce(u32) -> (u32, u32)) -> i32 {
         sys_nr: NO_SYSCALL,
         sys_enter_ns: 0,
         sys_is_lock: 0,
-        class_ns: [0; 6],
+        class_ns: [0; kernelkite_common::NUM_CLASSES],
         start_ns: now,
         ..ThreadState::default()
     };

@@ -5,7 +5,7 @@ use aya_ebpf::helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns};
 use aya_ebpf::macros::btf_tracepoint;
 use aya_ebpf::programs::tracing::StackIdContext;
 use aya_ebpf::programs::BtfTracePointContext;
-use kernelkite_common::bpf::{run_state, syscall_kind, ThreadState, NO_SYSCALL};
+use kernelkite_common::bpf::{run_state, syscall_kind, ThreadState, NO_RUNTIME, NO_SYSCALL};
 use kernelkite_common::LatencyClass;
 
 use crate::maps::{is_target, thread, SYSCALL_KIND};
@@ -28,6 +28,22 @@ pub fn close_interval(t: &mut ThreadState, class: LatencyClass, now: u64) {
         *slot += now - t.since_ns;
         t.since_ns = now;
     }
+}
+
+/// Close an on-CPU interval of a thread whose kernel runtime is now `runtime_ns`: the
+/// part the kernel accounted to it is on_cpu, the rest of the interval steal
+/// (`ThreadState::split_on_cpu`). At sched_switch the kernel has just updated the
+/// outgoing thread's runtime (put_prev_task -> update_curr), so the move of
+/// `se.sum_exec_runtime` is what rusage and schedstat count. Without a baseline (first
+/// observation on a CPU) or a runtime (classic tracepoints) the whole interval is on_cpu.
+#[inline(always)]
+fn close_on_cpu(t: &mut ThreadState, runtime_ns: u64, now: u64) {
+    if runtime_ns == NO_RUNTIME || t.runtime_ns == NO_RUNTIME {
+        close_interval(t, LatencyClass::OnCpu, now);
+        t.runtime_ns = runtime_ns;
+        return;
+    }
+    t.split_on_cpu(runtime_ns, now);
 }
 
 /// The class of the interval the thread is in now, if it is not on a CPU.
@@ -72,8 +88,15 @@ fn sleep_class(t: &ThreadState, prev: *const u8, prev_state: u32) -> LatencyClas
 fn switch_out(t: &mut ThreadState, prev: *const u8, preempt: bool, prev_state: u32, now: u64) {
     match t.run_state {
         run_state::EXITED => return,
-        // INITIAL: a thread that leaves the CPU was on it since we attached.
-        run_state::ON_CPU | run_state::INITIAL => close_interval(t, LatencyClass::OnCpu, now),
+        // SAFETY: prev is the tracepoint's task_struct (null: classic tracepoints).
+        run_state::ON_CPU => close_on_cpu(t, unsafe { task::sum_exec_runtime(prev) }, now),
+        // INITIAL: a thread that leaves the CPU was on it since we attached (from an
+        // unknown runtime: the interval is on_cpu; this read is the baseline).
+        run_state::INITIAL => {
+            close_interval(t, LatencyClass::OnCpu, now);
+            // SAFETY: as above.
+            t.runtime_ns = unsafe { task::sum_exec_runtime(prev) };
+        }
         _ => close_interval(t, waiting_class(t), now),
     }
     if preempt || prev_state == TASK_RUNNING {
@@ -85,7 +108,13 @@ fn switch_out(t: &mut ThreadState, prev: *const u8, preempt: bool, prev_state: u
 }
 
 #[inline(always)]
-fn switch_in(t: &mut ThreadState, now: u64) {
+fn switch_in(t: &mut ThreadState, next: *const u8, now: u64) {
+    if t.runtime_ns == NO_RUNTIME {
+        // First observation: the runtime it enters the CPU with is the baseline (it
+        // does not move while the thread is off the CPU).
+        // SAFETY: next is the tracepoint's task_struct (null: classic tracepoints).
+        t.runtime_ns = unsafe { task::sum_exec_runtime(next) };
+    }
     match t.run_state {
         run_state::EXITED => return,
         run_state::ON_CPU => close_interval(t, LatencyClass::OnCpu, now),
@@ -152,7 +181,7 @@ pub fn on_switch<C: StackIdContext>(ctx: &C, sw: Switch) -> i32 {
             now = clock_ns();
         }
         stacks::on_switch_in(sw.next, t.tgid, sw.next_tid, t, now);
-        switch_in(t, now);
+        switch_in(t, sw.next, now);
     }
     0
 }

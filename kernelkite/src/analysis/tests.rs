@@ -212,14 +212,14 @@ fn proc_estimate_splits_the_remainder_by_votes_and_adds_up() {
 
 #[test]
 fn estimate_always_adds_up_to_the_window() {
-    let cases: &[(u64, u64, u64, bool, [u64; 6])] = &[
-        (1_000, 300, 100, true, [0, 0, 1, 1, 1, 0]),
-        (1_000, 300, 100, true, [5, 0, 0, 0, 0, 0]),
-        (1_000, 900, 400, true, [0, 0, 1, 0, 0, 0]),
-        (999_999_937, 17, 3, true, [0, 0, 3, 7, 11, 13]),
-        (1_000, 0, 0, false, [2, 0, 1, 0, 0, 0]),
-        (0, 0, 0, true, [0, 0, 0, 0, 0, 0]),
-        (u64::MAX, 1, 1, true, [0, 0, u64::MAX / 4, 1, 1, 1]),
+    let cases: &[(u64, u64, u64, bool, [u64; 7])] = &[
+        (1_000, 300, 100, true, [0, 0, 1, 1, 1, 0, 0]),
+        (1_000, 300, 100, true, [5, 0, 0, 0, 0, 0, 0]),
+        (1_000, 900, 400, true, [0, 0, 1, 0, 0, 0, 0]),
+        (999_999_937, 17, 3, true, [0, 0, 3, 7, 11, 13, 0]),
+        (1_000, 0, 0, false, [2, 0, 1, 0, 0, 0, 0]),
+        (0, 0, 0, true, [0, 0, 0, 0, 0, 0, 0]),
+        (u64::MAX, 1, 1, true, [0, 0, u64::MAX / 4, 1, 1, 1, 0]),
     ];
     for &(window, on, rq, has, votes) in cases {
         let c = estimate_classes(window, on, rq, has, &votes);
@@ -552,6 +552,7 @@ fn analysis_never_panics_on_arbitrary_bundles() {
                             3,
                             4,
                             r.next(9),
+                            r.next(3),
                         ]));
                     }
                     p.threads.push(t);

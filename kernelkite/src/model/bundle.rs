@@ -289,7 +289,9 @@ pub struct Schedstat {
 }
 
 /// Nanoseconds per latency class. Serialized as a row in class order (on_cpu, runqueue,
-/// io_wait, lock_wait, syscall_blocked, unknown_wait).
+/// io_wait, lock_wait, syscall_blocked, unknown_wait, steal); `steal` is left out of the
+/// row when it is 0, so bundles from before it was measured (six columns) read and
+/// rewrite unchanged.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClassTimes {
@@ -299,6 +301,8 @@ pub struct ClassTimes {
     pub lock_wait: u64,
     pub syscall_blocked: u64,
     pub unknown_wait: u64,
+    #[serde(default)]
+    pub steal: u64,
 }
 
 /// Serialize class times as an object keyed by class name (`{"on_cpu": ns, ...}`), the
@@ -324,6 +328,7 @@ impl ClassTimes {
             lock_wait: ns[3],
             syscall_blocked: ns[4],
             unknown_wait: ns[5],
+            steal: ns[6],
         }
     }
 
@@ -335,6 +340,7 @@ impl ClassTimes {
             self.lock_wait,
             self.syscall_blocked,
             self.unknown_wait,
+            self.steal,
         ]
     }
 
@@ -551,14 +557,23 @@ serialize_as_row!(Schedstat {
     runqueue_ns,
     timeslices,
 });
-serialize_as_row!(ClassTimes {
-    on_cpu,
-    runqueue,
-    io_wait,
-    lock_wait,
-    syscall_blocked,
-    unknown_wait,
-});
+impl Serialize for ClassTimes {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeTuple;
+        let all = self.to_array();
+        // The six-column row of bundles without steal (see the type's doc).
+        let columns = if self.steal == 0 {
+            NUM_CLASSES - 1
+        } else {
+            NUM_CLASSES
+        };
+        let mut row = serializer.serialize_tuple(columns)?;
+        for v in &all[..columns] {
+            row.serialize_element(v)?;
+        }
+        row.end()
+    }
+}
 serialize_as_row!(NetDevCounters {
     interface,
     rx_bytes,

@@ -256,7 +256,8 @@ impl<R: Read> RecordingReader<R> {
             payload_offset,
             message,
         };
-        let records = decode_payload(&raw).map_err(|e| record_error(e.at, e.message))?;
+        let records =
+            decode_payload(&raw, self.version).map_err(|e| record_error(e.at, e.message))?;
         for (payload_offset, record) in records {
             // The session start comes first and once; nothing follows the end.
             let is_start = matches!(record, Record::SessionStart(_));
@@ -308,7 +309,13 @@ impl<R: Read> Iterator for RecordingReader<R> {
 }
 
 /// Every record of one chunk's decompressed payload, with its offset in the payload.
-fn decode_payload(raw: &[u8]) -> FieldResult<Vec<(usize, Record)>> {
+fn decode_payload(raw: &[u8], version: u16) -> FieldResult<Vec<(usize, Record)>> {
+    // Version 1 rows of class times have six columns: no steal.
+    let class_columns = if version == 1 {
+        kernelkite_common::NUM_CLASSES - 1
+    } else {
+        kernelkite_common::NUM_CLASSES
+    };
     let mut t = Take::new(raw, 0);
     let mut out = Vec::new();
     while t.remaining() > 0 {
@@ -323,7 +330,9 @@ fn decode_payload(raw: &[u8]) -> FieldResult<Vec<(usize, Record)>> {
                 message: format!("unknown record type {kind}"),
             });
         };
-        out.push((at, decode_body(kind, &mut Take::new(body, body_at))?));
+        let mut body = Take::new(body, body_at);
+        body.class_columns = class_columns;
+        out.push((at, decode_body(kind, &mut body)?));
     }
     Ok(out)
 }
@@ -451,7 +460,7 @@ fn thread(t: &mut Take<'_>) -> FieldResult<ThreadSample> {
 
 fn class_times(t: &mut Take<'_>) -> FieldResult<ClassTimes> {
     let mut ns = [0u64; kernelkite_common::NUM_CLASSES];
-    for v in &mut ns {
+    for v in ns.iter_mut().take(t.class_columns) {
         *v = t.u64("class_ns")?;
     }
     Ok(ClassTimes::from_array(ns))

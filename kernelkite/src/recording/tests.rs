@@ -61,7 +61,7 @@ fn frame(t_ns: u64, utime: u64) -> Frame {
                     timeslices: 4,
                 }),
                 syscall_nr: Some(-1),
-                class_ns: Some(ClassTimes::from_array([utime, 1, 2, 3, 4, 5])),
+                class_ns: Some(ClassTimes::from_array([utime, 1, 2, 3, 4, 5, 6])),
             }],
         }],
         network: Some(vec![NetDevCounters {
@@ -83,7 +83,7 @@ fn lifecycle(t_ns: u64, pid: i32, kind: LifecycleKind) -> LifecycleEvent {
         ppid: 42,
         comm: "child".into(),
         exit_code: (kind == LifecycleKind::Exit).then_some(0),
-        class_ns: (kind == LifecycleKind::Exit).then(|| ClassTimes::from_array([1; 6])),
+        class_ns: (kind == LifecycleKind::Exit).then(|| ClassTimes::from_array([1; 7])),
     }
 }
 
