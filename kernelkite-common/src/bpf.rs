@@ -22,6 +22,17 @@ pub mod run_state {
     pub const EXITED: u32 = 4;
 }
 
+/// `ThreadState::exit_flags`. The work of an exit after `sched_process_exit` (freeing
+/// the address space, closing files) is CPU the kernel accounts to the thread, so under
+/// tp_btf hooks its last interval closes, and its exit record is sent, at the switch-out
+/// of the dead task, with the final runtime.
+pub mod exit_flags {
+    /// Past `sched_process_exit`; `exit_code` holds the exit code.
+    pub const EXITING: u32 = 1;
+    /// It was its process's last thread: the target bit is cleared with the record.
+    pub const GROUP_DEAD: u32 = 2;
+}
+
 /// `ThreadState::sys_nr` when the thread is not inside a syscall.
 pub const NO_SYSCALL: u32 = u32::MAX;
 
@@ -66,8 +77,9 @@ pub struct ThreadState {
     pub class_ns: [u64; NUM_CLASSES],
     /// CLOCK_MONOTONIC ns when tracking of this thread started (attach or fork).
     pub start_ns: u64,
-    /// Explicit padding; always 0.
-    pub _pad: u32,
+    /// [`exit_flags`] bits: the thread is past `sched_process_exit` and its exit record
+    /// waits for its final switch-out (tp_btf hooks).
+    pub exit_flags: u32,
     /// `--stacks`: stack id (in `USER_STACKS`) of the user stack captured when the thread
     /// last left the CPU outside a syscall; [`NO_STACK`] otherwise (inside a syscall the
     /// user stack is taken at sys_exit, where it is the same, and only after a long block).
@@ -108,7 +120,7 @@ impl Default for ThreadState {
             exit_code: 0,
             class_ns: [0; NUM_CLASSES],
             start_ns: 0,
-            _pad: 0,
+            exit_flags: 0,
             user_stack_id: NO_STACK,
             off_cpu_since_ns: 0,
             off_cpu_sleep_ns: 0,

@@ -5,14 +5,18 @@ use aya_ebpf::helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns};
 use aya_ebpf::macros::btf_tracepoint;
 use aya_ebpf::programs::tracing::StackIdContext;
 use aya_ebpf::programs::BtfTracePointContext;
-use kernelkite_common::bpf::{run_state, syscall_kind, ThreadState, NO_RUNTIME, NO_SYSCALL};
+use kernelkite_common::bpf::{
+    exit_flags, run_state, syscall_kind, ThreadState, NO_RUNTIME, NO_SYSCALL,
+};
 use kernelkite_common::LatencyClass;
 
 use crate::maps::{is_target, thread, SYSCALL_KIND};
-use crate::{stacks, task};
+use crate::{lifecycle, stacks, task};
 
 const TASK_RUNNING: u32 = 0;
 const TASK_UNINTERRUPTIBLE: u32 = 0x2;
+/// A task's state at its final switch-out (do_task_dead).
+const TASK_DEAD: u32 = 0x80;
 
 /// Add the interval since `since_ns` to `class`.
 #[inline(always)]
@@ -155,7 +159,10 @@ pub fn on_switch<C: StackIdContext>(ctx: &C, sw: Switch) -> i32 {
     let mut now = 0;
     // The tracepoint runs in the context of `prev`.
     let pid_tgid = bpf_get_current_pid_tgid();
-    if is_target((pid_tgid >> 32) as u32) {
+    // A dead task's last switch-out is looked at even when its process's target bit is
+    // already clear: the last thread to exit can finish before another one does.
+    let dead = matches!(sw.prev_state, Some(s) if s & TASK_DEAD != 0);
+    if dead || is_target((pid_tgid >> 32) as u32) {
         let prev_tid = pid_tgid as u32;
         if let Some(t) = thread(prev_tid) {
             now = clock_ns();
@@ -169,8 +176,14 @@ pub fn on_switch<C: StackIdContext>(ctx: &C, sw: Switch) -> i32 {
             let prev_state = sw
                 .prev_state
                 .unwrap_or_else(|| unsafe { task::state(sw.prev) });
-            switch_out(t, sw.prev, sw.preempt, prev_state, now);
-            stacks::on_switch_out(ctx, t, now, ran_ns);
+            if t.exit_flags & exit_flags::EXITING != 0 && prev_state & TASK_DEAD != 0 {
+                // SAFETY: prev is the tracepoint's task_struct.
+                close_on_cpu(t, unsafe { task::sum_exec_runtime(sw.prev) }, now);
+                lifecycle::on_final_switch((pid_tgid >> 32) as u32, prev_tid, t, now);
+            } else {
+                switch_out(t, sw.prev, sw.preempt, prev_state, now);
+                stacks::on_switch_out(ctx, t, now, ran_ns);
+            }
         }
     }
     if sw.next_tgid != 0 && !is_target(sw.next_tgid) {
