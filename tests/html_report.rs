@@ -35,6 +35,7 @@ fn build_session(backend: Backend) -> Bundle {
         pid: 1000,
         exit_code: Some(0),
         signal: None,
+        untraced_cpu_ns: None,
         rusage: Some(Rusage {
             user_us: 9_100_000,
             system_us: 1_300_000,

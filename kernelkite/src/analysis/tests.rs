@@ -128,6 +128,7 @@ fn launched_command_sets_session_start_and_rusage_is_exact() {
         pid: 10,
         exit_code: Some(0),
         signal: None,
+        untraced_cpu_ns: None,
         rusage: Some(Rusage {
             user_us: 150_000,
             system_us: 50_000,
@@ -578,6 +579,7 @@ fn analysis_never_panics_on_arbitrary_bundles() {
                 pid: r.next(5) as i32,
                 exit_code: None,
                 signal: None,
+                untraced_cpu_ns: None,
                 rusage: Some(Rusage::default()),
             });
         }
@@ -621,6 +623,7 @@ fn reaped_children_io_is_not_counted_twice() {
         pid: 10,
         exit_code: Some(0),
         signal: None,
+        untraced_cpu_ns: None,
         rusage: None,
     });
     let a = analyze(&b);

@@ -408,6 +408,12 @@ pub struct LaunchedCommand {
     /// `getrusage(RUSAGE_CHILDREN)` after the command and every descendant (kernelkite is
     /// their subreaper) were reaped: exact CPU of the whole tree, however short-lived.
     pub rusage: Option<Rusage>,
+    /// eBPF: CPU the command's process had used when tracing began
+    /// (`/proc/<pid>/schedstat` field 1 while it waited at the start gate): kernelkite's
+    /// own start-up in the child (fork, re-exec), in `rusage` but outside the session, so
+    /// the traced on_cpu matches `rusage` minus this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub untraced_cpu_ns: Option<u64>,
 }
 
 /// The fields of `struct rusage` kernelkite uses.

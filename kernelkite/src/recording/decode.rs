@@ -310,12 +310,6 @@ impl<R: Read> Iterator for RecordingReader<R> {
 
 /// Every record of one chunk's decompressed payload, with its offset in the payload.
 fn decode_payload(raw: &[u8], version: u16) -> FieldResult<Vec<(usize, Record)>> {
-    // Version 1 rows of class times have six columns: no steal.
-    let class_columns = if version == 1 {
-        kernelkite_common::NUM_CLASSES - 1
-    } else {
-        kernelkite_common::NUM_CLASSES
-    };
     let mut t = Take::new(raw, 0);
     let mut out = Vec::new();
     while t.remaining() > 0 {
@@ -331,7 +325,7 @@ fn decode_payload(raw: &[u8], version: u16) -> FieldResult<Vec<(usize, Record)>>
             });
         };
         let mut body = Take::new(body, body_at);
-        body.class_columns = class_columns;
+        body.version = version;
         out.push((at, decode_body(kind, &mut body)?));
     }
     Ok(out)
@@ -460,7 +454,13 @@ fn thread(t: &mut Take<'_>) -> FieldResult<ThreadSample> {
 
 fn class_times(t: &mut Take<'_>) -> FieldResult<ClassTimes> {
     let mut ns = [0u64; kernelkite_common::NUM_CLASSES];
-    for v in ns.iter_mut().take(t.class_columns) {
+    // Version 1 rows have six columns: no steal.
+    let columns = if t.version == 1 {
+        kernelkite_common::NUM_CLASSES - 1
+    } else {
+        kernelkite_common::NUM_CLASSES
+    };
+    for v in ns.iter_mut().take(columns) {
         *v = t.u64("class_ns")?;
     }
     Ok(ClassTimes::from_array(ns))
@@ -540,6 +540,11 @@ fn launched(t: &mut Take<'_>) -> FieldResult<LaunchedCommand> {
                 involuntary_switches: t.u64("involuntary_switches")?,
             })
         })?,
+        untraced_cpu_ns: if t.version >= 2 {
+            t.opt("untraced_cpu_ns", |t| t.u64("untraced_cpu_ns"))?
+        } else {
+            None
+        },
     })
 }
 

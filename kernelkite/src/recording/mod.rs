@@ -36,7 +36,7 @@
 //! | 4 | slow syscall | t_ns u64, pid i32, tid i32, nr u32, name str, duration_ns u64, ret i64, user_stack opt<u32> |
 //! | 5 | histograms | t_ns u64, vec<(pid i32, nr u32, name str, count u64, total_ns u64, max_ns u64, buckets vec<(index u32, count u64)>)>: every histogram, cumulative; the last one wins |
 //! | 6 | events lost | t_ns u64, count u64 (cumulative; the last one wins) |
-//! | 7 | launched | argv vec<str>, pid i32, exit_code opt<i32>, signal opt<i32>, rusage opt<(user_us, system_us, max_rss_kib, minor_faults, major_faults, voluntary_switches, involuntary_switches: u64)> |
+//! | 7 | launched | argv vec<str>, pid i32, exit_code opt<i32>, signal opt<i32>, rusage opt<(user_us, system_us, max_rss_kib, minor_faults, major_faults, voluntary_switches, involuntary_switches: u64)>, untraced_cpu_ns opt<u64> (version 2 on) |
 //! | 8 | end | t_ns u64: the session ended and every record was written |
 //! | 9 | stacks | the bundle's stack profile (`--stacks`): sample_hz u64, min_block_ns u64, frames vec<(addr u64, kernel u8, module opt<str>, module_offset opt<u64>, symbol opt<str>, file opt<str>, line opt<u32>)>, stacks vec<vec<u32>>, samples vec<(pid i32, tid i32, class str, user_stack opt<u32>, kernel_stack opt<u32>, total_ns u64, count u64)>, captures_lost u64, slow_stacks vec<(slow syscall arrival index u32, user stack index u32)>; written when the session ends |
 //!

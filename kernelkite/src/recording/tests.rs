@@ -127,6 +127,7 @@ fn session_records() -> Vec<Record> {
             pid: 42,
             exit_code: Some(0),
             signal: None,
+            untraced_cpu_ns: Some(1_234_567),
             rusage: Some(Rusage {
                 user_us: 10,
                 ..Rusage::default()

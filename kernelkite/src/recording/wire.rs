@@ -63,8 +63,8 @@ pub(crate) struct Take<'a> {
     pos: usize,
     /// Offset of `bytes[0]` in the payload, for error positions.
     base: usize,
-    /// Columns of a class-times row: fewer in older versions (see `recording`).
-    pub class_columns: usize,
+    /// The file's format version: older ones have fewer fields (see `recording`).
+    pub version: u16,
 }
 
 impl<'a> Take<'a> {
@@ -73,7 +73,7 @@ impl<'a> Take<'a> {
             bytes,
             pos: 0,
             base,
-            class_columns: kernelkite_common::NUM_CLASSES,
+            version: super::FORMAT_VERSION,
         }
     }
 

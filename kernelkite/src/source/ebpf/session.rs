@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use aya::maps::{Array, HashMap, MapData, PerCpuArray, RingBuf};
 use kernelkite_common::bpf::{
-    lost, record_flags, record_kind, run_state, SyscallHist, SyscallKey, ThreadState, NO_STACK,
-    NO_SYSCALL,
+    exit_flags, lost, record_flags, record_kind, run_state, SyscallHist, SyscallKey, ThreadState,
+    NO_STACK, NO_SYSCALL,
 };
 use kernelkite_common::{LatencyClass, NUM_CLASSES};
 
@@ -604,6 +604,15 @@ impl Session {
     /// Number of frames kept so far.
     pub fn frames(&self) -> usize {
         self.recorder.frames().len()
+    }
+
+    /// Whether a thread that exited has not left its CPU for the last time yet: its exit
+    /// record, sent at that final switch-out, is still to come (a parent can reap a
+    /// process before its last thread's final switch).
+    pub fn exits_pending(&self) -> bool {
+        read_all(&self.threads)
+            .into_iter()
+            .any(|(_, s)| s.exit_flags & exit_flags::EXITING != 0)
     }
 
     /// Whether any traced thread is still alive.
