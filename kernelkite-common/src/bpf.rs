@@ -145,10 +145,10 @@ impl ThreadState {
     /// of the interval steal.
     ///
     /// Runtime beyond the interval (the kernel reads its rq clock a little before the
-    /// hook reads its clock, at both ends) is not lost: the baseline advances only by
-    /// what was given, and a later interval takes the rest. So on_cpu keeps up with the
-    /// kernel's counter and every interval still adds up exactly (`close_interval`'s
-    /// invariant).
+    /// hook reads its clock, at both ends) is not lost: it is taken from the thread's
+    /// steal so far (the kernel says it ran then), and what steal cannot cover waits in
+    /// the baseline for a later interval. So on_cpu keeps up with the kernel's counter
+    /// and the classes still add up exactly (`close_interval`'s invariant).
     #[inline(always)]
     pub fn split_on_cpu(&mut self, runtime_ns: u64, now: u64) {
         if now <= self.since_ns {
@@ -161,10 +161,13 @@ impl ThreadState {
         } else {
             interval
         };
-        self.class_ns[LatencyClass::OnCpu as usize] += on_cpu;
-        self.class_ns[LatencyClass::Steal as usize] += interval - on_cpu;
+        let excess = accounted - on_cpu;
+        let stolen = self.class_ns[LatencyClass::Steal as usize] + (interval - on_cpu);
+        let moved = if excess < stolen { excess } else { stolen };
+        self.class_ns[LatencyClass::OnCpu as usize] += on_cpu + moved;
+        self.class_ns[LatencyClass::Steal as usize] = stolen - moved;
         self.since_ns = now;
-        self.runtime_ns += on_cpu;
+        self.runtime_ns += on_cpu + moved;
     }
 }
 
@@ -355,14 +358,30 @@ mod tests {
         t.split_on_cpu(44_750_000, 9_000_000);
         assert_eq!((t.class_ns[on], t.class_ns[steal]), (3_750_000, 250_000));
         // Off the CPU for 1 ms (runqueue), then 2 ms on it that the kernel counts as
-        // 300 ns more (its rq clock was read before the hook's clock at switch-in).
+        // 300 ns more (its rq clock was read before the hook's clock at switch-in): the
+        // 300 ns come out of the steal so far.
         t.class_ns[LatencyClass::Runqueue as usize] += 1_000_000;
         t.since_ns = 10_000_000;
         t.split_on_cpu(46_750_300, 12_000_000);
-        assert_eq!((t.class_ns[on], t.class_ns[steal]), (5_750_000, 250_000));
-        // The 300 ns are given to the next interval: 1 ms, 0.1 ms of it stolen.
+        assert_eq!((t.class_ns[on], t.class_ns[steal]), (5_750_300, 249_700));
+        // 1 ms, 0.1 ms of it stolen.
         t.split_on_cpu(47_650_000, 13_000_000);
         assert_eq!((t.class_ns[on], t.class_ns[steal]), (6_650_000, 350_000));
+        // Beyond the steal so far, the excess waits for a later interval's slack.
+        let mut fresh = ThreadState {
+            since_ns: 0,
+            start_ns: 0,
+            runtime_ns: 0,
+            ..ThreadState::default()
+        };
+        fresh.split_on_cpu(1_000_500, 1_000_000);
+        assert_eq!((fresh.class_ns[on], fresh.class_ns[steal]), (1_000_000, 0));
+        fresh.split_on_cpu(1_999_500, 2_000_000);
+        assert_eq!(
+            (fresh.class_ns[on], fresh.class_ns[steal]),
+            (1_999_500, 500)
+        );
+        assert_eq!(fresh.runtime_ns, 1_999_500);
         // on_cpu is exactly the runtime the kernel accounted since the baseline.
         assert_eq!(t.class_ns[on], 47_650_000 - 41_000_000);
         assert_eq!(t.runtime_ns, 47_650_000);

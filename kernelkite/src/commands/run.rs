@@ -377,7 +377,13 @@ mod linux {
                 return Err(e).context("cannot trace the command");
             }
         };
-        gate.open().context("cannot start the command")?;
+        match gate.open() {
+            Ok(()) => {}
+            // A signal passed on to the command (SIGHUP, SIGTERM) killed it at the gate:
+            // it is reaped and reported like any other death of the command.
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+            Err(e) => return Err(e).context("cannot start the command"),
+        }
         let mut schedule = Schedule::new(Instant::now(), Duration::from_millis(global.interval_ms));
         until_reaped(launcher, &mut schedule, |tick, _| {
             match tick {
