@@ -126,7 +126,8 @@ fn summary_json_contract() {
             "io_wait",
             "lock_wait",
             "syscall_blocked",
-            "unknown_wait"
+            "unknown_wait",
+            "steal"
         ]
     );
     assert_eq!(v["latency_classes"]["on_cpu"], 2_720_000_000u64);

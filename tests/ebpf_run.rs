@@ -352,3 +352,86 @@ fn a_command_that_cannot_start_exits_126_or_127() {
     let (out, _, _dir) = kk_run(&["--backend", "ebpf"], &[script.display().to_string()]);
     assert_eq!(out.status.code(), Some(126), "{out:?}");
 }
+
+/// `run` of a mutex-contention program (std's Mutex: futexes through glibc) with two
+/// CPU hogs beside it: on_cpu, the kernel's own runtime, equals rusage once the CPU of
+/// kernelkite's own start-up in the child (recorded as `untraced_cpu_ns`) is taken out;
+/// per thread the classes add up to wall time. Within 0.5%: most runs here land within
+/// 0.03%, but on a busy machine some fall 0.2-0.35% short, a residual not explained
+/// yet (the `trace` test of a whole life, without the gate, holds 0.1%).
+#[test]
+fn run_on_cpu_equals_rusage_beside_cpu_hogs() {
+    let Some(_serial) = ebpf_ready("run_on_cpu_equals_rusage_beside_cpu_hogs") else {
+        return;
+    };
+    let mut hogs: Vec<std::process::Child> = (0..2)
+        .map(|_| {
+            Command::new("sh")
+                .args(["-c", "while :; do :; done"])
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut cmd = vec![workload_bin().to_string_lossy().into_owned()];
+    cmd.extend(strings(&[
+        "futex_stress",
+        "--threads",
+        "4",
+        "--seconds",
+        "2",
+        "--hold",
+        "spin",
+    ]));
+    let (out, bundle_path, _dir) = kk_run(&[], &cmd);
+    for hog in &mut hogs {
+        let _ = hog.kill();
+        let _ = hog.wait();
+    }
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let bundle = load_bundle(&bundle_path).unwrap();
+    assert_eq!(bundle.backend, Backend::Ebpf);
+    let a = analyze(&bundle);
+    let launched = bundle.launched.as_ref().unwrap();
+    let untraced_ns = launched.untraced_cpu_ns.expect("untraced_cpu_ns recorded");
+    let rusage = launched.rusage.unwrap();
+    let rusage_ns = (rusage.user_us + rusage.system_us) * 1000;
+    let on_cpu_ns = a.latency_classes.on_cpu;
+    let ratio = on_cpu_ns as f64 / (rusage_ns - untraced_ns) as f64;
+    eprintln!(
+        "on_cpu {on_cpu_ns} ns, rusage {rusage_ns} ns, untraced {untraced_ns} ns, ratio {ratio:.5}, steal {} ns",
+        a.latency_classes.steal
+    );
+    if classic_hooks() {
+        // Clock-based on_cpu (steal and irq time in it), steal not measured.
+        assert_eq!(a.latency_classes.steal, 0);
+        return;
+    }
+    assert_events_lost_ok(bundle.events_lost);
+    assert!(
+        (ratio - 1.0).abs() <= 0.005,
+        "on_cpu {on_cpu_ns} ns vs rusage {rusage_ns} ns - untraced {untraced_ns} ns: ratio {ratio:.5}"
+    );
+    // Every thread's classes add up to its wall time: from its fork (or the session
+    // start) to its exit, both stamped by the BPF programs.
+    let mut checked = 0;
+    for t in &a.threads {
+        let at = |kind: LifecycleKind| {
+            bundle
+                .lifecycle
+                .iter()
+                .find(|e| e.kind == kind && e.tid == t.tid)
+                .map(|e| e.t_ns)
+        };
+        let Some(end) = at(LifecycleKind::Exit) else {
+            continue;
+        };
+        let wall = end - at(LifecycleKind::Fork).unwrap_or(0);
+        assert_eq!(t.classes.total_ns(), wall, "tid {}: {:?}", t.tid, t.classes);
+        checked += 1;
+    }
+    assert!(checked >= 5, "threads checked: {checked}");
+}

@@ -1081,3 +1081,112 @@ fn follow_traces_existing_children_and_help_says_so() {
         "{alone:?}"
     );
 }
+
+/// Two busy loops beside the workload, so its threads wait for CPUs and (on a VM)
+/// lose time to the hypervisor; killed when dropped.
+struct CpuHogs(Vec<std::process::Child>);
+
+impl CpuHogs {
+    fn start() -> CpuHogs {
+        CpuHogs(
+            (0..2)
+                .map(|_| {
+                    Command::new("sh")
+                        .args(["-c", "while :; do :; done"])
+                        .spawn()
+                        .unwrap()
+                })
+                .collect(),
+        )
+    }
+}
+
+impl Drop for CpuHogs {
+    fn drop(&mut self) {
+        for hog in &mut self.0 {
+            let _ = hog.kill();
+            let _ = hog.wait();
+        }
+    }
+}
+
+/// A process whose whole life lies inside the trace: forked, stopped before its exec,
+/// continued once the hooks are live, reaped with wait4. Its on_cpu is the kernel's
+/// own CPU account of it (rusage) to within 0.1%, with CPU hogs beside it.
+#[test]
+fn on_cpu_of_a_whole_traced_life_equals_its_wait4_rusage() {
+    use std::ffi::CString;
+    let Some(_serial) = ebpf_ready("on_cpu_of_a_whole_traced_life_equals_its_wait4_rusage") else {
+        return;
+    };
+    let _hogs = CpuHogs::start();
+    let argv: Vec<CString> = [
+        workload_bin().to_string_lossy().as_ref(),
+        "futex_stress",
+        "--threads",
+        "4",
+        "--seconds",
+        "2",
+        "--hold",
+        "spin",
+    ]
+    .iter()
+    .map(|s| CString::new(*s).unwrap())
+    .collect();
+    let mut ptrs: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
+    ptrs.push(std::ptr::null());
+    // SAFETY: the child calls only async-signal-safe functions (raise, execv, _exit) on
+    // memory prepared before the fork.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        unsafe {
+            libc::raise(libc::SIGSTOP);
+            libc::execv(ptrs[0], ptrs.as_ptr());
+            libc::_exit(127);
+        }
+    }
+    let mut status = 0;
+    // SAFETY: plain syscalls on our own child.
+    let stopped = unsafe { libc::waitpid(pid, &mut status, libc::WUNTRACED) };
+    assert!(
+        stopped == pid && libc::WIFSTOPPED(status),
+        "child did not stop"
+    );
+    // What it ran before the trace (the fork's return, the raise): outside the window.
+    let schedstat = std::fs::read_to_string(format!("/proc/{pid}/schedstat")).unwrap();
+    let before_trace_ns: u64 = schedstat
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let trace = RunningTrace::start(&[pid], &[]);
+    let mut rusage: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe {
+        assert_eq!(libc::kill(pid, libc::SIGCONT), 0);
+        assert_eq!(libc::wait4(pid, &mut status, 0, &mut rusage), pid);
+    }
+    assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
+    let traced = trace.finish();
+    if classic_hooks() {
+        // Clock-based on_cpu (steal and irq time are in it), steal not measured; the CPU
+        // hogs make the kernel skip more classic-tracepoint runs than other tests allow.
+        assert_eq!(traced.analysis.latency_classes.steal, 0);
+        return;
+    }
+    traced.assert_no_events_lost();
+    traced.assert_classes_sum_to_wall();
+    let us = |t: libc::timeval| t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64;
+    let rusage_ns = (us(rusage.ru_utime) + us(rusage.ru_stime)) * 1000 - before_trace_ns;
+    let on_cpu_ns = traced.analysis.latency_classes.on_cpu;
+    let ratio = on_cpu_ns as f64 / rusage_ns as f64;
+    eprintln!(
+        "on_cpu {on_cpu_ns} ns, rusage {rusage_ns} ns, ratio {ratio:.5}, steal {} ns",
+        traced.analysis.latency_classes.steal
+    );
+    assert!(
+        (ratio - 1.0).abs() <= 0.001,
+        "on_cpu {on_cpu_ns} ns vs wait4 rusage {rusage_ns} ns: ratio {ratio:.5}"
+    );
+}

@@ -35,6 +35,7 @@ fn build_session(backend: Backend) -> Bundle {
         pid: 1000,
         exit_code: Some(0),
         signal: None,
+        untraced_cpu_ns: None,
         rusage: Some(Rusage {
             user_us: 9_100_000,
             system_us: 1_300_000,
@@ -92,6 +93,7 @@ fn build_session(backend: Backend) -> Bundle {
                 },
                 syscall_blocked: age * (100 - share) * 2_500,
                 unknown_wait: age * (100 - share) * 500,
+                steal: 0,
             };
             // The thread classes must add up to wall time; here they come close.
             processes.push(ProcessSample {

@@ -4,7 +4,7 @@
 //! byte for byte; the size assertions at the bottom fail the build if they drift.
 
 use crate::hist::NUM_BUCKETS;
-use crate::NUM_CLASSES;
+use crate::{LatencyClass, NUM_CLASSES};
 
 /// `ThreadState::run_state`: where the thread is, as far as the BPF programs know.
 pub mod run_state {
@@ -20,6 +20,17 @@ pub mod run_state {
     pub const INITIAL: u32 = 3;
     /// Exited, but its exit record could not be sent: userspace reads and removes it.
     pub const EXITED: u32 = 4;
+}
+
+/// `ThreadState::exit_flags`. The work of an exit after `sched_process_exit` (freeing
+/// the address space, closing files) is CPU the kernel accounts to the thread, so under
+/// tp_btf hooks its last interval closes, and its exit record is sent, at the switch-out
+/// of the dead task, with the final runtime.
+pub mod exit_flags {
+    /// Past `sched_process_exit`; `exit_code` holds the exit code.
+    pub const EXITING: u32 = 1;
+    /// It was its process's last thread: the target bit is cleared with the record.
+    pub const GROUP_DEAD: u32 = 2;
 }
 
 /// `ThreadState::sys_nr` when the thread is not inside a syscall.
@@ -66,8 +77,9 @@ pub struct ThreadState {
     pub class_ns: [u64; NUM_CLASSES],
     /// CLOCK_MONOTONIC ns when tracking of this thread started (attach or fork).
     pub start_ns: u64,
-    /// Explicit padding; always 0.
-    pub _pad: u32,
+    /// [`exit_flags`] bits: the thread is past `sched_process_exit` and its exit record
+    /// waits for its final switch-out (tp_btf hooks).
+    pub exit_flags: u32,
     /// `--stacks`: stack id (in `USER_STACKS`) of the user stack captured when the thread
     /// last left the CPU outside a syscall; [`NO_STACK`] otherwise (inside a syscall the
     /// user stack is taken at sys_exit, where it is the same, and only after a long block).
@@ -88,6 +100,10 @@ pub struct ThreadState {
     /// First argument of the syscall in progress (classic tracepoints only, where the
     /// fork and exit hooks need it: clone flags, exit status).
     pub sys_arg0: u64,
+    /// The thread's `se.sum_exec_runtime` already given to `on_cpu` (read at its first
+    /// switch-in, then advanced by each on-CPU interval's on_cpu part), or
+    /// [`NO_RUNTIME`] before it is known (classic tracepoints: always).
+    pub runtime_ns: u64,
 }
 
 impl Default for ThreadState {
@@ -104,7 +120,7 @@ impl Default for ThreadState {
             exit_code: 0,
             class_ns: [0; NUM_CLASSES],
             start_ns: 0,
-            _pad: 0,
+            exit_flags: 0,
             user_stack_id: NO_STACK,
             off_cpu_since_ns: 0,
             off_cpu_sleep_ns: 0,
@@ -114,7 +130,44 @@ impl Default for ThreadState {
             pending_runq_ns: 0,
             pending_kernel_stack: 0,
             sys_arg0: 0,
+            runtime_ns: NO_RUNTIME,
         }
+    }
+}
+
+/// `ThreadState::runtime_ns` while the thread's kernel runtime is not known.
+pub const NO_RUNTIME: u64 = u64::MAX;
+
+impl ThreadState {
+    /// Close the on-CPU interval that ends at `now` of a thread whose kernel runtime
+    /// (`se.sum_exec_runtime`) is now `runtime_ns`, against a known baseline
+    /// (`self.runtime_ns`): the runtime the kernel accounted over it is on_cpu, the rest
+    /// of the interval steal.
+    ///
+    /// Runtime beyond the interval (the kernel reads its rq clock a little before the
+    /// hook reads its clock, at both ends) is not lost: it is taken from the thread's
+    /// steal so far (the kernel says it ran then), and what steal cannot cover waits in
+    /// the baseline for a later interval. So on_cpu keeps up with the kernel's counter
+    /// and the classes still add up exactly (`close_interval`'s invariant).
+    #[inline(always)]
+    pub fn split_on_cpu(&mut self, runtime_ns: u64, now: u64) {
+        if now <= self.since_ns {
+            return;
+        }
+        let interval = now - self.since_ns;
+        let accounted = runtime_ns.saturating_sub(self.runtime_ns);
+        let on_cpu = if accounted < interval {
+            accounted
+        } else {
+            interval
+        };
+        let excess = accounted - on_cpu;
+        let stolen = self.class_ns[LatencyClass::Steal as usize] + (interval - on_cpu);
+        let moved = if excess < stolen { excess } else { stolen };
+        self.class_ns[LatencyClass::OnCpu as usize] += on_cpu + moved;
+        self.class_ns[LatencyClass::Steal as usize] = stolen - moved;
+        self.since_ns = now;
+        self.runtime_ns += on_cpu + moved;
     }
 }
 
@@ -266,12 +319,12 @@ pub struct SlowSyscallRecord {
     pub _pad: u32,
 }
 
-const _: () = assert!(core::mem::size_of::<ThreadState>() == 160);
+const _: () = assert!(core::mem::size_of::<ThreadState>() == 176);
 const _: () = assert!(core::mem::size_of::<StackKey>() == 24);
 const _: () = assert!(core::mem::size_of::<StackTime>() == 16);
 const _: () = assert!(core::mem::size_of::<SyscallKey>() == 8);
 const _: () = assert!(core::mem::size_of::<SyscallHist>() == 16 + 8 * NUM_BUCKETS);
-const _: () = assert!(core::mem::size_of::<LifecycleRecord>() == 104);
+const _: () = assert!(core::mem::size_of::<LifecycleRecord>() == 112);
 const _: () = assert!(core::mem::size_of::<SlowSyscallRecord>() == 48);
 
 #[cfg(feature = "user")]
@@ -285,4 +338,63 @@ mod pod {
     unsafe impl aya::Pod for super::SlowSyscallRecord {}
     unsafe impl aya::Pod for super::StackKey {}
     unsafe impl aya::Pod for super::StackTime {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Three on-CPU intervals of one thread: the hook's clock at switch-in and
+    /// switch-out, and `se.sum_exec_runtime` at switch-out (its baseline at the first
+    /// switch-in was 41_000_000).
+    #[test]
+    fn on_cpu_is_the_accounted_runtime_and_the_rest_of_the_interval_is_steal() {
+        let mut t = ThreadState {
+            run_state: run_state::ON_CPU,
+            since_ns: 5_000_000,
+            start_ns: 5_000_000,
+            runtime_ns: 41_000_000,
+            ..ThreadState::default()
+        };
+        let on = LatencyClass::OnCpu as usize;
+        let steal = LatencyClass::Steal as usize;
+        // 4 ms on the CPU, of which the hypervisor took 0.25 ms.
+        t.split_on_cpu(44_750_000, 9_000_000);
+        assert_eq!((t.class_ns[on], t.class_ns[steal]), (3_750_000, 250_000));
+        // Off the CPU for 1 ms (runqueue), then 2 ms on it that the kernel counts as
+        // 300 ns more (its rq clock was read before the hook's clock at switch-in): the
+        // 300 ns come out of the steal so far.
+        t.class_ns[LatencyClass::Runqueue as usize] += 1_000_000;
+        t.since_ns = 10_000_000;
+        t.split_on_cpu(46_750_300, 12_000_000);
+        assert_eq!((t.class_ns[on], t.class_ns[steal]), (5_750_300, 249_700));
+        // 1 ms, 0.1 ms of it stolen.
+        t.split_on_cpu(47_650_000, 13_000_000);
+        assert_eq!((t.class_ns[on], t.class_ns[steal]), (6_650_000, 350_000));
+        // Beyond the steal so far, the excess waits for a later interval's slack.
+        let mut fresh = ThreadState {
+            since_ns: 0,
+            start_ns: 0,
+            runtime_ns: 0,
+            ..ThreadState::default()
+        };
+        fresh.split_on_cpu(1_000_500, 1_000_000);
+        assert_eq!((fresh.class_ns[on], fresh.class_ns[steal]), (1_000_000, 0));
+        fresh.split_on_cpu(1_999_500, 2_000_000);
+        assert_eq!(
+            (fresh.class_ns[on], fresh.class_ns[steal]),
+            (1_999_500, 500)
+        );
+        assert_eq!(fresh.runtime_ns, 1_999_500);
+        // on_cpu is exactly the runtime the kernel accounted since the baseline.
+        assert_eq!(t.class_ns[on], 47_650_000 - 41_000_000);
+        assert_eq!(t.runtime_ns, 47_650_000);
+        // The classes add up to the thread's wall time, as close_interval's do.
+        let sum: u64 = t.class_ns.iter().sum();
+        assert_eq!(sum, t.since_ns - t.start_ns);
+        // A clock that did not move changes nothing.
+        let before = t;
+        t.split_on_cpu(50_000_000, 13_000_000);
+        assert_eq!(t, before);
+    }
 }

@@ -1,7 +1,7 @@
-//! Latency classes: the six ways a thread's wall time is spent.
+//! Latency classes: the seven ways a thread's wall time is spent.
 //!
 //! Every nanosecond of a thread's life inside the observed window belongs to exactly
-//! one class, so the six add up to the thread's wall time. The rules, applied in this
+//! one class, so the seven add up to the thread's wall time. The rules, applied in this
 //! order to the interval that starts when a thread leaves the CPU:
 //!
 //! 1. `runqueue` — it was still runnable (preempted, state R), or it was woken and is
@@ -12,7 +12,13 @@
 //! 4. `syscall_blocked` — it sleeps inside any other syscall;
 //! 5. `unknown_wait` — anything else (no syscall in progress: a page fault, a signal stop).
 //!
-//! `on_cpu` is the time from switch-in to switch-out; `off_cpu` is the sum of the rest.
+//! The interval from switch-in to switch-out is split in two: `on_cpu` is the part the
+//! kernel accounted to the thread (the move of its `se.sum_exec_runtime`, what rusage
+//! and schedstat report), `steal` the rest: time the thread was current but the kernel
+//! did not run it (hypervisor steal with `CONFIG_PARAVIRT_TIME_ACCOUNTING`, interrupt
+//! service with `CONFIG_IRQ_TIME_ACCOUNTING`). Where the runtime cannot be read
+//! (classic tracepoints, /proc) the whole interval is `on_cpu` and `steal` is 0.
+//! `off_cpu` is the sum of every class but `on_cpu`.
 
 /// File and block I/O syscalls: a D-state sleep inside one of them is `io_wait`.
 pub const IO_SYSCALLS: &[&str] = &[
@@ -52,7 +58,7 @@ pub const IO_SYSCALLS: &[&str] = &[
 pub const LOCK_SYSCALLS: &[&str] = &["futex", "futex_waitv", "futex_wait"];
 
 /// Number of latency classes; class ids are `0..NUM_CLASSES`.
-pub const NUM_CLASSES: usize = 6;
+pub const NUM_CLASSES: usize = 7;
 
 /// One latency class. The discriminant is the id used in BPF maps and bundles.
 #[repr(u32)]
@@ -70,6 +76,9 @@ pub enum LatencyClass {
     SyscallBlocked = 4,
     /// Off-CPU with no syscall in progress (page fault, signal stop) or in an unknown state.
     UnknownWait = 5,
+    /// Current on a CPU but not run for it: the part of a switch-in to switch-out
+    /// interval the kernel did not account to the thread (hypervisor steal, irq time).
+    Steal = 6,
 }
 
 impl LatencyClass {
@@ -81,6 +90,7 @@ impl LatencyClass {
         LatencyClass::LockWait,
         LatencyClass::SyscallBlocked,
         LatencyClass::UnknownWait,
+        LatencyClass::Steal,
     ];
 
     /// The class with this id, if any.
@@ -92,6 +102,7 @@ impl LatencyClass {
             3 => Some(LatencyClass::LockWait),
             4 => Some(LatencyClass::SyscallBlocked),
             5 => Some(LatencyClass::UnknownWait),
+            6 => Some(LatencyClass::Steal),
             _ => None,
         }
     }
@@ -109,18 +120,20 @@ impl LatencyClass {
             LatencyClass::LockWait => "lock_wait",
             LatencyClass::SyscallBlocked => "syscall_blocked",
             LatencyClass::UnknownWait => "unknown_wait",
+            LatencyClass::Steal => "steal",
         }
     }
 
     /// The rule that assigns time to this class, in one line.
     pub const fn rule(self) -> &'static str {
         match self {
-            LatencyClass::OnCpu => "running on a CPU: from switch-in to switch-out",
+            LatencyClass::OnCpu => "running on a CPU: the kernel's accounted runtime (se.sum_exec_runtime) from switch-in to switch-out",
             LatencyClass::Runqueue => "runnable but not running: preempted, or woken and waiting for a CPU",
             LatencyClass::IoWait => "asleep with in_iowait set, or in D state inside a file/block I/O syscall",
             LatencyClass::LockWait => "asleep inside a futex wait/lock operation (futex WAIT*, LOCK_PI*, futex_waitv)",
             LatencyClass::SyscallBlocked => "asleep inside any other syscall (poll, epoll_wait, nanosleep, pipe/socket read, wait4, ...)",
             LatencyClass::UnknownWait => "off-CPU with no syscall in progress (page fault, signal stop) or in an unknown state",
+            LatencyClass::Steal => "current on a CPU but not run: the rest of a switch-in to switch-out interval (hypervisor steal, irq time)",
         }
     }
 
@@ -153,7 +166,7 @@ mod tests {
             assert_eq!(LatencyClass::from_id(i as u32), Some(*class));
             assert_eq!(LatencyClass::from_name(class.name()), Some(*class));
         }
-        assert_eq!(LatencyClass::from_id(6), None);
+        assert_eq!(LatencyClass::from_id(7), None);
         assert_eq!(LatencyClass::from_name("sleeping"), None);
         assert!(!LatencyClass::OnCpu.is_off_cpu());
         assert!(LatencyClass::UnknownWait.is_off_cpu());

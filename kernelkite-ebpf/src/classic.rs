@@ -165,5 +165,6 @@ pub fn classic_sched_process_exit(ctx: TracePointContext) -> u32 {
         (nr == global(&NR_EXIT) || nr == global(&NR_EXIT_GROUP))
             .then_some(((status & 0xff) << 8) as u32)
     };
-    lifecycle::on_exit(exit_code, group_dead) as u32
+    // No task_struct here: the record is sent now (see lifecycle::on_exit).
+    lifecycle::on_exit(exit_code, group_dead, false) as u32
 }

@@ -6,8 +6,8 @@ use aya_ebpf::helpers::{bpf_get_current_comm, bpf_get_current_task, bpf_ktime_ge
 use aya_ebpf::macros::btf_tracepoint;
 use aya_ebpf::programs::BtfTracePointContext;
 use kernelkite_common::bpf::{
-    lost, record_flags, record_kind, run_state, LifecycleRecord, ThreadState, COMM_LEN, NO_STACK,
-    NO_SYSCALL,
+    exit_flags, lost, record_flags, record_kind, run_state, LifecycleRecord, ThreadState,
+    COMM_LEN, NO_STACK, NO_SYSCALL,
 };
 use kernelkite_common::LatencyClass;
 
@@ -89,7 +89,7 @@ pub fn on_fork(child: impl FnOnce(u32) -> (u32, u32)) -> i32 {
         sys_nr: NO_SYSCALL,
         sys_enter_ns: 0,
         sys_is_lock: 0,
-        class_ns: [0; 6],
+        class_ns: [0; kernelkite_common::NUM_CLASSES],
         start_ns: now,
         ..ThreadState::default()
     };
@@ -161,35 +161,62 @@ pub fn sched_process_exit(ctx: BtfTracePointContext) -> i32 {
     } else {
         unsafe { task::group_dead(task) }
     };
-    on_exit(|| Some(unsafe { task::exit_code(task) }), group_dead)
+    on_exit(|| Some(unsafe { task::exit_code(task) }), group_dead, true)
 }
 
 /// A thread's exit, in the exiting thread (which is on a CPU); `exit_code` gives
 /// `task_struct.exit_code`, or None where the hook cannot know it; `group_dead`: it was
-/// the process's last thread.
+/// the process's last thread. `defer` (tp_btf hooks): the record waits for the dead
+/// task's final switch-out (`exit_flags`), which closes its last interval with the
+/// runtime the rest of the exit used; without it the record is sent now.
 #[inline(always)]
-pub fn on_exit(exit_code: impl FnOnce() -> Option<u32>, group_dead: bool) -> i32 {
+pub fn on_exit(exit_code: impl FnOnce() -> Option<u32>, group_dead: bool, defer: bool) -> i32 {
     let pid_tgid = aya_ebpf::helpers::bpf_get_current_pid_tgid();
     let (tgid, tid) = ((pid_tgid >> 32) as u32, pid_tgid as u32);
     if !is_target(tgid) {
         return 0;
     }
-    if group_dead {
-        // Its pid is free for reuse by a process that is not ours.
-        clear_target(tgid);
-    }
     let Some(t) = thread(tid) else {
+        if group_dead {
+            clear_target(tgid);
+        }
         return 0;
     };
-    // SAFETY: helper call without preconditions.
-    let now = unsafe { bpf_ktime_get_ns() };
-    close_interval(t, LatencyClass::OnCpu, now);
     // A long block whose syscall never returned (the thread was killed in it).
     stacks::flush_pending(tgid, tid, t, NO_STACK as i64);
     let (exit_code, flags) = match exit_code() {
         Some(code) => (code, 0),
         None => (0, record_flags::EXIT_CODE_UNKNOWN),
     };
+    if defer && flags == 0 {
+        t.exit_code = exit_code;
+        t.exit_flags = exit_flags::EXITING | if group_dead { exit_flags::GROUP_DEAD } else { 0 };
+        return 0;
+    }
+    if group_dead {
+        // Its pid is free for reuse by a process that is not ours.
+        clear_target(tgid);
+    }
+    // SAFETY: helper call without preconditions.
+    let now = unsafe { bpf_ktime_get_ns() };
+    close_interval(t, LatencyClass::OnCpu, now);
+    send_exit(tgid, tid, t, now, exit_code, flags);
+    0
+}
+
+/// The dead task `tid` leaves the CPU for the last time (its last interval is closed).
+#[inline(always)]
+pub fn on_final_switch(tgid: u32, tid: u32, t: &mut ThreadState, now: u64) {
+    if t.exit_flags & exit_flags::GROUP_DEAD != 0 {
+        // Its pid is free for reuse by a process that is not ours.
+        clear_target(tgid);
+    }
+    send_exit(tgid, tid, t, now, t.exit_code, 0);
+}
+
+/// Send the exit record of `tid` and forget it (or leave it for userspace).
+#[inline(always)]
+fn send_exit(tgid: u32, tid: u32, t: &mut ThreadState, now: u64, exit_code: u32, flags: u32) {
     let sent = send(LifecycleRecord {
         kind: record_kind::EXIT,
         tgid,
@@ -209,5 +236,4 @@ pub fn on_exit(exit_code: impl FnOnce() -> Option<u32>, group_dead: bool) -> i32
         t.exit_code = exit_code;
         t.run_state = run_state::EXITED;
     }
-    0
 }

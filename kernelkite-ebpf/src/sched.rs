@@ -5,14 +5,18 @@ use aya_ebpf::helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns};
 use aya_ebpf::macros::btf_tracepoint;
 use aya_ebpf::programs::tracing::StackIdContext;
 use aya_ebpf::programs::BtfTracePointContext;
-use kernelkite_common::bpf::{run_state, syscall_kind, ThreadState, NO_SYSCALL};
+use kernelkite_common::bpf::{
+    exit_flags, run_state, syscall_kind, ThreadState, NO_RUNTIME, NO_SYSCALL,
+};
 use kernelkite_common::LatencyClass;
 
 use crate::maps::{is_target, thread, SYSCALL_KIND};
-use crate::{stacks, task};
+use crate::{lifecycle, stacks, task};
 
 const TASK_RUNNING: u32 = 0;
 const TASK_UNINTERRUPTIBLE: u32 = 0x2;
+/// A task's state at its final switch-out (do_task_dead).
+const TASK_DEAD: u32 = 0x80;
 
 /// Add the interval since `since_ns` to `class`.
 #[inline(always)]
@@ -28,6 +32,22 @@ pub fn close_interval(t: &mut ThreadState, class: LatencyClass, now: u64) {
         *slot += now - t.since_ns;
         t.since_ns = now;
     }
+}
+
+/// Close an on-CPU interval of a thread whose kernel runtime is now `runtime_ns`: the
+/// part the kernel accounted to it is on_cpu, the rest of the interval steal
+/// (`ThreadState::split_on_cpu`). At sched_switch the kernel has just updated the
+/// outgoing thread's runtime (put_prev_task -> update_curr), so the move of
+/// `se.sum_exec_runtime` is what rusage and schedstat count. Without a baseline (first
+/// observation on a CPU) or a runtime (classic tracepoints) the whole interval is on_cpu.
+#[inline(always)]
+fn close_on_cpu(t: &mut ThreadState, runtime_ns: u64, now: u64) {
+    if runtime_ns == NO_RUNTIME || t.runtime_ns == NO_RUNTIME {
+        close_interval(t, LatencyClass::OnCpu, now);
+        t.runtime_ns = runtime_ns;
+        return;
+    }
+    t.split_on_cpu(runtime_ns, now);
 }
 
 /// The class of the interval the thread is in now, if it is not on a CPU.
@@ -72,8 +92,15 @@ fn sleep_class(t: &ThreadState, prev: *const u8, prev_state: u32) -> LatencyClas
 fn switch_out(t: &mut ThreadState, prev: *const u8, preempt: bool, prev_state: u32, now: u64) {
     match t.run_state {
         run_state::EXITED => return,
-        // INITIAL: a thread that leaves the CPU was on it since we attached.
-        run_state::ON_CPU | run_state::INITIAL => close_interval(t, LatencyClass::OnCpu, now),
+        // SAFETY: prev is the tracepoint's task_struct (null: classic tracepoints).
+        run_state::ON_CPU => close_on_cpu(t, unsafe { task::sum_exec_runtime(prev) }, now),
+        // INITIAL: a thread that leaves the CPU was on it since we attached (from an
+        // unknown runtime: the interval is on_cpu; this read is the baseline).
+        run_state::INITIAL => {
+            close_interval(t, LatencyClass::OnCpu, now);
+            // SAFETY: as above.
+            t.runtime_ns = unsafe { task::sum_exec_runtime(prev) };
+        }
         // Not counted as a missed switch-in: an INITIAL thread woken while still on its
         // CPU is taken for runnable, then switched out so (exec storms under `run`).
         _ => close_interval(t, waiting_class(t), now),
@@ -87,7 +114,13 @@ fn switch_out(t: &mut ThreadState, prev: *const u8, preempt: bool, prev_state: u
 }
 
 #[inline(always)]
-fn switch_in(t: &mut ThreadState, now: u64) {
+fn switch_in(t: &mut ThreadState, next: *const u8, now: u64) {
+    if t.runtime_ns == NO_RUNTIME {
+        // First observation: the runtime it enters the CPU with is the baseline (it
+        // does not move while the thread is off the CPU).
+        // SAFETY: next is the tracepoint's task_struct (null: classic tracepoints).
+        t.runtime_ns = unsafe { task::sum_exec_runtime(next) };
+    }
     match t.run_state {
         run_state::EXITED => return,
         // Not counted as a missed switch-out: system-wide sessions show such switch-ins
@@ -130,7 +163,10 @@ pub fn on_switch<C: StackIdContext>(ctx: &C, sw: Switch) -> i32 {
     let mut now = 0;
     // The tracepoint runs in the context of `prev`.
     let pid_tgid = bpf_get_current_pid_tgid();
-    if is_target((pid_tgid >> 32) as u32) {
+    // A dead task's last switch-out is looked at even when its process's target bit is
+    // already clear: the last thread to exit can finish before another one does.
+    let dead = matches!(sw.prev_state, Some(s) if s & TASK_DEAD != 0);
+    if dead || is_target((pid_tgid >> 32) as u32) {
         let prev_tid = pid_tgid as u32;
         if let Some(t) = thread(prev_tid) {
             now = clock_ns();
@@ -144,8 +180,14 @@ pub fn on_switch<C: StackIdContext>(ctx: &C, sw: Switch) -> i32 {
             let prev_state = sw
                 .prev_state
                 .unwrap_or_else(|| unsafe { task::state(sw.prev) });
-            switch_out(t, sw.prev, sw.preempt, prev_state, now);
-            stacks::on_switch_out(ctx, t, now, ran_ns);
+            if t.exit_flags & exit_flags::EXITING != 0 && prev_state & TASK_DEAD != 0 {
+                // SAFETY: prev is the tracepoint's task_struct.
+                close_on_cpu(t, unsafe { task::sum_exec_runtime(sw.prev) }, now);
+                lifecycle::on_final_switch((pid_tgid >> 32) as u32, prev_tid, t, now);
+            } else {
+                switch_out(t, sw.prev, sw.preempt, prev_state, now);
+                stacks::on_switch_out(ctx, t, now, ran_ns);
+            }
         }
     }
     if sw.next_tgid != 0 && !is_target(sw.next_tgid) {
@@ -156,7 +198,7 @@ pub fn on_switch<C: StackIdContext>(ctx: &C, sw: Switch) -> i32 {
             now = clock_ns();
         }
         stacks::on_switch_in(sw.next, t.tgid, sw.next_tid, t, now);
-        switch_in(t, now);
+        switch_in(t, sw.next, now);
     }
     0
 }

@@ -1,6 +1,7 @@
 //! Reading `struct task_struct` fields at offsets userspace found in the kernel's BTF.
 
 use aya_ebpf::helpers::bpf_probe_read_kernel;
+use kernelkite_common::bpf::NO_RUNTIME;
 
 /// Offsets set by userspace at load time (`EbpfLoader::set_global`).
 #[unsafe(no_mangle)]
@@ -21,6 +22,9 @@ static TASK_IN_IOWAIT_MASK: u32 = 0;
 static TASK_SIGNAL_OFFSET: u32 = 0;
 #[unsafe(no_mangle)]
 static SIGNAL_LIVE_OFFSET: u32 = 0;
+/// `task->se.sum_exec_runtime` (0: not set, classic tracepoints).
+#[unsafe(no_mangle)]
+static TASK_SUM_EXEC_RUNTIME_OFFSET: u32 = 0;
 
 #[inline(always)]
 fn global(v: &'static u32) -> u32 {
@@ -83,6 +87,19 @@ pub unsafe fn in_iowait(task: *const u8) -> bool {
     }
     let byte = unsafe { read_at::<u8>(task, global(&TASK_IN_IOWAIT_BYTE)) };
     (byte as u32) & mask != 0
+}
+
+/// `task->se.sum_exec_runtime`: the ns of CPU the kernel accounted to the task (what
+/// rusage and schedstat report), or `NO_RUNTIME` when it cannot be read.
+#[inline(always)]
+pub unsafe fn sum_exec_runtime(task: *const u8) -> u64 {
+    let offset = global(&TASK_SUM_EXEC_RUNTIME_OFFSET);
+    if task.is_null() || offset == 0 {
+        return NO_RUNTIME;
+    }
+    // SAFETY: as in read_at; a failed read is NO_RUNTIME, not a runtime of 0.
+    unsafe { bpf_probe_read_kernel(task.add(offset as usize) as *const u64) }
+        .unwrap_or(NO_RUNTIME)
 }
 
 /// Whether the exiting `task` was the last live thread of its process: its

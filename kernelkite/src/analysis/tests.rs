@@ -128,6 +128,7 @@ fn launched_command_sets_session_start_and_rusage_is_exact() {
         pid: 10,
         exit_code: Some(0),
         signal: None,
+        untraced_cpu_ns: None,
         rusage: Some(Rusage {
             user_us: 150_000,
             system_us: 50_000,
@@ -212,14 +213,14 @@ fn proc_estimate_splits_the_remainder_by_votes_and_adds_up() {
 
 #[test]
 fn estimate_always_adds_up_to_the_window() {
-    let cases: &[(u64, u64, u64, bool, [u64; 6])] = &[
-        (1_000, 300, 100, true, [0, 0, 1, 1, 1, 0]),
-        (1_000, 300, 100, true, [5, 0, 0, 0, 0, 0]),
-        (1_000, 900, 400, true, [0, 0, 1, 0, 0, 0]),
-        (999_999_937, 17, 3, true, [0, 0, 3, 7, 11, 13]),
-        (1_000, 0, 0, false, [2, 0, 1, 0, 0, 0]),
-        (0, 0, 0, true, [0, 0, 0, 0, 0, 0]),
-        (u64::MAX, 1, 1, true, [0, 0, u64::MAX / 4, 1, 1, 1]),
+    let cases: &[(u64, u64, u64, bool, [u64; 7])] = &[
+        (1_000, 300, 100, true, [0, 0, 1, 1, 1, 0, 0]),
+        (1_000, 300, 100, true, [5, 0, 0, 0, 0, 0, 0]),
+        (1_000, 900, 400, true, [0, 0, 1, 0, 0, 0, 0]),
+        (999_999_937, 17, 3, true, [0, 0, 3, 7, 11, 13, 0]),
+        (1_000, 0, 0, false, [2, 0, 1, 0, 0, 0, 0]),
+        (0, 0, 0, true, [0, 0, 0, 0, 0, 0, 0]),
+        (u64::MAX, 1, 1, true, [0, 0, u64::MAX / 4, 1, 1, 1, 0]),
     ];
     for &(window, on, rq, has, votes) in cases {
         let c = estimate_classes(window, on, rq, has, &votes);
@@ -552,6 +553,7 @@ fn analysis_never_panics_on_arbitrary_bundles() {
                             3,
                             4,
                             r.next(9),
+                            r.next(3),
                         ]));
                     }
                     p.threads.push(t);
@@ -577,6 +579,7 @@ fn analysis_never_panics_on_arbitrary_bundles() {
                 pid: r.next(5) as i32,
                 exit_code: None,
                 signal: None,
+                untraced_cpu_ns: None,
                 rusage: Some(Rusage::default()),
             });
         }
@@ -620,6 +623,7 @@ fn reaped_children_io_is_not_counted_twice() {
         pid: 10,
         exit_code: Some(0),
         signal: None,
+        untraced_cpu_ns: None,
         rusage: None,
     });
     let a = analyze(&b);

@@ -58,6 +58,12 @@ fn render_text(report: &serde_json::Value) -> String {
     if report.get("stacks").is_some() {
         out.push_str(&format!("--stacks:         {}\n", s(field("stacks"))));
     }
+    if let Some(t) = report.get("time_accounting") {
+        let part = |k: &str| s(t.get(k).cloned().unwrap_or(serde_json::Value::Null));
+        out.push_str(&format!("steal time:       {}\n", part("steal")));
+        out.push_str(&format!("irq time:         {}\n", part("irq")));
+        out.push_str(&format!("delay accounting: {}\n", part("delayacct")));
+    }
     out
 }
 
@@ -160,6 +166,7 @@ mod platform {
             }
         };
         json!({
+            "time_accounting": super::time_accounting::probe(),
             "kernel_release": a.kernel_release,
             "arch": std::env::consts::ARCH,
             "btf": if a.btf { "yes (/sys/kernel/btf/vmlinux)" } else { "no" },
@@ -184,6 +191,89 @@ mod platform {
             "yes"
         } else {
             "no"
+        }
+    }
+}
+
+/// How this kernel accounts a thread's CPU time: what on_cpu (the kernel's runtime)
+/// leaves out and the steal class measures.
+mod time_accounting {
+    use serde_json::json;
+
+    /// `CONFIG_<key>` in a kernel config text: `Some("y")`, or `Some("n")` for
+    /// `# CONFIG_<key> is not set`, None when absent.
+    pub fn config_value<'a>(config: &'a str, key: &str) -> Option<&'a str> {
+        let set = format!("CONFIG_{key}=");
+        let unset = format!("# CONFIG_{key} is not set");
+        config.lines().find_map(|l| {
+            if let Some(v) = l.strip_prefix(&set) {
+                Some(v)
+            } else if l == unset {
+                Some("n")
+            } else {
+                None
+            }
+        })
+    }
+
+    /// The host-wide steal ticks of /proc/stat (the 8th value of the `cpu` line).
+    pub fn stat_steal_ticks(stat: &str) -> Option<u64> {
+        let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+        line.split_whitespace().nth(8)?.parse().ok()
+    }
+
+    pub fn probe() -> serde_json::Value {
+        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+        let config_path = format!("/boot/config-{}", release.trim());
+        let config = std::fs::read_to_string(&config_path).ok();
+        let from_config = |key: &str| {
+            config
+                .as_deref()
+                .and_then(|c| config_value(c, key))
+                .map(|v| format!("CONFIG_{key}={v} ({config_path})"))
+        };
+        let steal_now = || {
+            std::fs::read_to_string("/proc/stat")
+                .ok()
+                .and_then(|s| stat_steal_ticks(&s))
+        };
+        let before = steal_now();
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let moving = matches!((before, steal_now()), (Some(a), Some(b)) if b > a);
+        let steal = match (from_config("PARAVIRT_TIME_ACCOUNTING"), moving) {
+            (_, true) => "accounted: /proc/stat's steal column moves; on_cpu leaves it out, the steal class measures it per thread".to_string(),
+            (Some(c), false) => format!("{c}; no steal seen in /proc/stat over 200 ms"),
+            (None, false) => "no steal seen in /proc/stat over 200 ms (none now, or not accounted)".to_string(),
+        };
+        let irq = from_config("IRQ_TIME_ACCOUNTING").map_or_else(
+            || {
+                "unknown (no kernel config in /boot); where accounted, it is in steal, not on_cpu"
+                    .to_string()
+            },
+            |c| format!("{c}; where set, irq time is in steal, not on_cpu"),
+        );
+        let delayacct = match std::fs::read_to_string("/proc/sys/kernel/task_delayacct") {
+            Ok(v) if v.trim() == "1" => "on (kernel.task_delayacct=1)".to_string(),
+            Ok(_) => "off (kernel.task_delayacct=0)".to_string(),
+            Err(_) => "unknown (no kernel.task_delayacct)".to_string(),
+        };
+        json!({ "steal": steal, "irq": irq, "delayacct": delayacct })
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn config_and_stat_fields_parse() {
+            let config =
+                "CONFIG_PARAVIRT_TIME_ACCOUNTING=y\n# CONFIG_IRQ_TIME_ACCOUNTING is not set\n";
+            assert_eq!(config_value(config, "PARAVIRT_TIME_ACCOUNTING"), Some("y"));
+            assert_eq!(config_value(config, "IRQ_TIME_ACCOUNTING"), Some("n"));
+            assert_eq!(config_value(config, "SCHEDSTATS"), None);
+            let stat = "cpu  4705 356 584 3699 23 23 0 7 0 0\ncpu0 1 2 3 4 5 6 7 8 9 10\n";
+            assert_eq!(stat_steal_ticks(stat), Some(7));
+            assert_eq!(stat_steal_ticks("intr 1\n"), None);
         }
     }
 }

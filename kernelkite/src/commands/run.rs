@@ -349,6 +349,9 @@ mod linux {
             .spawn_gated(&args.command)
             .map_err(|e| super::not_started(&args.command[0], e))?;
         raise_open_file_limit();
+        // Once the child waits at the gate, its CPU so far is kernelkite's start-up in
+        // it; read before the attach, so none of it is also traced.
+        let untraced_cpu_ns = waits_at_gate(pid).then(|| schedstat_cpu_ns(pid)).flatten();
         let started = session
             .attach_to_gated(pid)
             .and_then(|()| session.take_ring());
@@ -363,8 +366,13 @@ mod linux {
                 return Err(e).context("cannot trace the command");
             }
         };
-        gate.open()
-            .map_err(|e| super::not_started(&args.command[0], e))?;
+        match gate.open() {
+            Ok(()) => {}
+            // A signal passed on to the command (SIGHUP, SIGTERM) killed it at the gate:
+            // it is reaped and reported like any other death of the command.
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+            Err(e) => return Err(super::not_started(&args.command[0], e)),
+        }
         note_root(launcher);
         let mut schedule = Schedule::new(Instant::now(), Duration::from_millis(global.interval_ms));
         until_reaped(launcher, &mut schedule, |tick, _| {
@@ -383,8 +391,17 @@ mod linux {
             }
             Ok(())
         })?;
-        while let Some(record) = ring.next() {
-            session.handle_record(&record);
+        // The last thread of a reaped process may still be on its way off the CPU; its
+        // exit record follows within moments of the reap.
+        let deadline = Instant::now() + Duration::from_millis(500);
+        loop {
+            while let Some(record) = ring.next() {
+                session.handle_record(&record);
+            }
+            if !session.exits_pending() || Instant::now() > deadline {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
         }
         drop(ring);
         // Everything is reaped: RUSAGE_CHILDREN now covers the whole tree exactly.
@@ -393,8 +410,37 @@ mod linux {
         session.detach();
         crate::commands::note_lost_events(&session);
         let mut bundle = session.finish()?;
-        bundle.launched = Some(launched_command(args, pid, exit, rusage));
+        let mut launched = launched_command(args, pid, exit, rusage);
+        launched.untraced_cpu_ns = untraced_cpu_ns;
+        bundle.launched = Some(launched);
         Ok((bundle, exit))
+    }
+
+    /// Wait (up to 5 s) until the gated child blocks in the gate's one-byte read(2), as
+    /// `/proc/<pid>/syscall` shows (the dynamic loader's reads are larger).
+    fn waits_at_gate(pid: i32) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            let syscall = std::fs::read_to_string(format!("/proc/{pid}/syscall"));
+            let fields: Vec<String> = syscall
+                .map(|s| s.split_whitespace().take(4).map(str::to_owned).collect())
+                .unwrap_or_default();
+            if fields.len() == 4
+                && fields[0].parse::<i64>().ok() == Some(libc::SYS_read)
+                && fields[3] == "0x1"
+            {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        false
+    }
+
+    /// `/proc/<pid>/schedstat` field 1: the CPU the kernel accounted to the process's
+    /// (only) thread, ns.
+    fn schedstat_cpu_ns(pid: i32) -> Option<u64> {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/schedstat")).ok()?;
+        text.split_whitespace().next()?.parse().ok()
     }
 
     fn launched_command(
@@ -415,6 +461,7 @@ mod linux {
                 _ => None,
             },
             rusage: Some(rusage),
+            untraced_cpu_ns: None,
         }
     }
 

@@ -42,6 +42,8 @@ pub fn class_cname(class: LatencyClass) -> &'static str {
         LatencyClass::LockWait => "thread_state_uninterruptible",
         LatencyClass::SyscallBlocked => "thread_state_sleeping",
         LatencyClass::UnknownWait => "thread_state_unknown",
+        // Runnable from the thread's side: it was current, the CPU was not given to it.
+        LatencyClass::Steal => "thread_state_runnable",
     }
 }
 

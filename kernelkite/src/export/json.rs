@@ -65,6 +65,9 @@ pub mod model_schema {
         pub lock_wait: u64,
         pub syscall_blocked: u64,
         pub unknown_wait: u64,
+        /// Current on a CPU but not run: hypervisor steal, irq time (0 where the
+        /// kernel's runtime cannot be read: classic tracepoints, /proc).
+        pub steal: u64,
     }
 
     /// The frame cap (`model::FrameCap`).

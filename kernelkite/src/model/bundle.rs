@@ -310,7 +310,9 @@ pub struct Schedstat {
 }
 
 /// Nanoseconds per latency class. Serialized as a row in class order (on_cpu, runqueue,
-/// io_wait, lock_wait, syscall_blocked, unknown_wait).
+/// io_wait, lock_wait, syscall_blocked, unknown_wait, steal); `steal` is left out of the
+/// row when it is 0, so bundles from before it was measured (six columns) read and
+/// rewrite unchanged.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClassTimes {
@@ -320,6 +322,8 @@ pub struct ClassTimes {
     pub lock_wait: u64,
     pub syscall_blocked: u64,
     pub unknown_wait: u64,
+    #[serde(default)]
+    pub steal: u64,
 }
 
 /// Serialize class times as an object keyed by class name (`{"on_cpu": ns, ...}`), the
@@ -345,6 +349,7 @@ impl ClassTimes {
             lock_wait: ns[3],
             syscall_blocked: ns[4],
             unknown_wait: ns[5],
+            steal: ns[6],
         }
     }
 
@@ -356,6 +361,7 @@ impl ClassTimes {
             self.lock_wait,
             self.syscall_blocked,
             self.unknown_wait,
+            self.steal,
         ]
     }
 
@@ -423,6 +429,12 @@ pub struct LaunchedCommand {
     /// `getrusage(RUSAGE_CHILDREN)` after the command and every descendant (kernelkite is
     /// their subreaper) were reaped: exact CPU of the whole tree, however short-lived.
     pub rusage: Option<Rusage>,
+    /// eBPF: CPU the command's process had used when tracing began
+    /// (`/proc/<pid>/schedstat` field 1 while it waited at the start gate): kernelkite's
+    /// own start-up in the child (fork, re-exec), in `rusage` but outside the session, so
+    /// the traced on_cpu matches `rusage` minus this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub untraced_cpu_ns: Option<u64>,
 }
 
 /// The fields of `struct rusage` kernelkite uses.
@@ -573,14 +585,23 @@ serialize_as_row!(Schedstat {
     runqueue_ns,
     timeslices,
 });
-serialize_as_row!(ClassTimes {
-    on_cpu,
-    runqueue,
-    io_wait,
-    lock_wait,
-    syscall_blocked,
-    unknown_wait,
-});
+impl Serialize for ClassTimes {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeTuple;
+        let all = self.to_array();
+        // The six-column row of bundles without steal (see the type's doc).
+        let columns = if self.steal == 0 {
+            NUM_CLASSES - 1
+        } else {
+            NUM_CLASSES
+        };
+        let mut row = serializer.serialize_tuple(columns)?;
+        for v in &all[..columns] {
+            row.serialize_element(v)?;
+        }
+        row.end()
+    }
+}
 serialize_as_row!(NetDevCounters {
     interface,
     rx_bytes,

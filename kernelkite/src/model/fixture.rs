@@ -272,6 +272,9 @@ struct FixtureClasses {
     lock_wait: Vec<u64>,
     syscall_blocked: Vec<u64>,
     unknown_wait: Vec<u64>,
+    /// Optional: fixtures written before steal was measured have none (all 0).
+    #[serde(default)]
+    steal: Option<Vec<u64>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -606,6 +609,9 @@ fn convert(fx: Fixture, source_name: &str) -> Result<Bundle, FixtureError> {
                     for (name, col) in cols {
                         column(&towner, name, col, tf, tl, true)?;
                     }
+                    if let Some(steal) = &c.steal {
+                        column(&towner, "class_ns.steal", steal, tf, tl, true)?;
+                    }
                     Some(c)
                 }
             };
@@ -628,6 +634,7 @@ fn convert(fx: Fixture, source_name: &str) -> Result<Bundle, FixtureError> {
                             c.lock_wait[k],
                             c.syscall_blocked[k],
                             c.unknown_wait[k],
+                            c.steal.as_ref().map_or(0, |s| s[k]),
                         ])
                     }),
                 });

@@ -348,7 +348,7 @@ mod tests {
                 timeslices: 3,
             }),
             syscall_nr: Some(-1),
-            class_ns: Some(ClassTimes::from_array([4, 5, 6, 7, 8, 9])),
+            class_ns: Some(ClassTimes::from_array([4, 5, 6, 7, 8, 9, 0])),
         };
         let process = ProcessSample {
             pid: 10,

@@ -294,7 +294,8 @@ impl<R: Read> RecordingReader<R> {
             payload_offset,
             message,
         };
-        let records = decode_payload(&raw).map_err(|e| record_error(e.at, e.message))?;
+        let records =
+            decode_payload(&raw, self.version).map_err(|e| record_error(e.at, e.message))?;
         for (payload_offset, record) in records {
             // The session start comes first and once; nothing follows the end.
             let is_start = matches!(record, Record::SessionStart(_));
@@ -355,7 +356,7 @@ impl<R: Read> Iterator for RecordingReader<R> {
 }
 
 /// Every record of one chunk's decompressed payload, with its offset in the payload.
-fn decode_payload(raw: &[u8]) -> FieldResult<Vec<(usize, Record)>> {
+fn decode_payload(raw: &[u8], version: u16) -> FieldResult<Vec<(usize, Record)>> {
     let mut t = Take::new(raw, 0);
     let mut out = Vec::new();
     while t.remaining() > 0 {
@@ -370,7 +371,9 @@ fn decode_payload(raw: &[u8]) -> FieldResult<Vec<(usize, Record)>> {
                 message: format!("unknown record type {kind}"),
             });
         };
-        out.push((at, decode_body(kind, &mut Take::new(body, body_at))?));
+        let mut body = Take::new(body, body_at);
+        body.version = version;
+        out.push((at, decode_body(kind, &mut body)?));
     }
     Ok(out)
 }
@@ -498,7 +501,13 @@ fn thread(t: &mut Take<'_>) -> FieldResult<ThreadSample> {
 
 fn class_times(t: &mut Take<'_>) -> FieldResult<ClassTimes> {
     let mut ns = [0u64; kernelkite_common::NUM_CLASSES];
-    for v in &mut ns {
+    // Version 1 rows have six columns: no steal.
+    let columns = if t.version == 1 {
+        kernelkite_common::NUM_CLASSES - 1
+    } else {
+        kernelkite_common::NUM_CLASSES
+    };
+    for v in ns.iter_mut().take(columns) {
         *v = t.u64("class_ns")?;
     }
     Ok(ClassTimes::from_array(ns))
@@ -578,6 +587,11 @@ fn launched(t: &mut Take<'_>) -> FieldResult<LaunchedCommand> {
                 involuntary_switches: t.u64("involuntary_switches")?,
             })
         })?,
+        untraced_cpu_ns: if t.version >= 2 {
+            t.opt("untraced_cpu_ns", |t| t.u64("untraced_cpu_ns"))?
+        } else {
+            None
+        },
     })
 }
 

@@ -271,6 +271,7 @@ fn launched(p: &mut Put<'_>, l: &LaunchedCommand) {
             p.u64(v);
         }
     });
+    p.opt(l.untraced_cpu_ns, |p, v| p.u64(v));
 }
 
 /// One chunk (header and payload) holding `raw` records.

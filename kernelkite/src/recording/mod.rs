@@ -2,14 +2,14 @@
 //! to a compact binary file while it runs, and replayed later (without root, on any OS)
 //! into the very bundle the live session wrote.
 //!
-//! # Format, version 1 (docs/FORMAT.md has the same, with examples)
+//! # Format, version 2 (docs/FORMAT.md has the same, with examples)
 //!
 //! Every integer is little-endian, fixed width. A file is a header and then chunks:
 //!
 //! ```text
 //! header (16 bytes)
 //!   0  magic        8 bytes  89 4B 4B 52 0D 0A 1A 0A  ("\x89KKR\r\n\x1a\n")
-//!   8  version      u16      1
+//!   8  version      u16      2 (1: class rows without steal)
 //!  10  flags        u16      0 (reserved; a reader rejects other values)
 //!  12  reserved     u32      0
 //! chunk (16-byte header + payload), repeated until the end of the file
@@ -36,15 +36,16 @@
 //! | 4 | slow syscall | t_ns u64, pid i32, tid i32, nr u32, name str, duration_ns u64, ret i64, user_stack opt<u32> |
 //! | 5 | histograms | t_ns u64, vec<(pid i32, nr u32, name str, count u64, total_ns u64, max_ns u64, buckets vec<(index u32, count u64)>)>: every histogram, cumulative; the last one wins |
 //! | 6 | events lost | t_ns u64, count u64 (cumulative; the last one wins) |
-//! | 7 | launched | argv vec<str>, pid i32, exit_code opt<i32>, signal opt<i32>, rusage opt<(user_us, system_us, max_rss_kib, minor_faults, major_faults, voluntary_switches, involuntary_switches: u64)> |
+//! | 7 | launched | argv vec<str>, pid i32, exit_code opt<i32>, signal opt<i32>, rusage opt<(user_us, system_us, max_rss_kib, minor_faults, major_faults, voluntary_switches, involuntary_switches: u64)>, untraced_cpu_ns opt<u64> (version 2 on) |
 //! | 8 | end | t_ns u64: the session ended and every record was written |
 //! | 9 | stacks | the bundle's stack profile (`--stacks`): sample_hz u64, min_block_ns u64, frames vec<(addr u64, kernel u8, module opt<str>, module_offset opt<u64>, symbol opt<str>, file opt<str>, line opt<u32>)>, stacks vec<vec<u32>>, samples vec<(pid i32, tid i32, class str, user_stack opt<u32>, kernel_stack opt<u32>, total_ns u64, count u64)>, captures_lost u64, slow_stacks vec<(slow syscall arrival index u32, user stack index u32)>; written when the session ends |
 //!
 //! `process` = pid i32, ppid i32, comm str, state str, start_time_ticks, utime_ticks,
 //! stime_ticks, cutime_ticks, cstime_ticks, rss_pages, num_threads (u64 each),
 //! io opt<7 × u64>, threads vec<thread>; `thread` = tid i32, comm str, state str,
-//! schedstat opt<3 × u64>, syscall_nr opt<i64>, class_ns opt<classes>; `classes` = 6 × u64
-//! in class order (on_cpu, runqueue, io_wait, lock_wait, syscall_blocked, unknown_wait);
+//! schedstat opt<3 × u64>, syscall_nr opt<i64>, class_ns opt<classes>; `classes` = 7 × u64
+//! in class order (on_cpu, runqueue, io_wait, lock_wait, syscall_blocked, unknown_wait,
+//! steal; version 1: the first six, steal 0);
 //! `netdev` = interface str, rx_bytes, rx_packets, tx_bytes, tx_packets (u64 each).
 //!
 //! The session start record comes first and once; a frame record is written each time
@@ -71,7 +72,7 @@ use crate::model::{
 /// ^Z and LF, which text-mode transfers and line-ending conversions visibly break.
 pub const MAGIC: [u8; 8] = [0x89, b'K', b'K', b'R', b'\r', b'\n', 0x1a, b'\n'];
 /// The version this build writes (and the newest it reads).
-pub const FORMAT_VERSION: u16 = 1;
+pub const FORMAT_VERSION: u16 = 2;
 /// Length of the file header.
 pub const FILE_HEADER_LEN: usize = 16;
 /// Length of a chunk header.

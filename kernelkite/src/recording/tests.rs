@@ -61,7 +61,7 @@ fn frame(t_ns: u64, utime: u64) -> Frame {
                     timeslices: 4,
                 }),
                 syscall_nr: Some(-1),
-                class_ns: Some(ClassTimes::from_array([utime, 1, 2, 3, 4, 5])),
+                class_ns: Some(ClassTimes::from_array([utime, 1, 2, 3, 4, 5, 6])),
             }],
         }],
         network: Some(vec![NetDevCounters {
@@ -83,7 +83,7 @@ fn lifecycle(t_ns: u64, pid: i32, kind: LifecycleKind) -> LifecycleEvent {
         ppid: 42,
         comm: "child".into(),
         exit_code: (kind == LifecycleKind::Exit).then_some(0),
-        class_ns: (kind == LifecycleKind::Exit).then(|| ClassTimes::from_array([1; 6])),
+        class_ns: (kind == LifecycleKind::Exit).then(|| ClassTimes::from_array([1; 7])),
     }
 }
 
@@ -127,6 +127,7 @@ fn session_records() -> Vec<Record> {
             pid: 42,
             exit_code: Some(0),
             signal: None,
+            untraced_cpu_ns: Some(1_234_567),
             rusage: Some(Rusage {
                 user_us: 10,
                 ..Rusage::default()

@@ -63,6 +63,8 @@ pub(crate) struct Take<'a> {
     pos: usize,
     /// Offset of `bytes[0]` in the payload, for error positions.
     base: usize,
+    /// The file's format version: older ones have fewer fields (see `recording`).
+    pub version: u16,
 }
 
 impl<'a> Take<'a> {
@@ -71,6 +73,7 @@ impl<'a> Take<'a> {
             bytes,
             pos: 0,
             base,
+            version: super::FORMAT_VERSION,
         }
     }
 

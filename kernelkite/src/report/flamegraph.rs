@@ -99,6 +99,7 @@ fn class_colour(class: LatencyClass) -> Color {
         LatencyClass::LockWait => (0xc5, 0x30, 0x30),
         LatencyClass::SyscallBlocked => (0x80, 0x5a, 0xd5),
         LatencyClass::UnknownWait => (0x71, 0x80, 0x96),
+        LatencyClass::Steal => (0x31, 0x97, 0x95),
     };
     Color { r, g, b }
 }

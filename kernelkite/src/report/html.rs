@@ -1193,6 +1193,7 @@ fn class_color(c: LatencyClass) -> &'static str {
         LatencyClass::LockWait => "#c53030",
         LatencyClass::SyscallBlocked => "#805ad5",
         LatencyClass::UnknownWait => "#718096",
+        LatencyClass::Steal => "#319795",
     }
 }
 

@@ -433,6 +433,7 @@ mod tests {
             pid: 1,
             exit_code: Some(0),
             signal: None,
+            untraced_cpu_ns: None,
             rusage: None,
         });
         let text = summary_text(&crate::analysis::analyze(&b));

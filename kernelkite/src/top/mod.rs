@@ -38,8 +38,8 @@ pub enum Column {
 }
 
 impl Column {
-    /// Every sortable column, left to right (the six classes are the bar's segments).
-    pub const ALL: [Column; 11] = [
+    /// Every sortable column, left to right (the seven classes are the bar's segments).
+    pub const ALL: [Column; 12] = [
         Column::Pid,
         Column::Command,
         Column::Threads,
@@ -51,6 +51,7 @@ impl Column {
         Column::Class(LatencyClass::LockWait),
         Column::Class(LatencyClass::SyscallBlocked),
         Column::Class(LatencyClass::UnknownWait),
+        Column::Class(LatencyClass::Steal),
     ];
 
     pub fn label(self) -> &'static str {

@@ -3,7 +3,7 @@
 //! feed has stacks), the status line, and the help overlay. Every number shown comes from the app's window analysis; this module
 //! only lays it out. Any terminal size renders (tiny ones get a one-line notice).
 
-use kernelkite_common::LatencyClass;
+use kernelkite_common::{LatencyClass, NUM_CLASSES};
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::{Line, Span};
@@ -35,6 +35,7 @@ pub fn class_color(class: LatencyClass) -> Color {
         LatencyClass::LockWait => Color::Red,
         LatencyClass::SyscallBlocked => Color::Magenta,
         LatencyClass::UnknownWait => Color::Gray,
+        LatencyClass::Steal => Color::Cyan,
     }
 }
 
@@ -147,16 +148,16 @@ fn legend_line(app: &App) -> Line<'static> {
 
 /// Split `width` cells among the classes in proportion to their time (largest
 /// remainders get the leftover cells), so the segments always fill the bar exactly.
-pub fn bar_cells(classes: &crate::model::ClassTimes, width: u16) -> [u16; 6] {
+pub fn bar_cells(classes: &crate::model::ClassTimes, width: u16) -> [u16; NUM_CLASSES] {
     let times = classes.to_array();
     let total: u128 = times.iter().map(|&t| t as u128).sum();
-    let mut cells = [0u16; 6];
+    let mut cells = [0u16; NUM_CLASSES];
     if total == 0 || width == 0 {
         return cells;
     }
-    let mut remainders = [(0u128, 0usize); 6];
+    let mut remainders = [(0u128, 0usize); NUM_CLASSES];
     let mut given = 0u16;
-    for i in 0..6 {
+    for i in 0..NUM_CLASSES {
         let exact = times[i] as u128 * width as u128;
         cells[i] = (exact / total) as u16;
         given += cells[i];
@@ -605,9 +606,9 @@ mod tests {
             unknown_wait: 1,
             ..ClassTimes::default()
         };
-        assert_eq!(bar_cells(&c, 8), [2, 0, 0, 4, 0, 2]);
+        assert_eq!(bar_cells(&c, 8), [2, 0, 0, 4, 0, 2, 0]);
         assert_eq!(bar_cells(&c, 7).iter().sum::<u16>(), 7);
-        assert_eq!(bar_cells(&ClassTimes::default(), 7), [0; 6]);
+        assert_eq!(bar_cells(&ClassTimes::default(), 7), [0; 7]);
         let huge = ClassTimes {
             on_cpu: u64::MAX,
             runqueue: u64::MAX,

@@ -25,6 +25,8 @@ pub struct KernelLayout {
     pub exit_has_group_dead: bool,
     pub task_signal_offset: u32,
     pub signal_live_offset: u32,
+    /// `task_struct.se.sum_exec_runtime`: the kernel's accounted runtime, on_cpu's source.
+    pub task_sum_exec_runtime_offset: u32,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -77,6 +79,8 @@ pub fn read_layout(path: &Path) -> Result<KernelLayout, LayoutError> {
         exit_has_group_dead: tracepoint_arg_count(&btf, "sched_process_exit")? >= 3,
         task_signal_offset: byte("task_struct", "signal")?,
         signal_live_offset: byte("signal_struct", "live")?,
+        task_sum_exec_runtime_offset: byte("task_struct", "se")?
+            + byte("sched_entity", "sum_exec_runtime")?,
     })
 }
 
@@ -170,6 +174,10 @@ mod tests {
         // pid and tgid are adjacent pid_t fields in every kernel since 2.6.
         assert_eq!(layout.task_tgid_offset, layout.task_pid_offset + 4);
         assert!(layout.task_state_offset < layout.task_pid_offset);
+        // se (struct sched_entity) lies between the state and the pid.
+        assert!(layout.task_sum_exec_runtime_offset > layout.task_state_offset);
+        assert!(layout.task_sum_exec_runtime_offset < layout.task_pid_offset);
+        assert_eq!(layout.task_sum_exec_runtime_offset % 8, 0);
         if std::env::consts::ARCH == "x86_64" {
             // r15 r14 r13 r12 bp bx r11 r10 r9 r8 ax cx dx si: si is the 14th u64.
             assert_eq!(layout.pt_regs_arg1_offset, 13 * 8);

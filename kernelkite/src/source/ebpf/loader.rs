@@ -221,6 +221,11 @@ fn load_programs(
         .override_global("EXIT_HAS_GROUP_DEAD", &exit_has_group_dead, true)
         .override_global("TASK_SIGNAL_OFFSET", &layout.task_signal_offset, true)
         .override_global("SIGNAL_LIVE_OFFSET", &layout.signal_live_offset, true)
+        .override_global(
+            "TASK_SUM_EXEC_RUNTIME_OFFSET",
+            &layout.task_sum_exec_runtime_offset,
+            true,
+        )
         .override_global("MIN_LATENCY_NS", &options.min_latency_ns, true)
         .override_global("FOLLOW", &follow, true)
         .override_global("STACK_MIN_BLOCK_NS", &min_block_ns, true)

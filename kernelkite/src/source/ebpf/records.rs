@@ -70,7 +70,7 @@ mod tests {
             tid: 11,
             ts_ns: 99,
             exit_code: 256,
-            class_ns: [1, 2, 3, 4, 5, 6],
+            class_ns: [1, 2, 3, 4, 5, 6, 7],
             comm,
             ..Default::default()
         };

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use aya::maps::{Array, HashMap, MapData, PerCpuArray, RingBuf};
 use kernelkite_common::bpf::{
-    lost, record_flags, record_kind, run_state, SyscallHist, SyscallKey, ThreadState, NO_STACK,
-    NO_SYSCALL,
+    exit_flags, lost, record_flags, record_kind, run_state, SyscallHist, SyscallKey, ThreadState,
+    NO_STACK, NO_SYSCALL,
 };
 use kernelkite_common::LatencyClass;
 
@@ -643,6 +643,15 @@ impl Session {
         self.recorder.frames().len()
     }
 
+    /// Whether a thread that exited has not left its CPU for the last time yet: its exit
+    /// record, sent at that final switch-out, is still to come (a parent can reap a
+    /// process before its last thread's final switch).
+    pub fn exits_pending(&self) -> bool {
+        read_all(&self.threads)
+            .into_iter()
+            .any(|(_, s)| s.exit_flags & exit_flags::EXITING != 0)
+    }
+
     /// Whether any traced thread is still alive.
     pub fn any_target_alive(&self) -> bool {
         read_all(&self.threads).into_iter().any(|(tid, s)| {
@@ -1018,8 +1027,9 @@ impl HistAccumulator {
 mod tests {
     use super::*;
     use crate::analysis::syscall_number;
+    use kernelkite_common::NUM_CLASSES;
 
-    fn state(run_state: u32, since_ns: u64, class_ns: [u64; 6]) -> ThreadState {
+    fn state(run_state: u32, since_ns: u64, class_ns: [u64; NUM_CLASSES]) -> ThreadState {
         ThreadState {
             tgid: 1,
             run_state,
@@ -1034,16 +1044,16 @@ mod tests {
 
     #[test]
     fn open_interval_goes_to_the_current_state_class() {
-        let on = state(run_state::ON_CPU, 150, [50, 0, 0, 0, 0, 0]);
+        let on = state(run_state::ON_CPU, 150, [50, 0, 0, 0, 0, 0, 0]);
         assert_eq!(class_times_at(&on, 170).on_cpu, 70);
-        let asleep = state(run_state::SLEEPING, 150, [50, 0, 0, 0, 0, 0]);
+        let asleep = state(run_state::SLEEPING, 150, [50, 0, 0, 0, 0, 0, 0]);
         let t = class_times_at(&asleep, 170);
         assert_eq!((t.on_cpu, t.syscall_blocked), (50, 20));
-        let waiting = state(run_state::RUNNABLE, 150, [50, 0, 0, 0, 0, 0]);
+        let waiting = state(run_state::RUNNABLE, 150, [50, 0, 0, 0, 0, 0, 0]);
         assert_eq!(class_times_at(&waiting, 170).runqueue, 20);
         // An INITIAL thread's first interval is unknown until its first event, and is
         // only attributed (to the class /proc showed) at the end of the session.
-        let initial = state(run_state::INITIAL, 100, [0; 6]);
+        let initial = state(run_state::INITIAL, 100, [0; NUM_CLASSES]);
         assert_eq!(class_times_at(&initial, 170).total_ns(), 0);
         assert_eq!(class_times_final(&initial, 170).syscall_blocked, 70);
         // A clock a little behind since_ns never underflows.
@@ -1056,13 +1066,13 @@ mod tests {
         assert!(consistent(&state(
             run_state::SLEEPING,
             150,
-            [30, 20, 0, 0, 0, 0]
+            [30, 20, 0, 0, 0, 0, 0]
         )));
         // A copy that saw since_ns move but not the class counter it went with.
         assert!(!consistent(&state(
             run_state::SLEEPING,
             180,
-            [30, 20, 0, 0, 0, 0]
+            [30, 20, 0, 0, 0, 0, 0]
         )));
     }
 
