@@ -142,6 +142,13 @@ fn parse_bundle(bytes: &[u8]) -> Result<Bundle, ParseFailure> {
     Ok(bundle)
 }
 
+/// Parse and validate a bundle's bytes, as [`load_bundle`] does after reading the file
+/// (the error is its message without the path). The fuzz target's entry point.
+#[doc(hidden)]
+pub fn bundle_from_bytes(bytes: &[u8]) -> Result<Bundle, String> {
+    parse_bundle(bytes).map_err(|(ParseFailure::Json(m) | ParseFailure::Invalid(m))| m)
+}
+
 /// Fail early (before a long session) when `path` could not be written at the end:
 /// create and remove a probe file beside it, as the atomic write will.
 pub fn check_writable(path: &Path) -> Result<(), std::io::Error> {
