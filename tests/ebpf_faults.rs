@@ -188,18 +188,23 @@ fn a_disk_that_fills_mid_write_gives_a_clear_error_and_no_half_written_file() {
     let work = tempfile::tempdir().unwrap();
     let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures");
     let fixture = fixtures.join("stacks-demo.json");
-    // Each bundle below is larger than the 8 KiB left on the disk.
-    let disk = SmallDisk::mount(64, 8);
+    // Each output below is larger than the 4 KiB (one page) left on the disk.
+    let disk = SmallDisk::mount(64, 4);
 
-    // A live session: `trace -o` on the full disk.
-    let mut sleeper = Command::new("sleep").arg("30").spawn().unwrap();
+    // A live session: `trace -o` on the full disk, of a shell starting short processes
+    // (their lifecycle events make the bundle larger than the space left).
+    let mut churn = Command::new("sh")
+        .args(["-c", "while :; do /bin/true; sleep 0.02; done"])
+        .process_group(0)
+        .spawn()
+        .unwrap();
     let out_path = disk.path().join("trace.bundle.json");
     let out = kernelkite(
         &[
             "trace",
-            "--stacks",
+            "--follow",
             "--pid",
-            &sleeper.id().to_string(),
+            &churn.id().to_string(),
             "--duration",
             "2",
             "-o",
@@ -207,14 +212,9 @@ fn a_disk_that_fills_mid_write_gives_a_clear_error_and_no_half_written_file() {
         ],
         work.path(),
     );
-    let _ = sleeper.kill();
-    let _ = sleeper.wait();
-    let size = std::fs::metadata(&out_path).map(|m| m.len());
-    assert!(
-        size.is_err(),
-        "trace left {size:?} bytes at {}",
-        out_path.display()
-    );
+    // SAFETY: kill has no memory-safety preconditions; the group is our child's.
+    unsafe { libc::kill(-(churn.id() as i32), libc::SIGKILL) };
+    let _ = churn.wait();
     assert_full_disk_failure(&out, &disk, "trace -o", "trace.bundle.json");
 
     // `run` as root: the bundle argument on the full disk.
@@ -224,10 +224,9 @@ fn a_disk_that_fills_mid_write_gives_a_clear_error_and_no_half_written_file() {
             "run",
             out_path.to_str().unwrap(),
             "--",
-            workload_bin().to_str().unwrap(),
-            "read_loop",
-            "--count",
-            "1000",
+            "sh",
+            "-c",
+            "for i in $(seq 40); do /bin/true; done",
         ],
         work.path(),
     );
