@@ -168,16 +168,28 @@ impl Tracer {
     fn start(bins: &Bins, work: &Path, name: &str, pid: u32) -> Result<Tracer> {
         let bundle = work.join(format!("{name}.bundle.json"));
         let log = work.join(format!("{name}.stderr"));
-        let mut child = Command::new(&bins.kernelkite)
-            .args([
-                "trace",
-                "--follow",
-                "--stacks",
-                "--pid",
-                &pid.to_string(),
-                "-o",
-            ])
-            .arg(&bundle)
+        let mut cmd = Command::new(&bins.kernelkite);
+        cmd.args([
+            "trace",
+            "--follow",
+            "--stacks",
+            "--pid",
+            &pid.to_string(),
+            "-o",
+        ])
+        .arg(&bundle);
+        // SAFETY: signal() is async-signal-safe, as pre_exec requires. A soak started
+        // with nohup or in the background inherits ignored SIGHUP/SIGINT; the tracer
+        // gets the default dispositions a terminal session has.
+        unsafe {
+            cmd.pre_exec(|| {
+                for sig in [libc::SIGHUP, libc::SIGINT, libc::SIGTERM] {
+                    libc::signal(sig, libc::SIG_DFL);
+                }
+                Ok(())
+            });
+        }
+        let mut child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -217,12 +229,12 @@ impl Tracer {
         self.child.id()
     }
 
-    /// Send `signal` and wait up to 30 s for the exit (then SIGKILL).
-    fn end(mut self, signal: i32) -> Result<Ended> {
+    /// Send `signal` and wait up to `wait` for the exit (then SIGKILL).
+    fn end(mut self, signal: i32, wait: Duration) -> Result<Ended> {
         let t = Instant::now();
         // SAFETY: kill has no memory-safety preconditions; the pid is our child.
         unsafe { libc::kill(self.child.id() as i32, signal) };
-        let deadline = t + Duration::from_secs(30);
+        let deadline = t + wait;
         let status = loop {
             if let Some(status) = self.child.try_wait()? {
                 break Some(status);
@@ -245,6 +257,7 @@ impl Tracer {
             .collect::<Vec<_>>();
         Ok(Ended {
             status,
+            waited_s: wait.as_secs_f64(),
             exit_s,
             bundle_written: self.bundle.is_file(),
             last_lines,
@@ -253,8 +266,9 @@ impl Tracer {
 }
 
 struct Ended {
-    /// `None` when it had to be killed after 30 s.
+    /// `None` when it had to be killed after `waited_s`.
     status: Option<ExitStatus>,
+    waited_s: f64,
     exit_s: f64,
     bundle_written: bool,
     /// The last lines of its stderr, newest first.
@@ -264,7 +278,7 @@ struct Ended {
 impl Ended {
     fn status_text(&self) -> String {
         match self.status {
-            None => "did not exit within 30 s (killed)".to_string(),
+            None => format!("did not exit within {:.0} s (killed)", self.waited_s),
             Some(s) => match (s.code(), s.signal()) {
                 (Some(c), _) => format!("exit {c}"),
                 (None, Some(sig)) => format!("killed by signal {sig}"),
@@ -404,7 +418,8 @@ fn long_session(bins: &Bins, work: &Path, length: Duration) -> Result<LongSessio
     ids.extend(bpf_ids_held_by(pid));
     ids.sort();
     ids.dedup();
-    let ended = tracer.end(libc::SIGINT)?;
+    // Ending a long session (the last snapshot, symbols, the bundle) takes a while.
+    let ended = tracer.end(libc::SIGINT, Duration::from_secs(600))?;
     drop(workload);
     let left = still_loaded(&ids)?;
     let mut failures = Vec::new();
@@ -462,7 +477,7 @@ fn signal_session(
     workload.go()?;
     std::thread::sleep(SIGNAL_SESSION);
     let ids = bpf_ids_held_by(tracer.pid());
-    let ended = tracer.end(signal)?;
+    let ended = tracer.end(signal, Duration::from_secs(30))?;
     drop(workload);
     let left = still_loaded(&ids)?;
     let mut failures = Vec::new();
