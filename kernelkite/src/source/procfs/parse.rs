@@ -54,6 +54,11 @@ pub(crate) fn stat(bytes: &[u8]) -> Option<StatFields> {
 }
 
 pub(crate) fn io(bytes: &[u8]) -> Option<IoCounters> {
+    // The kernel writes this file in ASCII; procfs cuts each field's last byte (the
+    // ':') by index and panics inside a multi-byte character (found by fuzzing).
+    if !bytes.is_ascii() {
+        return None;
+    }
     // A byte slice is already a BufRead: no BufReader (and its 8 KiB buffer) needed.
     let io = Io::from_buf_read(bytes).ok()?;
     Some(IoCounters {
@@ -161,6 +166,15 @@ mod tests {
         ] {
             assert_eq!(stat(bad), None, "{:?}", String::from_utf8_lossy(bad));
         }
+    }
+
+    #[test]
+    fn io_with_a_non_ascii_field_is_refused() {
+        let good = b"rchar: 1\nwchar: 2\nsyscr: 3\nsyscw: 4\nread_bytes: 5\nwrite_bytes: 6\ncancelled_write_bytes: 7\n";
+        assert_eq!(io(good).unwrap().cancelled_write_bytes, 7);
+        let crash =
+            include_bytes!("../../../../fuzz/corpus/procfs_parsers/regression-io-multibyte-field");
+        assert_eq!(io(crash), None);
     }
 
     #[test]
