@@ -377,39 +377,7 @@ fn target_exiting_mid_trace_gives_a_clean_report_and_leaves_no_bpf_behind() {
     assert!(traced.stdout.contains("latency classes per process"));
     traced.assert_no_events_lost();
     // Every program, link and map the trace held is gone with it.
-    for (kind, id) in ids {
-        let what = match kind.as_str() {
-            "prog_id" => "prog",
-            "link_id" => "link",
-            _ => "map",
-        };
-        // The kernel frees maps from a work queue: give it a moment.
-        let mut gone = false;
-        for _ in 0..50 {
-            match Command::new("bpftool")
-                .args([what, "show", "id", &id.to_string()])
-                .output()
-            {
-                Ok(o) if !o.status.success() => {
-                    gone = true;
-                    break;
-                }
-                Ok(_) => std::thread::sleep(std::time::Duration::from_millis(100)),
-                Err(e) => {
-                    assert!(
-                        std::env::var_os("CI").is_none(),
-                        "bpftool is needed under CI: {e}"
-                    );
-                    eprintln!("bpftool missing: leak check skipped");
-                    return;
-                }
-            }
-        }
-        assert!(
-            gone,
-            "{what} {id} is still loaded 5 s after the trace exited"
-        );
-    }
+    assert_bpf_ids_gone(&ids);
 }
 
 #[test]
@@ -442,29 +410,6 @@ fn trace_json_carries_the_summary_contract_and_syscalls() {
     for key in ["total_ns", "p50_ns", "p95_ns", "p99_ns", "max_ns"] {
         assert!(read[key].is_u64(), "{key}");
     }
-}
-
-/// The BPF programs, links and maps a process holds, from its fdinfo.
-fn bpf_ids_held_by(pid: u32) -> Vec<(String, u32)> {
-    let mut ids = Vec::new();
-    let dir = format!("/proc/{pid}/fdinfo");
-    for entry in std::fs::read_dir(&dir).unwrap().flatten() {
-        let Ok(info) = std::fs::read_to_string(entry.path()) else {
-            continue;
-        };
-        for line in info.lines() {
-            for kind in ["prog_id", "link_id", "map_id"] {
-                if let Some(v) = line.strip_prefix(kind).and_then(|r| r.strip_prefix(':')) {
-                    if let Ok(id) = v.trim().parse() {
-                        ids.push((kind.to_string(), id));
-                    }
-                }
-            }
-        }
-    }
-    ids.sort();
-    ids.dedup();
-    ids
 }
 
 /// Kernels without BTF get classic tracepoints, which need tracefs: kernelkite mounts

@@ -316,3 +316,65 @@ impl Traced {
             .sum()
     }
 }
+
+/// The BPF programs, links and maps a process holds, from its fdinfo.
+pub fn bpf_ids_held_by(pid: u32) -> Vec<(String, u32)> {
+    let mut ids = Vec::new();
+    let dir = format!("/proc/{pid}/fdinfo");
+    for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+        let Ok(info) = std::fs::read_to_string(entry.path()) else {
+            continue;
+        };
+        for line in info.lines() {
+            for kind in ["prog_id", "link_id", "map_id"] {
+                if let Some(v) = line.strip_prefix(kind).and_then(|r| r.strip_prefix(':')) {
+                    if let Ok(id) = v.trim().parse() {
+                        ids.push((kind.to_string(), id));
+                    }
+                }
+            }
+        }
+    }
+    ids.sort();
+    ids.dedup();
+    ids
+}
+
+/// Every program, link and map in `ids` (from [`bpf_ids_held_by`] of a process that has
+/// exited) is gone from the kernel within 5 s (`bpftool ... show id N` fails). Without
+/// bpftool the check is skipped, except under CI.
+pub fn assert_bpf_ids_gone(ids: &[(String, u32)]) {
+    for (kind, id) in ids {
+        let what = match kind.as_str() {
+            "prog_id" => "prog",
+            "link_id" => "link",
+            _ => "map",
+        };
+        // The kernel frees maps from a work queue: give it a moment.
+        let mut gone = false;
+        for _ in 0..50 {
+            match Command::new("bpftool")
+                .args([what, "show", "id", &id.to_string()])
+                .output()
+            {
+                Ok(o) if !o.status.success() => {
+                    gone = true;
+                    break;
+                }
+                Ok(_) => std::thread::sleep(Duration::from_millis(100)),
+                Err(e) => {
+                    assert!(
+                        std::env::var_os("CI").is_none(),
+                        "bpftool is needed under CI: {e}"
+                    );
+                    eprintln!("bpftool missing: leak check skipped");
+                    return;
+                }
+            }
+        }
+        assert!(
+            gone,
+            "{what} {id} is still loaded 5 s after its holder exited"
+        );
+    }
+}

@@ -181,22 +181,7 @@ pub fn run(args: &[String]) -> Result<()> {
     let target_dir =
         std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from);
     if opts.build {
-        println!("==> cargo build --release -p kernelkite -p kernelkite-workloads");
-        let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-            .current_dir(&root)
-            .args([
-                "build",
-                "--release",
-                "-p",
-                "kernelkite",
-                "-p",
-                "kernelkite-workloads",
-            ])
-            .status()
-            .context("cannot run cargo build")?;
-        if !status.success() {
-            bail!("cargo build --release failed ({status})");
-        }
+        build_release(&root)?;
     }
     let work = target_dir.join("bench");
     std::fs::create_dir_all(&work)?;
@@ -395,8 +380,36 @@ fn run_measured(cmd: &mut Command) -> Result<Measured> {
     })
 }
 
+/// `cargo build --release` of kernelkite and kk-workload (bench and soak run these).
+pub(crate) fn build_release(root: &Path) -> Result<()> {
+    println!("==> cargo build --release -p kernelkite -p kernelkite-workloads");
+    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .current_dir(root)
+        .args([
+            "build",
+            "--release",
+            "-p",
+            "kernelkite",
+            "-p",
+            "kernelkite-workloads",
+        ])
+        .status()
+        .context("cannot run cargo build")?;
+    if !status.success() {
+        bail!("cargo build --release failed ({status})");
+    }
+    Ok(())
+}
+
+/// A process's resident set (VmRSS of /proc/<pid>/status), KiB.
+pub(crate) fn vm_rss_kb(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
 /// utime, stime, cutime, cstime (fields 14-17) of a /proc/<pid>/stat line.
-fn stat_fields(stat: &str) -> Option<[u64; 4]> {
+pub(crate) fn stat_fields(stat: &str) -> Option<[u64; 4]> {
     // comm (field 2) may contain spaces and parentheses: split after the last ')'.
     let rest = &stat[stat.rfind(')')? + 2..];
     let f: Vec<&str> = rest.split_whitespace().collect();

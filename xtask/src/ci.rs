@@ -17,7 +17,7 @@
 //! 6. the real-kernel eBPF tests again with `KERNELKITE_HOOKS=classic` (the
 //!    classic-tracepoint fallback of kernels without BTF);
 //! 7. `cargo xtask samples --check`;
-//! 8. a short fuzz pass of the recording decoder (`cargo xtask fuzz --seconds 45`).
+//! 8. a short pass of every fuzz target, 10 s each (`cargo xtask fuzz --seconds 10`).
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -30,7 +30,7 @@ const USAGE: &str = "usage: cargo xtask ci [--no-install] [--from N]
   Runs, failing fast: dependency install, cargo fmt --check, clippy -D warnings,
   the eBPF object check, cargo test --workspace (CI=true), the eBPF tests again on
   classic tracepoints (KERNELKITE_HOOKS=classic), cargo xtask samples --check,
-  a 45 s fuzz pass of the recording decoder (cargo xtask fuzz).
+  a 10 s pass of every fuzz target (cargo xtask fuzz --seconds 10).
   --no-install (or KK_CI_NO_INSTALL=1): do not install system packages or tools.
   --from N: start at step N (to re-run locally after a fix; CI always runs them all).";
 
@@ -110,8 +110,8 @@ pub fn run(args: &[String]) -> Result<()> {
             }),
         ),
         (
-            "fuzz the recording decoder (cargo xtask fuzz --seconds 45)",
-            Box::new(|| crate::fuzz::run(&["--seconds".into(), "45".into()])),
+            "fuzz every target briefly (cargo xtask fuzz --seconds 10)",
+            Box::new(|| crate::fuzz::run(&["--seconds".into(), "10".into()])),
         ),
     ];
 

@@ -5,6 +5,7 @@ mod build_ebpf;
 mod ci;
 mod fuzz;
 mod samples;
+mod soak;
 
 use std::path::PathBuf;
 
@@ -20,7 +21,8 @@ fn main() -> Result<()> {
         "samples" => samples::run(&rest),
         "bench" => bench::run(&rest),
         "fuzz" => fuzz::run(&rest),
-        _ => bail!("usage: cargo xtask <ci|build-ebpf|samples|bench|fuzz> [args]"),
+        "soak" => soak::run(&rest),
+        _ => bail!("usage: cargo xtask <ci|build-ebpf|samples|bench|fuzz|soak> [args]"),
     }
 }
 

@@ -101,30 +101,29 @@ async fn respond(mut stream: TcpStream, scrapes: mpsc::Sender<Scrape>) -> std::i
             .await
         }
     };
-    let request_line = head.lines().next().unwrap_or("");
-    let mut parts = request_line.split_whitespace();
-    let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-    let path = target.split('?').next().unwrap_or("");
-    if path != "/metrics" {
-        return write(
-            &mut stream,
-            "404 Not Found",
-            "text/plain",
-            "kernelkite serves /metrics\n",
-            true,
-        )
-        .await;
-    }
-    if method != "GET" && method != "HEAD" {
-        return write(
-            &mut stream,
-            "405 Method Not Allowed",
-            "text/plain",
-            "GET /metrics\n",
-            true,
-        )
-        .await;
-    }
+    let with_body = match parse_request(head.as_bytes()) {
+        Request::Metrics { with_body } => with_body,
+        Request::NotFound => {
+            return write(
+                &mut stream,
+                "404 Not Found",
+                "text/plain",
+                "kernelkite serves /metrics\n",
+                true,
+            )
+            .await
+        }
+        Request::MethodNotAllowed => {
+            return write(
+                &mut stream,
+                "405 Method Not Allowed",
+                "text/plain",
+                "GET /metrics\n",
+                true,
+            )
+            .await
+        }
+    };
     let (reply, answer) = oneshot::channel();
     let body = if scrapes.send(reply).await.is_ok() {
         answer.await.ok()
@@ -138,7 +137,7 @@ async fn respond(mut stream: TcpStream, scrapes: mpsc::Sender<Scrape>) -> std::i
                 "200 OK",
                 super::prometheus::CONTENT_TYPE,
                 &body,
-                method == "GET",
+                with_body,
             )
             .await
         }
@@ -151,6 +150,36 @@ async fn respond(mut stream: TcpStream, scrapes: mpsc::Sender<Scrape>) -> std::i
                 true,
             )
             .await
+        }
+    }
+}
+
+/// What a request head asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Request {
+    /// `GET /metrics` (with the body) or `HEAD /metrics` (without).
+    Metrics { with_body: bool },
+    /// Any other path.
+    NotFound,
+    /// `/metrics` with a method other than GET or HEAD.
+    MethodNotAllowed,
+}
+
+/// Parse a request head (the bytes before the blank line): only its request line
+/// matters, and a query string is ignored. Pure, so the fuzz target reaches it.
+pub fn parse_request(head: &[u8]) -> Request {
+    let head = String::from_utf8_lossy(head);
+    let request_line = head.lines().next().unwrap_or("");
+    let mut parts = request_line.split_whitespace();
+    let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let path = target.split('?').next().unwrap_or("");
+    if path != "/metrics" {
+        Request::NotFound
+    } else if method != "GET" && method != "HEAD" {
+        Request::MethodNotAllowed
+    } else {
+        Request::Metrics {
+            with_body: method == "GET",
         }
     }
 }

@@ -210,6 +210,13 @@ fn parse_bundle(bytes: &[u8]) -> Result<Bundle, ParseFailure> {
     Ok(bundle)
 }
 
+/// Parse and validate a bundle's bytes, as [`load_bundle`] does after reading the file
+/// (the error is its message without the path). The fuzz target's entry point.
+#[doc(hidden)]
+pub fn bundle_from_bytes(bytes: &[u8]) -> Result<Bundle, String> {
+    parse_bundle(bytes).map_err(|(ParseFailure::Json(m) | ParseFailure::Invalid(m))| m)
+}
+
 /// Serialize a bundle: JSON with one line per top-level field and per element of its
 /// top-level arrays (a frame, a lifecycle event, a histogram), so a diff of two bundles
 /// reads frame by frame; deterministic for equal input, with a trailing newline.

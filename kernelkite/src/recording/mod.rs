@@ -276,8 +276,8 @@ mod tests;
 /// Helpers for the fuzz target (`fuzz/`) and its seeds.
 #[doc(hidden)]
 pub mod fuzz_support {
-    use super::encode::{chunk_with_payload, file_header, ENCODING_STORED};
-    use super::{has_magic, FORMAT_VERSION};
+    use super::encode::{chunk_with_payload, file_header, ENCODING_STORED, ENCODING_ZSTD};
+    use super::{has_magic, FORMAT_VERSION, MAX_RAW_LEN};
 
     /// `data` itself when it starts with the magic; otherwise a file holding `data` as
     /// the payload of one stored chunk with a correct checksum.
@@ -287,6 +287,31 @@ pub mod fuzz_support {
         }
         let mut out = file_header(FORMAT_VERSION);
         out.extend(chunk_with_payload(data, data.len() as u32, ENCODING_STORED));
+        out
+    }
+
+    /// A file holding one zstd chunk with a correct checksum, so the fuzzer reaches the
+    /// decompressor and the record decoders behind it. The first byte picks the mode:
+    /// even, the rest is a records payload that is compressed here (every input reaches
+    /// the record decoders through a real zstd frame); odd, the rest is a raw length
+    /// (u32 LE, wrapped to the format's limit) and the zstd frame itself (hostile frames
+    /// reach the decompressor; the seeds carry lengths that match).
+    pub fn as_zstd_recording(data: &[u8]) -> Vec<u8> {
+        let mut out = file_header(FORMAT_VERSION);
+        let Some((&mode, rest)) = data.split_first() else {
+            return out;
+        };
+        if mode % 2 == 0 {
+            let frame = ruzstd::encoding::compress_to_vec(
+                rest,
+                ruzstd::encoding::CompressionLevel::Fastest,
+            );
+            out.extend(chunk_with_payload(&frame, rest.len() as u32, ENCODING_ZSTD));
+        } else if rest.len() >= 4 {
+            let (len, frame) = rest.split_at(4);
+            let raw_len = u32::from_le_bytes([len[0], len[1], len[2], len[3]]) % (MAX_RAW_LEN + 1);
+            out.extend(chunk_with_payload(frame, raw_len, ENCODING_ZSTD));
+        }
         out
     }
 }

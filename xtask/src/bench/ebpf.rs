@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
-use super::{json_f64, median, release, spawn_gated, Ctx, Row};
+use super::{json_f64, median, release, spawn_gated, vm_rss_kb, Ctx, Row};
 
 const READS: u64 = 2_000_000;
 const PIPE_LOOPS: u64 = 200_000;
@@ -827,10 +827,4 @@ fn tracer_rss(ctx: &Ctx) -> Result<Vec<Row>> {
             &shown,
         ),
     ])
-}
-
-fn vm_rss_kb(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
-    line.split_whitespace().nth(1)?.parse().ok()
 }

@@ -323,7 +323,36 @@ impl Session {
         self.add_initial_targets()?;
         let first = self.snapshot_frame(false)?;
         self.keep_frame(first);
+        self.retire_exited_before_attach();
         Ok(())
+    }
+
+    /// Threads taken from /proc that had already exited when their target bit was set
+    /// (a zombie, or one exiting during the attach) never reach the exit hook: end them
+    /// here, or the session waits for an exit that never comes (`trace --pid` of a
+    /// process exiting as it started hung until Ctrl-C). A thread the hooks have seen
+    /// is no longer INITIAL, and its exit is recorded by the hook. Neither its exit code
+    /// nor its time before the exit is known.
+    fn retire_exited_before_attach(&mut self) {
+        let t_ns = self.t_ns(monotonic_ns());
+        for (tid, state) in read_all(&self.threads) {
+            if state.run_state != run_state::INITIAL || thread_alive(state.tgid, tid) {
+                continue;
+            }
+            if self.tracked.exit_seen((tid, state.start_ns)) {
+                self.keep_lifecycle(LifecycleEvent {
+                    t_ns,
+                    kind: LifecycleKind::Exit,
+                    pid: state.tgid as i32,
+                    tid: tid as i32,
+                    ppid: self.parent_of.get(&state.tgid).copied().unwrap_or(0),
+                    comm: String::new(),
+                    exit_code: None,
+                    class_ns: Some(ClassTimes::default()),
+                });
+            }
+            let _ = self.threads.remove(&tid);
+        }
     }
 
     /// Keep a frame (under the frame cap), and record it.
@@ -978,6 +1007,21 @@ fn class_times_final(state: &ThreadState, now: u64) -> ClassTimes {
     let class = LatencyClass::from_id(state.sleep_class).unwrap_or(LatencyClass::UnknownWait);
     times.add(class, now.saturating_sub(state.since_ns));
     times
+}
+
+/// Whether thread `tid` of `tgid` has not exited: its /proc entry exists and is not a
+/// zombie (Z) or dead (X).
+fn thread_alive(tgid: u32, tid: u32) -> bool {
+    let stat = Path::new(PROC_ROOT)
+        .join(tgid.to_string())
+        .join("task")
+        .join(tid.to_string())
+        .join("stat");
+    std::fs::read_to_string(stat).is_ok_and(|s| {
+        s.rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| !matches!(state, "Z" | "X" | "x"))
+    })
 }
 
 /// Whether a copied entry satisfies the invariant of `close_interval`.

@@ -141,6 +141,12 @@ fn mount_tracefs() -> Result<(), TracefsError> {
     Err(TracefsError::Mount("tracefs exists on Linux only".into()))
 }
 
+/// [`parse_field`] for the fuzz target (`fuzz/`).
+#[doc(hidden)]
+pub fn fuzz_parse_field(format: &str, field: &str) -> Option<(u32, u32)> {
+    parse_field(format, field)
+}
+
 /// (offset, size) of `field` in a tracefs `format` file, whose field lines read
 /// `\tfield:pid_t next_pid;\toffset:56;\tsize:4;\tsigned:1;` (arrays: `args[6]`).
 fn parse_field(format: &str, field: &str) -> Option<(u32, u32)> {

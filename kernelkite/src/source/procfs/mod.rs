@@ -25,5 +25,25 @@ pub use recorder::Schedule;
 pub use sampler::{Sampler, SamplerOptions};
 pub use tree::Scope;
 
+/// Entry points for the fuzz targets (`fuzz/`).
+#[doc(hidden)]
+pub mod fuzz_support {
+    /// Run every /proc file parser on `bytes` (stat, io, schedstat, syscall, net/dev);
+    /// how many of them accepted it. Each gives its fields or `None`, never a panic.
+    pub fn parse_all(bytes: &[u8]) -> usize {
+        use super::parse;
+        [
+            parse::stat(bytes).is_some(),
+            parse::io(bytes).is_some(),
+            parse::schedstat(bytes).is_some(),
+            parse::syscall_nr(bytes).is_some(),
+            parse::net_dev(bytes).is_some(),
+        ]
+        .into_iter()
+        .filter(|&ok| ok)
+        .count()
+    }
+}
+
 /// The real procfs root.
 pub const PROC_ROOT: &str = "/proc";

@@ -33,6 +33,9 @@ pub(crate) struct StatFields {
 }
 
 pub(crate) fn stat(bytes: &[u8]) -> Option<StatFields> {
+    if !stat_shape_ok(bytes) {
+        return None;
+    }
     let s = Stat::from_read(bytes).ok()?;
     Some(StatFields {
         kernel_thread: s.flags & PF_KTHREAD != 0 || s.pid == KTHREADD_PID || s.ppid == KTHREADD_PID,
@@ -51,6 +54,11 @@ pub(crate) fn stat(bytes: &[u8]) -> Option<StatFields> {
 }
 
 pub(crate) fn io(bytes: &[u8]) -> Option<IoCounters> {
+    // The kernel writes this file in ASCII; procfs cuts each field's last byte (the
+    // ':') by index and panics inside a multi-byte character (found by fuzzing).
+    if !bytes.is_ascii() {
+        return None;
+    }
     // A byte slice is already a BufRead: no BufReader (and its 8 KiB buffer) needed.
     let io = Io::from_buf_read(bytes).ok()?;
     Some(IoCounters {
@@ -98,6 +106,23 @@ pub(crate) fn net_dev(bytes: &[u8]) -> Option<Vec<NetDevCounters>> {
     Some(rows)
 }
 
+/// Whether a stat file has the kernel's `PID (COMM) STATE ...` shape around comm's
+/// parentheses. procfs's parser slices the text at the first '(' and the last ')'
+/// without checking, and panics otherwise (a ')' before the '(' or followed by a
+/// multi-byte character; found by the procfs_parsers fuzz target).
+fn stat_shape_ok(bytes: &[u8]) -> bool {
+    // The positions procfs uses: in the lossily decoded, trimmed text.
+    let text = String::from_utf8_lossy(bytes);
+    let text = text.trim().as_bytes();
+    let (Some(open), Some(close)) = (
+        text.iter().position(|&b| b == b'('),
+        text.iter().rposition(|&b| b == b')'),
+    ) else {
+        return false;
+    };
+    open >= 2 && text[open - 1] == b' ' && open < close && text.get(close + 1) == Some(&b' ')
+}
+
 /// Counters the kernel prints as signed (`cutime`, `num_threads`) are never negative;
 /// clamp instead of wrapping if a synthetic file says otherwise.
 fn non_negative(v: i64) -> u64 {
@@ -118,6 +143,38 @@ mod tests {
         assert_eq!(syscall_nr(b"-1 0x7ffc 0x401000\n"), Some(-1));
         assert_eq!(syscall_nr(b"running\n"), None);
         assert_eq!(syscall_nr(b""), None);
+    }
+
+    #[test]
+    fn stat_of_the_kernel_shape_parses_and_a_misshapen_one_is_refused() {
+        let good = b"4242 (kk (work)) S 1 4242 4242 34816 4242 4194304 120 0 0 0 15 3 0 0 20 0 3 0 987654 12345678 456 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0 0 0 0 0 0 0 0 0\n";
+        let s = stat(good).unwrap();
+        assert_eq!((s.pid, s.comm.as_str(), s.state), (4242, "kk (work)", 'S'));
+        // The fuzzer's crash: the last ')' is followed by a multi-byte character (and a
+        // '(' only after it); procfs sliced inside the character and panicked.
+        let crash = include_bytes!(
+            "../../../../fuzz/corpus/procfs_parsers/regression-paren-before-multibyte"
+        );
+        assert_eq!(stat(crash), None);
+        for bad in [
+            &b"(x) S 1"[..],
+            b"1 x) S (1",
+            b"1 (x)S 1",
+            b"1 (x)\xff 1",
+            b"1 (x)",
+            b"",
+        ] {
+            assert_eq!(stat(bad), None, "{:?}", String::from_utf8_lossy(bad));
+        }
+    }
+
+    #[test]
+    fn io_with_a_non_ascii_field_is_refused() {
+        let good = b"rchar: 1\nwchar: 2\nsyscr: 3\nsyscw: 4\nread_bytes: 5\nwrite_bytes: 6\ncancelled_write_bytes: 7\n";
+        assert_eq!(io(good).unwrap().cancelled_write_bytes, 7);
+        let crash =
+            include_bytes!("../../../../fuzz/corpus/procfs_parsers/regression-io-multibyte-field");
+        assert_eq!(io(crash), None);
     }
 
     #[test]
