@@ -134,7 +134,7 @@ fn document_shape() {
     assert_eq!(procs[1]["alive_at_end"], false);
     assert_eq!(procs[2]["alive_at_end"], true);
     let classes = doc["latency_classes"]["classes"].as_array().unwrap();
-    assert_eq!(classes.len(), 6);
+    assert_eq!(classes.len(), 7);
     assert_eq!(doc["latency_classes"]["exact"], false);
     assert_eq!(classes[0]["name"], "on_cpu");
     assert_eq!(classes[0]["exact"], true);
