@@ -278,8 +278,9 @@ fn a_recording_that_fills_the_disk_keeps_the_session_and_its_complete_chunks() {
     let disk = SmallDisk::mount(64, 8);
     let recording = disk.path().join("full.kkr");
     let bundle_path = work.path().join("trace.bundle.json");
-    // Stored chunks, several frames a second: the recording outgrows 8 KiB quickly.
-    let mut w = GatedWorkload::spawn(&["read_loop", "--count", "3000000"]);
+    // Stored chunks, 20 frames a second for the whole 3 s (the workload sleeps 4 s, on
+    // any machine): the recording outgrows 8 KiB within the first second.
+    let mut w = GatedWorkload::spawn(&["sleep_stress", "--nanosleeps", "400", "--sleep-ms", "10"]);
     let pid = w.pid.to_string();
     let mut child = Command::new(kernelkite_bin())
         .args([
