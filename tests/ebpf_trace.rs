@@ -58,7 +58,8 @@ fn cpu_stress_shows_runqueue_wait() {
     traced.assert_classes_sum_to_wall();
     // The spinning threads (not the main thread, which waits in join): twice as many
     // as CPUs, so a large share of their time waits for a CPU and nearly all the rest
-    // runs on one.
+    // runs on one (or is current on one while the hypervisor runs something else:
+    // steal, several percent on a busy VM).
     let spinners: Vec<_> = traced
         .analysis
         .threads
@@ -69,7 +70,7 @@ fn cpu_stress_shows_runqueue_wait() {
     for t in spinners {
         let c = &t.classes;
         let rq = share(c, LatencyClass::Runqueue);
-        let running_or_waiting = rq + share(c, LatencyClass::OnCpu);
+        let running_or_waiting = rq + share(c, LatencyClass::OnCpu) + share(c, LatencyClass::Steal);
         assert!(rq > 0.25, "tid {}: runqueue share {rq:.3}: {c:?}", t.tid);
         assert!(running_or_waiting > 0.95, "tid {}: {c:?}", t.tid);
     }
