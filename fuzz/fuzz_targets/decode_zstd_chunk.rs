@@ -13,7 +13,9 @@ use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     let file = fuzz_support::as_zstd_recording(data);
-    if let Ok(mut reader) = RecordingReader::new(file.as_slice()) {
+    // Within the budget a recording of this length gets (as `replay` and the reports).
+    let len = file.len() as u64;
+    if let Ok(mut reader) = RecordingReader::new(file.as_slice()).map(|r| r.limit_to_input_len(len)) {
         loop {
             match reader.next_record() {
                 Ok(Some(record)) => {
@@ -27,7 +29,7 @@ fuzz_target!(|data: &[u8]| {
             }
         }
     }
-    if let Err(e) = replay_recording(file.as_slice()) {
+    if let Err(e) = replay_recording(file.as_slice(), len) {
         assert!(!e.to_string().contains('\n'), "one-line errors: {e}");
     }
 });
