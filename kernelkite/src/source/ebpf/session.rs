@@ -339,19 +339,32 @@ impl Session {
             if state.run_state != run_state::INITIAL || thread_alive(state.tgid, tid) {
                 continue;
             }
-            if self.tracked.exit_seen((tid, state.start_ns)) {
-                self.keep_lifecycle(LifecycleEvent {
-                    t_ns,
-                    kind: LifecycleKind::Exit,
-                    pid: state.tgid as i32,
-                    tid: tid as i32,
-                    ppid: self.parent_of.get(&state.tgid).copied().unwrap_or(0),
-                    comm: String::new(),
-                    exit_code: None,
-                    class_ns: Some(ClassTimes::default()),
-                });
-            }
+            self.keep_exit_from_map(t_ns, tid, &state, None, ClassTimes::default());
             let _ = self.threads.remove(&tid);
+        }
+    }
+
+    /// The exit of a thread known only from its map entry (no exit record: it exited
+    /// before attach, or its record was lost), once.
+    fn keep_exit_from_map(
+        &mut self,
+        t_ns: u64,
+        tid: u32,
+        state: &ThreadState,
+        exit_code: Option<i32>,
+        class_ns: ClassTimes,
+    ) {
+        if self.tracked.exit_seen((tid, state.start_ns)) {
+            self.keep_lifecycle(LifecycleEvent {
+                t_ns,
+                kind: LifecycleKind::Exit,
+                pid: state.tgid as i32,
+                tid: tid as i32,
+                ppid: self.parent_of.get(&state.tgid).copied().unwrap_or(0),
+                comm: String::new(),
+                exit_code,
+                class_ns: Some(class_ns),
+            });
         }
     }
 
@@ -769,18 +782,9 @@ impl Session {
         // Exits whose record was lost (ring buffer full): collect the final counters
         // from the map, so no measured time is lost with the record.
         for (tid, state) in lost_exits {
-            if self.tracked.exit_seen((tid, state.start_ns)) {
-                self.keep_lifecycle(LifecycleEvent {
-                    t_ns,
-                    kind: LifecycleKind::Exit,
-                    pid: state.tgid as i32,
-                    tid: tid as i32,
-                    ppid: self.parent_of.get(&state.tgid).copied().unwrap_or(0),
-                    comm: String::new(),
-                    exit_code: Some((state.exit_code >> 8) as i32 & 0xff),
-                    class_ns: Some(ClassTimes::from_array(state.class_ns)),
-                });
-            }
+            let exit_code = Some((state.exit_code >> 8) as i32 & 0xff);
+            let class_ns = ClassTimes::from_array(state.class_ns);
+            self.keep_exit_from_map(t_ns, tid, &state, exit_code, class_ns);
             let _ = self.threads.remove(&tid);
         }
         self.fold_exited_histograms(&by_tgid);
