@@ -39,7 +39,9 @@ fn exec_storm_under_run_sees_every_process_and_exact_cpu() {
     };
     let mut storm = vec![workload_bin().to_string_lossy().into_owned()];
     storm.extend(strings(&["exec_storm", "--count", "300", "--self-exec"]));
+    let stolen_before_ns = host_steal_irq_ns();
     let (out, bundle_path, _dir) = kk_run(&[], &storm);
+    let stolen_ns = host_steal_irq_ns() - stolen_before_ns;
     assert!(
         out.status.success(),
         "{}",
@@ -71,10 +73,23 @@ fn exec_storm_under_run_sees_every_process_and_exact_cpu() {
     let rusage = bundle.launched.as_ref().unwrap().rusage.unwrap();
     let rusage_ns = (rusage.user_us + rusage.system_us) * 1000;
     let on_cpu_ns = a.latency_classes.on_cpu;
-    let diff = on_cpu_ns.abs_diff(rusage_ns) as f64;
+    eprintln!(
+        "on_cpu {on_cpu_ns} ns, steal {} ns, rusage {rusage_ns} ns, host steal+irq {stolen_ns} ns",
+        a.latency_classes.steal
+    );
+    // Classic tracepoints time on_cpu with the clock: the hypervisor's steal and irq
+    // time are in it (one CI run: 1.849 s against rusage 1.379 s on a VM whose host
+    // stole heavily). It may exceed rusage by at most what the host lost meanwhile,
+    // plus one tick per CPU of /proc/stat's rounding.
+    let allowed_excess_ns = if classic_hooks() {
+        stolen_ns + 2 * 10_000_000
+    } else {
+        0
+    };
     assert!(
-        diff <= rusage_ns as f64 * 0.05 + 5e6,
-        "on_cpu {on_cpu_ns} ns vs rusage {rusage_ns} ns"
+        on_cpu_ns as f64 >= rusage_ns as f64 * 0.95 - 5e6
+            && on_cpu_ns as f64 <= rusage_ns as f64 * 1.05 + 5e6 + allowed_excess_ns as f64,
+        "on_cpu {on_cpu_ns} ns vs rusage {rusage_ns} ns (host steal+irq {stolen_ns} ns)"
     );
     assert_eq!(a.distinct_pids, 301);
 }

@@ -145,6 +145,25 @@ pub fn classic_hooks() -> bool {
     std::env::var("KERNELKITE_HOOKS").as_deref() == Ok("classic")
 }
 
+/// Host-wide ns that clock-based on_cpu can hold beyond the kernel's accounted runtime:
+/// steal, irq and softirq of every CPU (the aggregate `cpu` line of /proc/stat, in
+/// USER_HZ ticks). Classic tracepoints time on-CPU intervals with the clock, so a
+/// test compares their excess over rusage with this delta taken around the run.
+pub fn host_steal_irq_ns() -> u64 {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap();
+    let cpu: Vec<u64> = stat
+        .lines()
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .skip(1)
+        .map(|v| v.parse().unwrap())
+        .collect();
+    let ticks = cpu[5] + cpu[6] + cpu[7]; // irq, softirq, steal
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
+    ticks * 1_000_000_000 / hz
+}
+
 /// No event of the traced threads lost. Exact, also on a busy machine with other
 /// tracers: events lost count only what concerned the traced threads (the kernel's
 /// skipped program runs, which can concern any task, are reported apart).
