@@ -526,7 +526,7 @@ fn start_and_wait_for(bundle: &Path, cmd: &[&str], comm: &str) -> std::process::
         });
     }
     let mut child = kk.spawn().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + Duration::from_secs(60);
     let children = format!("/proc/{0}/task/{0}/children", child.id());
     loop {
         let started = std::fs::read_to_string(&children)
@@ -565,15 +565,11 @@ fn wait_with_timeout(child: &mut std::process::Child, limit: Duration) -> std::p
 fn sigint_is_forwarded_and_the_bundle_still_written() {
     let dir = tempfile::tempdir().unwrap();
     let bundle_path = dir.path().join("int.json");
-    let mut child = start_and_wait_for(&bundle_path, &["sleep", "30"], "sleep");
-    let started = Instant::now();
+    let mut child = start_and_wait_for(&bundle_path, &["sleep", "120"], "sleep");
     // SAFETY: kill has no memory-safety preconditions.
     assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
-    let status = wait_with_timeout(&mut child, Duration::from_secs(10));
-    assert!(
-        started.elapsed() < Duration::from_secs(5),
-        "the command was not interrupted"
-    );
+    // The bundle's signal proves the interruption (a sleep that ran out exits 0).
+    let status = wait_with_timeout(&mut child, Duration::from_secs(60));
     assert_eq!(status.code(), Some(130), "{status:?}");
     let bundle = load_bundle(&bundle_path).unwrap();
     let launched = bundle.launched.unwrap();
@@ -930,17 +926,14 @@ fn signals_after_the_root_exited_go_to_the_orphans() {
     let bundle_path = dir.path().join("orphan-term.json");
     // The root exits at once with 4; `sleep 30` is left to kernelkite. (SIGTERM: a
     // non-interactive shell starts background jobs with SIGINT ignored.)
-    let mut child = start_and_wait_for(&bundle_path, &["sh", "-c", "sleep 30 & exit 4"], "sleep");
+    let mut child = start_and_wait_for(&bundle_path, &["sh", "-c", "sleep 120 & exit 4"], "sleep");
     // Let kernelkite reap the root and sample the orphan under it.
     std::thread::sleep(Duration::from_millis(300));
-    let started = Instant::now();
     // SAFETY: kill has no memory-safety preconditions.
     assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
-    let status = wait_with_timeout(&mut child, Duration::from_secs(10));
-    assert!(
-        started.elapsed() < Duration::from_secs(5),
-        "the orphan was not terminated"
-    );
+    // kernelkite ends once the last orphan is reaped: within the limit (well short of
+    // the sleep's 120 s) only if the orphan was terminated, however loaded the machine.
+    let status = wait_with_timeout(&mut child, Duration::from_secs(60));
     assert_eq!(status.code(), Some(4), "the root's own status: {status:?}");
     let launched = load_bundle(&bundle_path).unwrap().launched.unwrap();
     assert_eq!(launched.exit_code, Some(4));

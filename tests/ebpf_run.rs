@@ -49,6 +49,10 @@ fn exec_storm_under_run_sees_every_process_and_exact_cpu() {
     );
     let bundle = load_bundle(&bundle_path).unwrap();
     assert_eq!(bundle.backend, Backend::Ebpf);
+    if bundle.events_lost != Some(0) {
+        // kernelkite names the causes on stderr.
+        eprintln!("{}", String::from_utf8_lossy(&out.stderr));
+    }
     assert_events_lost_ok(bundle.events_lost);
     let root = bundle.launched.as_ref().unwrap().pid;
     let children = bundle
