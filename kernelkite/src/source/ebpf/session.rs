@@ -957,21 +957,30 @@ impl Session {
         Ok(self.assemble(frames, cap, lifecycle, slow, stacks))
     }
 
+    /// Keep the kept frames' digest as well ([`FrameRecorder::keep_digest`]), for
+    /// [`Session::with_bundle_so_far`]: `trace --serve`, whose scrapes then cost what the
+    /// processes seen do, not what the frames kept do.
+    pub fn keep_frame_digest(&mut self) {
+        self.recorder.keep_digest();
+    }
+
     /// `f` of the bundle as it would be if the session stopped at its latest snapshot,
-    /// for live views (`trace --serve`): the frames so far, the histograms and loss
-    /// counters as the kernel holds them now. The programs stay attached. The frames
-    /// are lent to the bundle, not copied (a scrape used to clone the whole session on
-    /// the trace loop); events and slow syscalls are copied, as the bundle sorts them
-    /// and the session keeps their arrival order.
+    /// for live views (`trace --serve`): the histograms and loss counters as the kernel
+    /// holds them now, and the frames so far, as their digest and the last frame when
+    /// the session keeps one ([`Session::keep_frame_digest`]; what a scrape shows per
+    /// process is the same, without analysing every frame on the trace loop). The
+    /// programs stay attached. Events and slow syscalls are copied, as the bundle sorts
+    /// them and the session keeps their arrival order.
     pub fn with_bundle_so_far<R>(&mut self, f: impl FnOnce(&Bundle) -> R) -> R {
-        let cap = self.recorder.cap();
-        let frames = self.recorder.take_frames();
-        let mut bundle =
-            self.assemble(frames, cap, self.lifecycle.clone(), self.slow.clone(), None);
-        let out = f(&bundle);
-        self.recorder
-            .restore_frames(std::mem::take(&mut bundle.frames));
-        out
+        let frames = self.recorder.digest_frames();
+        let bundle = self.assemble(
+            frames,
+            self.recorder.cap(),
+            self.lifecycle.clone(),
+            self.slow.clone(),
+            None,
+        );
+        f(&bundle)
     }
 
     /// A bundle of `frames` plus the histograms (exited processes' and the map's) and
