@@ -491,3 +491,58 @@ fn a_target_that_exits_before_attach_gives_an_error_or_an_empty_bundle_not_a_han
         }
     }
 }
+
+/// Threads start and exit while the hooks attach (a thread can exit between
+/// kernelkite's /proc read and its map insert), and the process's main thread exited
+/// before the attach (a zombie leader in /proc while the process runs on). The session
+/// must end by itself when the process exits (a thread left in the map would keep it
+/// waiting), and the leader, gone before the session, is neither a thread row nor an exit
+/// of the session.
+#[test]
+fn threads_exiting_during_attach_are_neither_kept_nor_reported_as_exits_of_the_session() {
+    let Some(_serial) = ebpf_ready(
+        "threads_exiting_during_attach_are_neither_kept_nor_reported_as_exits_of_the_session",
+    ) else {
+        return;
+    };
+    let mut churn = Command::new(workload_bin())
+        .args(["thread_churn", "--seconds", "4", "--leader-exits"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = churn.id() as i32;
+    let leader = format!("/proc/{pid}/task/{pid}/stat");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !std::fs::read_to_string(&leader).is_ok_and(|s| s.contains(") Z ")) {
+        assert!(Instant::now() < deadline, "the main thread never exited");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let traced = RunningTrace::start(&[pid], &["--follow"]).finish();
+    assert!(churn.wait().unwrap().success());
+    let b = &traced.bundle;
+    let leader_rows = (b.frames.iter())
+        .flat_map(|f| &f.processes)
+        .filter(|p| p.pid == pid)
+        .flat_map(|p| &p.threads)
+        .filter(|t| t.tid == pid)
+        .count();
+    assert_eq!(leader_rows, 0, "the exited main thread shown as a thread");
+    let exits: Vec<_> = (b.lifecycle.iter())
+        .filter(|e| e.kind == LifecycleKind::Exit && e.pid == pid)
+        .collect();
+    assert!(
+        exits.iter().all(|e| e.tid != pid),
+        "the main thread's exit, before the session, reported in it: {:?}",
+        exits.iter().find(|e| e.tid == pid)
+    );
+    // The churn was traced: threads forked and exited inside the session.
+    assert!(exits.len() > 10, "{} exits", exits.len());
+    assert!(
+        traced
+            .stderr
+            .iter()
+            .any(|l| l.contains("every traced process exited")),
+        "{:?}",
+        traced.stderr
+    );
+}

@@ -248,8 +248,12 @@ impl Tracer {
         };
         let exit_s = t.elapsed().as_secs_f64();
         let _ = self.ended.recv_timeout(Duration::from_secs(5));
-        let last_lines = std::fs::read_to_string(&self.log)
-            .unwrap_or_default()
+        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lost_by_cause = log
+            .lines()
+            .find_map(|l| l.split_once("events lost: "))
+            .map(|(_, causes)| causes.to_string());
+        let last_lines = log
             .lines()
             .rev()
             .take(3)
@@ -261,6 +265,7 @@ impl Tracer {
             exit_s,
             bundle_written: self.bundle.is_file(),
             last_lines,
+            lost_by_cause,
         })
     }
 }
@@ -273,6 +278,8 @@ struct Ended {
     bundle_written: bool,
     /// The last lines of its stderr, newest first.
     last_lines: Vec<String>,
+    /// Its "events lost: …" line (the causes), if it printed one.
+    lost_by_cause: Option<String>,
 }
 
 impl Ended {
@@ -341,6 +348,19 @@ fn count(ids: &[(&str, u32)], kind: &str) -> usize {
     ids.iter().filter(|(k, _)| *k == kind).count()
 }
 
+/// RssAnon, RssFile and RssShmem of a live process, KiB: heap, mapped files, and the
+/// memfd copies the symbolizer reads.
+fn rss_parts(pid: u32) -> Option<(u64, u64, u64)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
+    };
+    Some((field("RssAnon:")?, field("RssFile:")?, field("RssShmem:")?))
+}
+
 /// CPU seconds (utime + stime) of a live process.
 fn cpu_seconds(pid: u32) -> Option<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
@@ -355,6 +375,8 @@ struct LongSession {
     rss: Vec<(f64, u64)>,
     seconds: f64,
     cpu_seconds: Option<f64>,
+    /// RssAnon, RssFile and RssShmem (KiB) at the end of the session.
+    rss_parts: Option<(u64, u64, u64)>,
     ids: Vec<(&'static str, u32)>,
     left: Vec<String>,
     ended: Ended,
@@ -414,6 +436,7 @@ fn long_session(bins: &Bins, work: &Path, length: Duration) -> Result<LongSessio
     }
     let seconds = t0.elapsed().as_secs_f64();
     let cpu = cpu_seconds(pid);
+    let rss_parts = rss_parts(pid);
     // The ids again at the end: a program attached later (none should be) counts too.
     ids.extend(bpf_ids_held_by(pid));
     ids.sort();
@@ -450,6 +473,7 @@ fn long_session(bins: &Bins, work: &Path, length: Duration) -> Result<LongSessio
         rss,
         seconds,
         cpu_seconds: cpu,
+        rss_parts,
         ids,
         left,
         ended,
@@ -572,6 +596,14 @@ fn render(long: &LongSession, signals: &[SignalSession], minutes: f64) -> String
         .map(|p| format!("{:.0}s {:.1}", p.0, p.1 as f64 / 1024.0))
         .collect();
     line(format!("  RSS each minute (MiB): {}", series.join(", ")));
+    if let Some((anon, file, shmem)) = long.rss_parts {
+        line(format!(
+            "  RSS at the end: anonymous {:.1} MiB, files {:.1} MiB, shared memory {:.1} MiB",
+            anon as f64 / 1024.0,
+            file as f64 / 1024.0,
+            shmem as f64 / 1024.0
+        ));
+    }
     if let Some(cpu) = long.cpu_seconds {
         line(format!(
             "  tracer CPU: {cpu:.1} s ({:.1}% of one core)",
@@ -589,6 +621,9 @@ fn render(long: &LongSession, signals: &[SignalSession], minutes: f64) -> String
             b.events_lost.map_or("not known".to_string(), |n| n.to_string())
         )),
         None => line("  bundle: not written".into()),
+    }
+    if let Some(causes) = &long.ended.lost_by_cause {
+        line(format!("  events lost by cause: {causes}"));
     }
     line(format!(
         "  ended by SIGINT: {} after {:.1} s; held {}; left loaded: {}",

@@ -542,8 +542,12 @@ pub fn analyze(bundle: &Bundle) -> Analysis {
     // Exit events with exact class times (eBPF) complete threads that exited between
     // snapshots, and add threads that were never in a snapshot.
     let mut exit_classes: BTreeMap<(i32, i32), (ClassTimes, String)> = BTreeMap::new();
+    // The time of each thread's last exit event (a long session has 100,000s of them:
+    // looked up, not searched for).
+    let mut exit_t_ns: BTreeMap<(i32, i32), u64> = BTreeMap::new();
     for ev in &bundle.lifecycle {
         if ev.kind == LifecycleKind::Exit {
+            exit_t_ns.insert((ev.pid, ev.tid), ev.t_ns);
             if let Some(c) = ev.class_ns {
                 exit_classes.insert((ev.pid, ev.tid), (c, ev.comm.clone()));
             }
@@ -634,30 +638,18 @@ pub fn analyze(bundle: &Bundle) -> Analysis {
         e.3 = e.3.max(ev.t_ns);
     }
     // Exact classes of threads that exited without ever being in a snapshot.
+    let framed_threads: BTreeSet<(i32, i32)> = threads.keys().map(|&(p, _, t)| (p, t)).collect();
     for (&(pid, tid), (c, comm)) in &exit_classes {
-        let in_frames = threads.keys().any(|&(p, _, t)| p == pid && t == tid);
-        if in_frames || seen_exit.contains(&(pid, tid)) {
+        if framed_threads.contains(&(pid, tid)) || seen_exit.contains(&(pid, tid)) {
             continue;
         }
-        let start = if frame_pids.contains(&pid) {
-            procs
-                .keys()
-                .filter(|k| k.0 == pid)
-                .map(|k| k.1)
-                .next_back()
-                .unwrap_or(0)
-        } else {
-            0
-        };
+        let start = procs
+            .range((pid, 0)..=(pid, u64::MAX))
+            .next_back()
+            .map_or(0, |(k, _)| k.1);
         let pc = proc_classes.entry((pid, start)).or_default();
         *pc = pc.saturating_add(c);
-        let end = bundle
-            .lifecycle
-            .iter()
-            .filter(|e| e.pid == pid && e.tid == tid && e.kind == LifecycleKind::Exit)
-            .map(|e| e.t_ns)
-            .next_back()
-            .unwrap_or(last_t);
+        let end = exit_t_ns.get(&(pid, tid)).copied().unwrap_or(last_t);
         thread_rows.push(ThreadRow {
             pid,
             process_start_time_ticks: start,
@@ -1092,26 +1084,34 @@ pub const MAX_TREE_DEPTH: usize = 256;
 /// earliest after the first snapshot). The process tree needs this: a parent first snapshotted after its child
 /// was forked would otherwise look younger than the child.
 fn lifetimes_from_events(processes: &mut [ProcessRow], events: &[crate::model::LifecycleEvent]) {
+    // The main threads' fork and exit times by pid, sorted: a long session has 100,000s
+    // of processes and events, so each process looks its own up.
+    let mut forks: BTreeMap<i32, Vec<u64>> = BTreeMap::new();
+    let mut exits: BTreeMap<i32, Vec<u64>> = BTreeMap::new();
+    for e in events.iter().filter(|e| e.tid == e.pid) {
+        match e.kind {
+            LifecycleKind::Fork => forks.entry(e.pid).or_default().push(e.t_ns),
+            LifecycleKind::Exit => exits.entry(e.pid).or_default().push(e.t_ns),
+            LifecycleKind::Exec => {}
+        }
+    }
+    for times in forks.values_mut().chain(exits.values_mut()) {
+        times.sort_unstable();
+    }
     for p in processes.iter_mut() {
-        let main = |e: &&crate::model::LifecycleEvent| e.pid == p.pid && e.tid == p.pid;
-        if let Some(fork) = events
-            .iter()
-            .filter(main)
-            .filter(|e| e.kind == LifecycleKind::Fork && e.t_ns <= p.first_seen_ns)
-            .map(|e| e.t_ns)
-            .max()
-        {
-            p.first_seen_ns = fork;
+        // The latest fork at or before its first sighting.
+        if let Some(times) = forks.get(&p.pid) {
+            let n = times.partition_point(|&t| t <= p.first_seen_ns);
+            if n > 0 {
+                p.first_seen_ns = times[n - 1];
+            }
         }
         // A zombie is sampled after its exit: the exit ends the lifetime either way.
-        if let Some(exit) = events
-            .iter()
-            .filter(main)
-            .filter(|e| e.kind == LifecycleKind::Exit && e.t_ns >= p.first_seen_ns)
-            .map(|e| e.t_ns)
-            .min()
-        {
-            p.last_seen_ns = exit;
+        if let Some(times) = exits.get(&p.pid) {
+            let n = times.partition_point(|&t| t < p.first_seen_ns);
+            if let Some(&exit) = times.get(n) {
+                p.last_seen_ns = exit;
+            }
         }
     }
 }

@@ -111,6 +111,9 @@ mod platform {
                 return Err(e.into());
             }
         };
+        if listener.is_some() {
+            session.keep_frame_digest();
+        }
         for note in session.notes() {
             crate::note!("kernelkite: {note}");
         }

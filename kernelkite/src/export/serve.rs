@@ -294,4 +294,120 @@ mod tests {
             }
         });
     }
+
+    /// An eBPF session's frames: a long-lived process whose two threads' class times
+    /// grow, and short processes (two with a reused pid, one renamed by an exec) seen in
+    /// one to three frames, some threads exiting with an exit event.
+    fn churning_session() -> (crate::model::Bundle, Vec<crate::model::Frame>) {
+        use crate::model::{
+            Backend, ClassTimes, Frame, LifecycleEvent, LifecycleKind, ProcessSample, ThreadSample,
+        };
+        let times = |n: u64| ClassTimes {
+            on_cpu: 3 * n,
+            runqueue: n,
+            syscall_blocked: 5 * n,
+            ..ClassTimes::default()
+        };
+        let thread = |tid: i32, n: u64| ThreadSample {
+            tid,
+            comm: "t".into(),
+            state: "S".into(),
+            schedstat: None,
+            syscall_nr: None,
+            class_ns: Some(times(n)),
+        };
+        let process =
+            |pid: i32, start: u64, comm: &str, threads: Vec<ThreadSample>| ProcessSample {
+                pid,
+                ppid: 1,
+                comm: comm.into(),
+                state: "S".into(),
+                start_time_ticks: start,
+                utime_ticks: 0,
+                stime_ticks: 0,
+                cutime_ticks: 0,
+                cstime_ticks: 0,
+                rss_pages: 10,
+                num_threads: threads.len() as u64,
+                io: None,
+                threads,
+            };
+        let host = crate::model::HostConstants {
+            clock_ticks_per_sec: 100,
+            page_size_bytes: 4096,
+            num_cpus: 2,
+            kernel_release: None,
+            arch: "x86_64".into(),
+        };
+        let mut bundle = crate::model::Bundle::new(Backend::Ebpf, host, 100);
+        let mut frames = Vec::new();
+        for i in 0..300u64 {
+            let mut processes = vec![process(
+                100,
+                1,
+                "server",
+                vec![thread(100, i * 10), thread(101, i * 7)],
+            )];
+            // A short process every frame, alive for (i % 3) + 1 frames; pids cycle
+            // through 40 values, so they are reused with a later start time.
+            for age in 0..=(i % 3) {
+                let born = i - age.min(i);
+                let pid = 1000 + (born % 40) as i32;
+                let comm = if age > 0 { "renamed" } else { "short" };
+                processes.push(process(pid, born + 2, comm, vec![thread(pid, age + 1)]));
+            }
+            processes.sort_by_key(|p| p.pid);
+            processes.dedup_by_key(|p| p.pid);
+            frames.push(Frame {
+                t_ns: i * 100_000_000,
+                processes,
+                network: None,
+            });
+            if i % 2 == 0 {
+                let pid = 1000 + (i % 40) as i32;
+                bundle.lifecycle.push(LifecycleEvent {
+                    t_ns: i * 100_000_000 + 50,
+                    kind: LifecycleKind::Exit,
+                    pid,
+                    tid: pid,
+                    ppid: 1,
+                    comm: "short".into(),
+                    exit_code: Some(0),
+                    class_ns: Some(times(9)),
+                });
+            }
+        }
+        bundle.events_lost = Some(3);
+        (bundle, frames)
+    }
+
+    #[test]
+    fn a_scrape_of_the_frame_digest_shows_what_one_of_every_frame_does() {
+        use crate::model::FrameRecorder;
+        let (template, frames) = churning_session();
+        // Below the frame cap, and past it (the last frame is replaced from then on).
+        for max_frames in [100_000, 50] {
+            let mut all = FrameRecorder::new(max_frames);
+            let mut digested = FrameRecorder::new(max_frames);
+            digested.keep_digest();
+            for (n, f) in frames.iter().enumerate() {
+                all.push(f.clone());
+                digested.push(f.clone());
+                if n % 37 != 0 && n + 1 != frames.len() {
+                    continue;
+                }
+                let mut full = template.clone();
+                full.frames = all.frames().to_vec();
+                let mut digest = template.clone();
+                digest.frames = digested.digest_frames();
+                assert!(digest.frames.len() <= 2);
+                assert_eq!(
+                    exposition(&digest),
+                    exposition(&full),
+                    "after {} frames, cap {max_frames}",
+                    n + 1
+                );
+            }
+        }
+    }
 }

@@ -2,6 +2,8 @@
 //! cap. Shared by the live collectors and the replay of recordings (which applies the
 //! caps exactly as the session did).
 
+use std::collections::BTreeMap;
+
 use super::bundle::{Frame, FrameCap, NetDevCounters, ProcessSample, ThreadSample};
 
 /// The memory kept frames may take by default (`--max-frames-mb`), in MiB.
@@ -21,6 +23,56 @@ pub struct FrameRecorder {
     kept_bytes: u64,
     /// Whether the byte budget, not `max_frames`, ended the appending.
     byte_budget_hit: bool,
+    /// With [`FrameRecorder::keep_digest`]: every kept frame but the last, folded.
+    digest: Option<FrameDigest>,
+}
+
+/// Frames folded into one: every process (by pid and start time) and each of its
+/// threads as last seen in them, at the time of the latest. Cumulative counters only
+/// grow, so for what a live scrape shows (class times, CPU, names per process) the
+/// digest followed by the last frame analyses like all the frames (tested in
+/// export::serve), at a cost that does not grow with the number of frames.
+#[derive(Debug, Default)]
+pub struct FrameDigest {
+    t_ns: u64,
+    processes: BTreeMap<(i32, u64), (ProcessSample, BTreeMap<i32, ThreadSample>)>,
+    network: Option<Vec<NetDevCounters>>,
+}
+
+impl FrameDigest {
+    pub fn add(&mut self, frame: &Frame) {
+        self.t_ns = frame.t_ns;
+        for p in &frame.processes {
+            let (sample, threads) = self
+                .processes
+                .entry((p.pid, p.start_time_ticks))
+                .or_insert_with(|| (p.clone(), BTreeMap::new()));
+            *sample = ProcessSample {
+                threads: Vec::new(),
+                ..p.clone()
+            };
+            for t in &p.threads {
+                threads.insert(t.tid, t.clone());
+            }
+        }
+        if frame.network.is_some() {
+            self.network.clone_from(&frame.network);
+        }
+    }
+
+    /// The digest as one frame (processes sorted by pid, then start time).
+    pub fn frame(&self) -> Frame {
+        Frame {
+            t_ns: self.t_ns,
+            processes: (self.processes.values())
+                .map(|(p, threads)| ProcessSample {
+                    threads: threads.values().cloned().collect(),
+                    ..p.clone()
+                })
+                .collect(),
+            network: self.network.clone(),
+        }
+    }
 }
 
 /// Lifecycle events, and separately slow syscalls, a session keeps (about 100 bytes
@@ -72,6 +124,27 @@ impl FrameRecorder {
             max_bytes,
             kept_bytes: 0,
             byte_budget_hit: false,
+            digest: None,
+        }
+    }
+
+    /// Also keep a [`FrameDigest`] of the frames (for [`FrameRecorder::digest_frames`]).
+    pub fn keep_digest(&mut self) {
+        let mut digest = FrameDigest::default();
+        if let Some((_, permanent)) = self.frames.split_last() {
+            permanent.iter().for_each(|f| digest.add(f));
+        }
+        self.digest = Some(digest);
+    }
+
+    /// The kept frames as at most two, the digest of all but the last and the last
+    /// (needs [`FrameRecorder::keep_digest`]; otherwise every frame).
+    pub fn digest_frames(&self) -> Vec<Frame> {
+        match (&self.digest, self.frames.split_last()) {
+            (Some(digest), Some((last, permanent))) if !permanent.is_empty() => {
+                vec![digest.frame(), last.clone()]
+            }
+            _ => self.frames.clone(),
         }
     }
 
@@ -81,6 +154,10 @@ impl FrameRecorder {
         let fits = self.frames.is_empty() || self.kept_bytes + bytes <= self.max_bytes;
         if below_cap && fits {
             self.kept_bytes += bytes;
+            // The last frame stays for good now: into the digest.
+            if let (Some(digest), Some(last)) = (self.digest.as_mut(), self.frames.last()) {
+                digest.add(last);
+            }
             self.frames.push(frame);
             return;
         }

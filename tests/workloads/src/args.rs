@@ -12,7 +12,14 @@ use std::str::FromStr;
 pub struct UsageError(pub String);
 
 /// Options that take no value.
-const FLAGS: &[&str] = &["wait-stdin", "direct", "self-exec", "processes", "help"];
+const FLAGS: &[&str] = &[
+    "wait-stdin",
+    "direct",
+    "self-exec",
+    "processes",
+    "leader-exits",
+    "help",
+];
 
 pub struct Args {
     values: BTreeMap<String, String>,

@@ -11,6 +11,7 @@ mod args;
 mod report;
 mod start;
 
+mod churn;
 mod cpu;
 mod exec;
 mod futex;
@@ -36,6 +37,7 @@ const WORKLOADS: &[(&str, &str, Runner)] = &[
     ("pipe_pingpong", "two threads (or processes) ping-pong a byte over pipes [--count N] [--processes]", pipe::run),
     ("idle_tree", "N idle child processes for S seconds [--count N] [--seconds S]", tree::run_tree),
     ("idle", "sleep S seconds (one nanosleep) [--seconds S]", tree::run_idle),
+    ("thread_churn", "short threads one after another [--seconds S] [--leader-exits: the main thread exits first]", churn::run),
     ("burn", "a short CPU burn, the child of exec_storm --self-exec [--iterations K]", exec::run_burn),
 ];
 

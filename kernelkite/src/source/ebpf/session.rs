@@ -321,26 +321,46 @@ impl Session {
                 .map_err(|e| SessionError::Map("GATE", e.to_string()))?;
         }
         self.add_initial_targets()?;
+        // Before the first frame: a thread gone already is never shown as a live row.
+        self.retire_exited_before_attach();
         let first = self.snapshot_frame(false)?;
         self.keep_frame(first);
-        self.retire_exited_before_attach();
         Ok(())
     }
 
-    /// Threads taken from /proc that had already exited when their target bit was set
-    /// (a zombie, or one exiting during the attach) never reach the exit hook: end them
-    /// here, or the session waits for an exit that never comes (`trace --pid` of a
-    /// process exiting as it started hung until Ctrl-C). A thread the hooks have seen
-    /// is no longer INITIAL, and its exit is recorded by the hook. Neither its exit code
-    /// nor its time before the exit is known.
+    /// Threads taken from /proc alive that had exited when their target bit was set
+    /// (exiting during the attach, between the /proc read and the map insert) never
+    /// reach the exit hook: end them here, or the session waits for an exit that never
+    /// comes (`trace --pid` of a process exiting as it started hung until Ctrl-C). A
+    /// thread the hooks have seen is no longer INITIAL, and its exit is recorded by the
+    /// hook. Neither its exit code nor its time before the exit is known. A process left
+    /// with no thread loses its target bit: its pid is free for a process we do not trace.
     fn retire_exited_before_attach(&mut self) {
         let t_ns = self.t_ns(monotonic_ns());
-        for (tid, state) in read_all(&self.threads) {
+        let entries = read_all(&self.threads);
+        let mut retired_tgids = BTreeSet::new();
+        for &(tid, ref state) in &entries {
             if state.run_state != run_state::INITIAL || thread_alive(state.tgid, tid) {
                 continue;
             }
-            self.keep_exit_from_map(t_ns, tid, &state, None, ClassTimes::default());
+            // Read again just before the delete: the fork hook may have replaced a stale
+            // entry with a new thread's under the same tid since the map was read.
+            let still = self.threads.get(&tid, 0).ok();
+            if still
+                .is_none_or(|s| s.run_state != run_state::INITIAL || s.start_ns != state.start_ns)
+            {
+                continue;
+            }
+            self.keep_exit_from_map(t_ns, tid, state, None, ClassTimes::default());
             let _ = self.threads.remove(&tid);
+            retired_tgids.insert(state.tgid);
+        }
+        let left: BTreeSet<u32> = read_all(&self.threads)
+            .into_iter()
+            .map(|(_, s)| s.tgid)
+            .collect();
+        for tgid in retired_tgids.difference(&left) {
+            let _ = self.clear_target_bit(*tgid);
         }
     }
 
@@ -408,12 +428,7 @@ impl Session {
     /// itself in. Its own CPU is reported apart (`top`'s status line).
     pub fn untrack_self(&mut self) -> Result<(), SessionError> {
         let me = std::process::id();
-        let map_err = |e: aya::maps::MapError| SessionError::Map("TARGETS", e.to_string());
-        let word = me >> 6;
-        let bits = self.targets.get(&word, 0).map_err(map_err)?;
-        self.targets
-            .set(word, bits & !(1u64 << (me & 63)), 0)
-            .map_err(map_err)?;
+        self.clear_target_bit(me)?;
         for (tid, state) in read_all(&self.threads) {
             if state.tgid == me {
                 let _ = self.threads.remove(&tid);
@@ -481,8 +496,16 @@ impl Session {
                 if !self.options.follow && !roots.contains(&p.pid) {
                     continue;
                 }
-                tgids.insert(p.pid as u32);
+                // The retired threads' exit events need it before the first snapshot.
+                self.parent_of.insert(p.pid as u32, p.ppid);
                 for t in &p.threads {
+                    // Exited before attach (a zombie leader whose other threads run on):
+                    // not a thread of the session, and no exit hook will run for it.
+                    if matches!(&*t.state, "Z" | "X" | "x") {
+                        continue;
+                    }
+                    // Its target bit only with a thread that has not exited.
+                    tgids.insert(p.pid as u32);
                     let state = ThreadState {
                         tgid: p.pid as u32,
                         run_state: run_state::INITIAL,
@@ -506,6 +529,15 @@ impl Session {
         }
         self.dropped.untracked_threads += untracked.len() as u64;
         Ok(())
+    }
+
+    fn clear_target_bit(&mut self, tgid: u32) -> Result<(), SessionError> {
+        let map_err = |e: aya::maps::MapError| SessionError::Map("TARGETS", e.to_string());
+        let word = tgid >> 6;
+        let bits = self.targets.get(&word, 0).map_err(map_err)?;
+        self.targets
+            .set(word, bits & !(1u64 << (tgid & 63)), 0)
+            .map_err(map_err)
     }
 
     fn set_target_bits(&mut self, tgids: &BTreeSet<u32>) -> Result<(), SessionError> {
@@ -658,17 +690,17 @@ impl Session {
     /// (folded out of the kernel map) plus the live map's entries read with it (at the
     /// end, after the programs were detached), one per (process, syscall), sorted.
     pub fn syscall_histograms(&self) -> Vec<SyscallHistogram> {
-        let mut all: BTreeMap<SyscallKey, HistAccumulator> = self
-            .folded_hists
-            .iter()
-            .map(|(k, acc)| (*k, acc.clone()))
-            .collect();
+        // Merged without copying the folded map (100,000 entries at its cap).
+        let mut live: BTreeMap<SyscallKey, HistAccumulator> = BTreeMap::new();
         for (key, value) in &self.live_hists {
-            all.entry(*key).or_default().add(value);
+            live.entry(*key)
+                .or_insert_with(|| self.folded_hists.get(key).cloned().unwrap_or_default())
+                .add(value);
         }
-        let mut syscalls: Vec<SyscallHistogram> = all
-            .into_iter()
-            .map(|(key, acc)| acc.into_histogram(key))
+        let mut syscalls: Vec<SyscallHistogram> = (self.folded_hists.iter())
+            .filter(|(key, _)| !live.contains_key(key))
+            .map(|(key, acc)| acc.histogram(*key))
+            .chain(live.iter().map(|(key, acc)| acc.histogram(*key)))
             .collect();
         syscalls.sort_by_key(|h| (h.pid, h.nr));
         syscalls
@@ -925,21 +957,30 @@ impl Session {
         Ok(self.assemble(frames, cap, lifecycle, slow, stacks))
     }
 
+    /// Keep the kept frames' digest as well ([`FrameRecorder::keep_digest`]), for
+    /// [`Session::with_bundle_so_far`]: `trace --serve`, whose scrapes then cost what the
+    /// processes seen do, not what the frames kept do.
+    pub fn keep_frame_digest(&mut self) {
+        self.recorder.keep_digest();
+    }
+
     /// `f` of the bundle as it would be if the session stopped at its latest snapshot,
-    /// for live views (`trace --serve`): the frames so far, the histograms and loss
-    /// counters as the kernel holds them now. The programs stay attached. The frames
-    /// are lent to the bundle, not copied (a scrape used to clone the whole session on
-    /// the trace loop); events and slow syscalls are copied, as the bundle sorts them
-    /// and the session keeps their arrival order.
+    /// for live views (`trace --serve`): the histograms and loss counters as the kernel
+    /// holds them now, and the frames so far, as their digest and the last frame when
+    /// the session keeps one ([`Session::keep_frame_digest`]; what a scrape shows per
+    /// process is the same, without analysing every frame on the trace loop). The
+    /// programs stay attached. Events and slow syscalls are copied, as the bundle sorts
+    /// them and the session keeps their arrival order.
     pub fn with_bundle_so_far<R>(&mut self, f: impl FnOnce(&Bundle) -> R) -> R {
-        let cap = self.recorder.cap();
-        let frames = self.recorder.take_frames();
-        let mut bundle =
-            self.assemble(frames, cap, self.lifecycle.clone(), self.slow.clone(), None);
-        let out = f(&bundle);
-        self.recorder
-            .restore_frames(std::mem::take(&mut bundle.frames));
-        out
+        let frames = self.recorder.digest_frames();
+        let bundle = self.assemble(
+            frames,
+            self.recorder.cap(),
+            self.lifecycle.clone(),
+            self.slow.clone(),
+            None,
+        );
+        f(&bundle)
     }
 
     /// A bundle of `frames` plus the histograms (exited processes' and the map's) and
@@ -1039,34 +1080,41 @@ fn already_exists(e: &aya::maps::MapError) -> bool {
     matches!(e, aya::maps::MapError::SyscallError(s) if s.io_error.raw_os_error() == Some(libc::EEXIST))
 }
 
-/// Sum of one (process, syscall) histogram across map generations.
+/// Sum of one (process, syscall) histogram across map generations. Compact: a session
+/// keeps up to [`MAX_FOLDED_HISTOGRAMS`] of them (exited processes'), so the buckets are
+/// the non-zero ones only, `(bucket, count)` sorted, in an exactly sized vector.
 #[derive(Clone, Default)]
 struct HistAccumulator {
     total_ns: u64,
     max_ns: u64,
-    buckets: BTreeMap<u32, u64>,
+    buckets: Vec<(u32, u64)>,
 }
 
 impl HistAccumulator {
     fn add(&mut self, h: &SyscallHist) {
         self.total_ns += h.total_ns;
         self.max_ns = self.max_ns.max(h.max_ns);
-        for (i, c) in h.buckets.iter().enumerate().filter(|(_, c)| **c > 0) {
-            *self.buckets.entry(i as u32).or_default() += c;
+        for (i, &c) in h.buckets.iter().enumerate().filter(|(_, c)| **c > 0) {
+            let i = i as u32;
+            match self.buckets.binary_search_by_key(&i, |b| b.0) {
+                Ok(j) => self.buckets[j].1 += c,
+                Err(j) => self.buckets.insert(j, (i, c)),
+            }
         }
+        self.buckets.shrink_to_fit();
     }
 
-    fn into_histogram(self, key: SyscallKey) -> SyscallHistogram {
+    fn histogram(&self, key: SyscallKey) -> SyscallHistogram {
         // Fields are incremented one at a time; a copy taken while a call is being
         // counted could see its bucket but not `count`: the buckets are the count.
         SyscallHistogram {
             pid: key.tgid as i32,
             nr: key.nr,
             name: syscall_table::name(key.nr),
-            count: self.buckets.values().sum(),
+            count: self.buckets.iter().map(|b| b.1).sum(),
             total_ns: self.total_ns,
             max_ns: self.max_ns,
-            buckets: self.buckets.into_iter().collect(),
+            buckets: self.buckets.clone(),
         }
     }
 }

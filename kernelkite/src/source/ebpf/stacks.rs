@@ -39,9 +39,12 @@ const FINAL_BUDGET: Duration = Duration::from_millis(300);
 const READ_DEADLINE: Duration = Duration::from_millis(250);
 /// The largest binary or library read (it is copied into memory).
 const MAX_BINARY_BYTES: u64 = 512 << 20;
-/// Copies kept for symbolizing: past this total, the symbolizer and its copies start
-/// afresh (a cache only; resolved frames are already in the bundle).
-const MAX_COPIED_BYTES: u64 = 1 << 30;
+/// Copies made for symbolizing since the symbolizer started: past this total, the
+/// symbolizer and its copies start afresh (a cache only; resolved frames are already in
+/// the bundle). blazesym keeps every file it parsed open until then, also the copies of
+/// binaries whose processes exited (a churn of short processes copies them again and
+/// again), so this bounds that memory.
+const MAX_COPIED_BYTES: u64 = 128 << 20;
 /// The vDSO mapping: its module name, and the key of our copy of it.
 const VDSO: &str = "[vdso]";
 const VDSO_FILE: FileId = FileId {
