@@ -375,9 +375,9 @@ fn a_command_that_cannot_start_exits_126_or_127() {
 /// `run` of a mutex-contention program (std's Mutex: futexes through glibc) with two
 /// CPU hogs beside it: on_cpu, the kernel's own runtime, equals rusage once the CPU of
 /// kernelkite's own start-up in the child (recorded as `untraced_cpu_ns`) is taken out;
-/// per thread the classes add up to wall time. Within 0.5%: most runs here land within
-/// 0.03%, but on a busy machine some fall 0.2-0.35% short, a residual not explained
-/// yet (the `trace` test of a whole life, without the gate, holds 0.1%).
+/// per thread the classes add up to wall time. Within 0.1% (runs here land between
+/// 1.0000 and 1.0005: rusage misses a non-leader thread's runtime after its
+/// __exit_signal, which its exit record includes).
 #[test]
 fn run_on_cpu_equals_rusage_beside_cpu_hogs() {
     let Some(_serial) = ebpf_ready("run_on_cpu_equals_rusage_beside_cpu_hogs") else {
@@ -431,7 +431,7 @@ fn run_on_cpu_equals_rusage_beside_cpu_hogs() {
     }
     assert_events_lost_ok(bundle.events_lost);
     assert!(
-        (ratio - 1.0).abs() <= 0.005,
+        (ratio - 1.0).abs() <= 0.001,
         "on_cpu {on_cpu_ns} ns vs rusage {rusage_ns} ns - untraced {untraced_ns} ns: ratio {ratio:.5}"
     );
     // Every thread's classes add up to its wall time: from its fork (or the session

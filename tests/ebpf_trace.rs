@@ -1136,12 +1136,56 @@ fn on_cpu_of_a_whole_traced_life_equals_its_wait4_rusage() {
         "on_cpu {on_cpu_ns} ns, rusage {rusage_ns} ns, ratio {ratio:.5}, steal {} ns",
         traced.analysis.latency_classes.steal
     );
-    // Issue 21's target is 0.1 %, which most runs meet (0.99919 to 1.00040 beside two
-    // hogs), but one fresh-clone CI run gave 0.99699 with the cause not yet found; the
-    // bound is 0.5 % until it is, as in ebpf_run's test (clock-based on_cpu was off by
-    // up to 2.3 % here).
+    // 0.1 %. What remains above the kernel's own figure is the rusage's blind spot: a
+    // non-leader thread's runtime after __exit_signal added its (not refreshed)
+    // sum_exec_runtime to the process total, which the exit record includes.
     assert!(
-        (ratio - 1.0).abs() <= 0.005,
+        (ratio - 1.0).abs() <= 0.001,
         "on_cpu {on_cpu_ns} ns vs wait4 rusage {rusage_ns} ns: ratio {ratio:.5}"
+    );
+}
+
+/// Two threads writing through one shared fd to a tmpfs file (glibc `write`): they wait
+/// for each other on the file's position lock (`fdget_pos`), an uninterruptible sleep
+/// without `in_iowait`. With tp_btf hooks that is lock_wait, not io_wait: no device is
+/// involved. (Classic tracepoints cannot read `in_iowait` and keep taking a D-state
+/// sleep in a file syscall for io_wait.)
+#[test]
+fn a_file_position_lock_is_lock_wait_not_io_wait() {
+    let Some(_serial) = ebpf_ready("a_file_position_lock_is_lock_wait_not_io_wait") else {
+        return;
+    };
+    let _hogs = CpuHogs::start();
+    let (traced, result) =
+        trace_workload(&["shared_write", "--threads", "2", "--count", "3000"], &[]);
+    assert_eq!(result["tmpfs"], true, "{result}");
+    traced.assert_no_events_lost();
+    traced.assert_classes_sum_to_wall();
+    // Every write counted (the gate's read is not a write; the result line is one).
+    assert!(traced.syscall_count("write") >= 6000);
+    if classic_hooks() {
+        return;
+    }
+    let pid = traced.bundle.root_pids[0];
+    let workers: Vec<_> = traced
+        .analysis
+        .threads
+        .iter()
+        .filter(|t| t.pid == pid && t.tid != pid)
+        .collect();
+    assert_eq!(workers.len(), 2, "{workers:?}");
+    let lock: u64 = workers
+        .iter()
+        .map(|t| t.classes.get(LatencyClass::LockWait))
+        .sum();
+    let io: u64 = workers
+        .iter()
+        .map(|t| t.classes.get(LatencyClass::IoWait))
+        .sum();
+    // A page fault on the binary can wait for the disk (in_iowait) on a cold cache;
+    // the lock waits are what dominates.
+    assert!(
+        lock > 0 && io * 10 <= lock,
+        "lock_wait {lock} ns, io_wait {io} ns"
     );
 }

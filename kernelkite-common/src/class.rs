@@ -7,8 +7,11 @@
 //! 1. `runqueue` — it was still runnable (preempted, state R), or it was woken and is
 //!    waiting for a CPU;
 //! 2. `lock_wait` — it sleeps inside a futex wait/lock operation;
-//! 3. `io_wait` — it sleeps with `in_iowait` set, or in D state inside a file or block
-//!    I/O syscall;
+//! 3. `io_wait` — it sleeps with `in_iowait` set (io_schedule(): what delay accounting
+//!    counts as blkio delay). Where the flag can be read (tp_btf hooks), a D-state sleep
+//!    inside a file or block I/O syscall without it is a kernel lock (a file's
+//!    `f_pos_lock` in `fdget_pos`, an inode's `i_rwsem`), so `lock_wait`; where it
+//!    cannot (classic tracepoints, /proc) such a sleep stands in for the flag: `io_wait`;
 //! 4. `syscall_blocked` — it sleeps inside any other syscall;
 //! 5. `unknown_wait` — anything else (no syscall in progress: a page fault, a signal stop).
 //!
@@ -20,7 +23,8 @@
 //! (classic tracepoints, /proc) the whole interval is `on_cpu` and `steal` is 0.
 //! `off_cpu` is the sum of every class but `on_cpu`.
 
-/// File and block I/O syscalls: a D-state sleep inside one of them is `io_wait`.
+/// File and block I/O syscalls: a D-state sleep inside one of them is `io_wait` where
+/// `in_iowait` cannot be read, `lock_wait` where it can and is not set.
 pub const IO_SYSCALLS: &[&str] = &[
     "read",
     "write",
@@ -129,8 +133,8 @@ impl LatencyClass {
         match self {
             LatencyClass::OnCpu => "running on a CPU: the kernel's accounted runtime (se.sum_exec_runtime) from switch-in to switch-out",
             LatencyClass::Runqueue => "runnable but not running: preempted, or woken and waiting for a CPU",
-            LatencyClass::IoWait => "asleep with in_iowait set, or in D state inside a file/block I/O syscall",
-            LatencyClass::LockWait => "asleep inside a futex wait/lock operation (futex WAIT*, LOCK_PI*, futex_waitv)",
+            LatencyClass::IoWait => "asleep with in_iowait set (classic tracepoints, /proc: in D state inside a file/block I/O syscall)",
+            LatencyClass::LockWait => "asleep inside a futex wait/lock operation (futex WAIT*, LOCK_PI*, futex_waitv), or in D state without in_iowait inside a file/block I/O syscall (a kernel lock)",
             LatencyClass::SyscallBlocked => "asleep inside any other syscall (poll, epoll_wait, nanosleep, pipe/socket read, wait4, ...)",
             LatencyClass::UnknownWait => "off-CPU with no syscall in progress (page fault, signal stop) or in an unknown state",
             LatencyClass::Steal => "current on a CPU but not run: the rest of a switch-in to switch-out interval (hypervisor steal, irq time)",

@@ -64,6 +64,11 @@ fn waiting_class(t: &ThreadState) -> LatencyClass {
     }
 }
 
+#[inline(always)]
+fn is_io_syscall(nr: u32) -> bool {
+    matches!(SYSCALL_KIND.get(nr), Some(kind) if *kind == syscall_kind::IO)
+}
+
 /// Rules 2-5 for a thread going to sleep (rule 1, runnable, is decided by the caller).
 #[inline(always)]
 fn sleep_class(t: &ThreadState, prev: *const u8, prev_state: u32) -> LatencyClass {
@@ -71,16 +76,27 @@ fn sleep_class(t: &ThreadState, prev: *const u8, prev_state: u32) -> LatencyClas
     if in_syscall && t.sys_is_lock != 0 {
         return LatencyClass::LockWait;
     }
-    // SAFETY: prev is the task_struct the tracepoint handed us (null: unknown).
-    if !prev.is_null() && unsafe { task::in_iowait(prev) } {
+    // Where the flag can be read (tp_btf) it alone decides io_wait: io_schedule() sets
+    // it, as it starts delay accounting's blkio clock. An uninterruptible sleep without
+    // it inside a file syscall is a kernel lock (a file's f_pos_lock in fdget_pos, an
+    // inode's i_rwsem), not the device: lock_wait.
+    let iowait_known = !prev.is_null() && task::in_iowait_known();
+    // SAFETY: prev is the task_struct the tracepoint handed us.
+    if iowait_known && unsafe { task::in_iowait(prev) } {
         return LatencyClass::IoWait;
     }
     if in_syscall {
+        if iowait_known {
+            if prev_state & TASK_UNINTERRUPTIBLE != 0 && is_io_syscall(t.sys_nr) {
+                return LatencyClass::LockWait;
+            }
+            return LatencyClass::SyscallBlocked;
+        }
+        // Classic tracepoints: an uninterruptible sleep in a file syscall stands in
+        // for the flag.
         if prev_state & TASK_UNINTERRUPTIBLE != 0 {
-            if let Some(kind) = SYSCALL_KIND.get(t.sys_nr) {
-                if *kind == syscall_kind::IO {
-                    return LatencyClass::IoWait;
-                }
+            if is_io_syscall(t.sys_nr) {
+                return LatencyClass::IoWait;
             }
         }
         return LatencyClass::SyscallBlocked;

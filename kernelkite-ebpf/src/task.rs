@@ -78,6 +78,12 @@ pub unsafe fn exit_code(task: *const u8) -> u32 {
     unsafe { read_at::<i32>(task, global(&TASK_EXIT_CODE_OFFSET)) as u32 }
 }
 
+/// Whether `in_iowait` can be read (its offset was found in the kernel's BTF).
+#[inline(always)]
+pub fn in_iowait_known() -> bool {
+    global(&TASK_IN_IOWAIT_MASK) != 0
+}
+
 /// `task->in_iowait`: set by io_schedule() for the duration of an I/O sleep.
 #[inline(always)]
 pub unsafe fn in_iowait(task: *const u8) -> bool {

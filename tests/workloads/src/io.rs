@@ -128,3 +128,66 @@ fn fs_type(fd: libc::c_int) -> i64 {
         st.f_type as i64
     }
 }
+
+/// shared_write: T threads write blocks through one shared file descriptor (std's
+/// `File`, so glibc's `write`) to a file on tmpfs. No device is involved; the threads
+/// wait for each other on the file's position lock (`fdget_pos`: the fd table is
+/// shared, so the kernel takes `f_pos_lock`), an uninterruptible sleep without
+/// `in_iowait`.
+pub fn run_shared_write(args: &mut Args) -> Result<(), crate::Fail> {
+    use std::io::Write as _;
+    let threads = args.u64("threads", 2)?.max(1);
+    let count = args.u64("count", 2000)?;
+    let block = args.usize("block-size", 65536)?.max(1);
+    let dir = args.string("dir")?.map(PathBuf::from);
+    let start = crate::gate(args)?;
+    let base = dir.unwrap_or_else(|| PathBuf::from("/dev/shm"));
+    let path = base.join(format!("kk-workload-shared-{}", std::process::id()));
+    let file =
+        std::fs::File::create(&path).map_err(|e| format!("creating {}: {e}", path.display()))?;
+    let _ = std::fs::remove_file(&path);
+    let fs_type = {
+        use std::os::fd::AsRawFd as _;
+        fs_type(file.as_raw_fd())
+    };
+    start.wait()?;
+    let t0 = Instant::now();
+    let results: Vec<Result<u64, String>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                let file = &file;
+                s.spawn(move || {
+                    let buf = vec![0x5au8; block];
+                    for i in 0..count {
+                        // Rewind now and then so the tmpfs file stays small.
+                        if i % 64 == 0 {
+                            use std::io::Seek as _;
+                            let mut f = file;
+                            f.seek(std::io::SeekFrom::Start(0))
+                                .map_err(|e| format!("seek: {e}"))?;
+                        }
+                        let mut f = file;
+                        f.write_all(&buf).map_err(|e| format!("write: {e}"))?;
+                    }
+                    Ok(count)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err("thread panicked".into())))
+            .collect()
+    });
+    let mut writes = 0;
+    for r in results {
+        writes += r?;
+    }
+    Report::new("shared_write")
+        .u64("threads", threads)
+        .u64("writes", writes)
+        .u64("block_size", block as u64)
+        .bool("tmpfs", fs_type == TMPFS_MAGIC)
+        .u64("elapsed_ns", crate::elapsed_ns(t0))
+        .print();
+    Ok(())
+}
