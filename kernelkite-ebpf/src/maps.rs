@@ -23,9 +23,13 @@ pub static GATE: Array<u32> = Array::with_max_entries(1, 0);
 /// Per-(tgid, syscall) latency histograms, updated with atomic adds. Preallocated: an
 /// insert into a preallocated map cannot fail for want of memory (per-CPU maps without
 /// prealloc dropped counts under exec storms). Userspace folds and deletes the entries
-/// of exited processes at every snapshot, so the map holds live processes only.
+/// of exited processes at every snapshot, so the map holds live processes plus those
+/// exited since the last snapshot. 16,384 entries (40 MiB of kernel memory at 2,448
+/// bytes each): 4,096 hold only about 160 processes' syscalls, too few for an exec
+/// storm on a machine so loaded that snapshots fall behind.
 #[map]
-pub static SYSCALL_HISTS: HashMap<SyscallKey, SyscallHist> = HashMap::with_max_entries(4096, 0);
+pub static SYSCALL_HISTS: HashMap<SyscallKey, SyscallHist> =
+    HashMap::with_max_entries(16_384, 0);
 
 /// How a sleep inside each syscall number is classified (`syscall_kind`), filled by
 /// userspace from the `syscalls` crate for the running architecture.
