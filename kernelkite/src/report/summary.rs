@@ -371,7 +371,7 @@ fn explained_text(a: &Analysis) -> Option<String> {
         .map(|(c, ns)| format!("{} {}", c.name(), fmt_ns(*ns as f64)))
         .collect();
     Some(format!(
-        "  the calls above take {} = {:.1}% of the time in syscall sleep classes ({}); a call's time includes its on-CPU part\n",
+        "  all the calls in the table take {} = {:.1}% of the time in syscall sleep classes ({}); a call's time includes its on-CPU part\n",
         fmt_ns(calls_ns as f64),
         calls_ns as f64 / sleep_ns as f64 * 100.0,
         names.join(", ")
