@@ -780,3 +780,36 @@ impl Bundle {
         }
     }
 }
+
+#[cfg(test)]
+mod lost_tests {
+    use super::*;
+
+    #[test]
+    fn lost_events_are_named_and_each_caveat_names_only_what_they_affect() {
+        let none = BTreeMap::new();
+        assert_eq!(lost_text(3, &none), "3");
+        assert!(lost_affects(&none).is_empty());
+        let stacks: BTreeMap<String, u64> = [("stack_captures".to_string(), 1)].into();
+        assert_eq!(lost_text(1, &stacks), "1 (stack captures 1)");
+        assert_eq!(lost_affects(&stacks), vec!["the stacks"]);
+        let both: BTreeMap<String, u64> = [
+            ("slow_call_records".to_string(), 2),
+            ("lifecycle_records".to_string(), 5),
+            ("missed_exits".to_string(), 1),
+        ]
+        .into();
+        assert_eq!(
+            lost_text(8, &both),
+            "8 (lifecycle records 5, missed exits 1, slow-call records 2)"
+        );
+        assert_eq!(
+            lost_affects(&both),
+            vec![
+                "lifecycle events (fork, exec, exit)",
+                "the slow syscalls",
+                "lifecycle events (exits)"
+            ]
+        );
+    }
+}
