@@ -250,11 +250,11 @@ fn damaged_recordings_are_one_line_errors_naming_the_offset_and_write_nothing() 
     b[0] = b'{';
     cases.push(("magic", b, "byte 0: not a kernelkite recording".into()));
     let mut b = good.clone();
-    b[8] = 3;
+    b[8] = 4;
     cases.push((
         "version",
         b,
-        "byte 8: recording format version 3 is newer".into(),
+        "byte 8: recording format version 4 is newer".into(),
     ));
     let mut b = good.clone();
     b[first.0 + 16 + 1] ^= 0xff;

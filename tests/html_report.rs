@@ -227,6 +227,7 @@ fn build_session(backend: Backend) -> Bundle {
                 total_ns: total,
                 max_ns: max,
                 buckets: buckets.into_iter().collect(),
+                before_start: false,
             }
         };
         let slow =

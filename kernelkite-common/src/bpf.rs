@@ -104,7 +104,34 @@ pub struct ThreadState {
     /// switch-in, then advanced by each on-CPU interval's on_cpu part), or
     /// [`NO_RUNTIME`] before it is known (classic tracepoints: always).
     pub runtime_ns: u64,
+    /// `--stacks`: the user stack of the syscall in progress, captured at a switch-out
+    /// inside it (it does not move while the call runs, so every wait of the call
+    /// shares it, and a wait still in progress at the end has it), or [`NO_STACK`].
+    pub sys_user_stack_id: i32,
+    /// [`sys_flags`] bits of the syscall in progress.
+    pub sys_flags: u32,
+    /// `--stacks`: CLOCK_MONOTONIC ns of the last capture at a switch-out inside a
+    /// syscall: such captures are at most one per `STACK_MIN_BLOCK_NS` per thread.
+    pub last_capture_ns: u64,
+    /// `--stacks`: 1 when the pending block is a sampled one (its times are weighted
+    /// estimates, see `StackTime::estimated_ns`), 0 when it is exact.
+    pub pending_sampled: u32,
+    /// Explicit padding; always 0.
+    pub _pad: u32,
 }
+
+/// `ThreadState::sys_flags`.
+pub mod sys_flags {
+    /// The syscall was already running when tracing started (userspace read it from
+    /// /proc at attach): `sys_enter_ns` is the attach time, and its completion is
+    /// counted under `nr | SYSCALL_BEFORE_START` in the histograms, apart from the
+    /// calls that started inside the session.
+    pub const BEFORE_START: u32 = 1;
+}
+
+/// Bit set in `SyscallKey::nr` for calls that were already running at attach
+/// ([`sys_flags::BEFORE_START`]): their latency is only the part inside the session.
+pub const SYSCALL_BEFORE_START: u32 = 1 << 31;
 
 impl Default for ThreadState {
     /// All zero, but no stack captured and nothing pending.
@@ -131,6 +158,11 @@ impl Default for ThreadState {
             pending_kernel_stack: 0,
             sys_arg0: 0,
             runtime_ns: NO_RUNTIME,
+            sys_user_stack_id: NO_STACK,
+            sys_flags: 0,
+            last_capture_ns: 0,
+            pending_sampled: 0,
+            _pad: 0,
         }
     }
 }
@@ -210,10 +242,17 @@ pub struct StackKey {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct StackTime {
-    /// Off-CPU: summed ns; on_cpu: samples × the sampling period.
+    /// Off-CPU: summed ns of the intervals at least `STACK_MIN_BLOCK_NS` long (exact);
+    /// on_cpu: samples × the sampling period.
     pub total_ns: u64,
-    /// Off-CPU intervals, or on-CPU samples.
+    /// Off-CPU intervals at least the threshold long, or on-CPU samples.
     pub count: u64,
+    /// Off-CPU intervals shorter than the threshold are captured with probability
+    /// `len / threshold` and weighted as `threshold` (split between the sleep class and
+    /// runqueue as the interval was): an unbiased estimate of their time, summed here.
+    pub estimated_ns: u64,
+    /// Short intervals captured so (each stands for `threshold / len` of them).
+    pub sampled_count: u64,
 }
 
 /// Key of the per-(process, syscall) latency histogram map.
@@ -246,7 +285,8 @@ impl Default for SyscallHist {
 
 /// Indices of the per-CPU `LOST` counter array.
 pub mod lost {
-    /// A ring-buffer reservation failed (the buffer was full): an event was dropped.
+    /// A ring-buffer reservation for a lifecycle record (fork, exec, exit) failed (the
+    /// buffer was full). A lost exit record's counters are still read from the map.
     pub const RINGBUF_FULL: u32 = 0;
     /// A new thread could not be tracked because `THREADS` was full.
     pub const THREADS_FULL: u32 = 1;
@@ -259,8 +299,10 @@ pub mod lost {
     /// recursion guard), seen when a new task gets its tid while its entry is still in
     /// `THREADS`.
     pub const MISSED: u32 = 4;
+    /// A ring-buffer reservation for a slow-syscall record failed (the buffer was full).
+    pub const SLOW_RECORD: u32 = 5;
     /// Number of counters.
-    pub const COUNT: u32 = 5;
+    pub const COUNT: u32 = 6;
 }
 
 /// Ring-buffer record kinds (the first u32 of every record).
@@ -329,9 +371,9 @@ pub struct SlowSyscallRecord {
     pub _pad: u32,
 }
 
-const _: () = assert!(core::mem::size_of::<ThreadState>() == 176);
+const _: () = assert!(core::mem::size_of::<ThreadState>() == 200);
 const _: () = assert!(core::mem::size_of::<StackKey>() == 24);
-const _: () = assert!(core::mem::size_of::<StackTime>() == 16);
+const _: () = assert!(core::mem::size_of::<StackTime>() == 32);
 const _: () = assert!(core::mem::size_of::<SyscallKey>() == 8);
 const _: () = assert!(core::mem::size_of::<SyscallHist>() == 16 + 8 * NUM_BUCKETS);
 const _: () = assert!(core::mem::size_of::<LifecycleRecord>() == 112);

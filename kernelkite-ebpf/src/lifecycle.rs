@@ -7,7 +7,7 @@ use aya_ebpf::macros::btf_tracepoint;
 use aya_ebpf::programs::BtfTracePointContext;
 use kernelkite_common::bpf::{
     exit_flags, lost, record_flags, record_kind, run_state, LifecycleRecord, ThreadState,
-    COMM_LEN, NO_STACK, NO_SYSCALL,
+    COMM_LEN, NO_SYSCALL,
 };
 use kernelkite_common::LatencyClass;
 
@@ -182,8 +182,10 @@ pub fn on_exit(exit_code: impl FnOnce() -> Option<u32>, group_dead: bool, defer:
         }
         return 0;
     };
-    // A long block whose syscall never returned (the thread was killed in it).
-    stacks::flush_pending(tgid, tid, t, NO_STACK as i64);
+    // A long block whose syscall never returned (the thread was killed in it): with
+    // the call's user stack if a switch-out inside it took one.
+    let user = t.sys_user_stack_id as i64;
+    stacks::flush_pending(tgid, tid, t, user);
     let (exit_code, flags) = match exit_code() {
         Some(code) => (code, 0),
         None => (0, record_flags::EXIT_CODE_UNKNOWN),

@@ -202,7 +202,7 @@ pub fn on_switch<C: StackIdContext>(ctx: &C, sw: Switch) -> i32 {
                 lifecycle::on_final_switch((pid_tgid >> 32) as u32, prev_tid, t, now);
             } else {
                 switch_out(t, sw.prev, sw.preempt, prev_state, now);
-                stacks::on_switch_out(ctx, t, now, ran_ns);
+                stacks::on_switch_out(ctx, prev_tid, t, now, ran_ns);
             }
         }
     }

@@ -2,18 +2,21 @@
 //!
 //! Capturing a stack at every context switch (what offcputime does) is what makes
 //! off-CPU profilers expensive, so kernelkite captures only where it matters:
-//! - an off-CPU period shorter than `STACK_MIN_BLOCK_NS` gets no stack at all;
+//! - an off-CPU period of at least `STACK_MIN_BLOCK_NS` gets its stacks and exact time;
+//!   a shorter one gets them with probability `len / STACK_MIN_BLOCK_NS`, weighted as
+//!   the threshold (an unbiased estimate, kept apart as `StackTime::estimated_ns`);
 //! - for a longer one, the thread's kernel stack is read when it is switched back in
 //!   (it is still the stack it slept on) with `bpf_get_task_stack`;
 //! - its user stack cannot be read from another task, so: inside a syscall it is taken
 //!   at that syscall's sys_exit (the user side has not moved since the call began);
 //!   outside a syscall (preemption, page fault) it is taken at switch-out, which
-//!   happens at most once per scheduler slice or fault.
+//!   happens at most once per scheduler slice or fault. Inside a syscall it may also be
+//!   taken at a switch-out, once per call, rate-limited per thread (`on_switch_out`).
 //! On-CPU time is sampled by a perf event at `--sample-hz`.
 //! Every stack that could not be captured or stored is counted in `LOST[STACK]`.
 
 use aya_ebpf::bindings::{BPF_F_USER_STACK, BPF_NOEXIST};
-use aya_ebpf::helpers::{bpf_get_stack, bpf_get_task_stack};
+use aya_ebpf::helpers::{bpf_get_prandom_u32, bpf_get_stack, bpf_get_task_stack};
 use aya_ebpf::macros::{map, perf_event};
 use aya_ebpf::maps::{HashMap, PerCpuArray, StackTrace};
 use aya_ebpf::programs::tracing::StackIdContext;
@@ -121,24 +124,44 @@ fn kernel_stack_of(task: *const u8) -> u64 {
     store_kernel_stack(buf, n)
 }
 
+/// How an off-CPU period's time goes into `STACK_TIMES`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Weight {
+    /// At least the threshold long: its exact time.
+    Exact,
+    /// Shorter, captured with probability `len / threshold`: weighted as the threshold.
+    Sampled,
+}
+
 #[inline(always)]
-fn add(key: &StackKey, ns: u64, count: u64) {
+fn add(key: &StackKey, ns: u64, count: u64, weight: Weight) {
     if ns == 0 {
         return;
     }
+    let (exact_ns, exact_count, est_ns, est_count) = match weight {
+        Weight::Exact => (ns, count, 0, 0),
+        Weight::Sampled => (0, 0, ns, count),
+    };
     for _ in 0..2 {
         if let Some(v) = STACK_TIMES.get_ptr_mut(key) {
             // SAFETY: a map value; a perf sample and a switch of the same thread can
             // race on other CPUs, hence atomic adds.
             unsafe {
-                atomic_add(&raw mut (*v).total_ns, ns);
-                atomic_add(&raw mut (*v).count, count);
+                if weight == Weight::Exact {
+                    atomic_add(&raw mut (*v).total_ns, exact_ns);
+                    atomic_add(&raw mut (*v).count, exact_count);
+                } else {
+                    atomic_add(&raw mut (*v).estimated_ns, est_ns);
+                    atomic_add(&raw mut (*v).sampled_count, est_count);
+                }
             }
             return;
         }
         let first = StackTime {
-            total_ns: ns,
-            count,
+            total_ns: exact_ns,
+            count: exact_count,
+            estimated_ns: est_ns,
+            sampled_count: est_count,
         };
         // Another CPU may insert the key first: then look it up again.
         if STACK_TIMES.insert(key, &first, BPF_NOEXIST as u64).is_ok() {
@@ -163,6 +186,7 @@ fn add_period(
     user_stack_id: i64,
     kernel_stack: u64,
     periods: u64,
+    weight: Weight,
 ) {
     let mut key = StackKey {
         tgid,
@@ -171,9 +195,9 @@ fn add_period(
         user_stack_id: user_stack_id as i32,
         kernel_stack,
     };
-    add(&key, sleep_ns, periods);
+    add(&key, sleep_ns, periods, weight);
     key.class = LatencyClass::Runqueue as u32;
-    add(&key, runq_ns, periods);
+    add(&key, runq_ns, periods, weight);
 }
 
 /// A traced thread leaves the CPU (`ctx` runs in it) after running `ran_ns`.
@@ -184,15 +208,42 @@ fn add_period(
 /// so that costs at most one walk per threshold of CPU time, while a thread preempted
 /// right after a wakeup (ping-pong patterns, millions per second) costs nothing; its
 /// runqueue wait, if long, keeps its kernel stack only.
+///
+/// Inside a syscall the user stack is the same at every switch-out of the call and at
+/// its sys_exit. It is taken here, once per call, when a block of the call already
+/// waits for it (a second wait in one call: each keeps the stack), or when this thread
+/// had no such capture for a threshold's time (so a wait still in progress at the end
+/// of the session has its stack, at a bounded cost of one walk per threshold per
+/// thread); otherwise at sys_exit, and only if a wait of the call was given a stack.
 #[inline(always)]
-pub fn on_switch_out<C: StackIdContext>(ctx: &C, t: &mut ThreadState, now: u64, ran_ns: u64) {
+pub fn on_switch_out<C: StackIdContext>(
+    ctx: &C,
+    tid: u32,
+    t: &mut ThreadState,
+    now: u64,
+    ran_ns: u64,
+) {
     if !enabled() {
         return;
     }
     t.off_cpu_since_ns = now;
     t.off_cpu_sleep_ns = 0;
+    if t.sys_nr != NO_SYSCALL {
+        t.user_stack_id = NO_STACK;
+        let pending = t.pending_class != NO_PENDING;
+        if t.sys_user_stack_id == NO_STACK
+            && (pending || now.saturating_sub(t.last_capture_ns) >= min_block_ns())
+        {
+            t.last_capture_ns = now;
+            t.sys_user_stack_id = user_stack(ctx) as i32;
+            if pending && t.sys_user_stack_id != NO_STACK {
+                flush_pending(t.tgid, tid, t, t.sys_user_stack_id as i64);
+            }
+        }
+        return;
+    }
     let preempted = t.run_state == run_state::RUNNABLE;
-    t.user_stack_id = if t.sys_nr == NO_SYSCALL && (!preempted || ran_ns >= min_block_ns()) {
+    t.user_stack_id = if !preempted || ran_ns >= min_block_ns() {
         user_stack(ctx) as i32
     } else {
         NO_STACK
@@ -207,8 +258,28 @@ pub fn on_wakeup(t: &mut ThreadState, now: u64) {
     }
 }
 
+/// Whether a period of `off_ns`, shorter than `threshold_ns`, is picked: with
+/// probability `off_ns / threshold_ns`, from a 32-bit random draw.
+#[inline(always)]
+fn sampled(off_ns: u64, threshold_ns: u64) -> bool {
+    // SAFETY: helper call without preconditions.
+    let r = unsafe { bpf_get_prandom_u32() } as u64;
+    // off_ns < threshold_ns: the shifts keep `off << 32` within 64 bits.
+    let bar = if threshold_ns <= 1 << 31 {
+        (off_ns << 32) / threshold_ns
+    } else {
+        (off_ns << 16) / (threshold_ns >> 16)
+    };
+    r < bar
+}
+
 /// A traced thread is switched back in (this runs in the task leaving the CPU, so the
 /// thread's kernel stack is read from its task_struct).
+///
+/// A period of at least the threshold gets its stacks and its exact time. A shorter
+/// one gets them with probability `len / threshold`, and then counts as `threshold`
+/// (its asleep and runqueue parts scaled alike): the expected time per stack is its
+/// true time, while the walks stay about one per threshold of off-CPU time.
 #[inline(always)]
 pub fn on_switch_in(next: *const u8, tgid: u32, tid: u32, t: &mut ThreadState, now: u64) {
     if !enabled() || t.off_cpu_since_ns == 0 || t.run_state == run_state::EXITED {
@@ -216,34 +287,61 @@ pub fn on_switch_in(next: *const u8, tgid: u32, tid: u32, t: &mut ThreadState, n
     }
     let since = t.off_cpu_since_ns;
     t.off_cpu_since_ns = 0;
-    if now <= since || now - since < min_block_ns() {
+    if now <= since {
         return;
     }
+    let threshold = min_block_ns();
     let off_ns = now - since;
-    let sleep_ns = if t.off_cpu_sleep_ns < off_ns {
+    let mut sleep_ns = if t.off_cpu_sleep_ns < off_ns {
         t.off_cpu_sleep_ns
     } else {
         off_ns
     };
-    let runq_ns = off_ns - sleep_ns;
+    let mut runq_ns = off_ns - sleep_ns;
+    let weight = if off_ns >= threshold {
+        Weight::Exact
+    } else if sampled(off_ns, threshold) {
+        // threshold * sleep / off, without overflow for thresholds up to 4 s.
+        sleep_ns = if threshold <= 1 << 32 {
+            sleep_ns * threshold / off_ns
+        } else {
+            sleep_ns * (threshold / off_ns)
+        };
+        runq_ns = threshold.saturating_sub(sleep_ns);
+        Weight::Sampled
+    } else {
+        return;
+    };
     let kernel_stack = kernel_stack_of(next);
-    if t.user_stack_id != NO_STACK || t.sys_nr == NO_SYSCALL {
+    let in_syscall = t.sys_nr != NO_SYSCALL;
+    let user = if in_syscall {
+        t.sys_user_stack_id
+    } else {
+        t.user_stack_id
+    };
+    if user != NO_STACK || !in_syscall {
         add_period(
             tgid,
             tid,
             t.sleep_class,
             sleep_ns,
             runq_ns,
-            t.user_stack_id as i64,
+            user as i64,
             kernel_stack,
             1,
+            weight,
         );
         return;
     }
-    // Inside a syscall: the user stack comes at its sys_exit. A second long block in
-    // the same call has the same user stack: add it to the pending one when it slept in
-    // the same class on the same kernel stack (one slot; else the older goes without).
-    if t.pending_class == t.sleep_class && t.pending_kernel_stack == kernel_stack {
+    // Inside a syscall whose user stack is not taken yet: it comes at the call's next
+    // switch-out or its sys_exit. A second block before then joins the pending one when
+    // it slept in the same class on the same kernel stack with the same weighting (one
+    // slot; else the older goes without a user stack).
+    let sampled_flag = (weight == Weight::Sampled) as u32;
+    if t.pending_class == t.sleep_class
+        && t.pending_kernel_stack == kernel_stack
+        && t.pending_sampled == sampled_flag
+    {
         t.pending_sleep_ns += sleep_ns;
         t.pending_runq_ns += runq_ns;
         t.pending_periods += 1;
@@ -255,6 +353,7 @@ pub fn on_switch_in(next: *const u8, tgid: u32, tid: u32, t: &mut ThreadState, n
     t.pending_sleep_ns = sleep_ns;
     t.pending_runq_ns = runq_ns;
     t.pending_kernel_stack = kernel_stack;
+    t.pending_sampled = sampled_flag;
 }
 
 /// Add a long block waiting for its user stack, with `user_stack_id` (NO_STACK when
@@ -264,6 +363,11 @@ pub fn flush_pending(tgid: u32, tid: u32, t: &mut ThreadState, user_stack_id: i6
     if t.pending_class == NO_PENDING {
         return;
     }
+    let weight = if t.pending_sampled != 0 {
+        Weight::Sampled
+    } else {
+        Weight::Exact
+    };
     add_period(
         tgid,
         tid,
@@ -273,15 +377,26 @@ pub fn flush_pending(tgid: u32, tid: u32, t: &mut ThreadState, user_stack_id: i6
         user_stack_id,
         t.pending_kernel_stack,
         t.pending_periods as u64,
+        weight,
     );
     t.pending_class = NO_PENDING;
+}
+
+/// The user stack of the syscall in progress: the one taken at a switch-out inside it,
+/// else taken now (at its sys_exit, where it is unchanged).
+#[inline(always)]
+pub fn syscall_user_stack<C: StackIdContext>(ctx: &C, t: &mut ThreadState) -> i64 {
+    if t.sys_user_stack_id == NO_STACK {
+        t.sys_user_stack_id = user_stack(ctx) as i32;
+    }
+    t.sys_user_stack_id as i64
 }
 
 /// At sys_exit: a long block inside this syscall gets the (unchanged) user stack now.
 #[inline(always)]
 pub fn on_sys_exit<C: StackIdContext>(ctx: &C, tgid: u32, tid: u32, t: &mut ThreadState) {
     if t.pending_class != NO_PENDING {
-        let user = user_stack(ctx);
+        let user = syscall_user_stack(ctx, t);
         flush_pending(tgid, tid, t, user);
     }
 }
@@ -316,6 +431,6 @@ pub fn on_cpu_sample(ctx: PerfEventContext) -> u32 {
         user_stack_id: user_stack_id as i32,
         kernel_stack,
     };
-    add(&key, period_ns, 1);
+    add(&key, period_ns, 1, Weight::Exact);
     0
 }

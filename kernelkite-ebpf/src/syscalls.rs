@@ -8,8 +8,8 @@ use aya_ebpf::maps::Array;
 use aya_ebpf::programs::tracing::StackIdContext;
 use aya_ebpf::programs::BtfTracePointContext;
 use kernelkite_common::bpf::{
-    lost, record_kind, syscall_kind, SlowSyscallRecord, SyscallHist, SyscallKey, NO_STACK,
-    NO_SYSCALL,
+    lost, record_kind, sys_flags, syscall_kind, SlowSyscallRecord, SyscallHist, SyscallKey,
+    NO_STACK, NO_SYSCALL, SYSCALL_BEFORE_START,
 };
 use kernelkite_common::hist::{bucket_index, NUM_BUCKETS};
 
@@ -67,6 +67,8 @@ pub fn on_enter(nr: u32, arg0: u64, arg1: impl FnOnce() -> u64) -> i32 {
     t.sys_nr = nr;
     t.sys_arg0 = arg0;
     t.sys_is_lock = is_lock_wait(nr, arg1);
+    t.sys_flags = 0;
+    t.sys_user_stack_id = NO_STACK;
     // SAFETY: helper call without preconditions.
     t.sys_enter_ns = unsafe { bpf_ktime_get_ns() };
     0
@@ -86,6 +88,8 @@ pub fn on_exit<C: StackIdContext>(ctx: &C, ret: impl FnOnce() -> i64) -> i32 {
     stacks::on_sys_exit(ctx, tgid, tid, t);
     t.sys_nr = NO_SYSCALL;
     t.sys_is_lock = 0;
+    let flags = t.sys_flags;
+    t.sys_flags = 0;
     if is_gate(tid) {
         // Still kernelkite's gate process: its syscalls are not the command's.
         return 0;
@@ -94,6 +98,18 @@ pub fn on_exit<C: StackIdContext>(ctx: &C, ret: impl FnOnce() -> i64) -> i32 {
     // SAFETY: helper call without preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
     let latency_ns = now.saturating_sub(start_ns);
+    if flags & sys_flags::BEFORE_START != 0 {
+        // Running since before attach: its own row, the part inside the session only,
+        // and no slow-call record (its start is unknown).
+        count_latency(
+            SyscallKey {
+                tgid,
+                nr: nr | SYSCALL_BEFORE_START,
+            },
+            latency_ns,
+        );
+        return 0;
+    }
     count_latency(SyscallKey { tgid, nr }, latency_ns);
 
     // SAFETY: a read-only global set at load time.
@@ -110,7 +126,7 @@ pub fn on_exit<C: StackIdContext>(ctx: &C, ret: impl FnOnce() -> i64) -> i32 {
                     duration_ns: latency_ns,
                     ret: ret(),
                     user_stack_id: if stacks::enabled() {
-                        stacks::user_stack(ctx) as i32
+                        stacks::syscall_user_stack(ctx, t) as i32
                     } else {
                         NO_STACK
                     },
@@ -118,7 +134,7 @@ pub fn on_exit<C: StackIdContext>(ctx: &C, ret: impl FnOnce() -> i64) -> i32 {
                 });
                 entry.submit(0);
             }
-            None => count_lost(lost::RINGBUF_FULL),
+            None => count_lost(lost::SLOW_RECORD),
         }
     }
     0

@@ -216,18 +216,20 @@ impl FrameCapArgs {
 /// Stack capture options (eBPF backend).
 #[derive(Debug, Args, Clone)]
 pub struct StackArgs {
-    /// Capture user and kernel stacks: off-CPU periods of at least --min-block-us, on-CPU
-    /// samples at --sample-hz, slow syscalls. Symbols are resolved while the processes
+    /// Capture user and kernel stacks: off-CPU periods of at least --min-block-us with
+    /// their exact time, shorter ones with probability length / --min-block-us (each
+    /// then counts as --min-block-us: an unbiased estimate, reported apart), waits still
+    /// in progress at the end, on-CPU samples at --sample-hz, slow syscalls. Symbols are resolved while the processes
     /// live and stored in the bundle (see `kernelkite stacks`, `kernelkite flamegraph`);
     /// their binaries and perf maps are read with the process's own rights, never
     /// through a symlink or from a non-regular file (refusals are listed in the bundle).
-    /// Needs the eBPF backend. Cost: a stack is walked only for an off-CPU period of at
-    /// least --min-block-us (and for on-CPU samples), so short blocks cost a few ns of
-    /// bookkeeping; on `perf bench sched pipe` --stacks adds well under half of what
-    /// libbpf-tools offcputime adds (docs/PERFORMANCE.md).
+    /// Needs the eBPF backend. Cost: about one stack walk per --min-block-us of a
+    /// thread's off-CPU time (and per on-CPU sample), so short blocks cost a random draw
+    /// and a few ns of bookkeeping (docs/PERFORMANCE.md has offcputime side by side).
     #[arg(long)]
     pub stacks: bool,
-    /// With --stacks: off-CPU periods shorter than this get no stack (their time still
+    /// With --stacks: off-CPU periods at least this long get a stack and their exact
+    /// time; shorter ones are sampled with probability length / this (their time always
     /// counts in the latency classes).
     #[arg(long, default_value_t = 1000, value_name = "US", value_parser = clap::value_parser!(u64).range(1..))]
     pub min_block_us: u64,

@@ -99,6 +99,9 @@ pub struct Analysis {
     pub latency_classes_exact: bool,
     /// `Bundle::events_lost` (`None` for the /proc sampler, which has no event loss).
     pub events_lost: Option<u64>,
+    /// `Bundle::events_lost_by_cause`: what was lost (empty for bundles that do not
+    /// say, and when nothing was).
+    pub events_lost_by_cause: BTreeMap<String, u64>,
     /// Per-syscall statistics aggregated over processes, sorted by total time
     /// (descending), then name.
     pub syscalls: Vec<SyscallStats>,
@@ -194,6 +197,12 @@ pub struct LaunchedSummary {
 #[schemars(deny_unknown_fields)]
 pub struct SyscallStats {
     pub name: String,
+    /// Which calls the row counts: absent for calls that started and returned inside
+    /// the session (the histograms), else `began_before_start` (returned inside it; only
+    /// their time inside it), `in_progress` (still running at the end: their time so
+    /// far) or `in_progress_since_start` (running all along).
+    #[serde(default, skip_serializing_if = "SyscallState::is_completed")]
+    pub state: SyscallState,
     /// Processes with a histogram for this syscall.
     pub processes: u64,
     pub count: u64,
@@ -204,6 +213,50 @@ pub struct SyscallStats {
     pub p99_ns: u64,
     /// Exact maximum.
     pub max_ns: u64,
+}
+
+/// Which calls a [`SyscallStats`] row counts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum SyscallState {
+    /// Started and returned inside the session.
+    #[default]
+    Completed,
+    /// Already running at attach, returned inside the session.
+    BeganBeforeStart,
+    /// Started inside the session, still running at its end.
+    InProgress,
+    /// Running from before the start to the end.
+    InProgressSinceStart,
+}
+
+impl SyscallState {
+    pub fn is_completed(&self) -> bool {
+        *self == SyscallState::Completed
+    }
+
+    /// Whether the calls are still running (their times are time so far).
+    pub fn in_progress(&self) -> bool {
+        matches!(
+            self,
+            SyscallState::InProgress | SyscallState::InProgressSinceStart
+        )
+    }
+}
+
+impl SyscallStats {
+    /// The row's name in reports: the syscall, and which calls it counts unless they
+    /// completed inside the session.
+    pub fn label(&self) -> String {
+        match self.state {
+            SyscallState::Completed => self.name.clone(),
+            SyscallState::BeganBeforeStart => format!("{} (began before start)", self.name),
+            SyscallState::InProgress => format!("{} (in progress)", self.name),
+            SyscallState::InProgressSinceStart => {
+                format!("{} (in progress since start)", self.name)
+            }
+        }
+    }
 }
 
 /// One process over the session.
@@ -790,6 +843,7 @@ pub fn analyze(bundle: &Bundle) -> Analysis {
         latency_classes,
         latency_classes_exact: bundle.backend.latency_classes_exact(),
         events_lost: bundle.events_lost,
+        events_lost_by_cause: bundle.events_lost_by_cause.clone(),
         skipped_files: (bundle.stacks.iter().flat_map(|s| &s.skipped_files))
             .map(|f| SkippedFileRow {
                 path: f.path.clone(),
@@ -968,8 +1022,67 @@ pub fn reported_syscall_name(arch: &str, nr: u32, recorded: &str) -> String {
     }
 }
 
+/// Every row of the syscall table: the calls that completed (those that began before
+/// the start apart), then the calls still in progress at the end, by total time.
 fn aggregate_syscalls(bundle: &Bundle) -> Vec<SyscallStats> {
-    syscall_stats(&bundle.host.arch, &bundle.syscalls)
+    let mut out = syscall_stats(&bundle.host.arch, &bundle.syscalls);
+    out.extend(in_progress_stats(
+        &bundle.host.arch,
+        &bundle.syscalls_in_progress,
+    ));
+    sort_syscall_rows(&mut out);
+    out
+}
+
+/// Heaviest first; ties by name, then state.
+fn sort_syscall_rows(rows: &mut [SyscallStats]) {
+    rows.sort_by(|a, b| {
+        b.total_ns
+            .cmp(&a.total_ns)
+            .then_with(|| a.name.cmp(&b.name))
+            .then(a.state.cmp(&b.state))
+    });
+}
+
+/// One row per (syscall, in progress since before the start or not) of the calls still
+/// running: their count and time so far, with exact percentiles of the times so far.
+pub fn in_progress_stats(
+    arch: &str,
+    calls: &[crate::model::SyscallInProgress],
+) -> Vec<SyscallStats> {
+    let mut by: BTreeMap<(String, SyscallState), (BTreeSet<i32>, Vec<u64>)> = BTreeMap::new();
+    for c in calls {
+        let state = if c.before_start {
+            SyscallState::InProgressSinceStart
+        } else {
+            SyscallState::InProgress
+        };
+        let e = by
+            .entry((reported_syscall_name(arch, c.nr, &c.name), state))
+            .or_default();
+        e.0.insert(c.pid);
+        e.1.push(c.elapsed_ns);
+    }
+    by.into_iter()
+        .map(|((name, state), (pids, mut times))| {
+            times.sort_unstable();
+            let rank = |p: f64| {
+                let i = ((p / 100.0) * times.len() as f64).ceil() as usize;
+                times[i.clamp(1, times.len()) - 1]
+            };
+            SyscallStats {
+                name,
+                state,
+                processes: pids.len() as u64,
+                count: times.len() as u64,
+                total_ns: times.iter().fold(0u64, |t, &x| t.saturating_add(x)),
+                p50_ns: rank(50.0),
+                p95_ns: rank(95.0),
+                p99_ns: rank(99.0),
+                max_ns: times.last().copied().unwrap_or(0),
+            }
+        })
+        .collect()
 }
 
 /// Aggregate per-process syscall histograms (recorded on `arch`) by syscall name, with
@@ -986,10 +1099,15 @@ pub fn syscall_stats<'a>(
         max_ns: u64,
         buckets: BTreeMap<u32, u64>,
     }
-    let mut by_name: BTreeMap<String, Acc> = BTreeMap::new();
+    let mut by_name: BTreeMap<(String, SyscallState), Acc> = BTreeMap::new();
     for h in histograms {
         let name = histogram_syscall_name(arch, h);
-        let a = by_name.entry(name).or_insert_with(|| Acc {
+        let state = if h.before_start {
+            SyscallState::BeganBeforeStart
+        } else {
+            SyscallState::Completed
+        };
+        let a = by_name.entry((name, state)).or_insert_with(|| Acc {
             processes: BTreeSet::new(),
             count: 0,
             total_ns: 0,
@@ -1007,10 +1125,11 @@ pub fn syscall_stats<'a>(
     }
     let mut out: Vec<SyscallStats> = by_name
         .into_iter()
-        .map(|(name, a)| {
+        .map(|((name, state), a)| {
             let buckets: Vec<(u32, u64)> = a.buckets.into_iter().collect();
             SyscallStats {
                 name,
+                state,
                 processes: a.processes.len() as u64,
                 count: a.count,
                 total_ns: a.total_ns,
@@ -1021,11 +1140,7 @@ pub fn syscall_stats<'a>(
             }
         })
         .collect();
-    out.sort_by(|a, b| {
-        b.total_ns
-            .cmp(&a.total_ns)
-            .then_with(|| a.name.cmp(&b.name))
-    });
+    sort_syscall_rows(&mut out);
     out
 }
 

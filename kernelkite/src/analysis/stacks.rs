@@ -97,12 +97,44 @@ pub struct ClassStacks {
     /// have none, so this is usually below `class_ns`; on-CPU time is estimated from
     /// samples and may differ from `class_ns` either way.
     pub stack_ns: u64,
+    /// `stack_ns` by how it was measured.
+    pub parts: TimeParts,
     /// Intervals (off-CPU) or samples (on_cpu) with a stack.
     pub count: u64,
     /// Distinct joined stacks of the class.
     pub distinct_stacks: usize,
     /// The heaviest stacks, by time (ties: by frames), at most the requested number.
     pub top: Vec<HeavyStack>,
+}
+
+/// A class's time with stacks, by how it was measured.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct TimeParts {
+    /// Intervals at least `min_block_ns` long (and on-CPU samples), ns.
+    pub exact_ns: u64,
+    /// The estimate for the shorter intervals: each captured with probability
+    /// `len / min_block_ns` and counted as `min_block_ns`, ns.
+    pub estimated_ns: u64,
+    /// Short intervals captured so.
+    pub sampled_count: u64,
+    /// The part of `exact_ns` of waits still in progress at the end (their time so far).
+    pub in_progress_ns: u64,
+    /// One standard deviation of `estimated_ns`, bounded from above: the estimate's
+    /// variance is `Σ len (threshold - len) ≤ threshold × Σ len`, so with Σ len taken
+    /// as the estimate itself, `sqrt(min_block_ns × estimated_ns)`.
+    pub estimated_sd_ns: u64,
+}
+
+impl TimeParts {
+    fn add(&mut self, s: &StackSample, min_block_ns: u64) {
+        self.exact_ns = self.exact_ns.saturating_add(s.total_ns);
+        self.estimated_ns = self.estimated_ns.saturating_add(s.estimated_ns);
+        self.sampled_count = self.sampled_count.saturating_add(s.sampled_count);
+        if s.in_progress {
+            self.in_progress_ns = self.in_progress_ns.saturating_add(s.total_ns);
+        }
+        self.estimated_sd_ns = ((min_block_ns as f64) * (self.estimated_ns as f64)).sqrt() as u64;
+    }
 }
 
 impl ClassStacks {
@@ -223,6 +255,7 @@ pub fn analyze_stacks(
     let views = FrameViews::new(profile);
     type Acc = (u64, u64, BTreeSet<(i32, i32)>);
     let mut by_class: BTreeMap<LatencyClass, HashMap<Vec<u32>, Acc>> = BTreeMap::new();
+    let mut parts: BTreeMap<LatencyClass, TimeParts> = BTreeMap::new();
     for s in &profile.samples {
         let Some(class) = sample_class(s) else {
             continue;
@@ -235,9 +268,13 @@ pub fn analyze_stacks(
             .or_default()
             .entry(views.joined(profile, s))
             .or_default();
-        entry.0 = entry.0.saturating_add(s.total_ns);
-        entry.1 = entry.1.saturating_add(s.count);
+        entry.0 = entry.0.saturating_add(s.time_ns());
+        entry.1 = entry
+            .1
+            .saturating_add(s.count)
+            .saturating_add(s.sampled_count);
         entry.2.insert((s.pid, s.tid));
+        parts.entry(class).or_default().add(s, profile.min_block_ns);
     }
     // Every class with time gets a row, stacks or not: a class left out would read as
     // having no time.
@@ -278,6 +315,7 @@ pub fn analyze_stacks(
                 class,
                 class_ns,
                 stack_ns,
+                parts: parts.get(&class).copied().unwrap_or_default(),
                 count,
                 distinct_stacks,
                 top,
@@ -308,7 +346,7 @@ pub fn dominant_stack_class(bundle: &Bundle, a: &Analysis) -> Option<LatencyClas
     profile
         .samples
         .iter()
-        .filter(|s| s.total_ns > 0)
+        .filter(|s| s.time_ns() > 0)
         .filter_map(sample_class)
         .max_by(|x, y| {
             a.latency_classes
@@ -327,7 +365,10 @@ pub struct SlowCallStack {
     pub tid: i32,
     pub comm: String,
     pub name: String,
+    /// Its time (so far, when in progress).
     pub duration_ns: u64,
+    /// Still running at the end (`Bundle::syscalls_in_progress`).
+    pub in_progress: bool,
     /// The caller's user stack, outermost frame first.
     pub frames: Vec<FrameView>,
 }
@@ -339,31 +380,57 @@ pub fn slow_call_stacks(bundle: &Bundle, n: usize) -> Vec<SlowCallStack> {
         return Vec::new();
     };
     let (_, thread_names) = names(bundle);
-    let mut calls: Vec<_> = bundle
+    // (t_ns, pid, tid, name, duration, in progress, stack): the completed slow calls,
+    // and the calls still running at the end with their time so far.
+    type Call<'a> = (u64, i32, i32, &'a str, u64, bool, u32);
+    let mut calls: Vec<Call<'_>> = bundle
         .slow_syscalls
         .iter()
-        .filter_map(|s| s.user_stack.map(|stack| (s, stack)))
+        .filter_map(|s| {
+            let stack = s.user_stack?;
+            Some((
+                s.t_ns,
+                s.pid,
+                s.tid,
+                s.name.as_str(),
+                s.duration_ns,
+                false,
+                stack,
+            ))
+        })
+        .chain(bundle.syscalls_in_progress.iter().filter_map(|c| {
+            let stack = c.user_stack?;
+            Some((
+                c.t_ns,
+                c.pid,
+                c.tid,
+                c.name.as_str(),
+                c.elapsed_ns,
+                true,
+                stack,
+            ))
+        }))
         .collect();
-    calls.sort_by(|(x, _), (y, _)| y.duration_ns.cmp(&x.duration_ns).then(x.t_ns.cmp(&y.t_ns)));
+    calls.sort_by(|x, y| y.4.cmp(&x.4).then(x.0.cmp(&y.0)).then(x.2.cmp(&y.2)));
     calls
         .into_iter()
         .take(n)
-        .map(|(s, stack)| SlowCallStack {
-            t_ns: s.t_ns,
-            pid: s.pid,
-            tid: s.tid,
-            comm: thread_names
-                .get(&(s.pid, s.tid))
-                .cloned()
-                .unwrap_or_default(),
-            name: s.name.clone(),
-            duration_ns: s.duration_ns,
-            frames: profile.stacks[stack as usize]
-                .iter()
-                .rev()
-                .map(|&f| FrameView::of(&profile.frames[f as usize]))
-                .collect(),
-        })
+        .map(
+            |(t_ns, pid, tid, name, duration_ns, in_progress, stack)| SlowCallStack {
+                t_ns,
+                pid,
+                tid,
+                comm: thread_names.get(&(pid, tid)).cloned().unwrap_or_default(),
+                name: name.to_string(),
+                duration_ns,
+                in_progress,
+                frames: profile.stacks[stack as usize]
+                    .iter()
+                    .rev()
+                    .map(|&f| FrameView::of(&profile.frames[f as usize]))
+                    .collect(),
+            },
+        )
         .collect()
 }
 
@@ -408,7 +475,7 @@ pub fn folded_lines(bundle: &Bundle, opts: &FoldOptions) -> Vec<String> {
         let Some(class) = sample_class(s) else {
             continue;
         };
-        if opts.class.is_some_and(|c| c != class) || s.total_ns == 0 {
+        if opts.class.is_some_and(|c| c != class) || s.time_ns() == 0 {
             continue;
         }
         let mut roots: Vec<String> = Vec::new();
@@ -429,7 +496,7 @@ pub fn folded_lines(bundle: &Bundle, opts: &FoldOptions) -> Vec<String> {
             .map(|v| text_of[v as usize])
             .collect();
         let sum = sums.entry((roots, ids)).or_default();
-        *sum = sum.saturating_add(s.total_ns);
+        *sum = sum.saturating_add(s.time_ns());
     }
     let mut lines: Vec<String> = sums
         .into_iter()

@@ -382,6 +382,7 @@ fn syscalls_aggregate_across_pids() {
             total_ns: 2_000,
             max_ns: 1_100,
             buckets: vec![(kernelkite_common::hist::bucket_index(1_000) as u32, 2)],
+            before_start: false,
         },
         SyscallHistogram {
             pid: 2,
@@ -391,6 +392,7 @@ fn syscalls_aggregate_across_pids() {
             total_ns: 9_000,
             max_ns: 9_000,
             buckets: vec![(kernelkite_common::hist::bucket_index(9_000) as u32, 1)],
+            before_start: false,
         },
         SyscallHistogram {
             pid: 2,
@@ -400,6 +402,7 @@ fn syscalls_aggregate_across_pids() {
             total_ns: 10,
             max_ns: 10,
             buckets: vec![(kernelkite_common::hist::bucket_index(10) as u32, 1)],
+            before_start: false,
         },
     ];
     let a = analyze(&b);

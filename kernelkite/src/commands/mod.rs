@@ -32,8 +32,11 @@ pub mod viewer;
 pub fn note_lost_events(session: &crate::source::ebpf::session::Session) {
     let causes = session.events_lost_by_cause();
     if !causes.is_empty() {
-        let list: Vec<String> = causes.iter().map(|(c, n)| format!("{c} {n}")).collect();
-        eprintln!("kernelkite: events lost: {}", list.join(", "));
+        let total = causes.values().sum();
+        eprintln!(
+            "kernelkite: events lost: {}",
+            crate::model::lost_text(total, &causes)
+        );
     }
     let skipped = session.program_runs_skipped();
     if skipped > 0 {

@@ -55,7 +55,7 @@ mod tests {
             .unwrap()
             .samples
             .iter()
-            .map(|s| s.total_ns)
+            .map(|s| s.time_ns())
             .sum();
         assert_eq!(total, samples);
         assert!(text.lines().all(|l| kernelkite_common::LatencyClass::ALL

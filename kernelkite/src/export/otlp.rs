@@ -197,16 +197,32 @@ pub fn metrics_request(
                 scope: Some(scope()),
                 metrics: vec![monotonic_sum(
                     "kernelkite.events.lost",
-                    "Ring-buffer records and map entries the BPF programs could not store.",
+                    "Ring-buffer records and map entries the BPF programs could not store; \
+                     by kernelkite.lost.cause (lifecycle_records, slow_call_records, \
+                     stack_captures, ...) when the bundle says what was lost.",
                     "{event}",
-                    vec![NumberDataPoint {
-                        start_time_unix_nano: start,
-                        time_unix_nano: time,
-                        value: Some(number_data_point::Value::AsInt(
-                            i64::try_from(lost).unwrap_or(i64::MAX),
-                        )),
-                        ..Default::default()
-                    }],
+                    if analysis.events_lost_by_cause.is_empty() {
+                        vec![NumberDataPoint {
+                            start_time_unix_nano: start,
+                            time_unix_nano: time,
+                            value: Some(number_data_point::Value::AsInt(
+                                i64::try_from(lost).unwrap_or(i64::MAX),
+                            )),
+                            ..Default::default()
+                        }]
+                    } else {
+                        (analysis.events_lost_by_cause.iter())
+                            .map(|(cause, &n)| NumberDataPoint {
+                                attributes: vec![kv_str("kernelkite.lost.cause", cause)],
+                                start_time_unix_nano: start,
+                                time_unix_nano: time,
+                                value: Some(number_data_point::Value::AsInt(
+                                    i64::try_from(n).unwrap_or(i64::MAX),
+                                )),
+                                ..Default::default()
+                            })
+                            .collect()
+                    },
                 )],
                 ..Default::default()
             }],

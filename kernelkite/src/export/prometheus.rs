@@ -34,6 +34,8 @@ pub struct Snapshot {
     /// `((pid, comm, syscall), histogram)` with bucket bounds in seconds.
     syscalls: BTreeMap<(i32, String, String), Hist>,
     events_lost: Option<u64>,
+    /// `Bundle::events_lost_by_cause`.
+    events_lost_by_cause: BTreeMap<String, u64>,
     session_seconds: f64,
 }
 
@@ -49,6 +51,7 @@ impl Snapshot {
     pub fn new(bundle: &Bundle, analysis: &Analysis) -> Snapshot {
         let mut s = Snapshot {
             events_lost: analysis.events_lost,
+            events_lost_by_cause: analysis.events_lost_by_cause.clone(),
             session_seconds: analysis.duration_ns as f64 / 1e9,
             ..Snapshot::default()
         };
@@ -145,6 +148,18 @@ impl Collector for Snapshot {
                 MetricType::Counter,
             )?;
             ConstCounter::new(lost).encode(m)?;
+        }
+        if !self.events_lost_by_cause.is_empty() {
+            let mut m = encoder.encode_descriptor(
+                "kernelkite_events_lost_by_cause",
+                "kernelkite_events_lost by what was lost (lifecycle_records, slow_call_records, stack_captures, histogram_updates, ...).",
+                None,
+                MetricType::Counter,
+            )?;
+            for (cause, &n) in &self.events_lost_by_cause {
+                let labels: Labels = vec![("cause", cause.clone())];
+                ConstCounter::new(n).encode(m.encode_family(&labels)?)?;
+            }
         }
         let m = encoder.encode_descriptor(
             "kernelkite_session_duration",

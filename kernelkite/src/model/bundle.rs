@@ -8,6 +8,7 @@
 //! its keyed size and loads several times faster. The derived `Deserialize` reads a row
 //! or, for format 1 bundles, the keyed object.
 
+use std::collections::BTreeMap;
 use std::fmt;
 
 use kernelkite_common::{LatencyClass, NUM_CLASSES};
@@ -68,6 +69,125 @@ pub struct Bundle {
     /// captured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stacks: Option<StackProfile>,
+    /// Syscalls still running at the end (or at a live snapshot) of the session (eBPF
+    /// backend): the threads blocked in them. Absent in bundles written before
+    /// kernelkite reported them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub syscalls_in_progress: Vec<SyscallInProgress>,
+    /// `events_lost` by what was lost (eBPF backend), the causes with a count only:
+    /// `lifecycle_records`, `slow_call_records`, `stack_captures`, `histogram_updates`,
+    /// `untracked_threads`, `missed_exits`, `undecodable_records`, `events_past_caps`,
+    /// `syscalls_past_caps`. Absent in bundles written before kernelkite named them.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub events_lost_by_cause: BTreeMap<String, u64>,
+}
+
+/// The causes of `Bundle::events_lost_by_cause`: (key, how reports name it, what it
+/// makes incomplete). A caveat names only what its causes affect.
+pub const LOST_CAUSES: [(&str, &str, &str); 9] = [
+    (
+        "lifecycle_records",
+        "lifecycle records",
+        "lifecycle events (fork, exec, exit)",
+    ),
+    (
+        "slow_call_records",
+        "slow-call records",
+        "the slow syscalls",
+    ),
+    ("stack_captures", "stack captures", "the stacks"),
+    (
+        "histogram_updates",
+        "histogram updates",
+        "the syscall histograms",
+    ),
+    (
+        "untracked_threads",
+        "untracked threads",
+        "the threads' class times",
+    ),
+    ("missed_exits", "missed exits", "lifecycle events (exits)"),
+    (
+        "undecodable_records",
+        "undecodable records",
+        "lifecycle events and slow syscalls",
+    ),
+    (
+        "events_past_caps",
+        "events past the session's caps",
+        "lifecycle events and slow syscalls",
+    ),
+    (
+        "syscalls_past_caps",
+        "syscalls past the session's caps",
+        "the syscall histograms",
+    ),
+];
+
+/// How reports name a lost cause, and what it affects (the key itself if unknown).
+pub fn lost_cause(key: &str) -> (&str, &str) {
+    LOST_CAUSES
+        .iter()
+        .find(|(k, _, _)| *k == key)
+        .map_or((key, "the data it names"), |(_, label, affects)| {
+            (*label, *affects)
+        })
+}
+
+/// `events lost` in words: `N (stack captures 3, ...)`, or just N for bundles that
+/// do not say what was lost.
+pub fn lost_text(total: u64, by_cause: &BTreeMap<String, u64>) -> String {
+    if by_cause.is_empty() {
+        return total.to_string();
+    }
+    let list: Vec<String> = by_cause
+        .iter()
+        .map(|(c, n)| format!("{} {n}", lost_cause(c).0))
+        .collect();
+    format!("{total} ({})", list.join(", "))
+}
+
+/// What the lost events make incomplete, each once, in cause order; empty when the
+/// bundle does not say (then everything may be).
+pub fn lost_affects(by_cause: &BTreeMap<String, u64>) -> Vec<&'static str> {
+    let mut out: Vec<&'static str> = Vec::new();
+    for (key, _, affects) in LOST_CAUSES {
+        if by_cause.get(key).is_some_and(|&n| n > 0) && !out.contains(&affects) {
+            out.push(affects);
+        }
+    }
+    out
+}
+
+/// One syscall still running when the session (or a live snapshot) read the threads.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SyscallInProgress {
+    pub pid: i32,
+    pub tid: i32,
+    /// Syscall number on `host.arch`.
+    pub nr: u32,
+    pub name: String,
+    /// Its start, ns since the session's start (0 with `before_start`).
+    pub t_ns: u64,
+    /// Its time so far inside the session.
+    pub elapsed_ns: u64,
+    /// It was already running when tracing started: `elapsed_ns` is only the part of
+    /// its time inside the session.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub before_start: bool,
+    /// Index into the bundle's [`StackProfile::stacks`]: the caller's user stack, when
+    /// a switch-out inside the call captured it (`--stacks`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_stack: Option<u32>,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Where time was spent, by stack: off-CPU intervals summed per stack in the kernel, and
@@ -146,10 +266,30 @@ pub struct StackSample {
     pub user_stack: Option<u32>,
     /// Index into [`StackProfile::stacks`]; `None` when the kernel stack was not captured.
     pub kernel_stack: Option<u32>,
-    /// Off-CPU: the summed intervals; on_cpu: `count / sample_hz` seconds, in ns.
+    /// Off-CPU: the summed intervals at least `min_block_ns` long (exact); on_cpu:
+    /// `count / sample_hz` seconds, in ns.
     pub total_ns: u64,
-    /// Off-CPU intervals, or on-CPU samples.
+    /// Off-CPU intervals at least `min_block_ns` long, or on-CPU samples.
     pub count: u64,
+    /// Off-CPU: the estimated time of the shorter intervals. Each was captured with
+    /// probability `len / min_block_ns` and counts as `min_block_ns` (an unbiased
+    /// estimate). Absent (0) in bundles written before kernelkite sampled them.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub estimated_ns: u64,
+    /// The short intervals captured so.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub sampled_count: u64,
+    /// The time is of a wait still in progress when the session ended (its time so
+    /// far, exact; its stack was captured when it began).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub in_progress: bool,
+}
+
+impl StackSample {
+    /// The time the sample stands for: exact plus estimated.
+    pub fn time_ns(&self) -> u64 {
+        self.total_ns.saturating_add(self.estimated_ns)
+    }
 }
 
 impl StackFrame {
@@ -511,6 +651,11 @@ pub struct SyscallHistogram {
     pub max_ns: u64,
     /// Non-empty buckets as `[bucket_index, count]`, ascending.
     pub buckets: Vec<(u32, u64)>,
+    /// Calls already running when tracing started, which returned inside the session:
+    /// their time is only the part inside the session. Kept apart from the calls that
+    /// started inside it. Absent (false) in bundles written before.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub before_start: bool,
 }
 
 /// One syscall slower than the threshold, as streamed over the ring buffer.
@@ -630,6 +775,41 @@ impl Bundle {
             slow_syscalls: Vec::new(),
             replayed_from: None,
             stacks: None,
+            syscalls_in_progress: Vec::new(),
+            events_lost_by_cause: BTreeMap::new(),
         }
+    }
+}
+
+#[cfg(test)]
+mod lost_tests {
+    use super::*;
+
+    #[test]
+    fn lost_events_are_named_and_each_caveat_names_only_what_they_affect() {
+        let none = BTreeMap::new();
+        assert_eq!(lost_text(3, &none), "3");
+        assert!(lost_affects(&none).is_empty());
+        let stacks: BTreeMap<String, u64> = [("stack_captures".to_string(), 1)].into();
+        assert_eq!(lost_text(1, &stacks), "1 (stack captures 1)");
+        assert_eq!(lost_affects(&stacks), vec!["the stacks"]);
+        let both: BTreeMap<String, u64> = [
+            ("slow_call_records".to_string(), 2),
+            ("lifecycle_records".to_string(), 5),
+            ("missed_exits".to_string(), 1),
+        ]
+        .into();
+        assert_eq!(
+            lost_text(8, &both),
+            "8 (lifecycle records 5, missed exits 1, slow-call records 2)"
+        );
+        assert_eq!(
+            lost_affects(&both),
+            vec![
+                "lifecycle events (fork, exec, exit)",
+                "the slow syscalls",
+                "lifecycle events (exits)"
+            ]
+        );
     }
 }

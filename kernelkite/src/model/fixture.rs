@@ -742,6 +742,7 @@ fn convert(fx: Fixture, source_name: &str) -> Result<Bundle, FixtureError> {
             total_ns: total,
             max_ns: max,
             buckets: buckets.into_iter().collect(),
+            before_start: false,
         });
     }
     histograms.sort_by(|a, b| (a.pid, a.nr, &a.name).cmp(&(b.pid, b.nr, &b.name)));
@@ -843,6 +844,9 @@ fn convert_stacks(fx: FixtureStacks, frames: &[Frame]) -> Result<StackProfile, F
             kernel_stack: stack(&s.kernel_stack, "kernel_stack")?,
             total_ns: s.total_ns,
             count: s.count,
+            estimated_ns: 0,
+            sampled_count: 0,
+            in_progress: false,
         });
     }
     let key = |s: &StackSample| (s.pid, s.tid, s.class.clone(), s.user_stack, s.kernel_stack);

@@ -173,10 +173,15 @@ pub fn validate(bundle: &Bundle) -> Result<(), String> {
         }
     }
     match &bundle.stacks {
-        Some(profile) => validate_stacks(profile, &bundle.slow_syscalls)?,
+        Some(profile) => validate_stacks(profile, bundle)?,
         None => {
             if bundle.slow_syscalls.iter().any(|s| s.user_stack.is_some()) {
                 return Err("slow_syscalls name user stacks but the bundle has no stacks".into());
+            }
+            if (bundle.syscalls_in_progress.iter()).any(|s| s.user_stack.is_some()) {
+                return Err(
+                    "syscalls_in_progress name user stacks but the bundle has no stacks".into(),
+                );
             }
         }
     }
@@ -184,7 +189,7 @@ pub fn validate(bundle: &Bundle) -> Result<(), String> {
 }
 
 /// Every stack index names a stack, every frame index a frame, every class a class.
-fn validate_stacks(profile: &StackProfile, slow: &[SlowSyscall]) -> Result<(), String> {
+fn validate_stacks(profile: &StackProfile, bundle: &Bundle) -> Result<(), String> {
     let frames = profile.frames.len();
     for (i, stack) in profile.stacks.iter().enumerate() {
         if let Some(f) = stack.iter().find(|&&f| f as usize >= frames) {
@@ -207,8 +212,14 @@ fn validate_stacks(profile: &StackProfile, slow: &[SlowSyscall]) -> Result<(), S
         check(format!("stacks.samples[{i}].user_stack"), s.user_stack)?;
         check(format!("stacks.samples[{i}].kernel_stack"), s.kernel_stack)?;
     }
-    for (i, s) in slow.iter().enumerate() {
+    for (i, s) in bundle.slow_syscalls.iter().enumerate() {
         check(format!("slow_syscalls[{i}].user_stack"), s.user_stack)?;
+    }
+    for (i, s) in bundle.syscalls_in_progress.iter().enumerate() {
+        check(
+            format!("syscalls_in_progress[{i}].user_stack"),
+            s.user_stack,
+        )?;
     }
     Ok(())
 }

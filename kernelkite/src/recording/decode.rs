@@ -7,7 +7,7 @@
 //! were left over ([`RecordingReader::incomplete_tail`]). Anything else that is wrong
 //! is a [`DecodeError`] naming the byte offset; nothing here panics on any input.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
 use std::io::{self, Read};
 
@@ -20,7 +20,7 @@ use super::{
 use crate::model::{
     Backend, ClassTimes, Frame, HostConstants, IoCounters, LaunchedCommand, LifecycleEvent,
     LifecycleKind, NetDevCounters, ProcessSample, Rusage, Schedstat, SlowSyscall, StackFrame,
-    StackProfile, StackSample, SyscallHistogram, ThreadSample,
+    StackProfile, StackSample, SyscallHistogram, SyscallInProgress, ThreadSample,
 };
 
 /// Why a recording cannot be read. Displays as one line with the byte offset.
@@ -391,6 +391,19 @@ fn decode_body(kind: RecordType, t: &mut Take<'_>) -> FieldResult<Record> {
         RecordType::EventsLost => Record::EventsLost {
             t_ns: t.u64("t_ns")?,
             count: t.u64("events lost")?,
+            by_cause: if t.version >= 3 {
+                t.vec("causes", 12, |t| {
+                    Ok((t.str("cause")?, t.u64("cause count")?))
+                })?
+                .into_iter()
+                .collect()
+            } else {
+                BTreeMap::new()
+            },
+        },
+        RecordType::InProgress => Record::InProgress {
+            t_ns: t.u64("t_ns")?,
+            calls: t.vec("calls in progress", 34, in_progress)?,
         },
         RecordType::Launched => Record::Launched(launched(t)?),
         RecordType::Stacks => Record::Stacks {
@@ -556,6 +569,19 @@ fn slow_syscall(t: &mut Take<'_>) -> FieldResult<SlowSyscall> {
     })
 }
 
+fn in_progress(t: &mut Take<'_>) -> FieldResult<SyscallInProgress> {
+    Ok(SyscallInProgress {
+        pid: t.i32("pid")?,
+        tid: t.i32("tid")?,
+        nr: t.u32("nr")?,
+        name: t.str("name")?,
+        t_ns: t.u64("t_ns")?,
+        elapsed_ns: t.u64("elapsed_ns")?,
+        before_start: t.bool("before_start")?,
+        user_stack: t.opt("user_stack", |t| t.u32("user_stack"))?,
+    })
+}
+
 fn histogram(t: &mut Take<'_>) -> FieldResult<SyscallHistogram> {
     Ok(SyscallHistogram {
         pid: t.i32("pid")?,
@@ -567,6 +593,7 @@ fn histogram(t: &mut Take<'_>) -> FieldResult<SyscallHistogram> {
         buckets: t.vec("buckets", 12, |t| {
             Ok((t.u32("bucket")?, t.u64("bucket count")?))
         })?,
+        before_start: t.version >= 3 && t.bool("before_start")?,
     })
 }
 
@@ -624,6 +651,17 @@ fn stack_profile(t: &mut Take<'_>) -> FieldResult<StackProfile> {
                 kernel_stack: t.opt("kernel_stack", |t| t.u32("kernel_stack"))?,
                 total_ns: t.u64("total_ns")?,
                 count: t.u64("count")?,
+                estimated_ns: if t.version >= 3 {
+                    t.u64("estimated_ns")?
+                } else {
+                    0
+                },
+                sampled_count: if t.version >= 3 {
+                    t.u64("sampled_count")?
+                } else {
+                    0
+                },
+                in_progress: t.version >= 3 && t.bool("in_progress")?,
             })
         })?,
         captures_lost: t.u64("captures_lost")?,

@@ -14,7 +14,7 @@ use super::{
 use crate::model::{
     Backend, ClassTimes, Frame, IoCounters, LaunchedCommand, LifecycleEvent, LifecycleKind,
     NetDevCounters, ProcessSample, Rusage, Schedstat, SlowSyscall, StackFrame, StackProfile,
-    StackSample, SyscallHistogram, ThreadSample,
+    StackSample, SyscallHistogram, SyscallInProgress, ThreadSample,
 };
 
 /// A chunk ends after every frame (so a killed session loses at most the events since
@@ -66,9 +66,21 @@ pub fn encode_record(record: RecordRef<'_>, out: &mut Vec<u8>) {
             p.u64(t_ns);
             p.vec(histograms, histogram);
         }
-        RecordRef::EventsLost { t_ns, count } => {
+        RecordRef::EventsLost {
+            t_ns,
+            count,
+            by_cause,
+        } => {
             p.u64(t_ns);
             p.u64(count);
+            p.vec(&by_cause.iter().collect::<Vec<_>>(), |p, (cause, n)| {
+                p.str(cause);
+                p.u64(**n);
+            });
+        }
+        RecordRef::InProgress { t_ns, calls } => {
+            p.u64(t_ns);
+            p.vec(calls, in_progress);
         }
         RecordRef::Launched(l) => launched(&mut p, l),
         RecordRef::Stacks {
@@ -95,6 +107,7 @@ fn record_type(record: RecordRef<'_>) -> RecordType {
         RecordRef::SlowSyscall(_) => RecordType::SlowSyscall,
         RecordRef::Histograms { .. } => RecordType::Histograms,
         RecordRef::EventsLost { .. } => RecordType::EventsLost,
+        RecordRef::InProgress { .. } => RecordType::InProgress,
         RecordRef::Launched(_) => RecordType::Launched,
         RecordRef::Stacks { .. } => RecordType::Stacks,
         RecordRef::End { .. } => RecordType::End,
@@ -236,6 +249,9 @@ fn stack_profile(p: &mut Put<'_>, s: &StackProfile) {
         p.opt(x.kernel_stack, |p, i| p.u32(i));
         p.u64(x.total_ns);
         p.u64(x.count);
+        p.u64(x.estimated_ns);
+        p.u64(x.sampled_count);
+        p.u8(x.in_progress as u8);
     });
     p.u64(s.captures_lost);
 }
@@ -251,6 +267,18 @@ fn histogram(p: &mut Put<'_>, h: &SyscallHistogram) {
         p.u32(*i);
         p.u64(*c);
     });
+    p.u8(h.before_start as u8);
+}
+
+fn in_progress(p: &mut Put<'_>, c: &SyscallInProgress) {
+    p.i32(c.pid);
+    p.i32(c.tid);
+    p.u32(c.nr);
+    p.str(&c.name);
+    p.u64(c.t_ns);
+    p.u64(c.elapsed_ns);
+    p.u8(c.before_start as u8);
+    p.opt(c.user_stack, |p, i| p.u32(i));
 }
 
 fn launched(p: &mut Put<'_>, l: &LaunchedCommand) {

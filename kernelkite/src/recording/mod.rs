@@ -2,14 +2,15 @@
 //! to a compact binary file while it runs, and replayed later (without root, on any OS)
 //! into the very bundle the live session wrote.
 //!
-//! # Format, version 2 (docs/FORMAT.md has the same, with examples)
+//! # Format, version 3 (docs/FORMAT.md has the same, with examples)
 //!
 //! Every integer is little-endian, fixed width. A file is a header and then chunks:
 //!
 //! ```text
 //! header (16 bytes)
 //!   0  magic        8 bytes  89 4B 4B 52 0D 0A 1A 0A  ("\x89KKR\r\n\x1a\n")
-//!   8  version      u16      2 (1: class rows without steal)
+//!   8  version      u16      3 (2: no in-progress calls, sampled stack estimates or
+//!                            lost causes; 1: also class rows without steal)
 //!  10  flags        u16      0 (reserved; a reader rejects other values)
 //!  12  reserved     u32      0
 //! chunk (16-byte header + payload), repeated until the end of the file
@@ -34,11 +35,12 @@
 //! | 2 | frame | t_ns u64, processes vec<process>, network opt<vec<netdev>> |
 //! | 3 | lifecycle | t_ns u64, kind u8 (0 fork, 1 exec, 2 exit), pid i32, tid i32, ppid i32, comm str, exit_code opt<i32>, class_ns opt<classes> |
 //! | 4 | slow syscall | t_ns u64, pid i32, tid i32, nr u32, name str, duration_ns u64, ret i64, user_stack opt<u32> |
-//! | 5 | histograms | t_ns u64, vec<(pid i32, nr u32, name str, count u64, total_ns u64, max_ns u64, buckets vec<(index u32, count u64)>)>: every histogram, cumulative; the last one wins |
-//! | 6 | events lost | t_ns u64, count u64 (cumulative; the last one wins) |
+//! | 5 | histograms | t_ns u64, vec<(pid i32, nr u32, name str, count u64, total_ns u64, max_ns u64, buckets vec<(index u32, count u64)>, version 3 on: before_start u8)>: every histogram, cumulative; the last one wins |
+//! | 6 | events lost | t_ns u64, count u64 (cumulative; the last one wins); version 3 on: by cause vec<(cause str, count u64)> |
 //! | 7 | launched | argv vec<str>, pid i32, exit_code opt<i32>, signal opt<i32>, rusage opt<(user_us, system_us, max_rss_kib, minor_faults, major_faults, voluntary_switches, involuntary_switches: u64)>, untraced_cpu_ns opt<u64> (version 2 on) |
+//! | 10 | in progress | version 3 on: t_ns u64, vec<(pid i32, tid i32, nr u32, name str, t_ns u64, elapsed_ns u64, before_start u8, user_stack opt<u32>)>: the syscalls still running at a snapshot; the last one wins |
 //! | 8 | end | t_ns u64: the session ended and every record was written |
-//! | 9 | stacks | the bundle's stack profile (`--stacks`): sample_hz u64, min_block_ns u64, frames vec<(addr u64, kernel u8, module opt<str>, module_offset opt<u64>, symbol opt<str>, file opt<str>, line opt<u32>)>, stacks vec<vec<u32>>, samples vec<(pid i32, tid i32, class str, user_stack opt<u32>, kernel_stack opt<u32>, total_ns u64, count u64)>, captures_lost u64, slow_stacks vec<(slow syscall arrival index u32, user stack index u32)>; written when the session ends |
+//! | 9 | stacks | the bundle's stack profile (`--stacks`): sample_hz u64, min_block_ns u64, frames vec<(addr u64, kernel u8, module opt<str>, module_offset opt<u64>, symbol opt<str>, file opt<str>, line opt<u32>)>, stacks vec<vec<u32>>, samples vec<(pid i32, tid i32, class str, user_stack opt<u32>, kernel_stack opt<u32>, total_ns u64, count u64, version 3 on: estimated_ns u64, sampled_count u64, in_progress u8)>, captures_lost u64, slow_stacks vec<(slow syscall arrival index u32, user stack index u32)>; written when the session ends |
 //!
 //! `process` = pid i32, ppid i32, comm str, state str, start_time_ticks, utime_ticks,
 //! stime_ticks, cutime_ticks, cstime_ticks, rss_pages, num_threads (u64 each),
@@ -65,14 +67,15 @@ pub use rebuild::{replay_recording, replay_recording_file, BundleBuilder, Replay
 
 use crate::model::{
     Backend, Frame, HostConstants, LaunchedCommand, LifecycleEvent, SlowSyscall, StackProfile,
-    SyscallHistogram,
+    SyscallHistogram, SyscallInProgress,
 };
+use std::collections::BTreeMap;
 
 /// The first 8 bytes of every recording: a high byte (not text), "KKR", then CR LF,
 /// ^Z and LF, which text-mode transfers and line-ending conversions visibly break.
 pub const MAGIC: [u8; 8] = [0x89, b'K', b'K', b'R', b'\r', b'\n', 0x1a, b'\n'];
 /// The version this build writes (and the newest it reads).
-pub const FORMAT_VERSION: u16 = 2;
+pub const FORMAT_VERSION: u16 = 3;
 /// Length of the file header.
 pub const FILE_HEADER_LEN: usize = 16;
 /// Length of a chunk header.
@@ -100,6 +103,7 @@ pub enum RecordType {
     Launched = 7,
     End = 8,
     Stacks = 9,
+    InProgress = 10,
 }
 
 impl RecordType {
@@ -114,6 +118,7 @@ impl RecordType {
             7 => RecordType::Launched,
             8 => RecordType::End,
             9 => RecordType::Stacks,
+            10 => RecordType::InProgress,
             _ => return None,
         })
     }
@@ -183,6 +188,13 @@ pub enum Record {
     EventsLost {
         t_ns: u64,
         count: u64,
+        /// Version 3 on: the count by what was lost (`Bundle::events_lost_by_cause`).
+        by_cause: BTreeMap<String, u64>,
+    },
+    /// Version 3 on: the syscalls in progress at a snapshot (the last one wins).
+    InProgress {
+        t_ns: u64,
+        calls: Vec<SyscallInProgress>,
     },
     Launched(LaunchedCommand),
     /// The stack profile, and the user stack of each slow syscall that has one, by the
@@ -206,6 +218,7 @@ impl Record {
             Record::SlowSyscall(s) => Some(s.t_ns),
             Record::Histograms { t_ns, .. }
             | Record::EventsLost { t_ns, .. }
+            | Record::InProgress { t_ns, .. }
             | Record::End { t_ns } => Some(*t_ns),
             Record::Launched(_) | Record::Stacks { .. } => None,
         }
@@ -221,10 +234,16 @@ impl Record {
                 t_ns: *t_ns,
                 histograms,
             },
-            Record::EventsLost { t_ns, count } => RecordRef::EventsLost {
+            Record::EventsLost {
+                t_ns,
+                count,
+                by_cause,
+            } => RecordRef::EventsLost {
                 t_ns: *t_ns,
                 count: *count,
+                by_cause,
             },
+            Record::InProgress { t_ns, calls } => RecordRef::InProgress { t_ns: *t_ns, calls },
             Record::Launched(l) => RecordRef::Launched(l),
             Record::Stacks {
                 profile,
@@ -253,6 +272,11 @@ pub enum RecordRef<'a> {
     EventsLost {
         t_ns: u64,
         count: u64,
+        by_cause: &'a BTreeMap<String, u64>,
+    },
+    InProgress {
+        t_ns: u64,
+        calls: &'a [SyscallInProgress],
     },
     Launched(&'a LaunchedCommand),
     Stacks {

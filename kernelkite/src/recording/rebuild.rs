@@ -56,7 +56,13 @@ impl BundleBuilder {
                 keep_capped(&mut bundle.slow_syscalls, s);
             }
             Record::Histograms { histograms, .. } => bundle.syscalls = histograms,
-            Record::EventsLost { count, .. } => bundle.events_lost = Some(count),
+            Record::EventsLost {
+                count, by_cause, ..
+            } => {
+                bundle.events_lost = Some(count);
+                bundle.events_lost_by_cause = by_cause;
+            }
+            Record::InProgress { calls, .. } => bundle.syscalls_in_progress = calls,
             Record::Launched(l) => bundle.launched = Some(l),
             Record::Stacks {
                 profile,

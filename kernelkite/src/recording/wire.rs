@@ -114,6 +114,14 @@ impl<'a> Take<'a> {
     pub fn u8(&mut self, what: &str) -> FieldResult<u8> {
         Ok(self.array::<1>(what)?[0])
     }
+    /// A u8 that must be 0 or 1.
+    pub fn bool(&mut self, what: &str) -> FieldResult<bool> {
+        match self.u8(what)? {
+            0 => Ok(false),
+            1 => Ok(true),
+            b => self.fail(format!("{what}: {b} is not a boolean (0 or 1)")),
+        }
+    }
     pub fn u32(&mut self, what: &str) -> FieldResult<u32> {
         Ok(u32::from_le_bytes(self.array(what)?))
     }

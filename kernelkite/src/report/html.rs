@@ -139,11 +139,18 @@ fn warnings(h: &mut String, bundle: &Bundle, a: &Analysis) {
         ));
     }
     if let Some(lost) = a.events_lost.filter(|&n| n > 0) {
+        let affects = crate::model::lost_affects(&a.events_lost_by_cause);
+        // Bundles that do not say what was lost: everything they could affect.
+        let affects = if affects.is_empty() {
+            "lifecycle events, syscall histograms, slow-syscall records and stacks".to_string()
+        } else {
+            affects.join(", ")
+        };
         items.push((
             "warn",
             format!(
-                "{lost} kernel events were lost (ring buffer or map full): lifecycle events, \
-                 syscall histograms and slow-syscall records may be incomplete."
+                "{} kernel events were lost: {affects} may be incomplete.",
+                crate::model::lost_text(lost, &a.events_lost_by_cause)
             ),
         ));
     }
@@ -1487,7 +1494,7 @@ fn syscalls_section(h: &mut String, a: &Analysis) {
             "<tr><td><code>{}</code></td><td class=\"num\">{}</td><td class=\"num\">{}</td>\
              <td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>\
              <td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
-            esc(&s.name),
+            esc(&s.label()),
             s.count,
             esc(&fmt_ns(s.total_ns)),
             esc(&fmt_ns(s.p50_ns)),

@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 use super::{clean, fmt_ns, fmt_share};
 use crate::analysis::stacks::{dominant_stack_class, top_stacks};
 use crate::analysis::stacks::{
-    ClassStacks, FrameView, HeavyStack, SlowCallStack, StacksAnalysis, ThreadRef,
+    ClassStacks, FrameView, HeavyStack, SlowCallStack, StacksAnalysis, ThreadRef, TimeParts,
 };
 use crate::analysis::Analysis;
 use crate::model::Bundle;
@@ -96,7 +96,7 @@ fn stack_block(out: &mut String, rank: usize, class: LatencyClass, s: &HeavyStac
 }
 
 fn class_heading(c: &ClassStacks) -> String {
-    format!(
+    let mut out = format!(
         "{}: {} with stacks = {} of the class's {}, {} without; {} {}, {} distinct stack(s)\n",
         c.class.name(),
         fmt_ns(c.stack_ns as f64),
@@ -106,7 +106,35 @@ fn class_heading(c: &ClassStacks) -> String {
         c.count,
         count_unit(c.class),
         c.distinct_stacks
-    )
+    );
+    if c.class.is_off_cpu() && c.stack_ns > 0 {
+        out.push_str(&format!("  {}\n", parts_text(&c.parts)));
+    }
+    out
+}
+
+/// How a class's time with stacks was measured: exact, estimated (with its bound),
+/// in progress.
+fn parts_text(p: &TimeParts) -> String {
+    let mut out = format!("exact {}", fmt_ns(p.exact_ns as f64));
+    if p.in_progress_ns > 0 {
+        out.push_str(&format!(
+            " ({} of it in waits still in progress at the end)",
+            fmt_ns(p.in_progress_ns as f64)
+        ));
+    }
+    out.push_str(&format!(
+        ", estimated {} from {} sampled short interval(s)",
+        fmt_ns(p.estimated_ns as f64),
+        p.sampled_count
+    ));
+    if p.estimated_ns > 0 {
+        out.push_str(&format!(
+            " (± {} at 3 standard deviations)",
+            fmt_ns(3.0 * p.estimated_sd_ns as f64)
+        ));
+    }
+    out
 }
 
 /// Why a class with time has no stack at all; `None` when it has one. The causes the
@@ -117,7 +145,8 @@ pub fn why_no_stacks(s: &StacksAnalysis, c: &ClassStacks) -> Option<String> {
     }
     let mut why = if c.class.is_off_cpu() {
         format!(
-            "no stack: off-CPU intervals shorter than {} (--min-block-us) get none, and a wait still in progress at the end has none yet",
+            "no stack: its intervals were shorter than {} (--min-block-us) and none was sampled (each is with probability length / {}), or its thread waited since before tracing began (no switch-out seen)",
+            fmt_ns(s.min_block_ns as f64),
             fmt_ns(s.min_block_ns as f64)
         )
     } else if s.sample_hz == 0 {
@@ -151,11 +180,17 @@ fn slow_calls_text(out: &mut String, calls: &[SlowCallStack]) {
         } else {
             format!("{}/{} {}", c.pid, c.tid, clean(&c.comm))
         };
+        let at = if c.in_progress && c.t_ns == 0 {
+            "before start, still in progress".to_string()
+        } else if c.in_progress {
+            format!("{}, still in progress", fmt_ns(c.t_ns as f64))
+        } else {
+            fmt_ns(c.t_ns as f64)
+        };
         out.push_str(&format!(
-            "  {}  {}  at {}  {who}\n",
+            "  {}  {}  at {at}  {who}\n",
             clean(&c.name),
             fmt_ns(c.duration_ns as f64),
-            fmt_ns(c.t_ns as f64)
         ));
         for f in c.frames.iter().rev() {
             out.push_str(&format!("        {}\n", frame_line(f)));
@@ -175,8 +210,10 @@ pub fn stacks_text(a: &Analysis, s: &StacksAnalysis, calls: &[SlowCallStack]) ->
             .unwrap_or_else(|| "(no label)".into())
     ));
     out.push_str(&format!(
-        "  on-CPU stacks sampled at {} Hz; off-CPU intervals of at least {} have stacks; {} capture(s) lost\n",
+        "  on-CPU stacks sampled at {} Hz; off-CPU intervals of at least {} have stacks and their exact time, shorter ones a stack with probability length / {} and then count as {} (an unbiased estimate); {} capture(s) lost\n",
         s.sample_hz,
+        fmt_ns(s.min_block_ns as f64),
+        fmt_ns(s.min_block_ns as f64),
         fmt_ns(s.min_block_ns as f64),
         s.captures_lost
     ));
@@ -265,6 +302,11 @@ pub fn stacks_json(a: &Analysis, s: &StacksAnalysis, calls: &[SlowCallStack]) ->
                 "class": c.class.name(),
                 "class_ns": c.class_ns,
                 "stack_ns": c.stack_ns,
+                "exact_ns": c.parts.exact_ns,
+                "estimated_ns": c.parts.estimated_ns,
+                "estimated_sd_ns": c.parts.estimated_sd_ns,
+                "sampled_count": c.parts.sampled_count,
+                "in_progress_ns": c.parts.in_progress_ns,
                 "without_stack_ns": c.without_stack_ns(),
                 "no_stacks_reason": why_no_stacks(s, c),
                 "share_of_class": c.share_of_class(),
@@ -301,6 +343,7 @@ pub fn stacks_json(a: &Analysis, s: &StacksAnalysis, calls: &[SlowCallStack]) ->
             "comm": c.comm,
             "name": c.name,
             "duration_ns": c.duration_ns,
+            "in_progress": c.in_progress,
             "frames": c.frames.iter().map(frame_json).collect::<Vec<_>>(),
         })).collect::<Vec<_>>(),
     })

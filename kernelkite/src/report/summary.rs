@@ -45,7 +45,7 @@ pub fn summary_json(a: &Analysis) -> Value {
         .syscalls
         .iter()
         .map(|s| {
-            json!({
+            let mut row = json!({
                 "name": s.name,
                 "count": s.count,
                 "total_ns": s.total_ns,
@@ -54,7 +54,11 @@ pub fn summary_json(a: &Analysis) -> Value {
                 "p99_ns": s.p99_ns,
                 "max_ns": s.max_ns,
                 "processes": s.processes,
-            })
+            });
+            if !s.state.is_completed() {
+                row["state"] = json!(s.state);
+            }
+            row
         })
         .collect();
     let processes: Vec<Value> = a
@@ -127,6 +131,7 @@ pub fn summary_json(a: &Analysis) -> Value {
         "latency_classes_exact": a.latency_classes_exact,
         "estimated_classes": estimated,
         "events_lost": a.events_lost,
+        "events_lost_by_cause": a.events_lost_by_cause,
         "skipped_files": a.skipped_files,
         "syscalls": syscalls,
         "histogram_relative_error": a.histogram_relative_error,
@@ -224,7 +229,10 @@ pub fn summary_text(a: &Analysis) -> String {
         format!("{}{io_note}", fmt_bytes(a.write_bytes)),
     );
     match a.events_lost {
-        Some(n) => row("events lost", n.to_string()),
+        Some(n) => row(
+            "events lost",
+            crate::model::lost_text(n, &a.events_lost_by_cause),
+        ),
         None => row("events lost", "n/a (proc sampler)".to_string()),
     }
     if let Some(n) = &a.network {
@@ -340,6 +348,36 @@ pub fn summary_text(a: &Analysis) -> String {
     out
 }
 
+/// How much of the sleep classes the syscall table's time explains: one line, or
+/// `None` when they had no time. The histograms are per syscall, not per class, so the
+/// share is of the three classes together (a call's time also holds its on-CPU part).
+fn explained_text(a: &Analysis) -> Option<String> {
+    use kernelkite_common::LatencyClass::{IoWait, LockWait, SyscallBlocked};
+    let classes: Vec<(LatencyClass, u64)> = [SyscallBlocked, IoWait, LockWait]
+        .into_iter()
+        .map(|c| (c, a.latency_classes.get(c)))
+        .filter(|&(_, ns)| ns > 0)
+        .collect();
+    let sleep_ns: u64 = classes.iter().map(|&(_, ns)| ns).sum();
+    if sleep_ns == 0 {
+        return None;
+    }
+    let calls_ns = a
+        .syscalls
+        .iter()
+        .fold(0u64, |t, s| t.saturating_add(s.total_ns));
+    let names: Vec<String> = classes
+        .iter()
+        .map(|(c, ns)| format!("{} {}", c.name(), fmt_ns(*ns as f64)))
+        .collect();
+    Some(format!(
+        "  all the calls in the table take {} = {:.1}% of the time in syscall sleep classes ({}); a call's time includes its on-CPU part\n",
+        fmt_ns(calls_ns as f64),
+        calls_ns as f64 / sleep_ns as f64 * 100.0,
+        names.join(", ")
+    ))
+}
+
 /// The top syscalls by total time (`a.syscalls` is sorted that way) as an indented
 /// table with its heading; `trace` prints the same table.
 pub fn syscalls_text(a: &Analysis, top: usize) -> String {
@@ -349,11 +387,7 @@ pub fn syscalls_text(a: &Analysis, top: usize) -> String {
             crate::model::Backend::Proc => {
                 "syscalls: none recorded (syscall histograms come from the eBPF backend)\n"
             }
-            // A call counts when it returns: a wait still running at the end is not in
-            // the histograms yet.
-            crate::model::Backend::Ebpf => {
-                "syscalls: none completed inside the session (a call still in progress at the end is not counted)\n"
-            }
+            crate::model::Backend::Ebpf => "syscalls: none made inside the session\n",
         });
     } else {
         out.push_str(&format!(
@@ -366,7 +400,7 @@ pub fn syscalls_text(a: &Analysis, top: usize) -> String {
             .collect::<Vec<_>>()];
         for s in a.syscalls.iter().take(top) {
             rows.push(vec![
-                super::clean(&s.name),
+                super::clean(&s.label()),
                 s.count.to_string(),
                 fmt_ns(s.total_ns as f64),
                 fmt_ns(s.p50_ns as f64),
@@ -385,6 +419,14 @@ pub fn syscalls_text(a: &Analysis, top: usize) -> String {
                 "  ... {} more in --json\n",
                 a.syscalls.len() - top
             ));
+        }
+        if a.syscalls.iter().any(|s| s.state.in_progress()) {
+            out.push_str(
+                "  (in progress: calls still running at the end, with their time so far; since start: running when tracing began, with the part inside the session)\n",
+            );
+        }
+        if let Some(line) = explained_text(a) {
+            out.push_str(&line);
         }
     }
 

@@ -74,7 +74,10 @@ pub fn trace_text(a: &Analysis, per_thread: bool) -> String {
     out.push_str(&super::summary::syscalls_text(a, TRACE_TOP_SYSCALLS));
     out.push('\n');
     match a.events_lost {
-        Some(n) => out.push_str(&format!("events lost: {n} (counted in the kernel)\n")),
+        Some(n) => out.push_str(&format!(
+            "events lost: {} (counted in the kernel)\n",
+            crate::model::lost_text(n, &a.events_lost_by_cause)
+        )),
         None => out.push_str("events lost: n/a (proc sampler)\n"),
     }
     out

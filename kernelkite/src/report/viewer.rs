@@ -135,6 +135,7 @@ pub fn document(bundle: &Bundle, analysis: &Analysis, timeline: &Timeline) -> Va
                 "hit": bundle.frame_cap.frames_dropped > 0,
             },
             "events_lost": bundle.events_lost,
+            "events_lost_by_cause": bundle.events_lost_by_cause,
         },
         "totals": {
             "cpu_seconds": round6(analysis.cpu_seconds),

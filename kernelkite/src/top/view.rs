@@ -342,7 +342,7 @@ fn draw_syscalls(f: &mut Frame<'_>, app: &App, area: Rect) {
                 "-".to_string()
             };
             TableRow::new(vec![
-                s.name.clone(),
+                s.label(),
                 s.count.to_string(),
                 rate,
                 ns(s.total_ns),

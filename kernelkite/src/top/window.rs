@@ -232,14 +232,16 @@ pub fn window_bundle(info: &FeedInfo, interval_ms: u64, snapshots: &[&Snapshot])
 /// the window left out.
 pub fn stack_deltas(latest: &StackProfile, base: Option<&StackProfile>) -> StackProfile {
     type Key<'a> = (i32, i32, &'a str, Option<u32>, Option<u32>);
-    let before: BTreeMap<Key<'_>, (u64, u64)> = base
+    // A wait in progress is not cumulative: the latest one stands as it is.
+    let before: BTreeMap<Key<'_>, (u64, u64, u64, u64)> = base
         .map(|b| {
             b.samples
                 .iter()
+                .filter(|s| !s.in_progress)
                 .map(|s| {
                     (
                         (s.pid, s.tid, s.class.as_str(), s.user_stack, s.kernel_stack),
-                        (s.total_ns, s.count),
+                        (s.total_ns, s.count, s.estimated_ns, s.sampled_count),
                     )
                 })
                 .collect()
@@ -249,14 +251,20 @@ pub fn stack_deltas(latest: &StackProfile, base: Option<&StackProfile>) -> Stack
         .samples
         .iter()
         .filter_map(|s| {
-            let (total_ns, count) = before
+            if s.in_progress {
+                return Some(s.clone());
+            }
+            let (total_ns, count, estimated_ns, sampled_count) = before
                 .get(&(s.pid, s.tid, s.class.as_str(), s.user_stack, s.kernel_stack))
                 .copied()
-                .unwrap_or((0, 0));
+                .unwrap_or((0, 0, 0, 0));
             let total_ns = s.total_ns.saturating_sub(total_ns);
-            (total_ns > 0).then(|| StackSample {
+            let estimated_ns = s.estimated_ns.saturating_sub(estimated_ns);
+            (total_ns > 0 || estimated_ns > 0).then(|| StackSample {
                 total_ns,
                 count: s.count.saturating_sub(count),
+                estimated_ns,
+                sampled_count: s.sampled_count.saturating_sub(sampled_count),
                 ..s.clone()
             })
         })
@@ -310,11 +318,13 @@ pub fn histogram_deltas(
     latest: &[SyscallHistogram],
     base: &[SyscallHistogram],
 ) -> Vec<SyscallHistogram> {
-    let base: BTreeMap<(i32, u32), &SyscallHistogram> =
-        base.iter().map(|h| ((h.pid, h.nr), h)).collect();
+    let base: BTreeMap<(i32, u32, bool), &SyscallHistogram> = base
+        .iter()
+        .map(|h| ((h.pid, h.nr, h.before_start), h))
+        .collect();
     let mut out = Vec::new();
     for h in latest {
-        let Some(b) = base.get(&(h.pid, h.nr)) else {
+        let Some(b) = base.get(&(h.pid, h.nr, h.before_start)) else {
             if h.count > 0 {
                 out.push(h.clone());
             }
@@ -345,6 +355,7 @@ pub fn histogram_deltas(
             total_ns: h.total_ns.saturating_sub(b.total_ns),
             max_ns,
             buckets,
+            before_start: h.before_start,
         });
     }
     out
@@ -406,6 +417,7 @@ mod tests {
             total_ns,
             max_ns,
             buckets,
+            before_start: false,
         }
     }
 
@@ -506,6 +518,9 @@ mod tests {
             kernel_stack: None,
             total_ns,
             count,
+            estimated_ns: 0,
+            sampled_count: 0,
+            in_progress: false,
         };
         let profile = |samples: Vec<StackSample>, lost: u64| StackProfile {
             sample_hz: 99,

@@ -67,7 +67,8 @@ pub struct ProbeOptions {
 /// What `--stacks` captures.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StackOptions {
-    /// Off-CPU periods shorter than this get no stack (`--min-block-us`); at least 1.
+    /// Off-CPU periods at least this long get a stack and their exact time; shorter ones
+    /// are sampled (`--min-block-us`); at least 1.
     pub min_block_ns: u64,
     /// On-CPU stack samples per second per CPU (`--sample-hz`); 0 samples none.
     pub sample_hz: u64,

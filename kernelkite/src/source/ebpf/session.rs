@@ -8,22 +8,22 @@ use std::time::Duration;
 
 use aya::maps::{Array, HashMap, MapData, PerCpuArray, RingBuf};
 use kernelkite_common::bpf::{
-    exit_flags, lost, record_flags, record_kind, run_state, SyscallHist, SyscallKey, ThreadState,
-    NO_STACK, NO_SYSCALL,
+    exit_flags, lost, record_flags, record_kind, run_state, sys_flags, SyscallHist, SyscallKey,
+    ThreadState, NO_PENDING, NO_STACK, NO_SYSCALL, SYSCALL_BEFORE_START,
 };
 use kernelkite_common::LatencyClass;
 
 use super::loader::{self, ProbeError, ProbeOptions, Probes, StackOptions};
 use super::map_batch::read_all;
 use super::records::{comm_string, decode, Record};
-use super::stacks::StackCollector;
+use super::stacks::{InProgressWait, StackCollector};
 use super::syscall_table;
 use super::tracked::{ThreadKey, Tracked};
 use crate::analysis::sample_class;
 use crate::model::frame_recorder::{keep_capped, MAX_EVENTS};
 use crate::model::{
     Backend, Bundle, ClassTimes, Frame, HostConstants, LifecycleEvent, LifecycleKind, SlowSyscall,
-    SyscallHistogram, ThreadSample,
+    SyscallHistogram, SyscallInProgress, ThreadSample,
 };
 use crate::recording::{ClockAnchor, RecordRef, RecordSink, SessionStart};
 use crate::source::host::current_host;
@@ -99,6 +99,10 @@ pub struct Session {
     parent_of: BTreeMap<u32, i32>,
     /// `--stacks`: the captured stacks, resolved at every snapshot.
     stacks: Option<StackCollector>,
+    /// The syscalls in progress at the latest snapshot (the threads inside one).
+    in_progress: Vec<SyscallInProgress>,
+    /// `--stacks`: (index into `in_progress`, pid, user stack id) of those with a stack.
+    in_progress_stack_ids: Vec<(usize, u32, i32)>,
     /// `--stacks`: (index into `slow`, pid, user stack id) of slow calls with a stack.
     slow_stack_ids: Vec<(usize, u32, i32)>,
     /// Live views: count a thread still waiting for its first event (INITIAL) in the
@@ -268,6 +272,8 @@ impl Session {
             live_hists: Vec::new(),
             stacks,
             slow_stack_ids: Vec::new(),
+            in_progress: Vec::new(),
+            in_progress_stack_ids: Vec::new(),
             count_initial_in_frames: false,
             recursion_misses_at_detach: 0,
             host: current_host(),
@@ -412,12 +418,22 @@ impl Session {
         }
         let histograms = self.syscall_histograms();
         let count = self.events_lost();
+        let by_cause = self.events_lost_by_cause();
+        let calls = self.in_progress.clone();
         if let Some(sink) = self.sink.as_mut() {
             sink.record(RecordRef::Histograms {
                 t_ns,
                 histograms: &histograms,
             });
-            sink.record(RecordRef::EventsLost { t_ns, count });
+            sink.record(RecordRef::EventsLost {
+                t_ns,
+                count,
+                by_cause: &by_cause,
+            });
+            sink.record(RecordRef::InProgress {
+                t_ns,
+                calls: &calls,
+            });
         }
         self.last_sink_histograms_ns = t_ns;
     }
@@ -506,12 +522,27 @@ impl Session {
                     }
                     // Its target bit only with a thread that has not exited.
                     tgids.insert(p.pid as u32);
+                    let class = initial_class(&t.state, t.syscall_nr);
+                    // A thread asleep in a syscall: the call is in progress since
+                    // before attach; its return is counted apart, with the part of its
+                    // time inside the session (sys_flags::BEFORE_START).
+                    let asleep_in = t
+                        .syscall_nr
+                        .filter(|&nr| nr >= 0 && class != LatencyClass::OnCpu)
+                        .map(|nr| nr as u32);
                     let state = ThreadState {
                         tgid: p.pid as u32,
                         run_state: run_state::INITIAL,
                         since_ns: self.start_mono_ns,
-                        sleep_class: initial_class(&t.state, t.syscall_nr) as u32,
-                        sys_nr: NO_SYSCALL,
+                        sleep_class: class as u32,
+                        sys_nr: asleep_in.unwrap_or(NO_SYSCALL),
+                        sys_enter_ns: self.start_mono_ns,
+                        sys_is_lock: (class == LatencyClass::LockWait) as u32,
+                        sys_flags: if asleep_in.is_some() {
+                            sys_flags::BEFORE_START
+                        } else {
+                            0
+                        },
                         start_ns: self.start_mono_ns,
                         ..Default::default()
                     };
@@ -740,27 +771,28 @@ impl Session {
             .map_or(0, |per_cpu| per_cpu.iter().sum())
     }
 
-    /// [`Session::events_lost`] by cause, the causes with a count only.
-    pub fn events_lost_by_cause(&self) -> Vec<(&'static str, u64)> {
+    /// [`Session::events_lost`] by what was lost (`model::LOST_CAUSES`), the causes
+    /// with a count only.
+    pub fn events_lost_by_cause(&self) -> BTreeMap<String, u64> {
         let causes = [
-            ("ring buffer full", self.lost_count(lost::RINGBUF_FULL)),
+            ("lifecycle_records", self.lost_count(lost::RINGBUF_FULL)),
+            ("slow_call_records", self.lost_count(lost::SLOW_RECORD)),
             (
-                "thread table full",
+                "untracked_threads",
                 self.lost_count(lost::THREADS_FULL) + self.dropped.untracked_threads,
             ),
-            ("histogram map full", self.lost_count(lost::HIST_FULL)),
-            ("stack captures", self.lost_count(lost::STACK)),
-            (
-                "missed exits of traced threads",
-                self.lost_count(lost::MISSED),
-            ),
-            ("undecodable records", self.undecodable_records),
-            (
-                "past the session's caps",
-                self.dropped.events + self.dropped.syscalls,
-            ),
+            ("histogram_updates", self.lost_count(lost::HIST_FULL)),
+            ("stack_captures", self.lost_count(lost::STACK)),
+            ("missed_exits", self.lost_count(lost::MISSED)),
+            ("undecodable_records", self.undecodable_records),
+            ("events_past_caps", self.dropped.events),
+            ("syscalls_past_caps", self.dropped.syscalls),
         ];
-        causes.into_iter().filter(|(_, n)| *n > 0).collect()
+        causes
+            .into_iter()
+            .filter(|(_, n)| *n > 0)
+            .map(|(c, n)| (c.to_string(), n))
+            .collect()
     }
 
     /// Events of the traced threads lost so far: as counted by the BPF programs (full
@@ -773,6 +805,97 @@ impl Session {
             + self.dropped.events
             + self.dropped.syscalls
             + (0..lost::COUNT).map(|i| self.lost_count(i)).sum::<u64>()
+    }
+
+    /// The syscalls and waits the threads are in at `now`: each thread inside a syscall
+    /// is one call in progress, and (`--stacks`) each one off the CPU is one wait in
+    /// progress, with the stack its switch-out captured.
+    fn note_in_progress(&mut self, by_tgid: &BTreeMap<u32, BTreeMap<u32, ThreadState>>, now: u64) {
+        self.in_progress.clear();
+        self.in_progress_stack_ids.clear();
+        let mut waits = Vec::new();
+        for (&tgid, states) in by_tgid {
+            for (&tid, s) in states {
+                if s.exit_flags & exit_flags::EXITING != 0 {
+                    continue;
+                }
+                let in_syscall = s.sys_nr != NO_SYSCALL;
+                let stacks = self.stacks.is_some();
+                if in_syscall {
+                    let before_start = s.sys_flags & sys_flags::BEFORE_START != 0;
+                    if stacks && s.sys_user_stack_id != NO_STACK {
+                        self.in_progress_stack_ids.push((
+                            self.in_progress.len(),
+                            tgid,
+                            s.sys_user_stack_id,
+                        ));
+                    }
+                    let nr = s.sys_nr & !SYSCALL_BEFORE_START;
+                    self.in_progress.push(SyscallInProgress {
+                        pid: tgid as i32,
+                        tid: tid as i32,
+                        nr,
+                        name: syscall_table::name(nr),
+                        t_ns: if before_start {
+                            0
+                        } else {
+                            self.t_ns(s.sys_enter_ns)
+                        },
+                        elapsed_ns: now.saturating_sub(s.sys_enter_ns),
+                        before_start,
+                        user_stack: None,
+                    });
+                }
+                if !stacks {
+                    continue;
+                }
+                let user_stack_id = if in_syscall {
+                    s.sys_user_stack_id
+                } else {
+                    s.user_stack_id
+                };
+                let off_cpu =
+                    s.run_state == run_state::SLEEPING || s.run_state == run_state::RUNNABLE;
+                if off_cpu && s.off_cpu_since_ns != 0 && now > s.off_cpu_since_ns {
+                    let off_ns = now - s.off_cpu_since_ns;
+                    let sleep_ns = if s.run_state == run_state::SLEEPING {
+                        off_ns
+                    } else {
+                        s.off_cpu_sleep_ns.min(off_ns)
+                    };
+                    waits.push(InProgressWait {
+                        tgid,
+                        tid,
+                        class: s.sleep_class,
+                        sleep_ns,
+                        runq_ns: off_ns - sleep_ns,
+                        user_stack_id,
+                        kernel_stack: 0,
+                        sampled: false,
+                    });
+                }
+                if s.pending_class != NO_PENDING {
+                    // Waits of a call that has not returned: their user stack was to be
+                    // taken at its return.
+                    waits.push(InProgressWait {
+                        tgid,
+                        tid,
+                        class: s.pending_class,
+                        sleep_ns: s.pending_sleep_ns,
+                        runq_ns: s.pending_runq_ns,
+                        user_stack_id: NO_STACK,
+                        kernel_stack: s.pending_kernel_stack,
+                        sampled: s.pending_sampled != 0,
+                    });
+                }
+            }
+        }
+        if let Some(stacks) = &mut self.stacks {
+            for &(_, pid, id) in &self.in_progress_stack_ids {
+                stacks.want_user_stack(pid, id);
+            }
+            stacks.set_in_progress(waits);
+        }
     }
 
     /// Move the histograms of processes with no live thread out of the kernel map.
@@ -820,6 +943,7 @@ impl Session {
             let _ = self.threads.remove(&tid);
         }
         self.fold_exited_histograms(&by_tgid);
+        self.note_in_progress(&by_tgid, now);
         if let Some(stacks) = &mut self.stacks {
             // Mappings first: a process that exits before the next snapshot is then
             // resolved with the mappings it had at this one.
@@ -935,6 +1059,11 @@ impl Session {
                         slow.user_stack = collector.user_stack_index(pid, id);
                     }
                 }
+                for &(i, pid, id) in &self.in_progress_stack_ids {
+                    if let Some(call) = self.in_progress.get_mut(i) {
+                        call.user_stack = collector.user_stack_index(pid, id);
+                    }
+                }
                 Some(collector.finish(self.lost_count(lost::STACK)))
             }
             None => None,
@@ -1008,6 +1137,16 @@ impl Session {
         bundle.frames = frames;
         bundle.frame_cap = cap;
         bundle.events_lost = Some(events_lost);
+        bundle.events_lost_by_cause = self.events_lost_by_cause();
+        bundle.syscalls_in_progress = self.in_progress.clone();
+        if let Some(collector) = &self.stacks {
+            // Live views: the stacks resolved so far.
+            for &(i, pid, id) in &self.in_progress_stack_ids {
+                if let Some(call) = bundle.syscalls_in_progress.get_mut(i) {
+                    call.user_stack = call.user_stack.or(collector.user_stack_index(pid, id));
+                }
+            }
+        }
         bundle.lifecycle = lifecycle;
         bundle.syscalls = syscalls;
         bundle.slow_syscalls = slow;
@@ -1107,10 +1246,12 @@ impl HistAccumulator {
     fn histogram(&self, key: SyscallKey) -> SyscallHistogram {
         // Fields are incremented one at a time; a copy taken while a call is being
         // counted could see its bucket but not `count`: the buckets are the count.
+        let nr = key.nr & !SYSCALL_BEFORE_START;
         SyscallHistogram {
             pid: key.tgid as i32,
-            nr: key.nr,
-            name: syscall_table::name(key.nr),
+            nr,
+            before_start: key.nr & SYSCALL_BEFORE_START != 0,
+            name: syscall_table::name(nr),
             count: self.buckets.iter().map(|b| b.1).sum(),
             total_ns: self.total_ns,
             max_ns: self.max_ns,

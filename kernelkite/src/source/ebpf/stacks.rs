@@ -87,8 +87,10 @@ pub struct StackCollector {
     user_resolved: BTreeMap<(u32, i32), Option<u32>>,
     /// kernel stack key → stack index.
     kernel_resolved: BTreeMap<u64, Option<u32>>,
-    /// User stacks wanted outside `STACK_TIMES` (slow syscalls).
+    /// User stacks wanted outside `STACK_TIMES` (slow syscalls, calls in progress).
     wanted_user: Vec<(u32, i32)>,
+    /// The waits in progress at the latest snapshot.
+    in_progress: Vec<InProgressWait>,
     /// Traced processes as last read. A process that has exited is dropped once its
     /// stacks are resolved.
     processes: BTreeMap<u32, TracedProcess>,
@@ -99,6 +101,24 @@ pub struct StackCollector {
     /// A read for the stack being resolved is past its deadline: resolve it again
     /// at the next snapshot, when the read may have finished.
     read_pending: bool,
+}
+
+/// A wait still in progress at a snapshot (or the blocks of a syscall that has not
+/// returned, still waiting for their user stack), read from the thread's entry.
+#[derive(Clone, Debug)]
+pub struct InProgressWait {
+    pub tgid: u32,
+    pub tid: u32,
+    /// Class id of the asleep part.
+    pub class: u32,
+    pub sleep_ns: u64,
+    pub runq_ns: u64,
+    /// Id in `USER_STACKS`, or NO_STACK.
+    pub user_stack_id: i32,
+    /// Key in `KERNEL_STACKS`, or 0.
+    pub kernel_stack: u64,
+    /// Its times are sampled estimates (pending sampled blocks).
+    pub sampled: bool,
 }
 
 /// What a traced process's stacks are resolved with.
@@ -147,6 +167,7 @@ impl StackCollector {
             user_resolved: BTreeMap::new(),
             kernel_resolved: BTreeMap::new(),
             wanted_user: Vec::new(),
+            in_progress: Vec::new(),
             processes: BTreeMap::new(),
             perf_maps: BTreeMap::new(),
             final_pass: false,
@@ -184,6 +205,15 @@ impl StackCollector {
         if id != NO_STACK {
             self.wanted_user.push((pid, id));
         }
+    }
+
+    /// The waits in progress now (replacing the last snapshot's): their stacks are
+    /// resolved with the others, and their time so far is in the profile, marked so.
+    pub fn set_in_progress(&mut self, waits: Vec<InProgressWait>) {
+        for w in &waits {
+            self.want_user_stack(w.tgid, w.user_stack_id);
+        }
+        self.in_progress = waits;
     }
 
     /// The bundle stack index of a resolved user stack.
@@ -236,7 +266,8 @@ impl StackCollector {
             }
             self.user_resolved.insert((pid, id), index);
         }
-        for key in keys.iter().map(|k| k.kernel_stack) {
+        let pending_kernel: Vec<u64> = self.in_progress.iter().map(|w| w.kernel_stack).collect();
+        for key in keys.iter().map(|k| k.kernel_stack).chain(pending_kernel) {
             if key != 0 && !self.kernel_resolved.contains_key(&key) {
                 let index = self.resolve_kernel(key);
                 self.kernel_resolved.insert(key, index);
@@ -335,19 +366,59 @@ impl StackCollector {
                         .flatten(),
                     total_ns: time.total_ns,
                     count: time.count,
+                    estimated_ns: time.estimated_ns,
+                    sampled_count: time.sampled_count,
+                    in_progress: false,
                 })
             })
             .collect();
+        for w in &self.in_progress {
+            let Some(class) = LatencyClass::from_id(w.class) else {
+                continue;
+            };
+            let kernel_stack = self.kernel_resolved.get(&w.kernel_stack).copied().flatten();
+            for (class, ns) in [(class, w.sleep_ns), (LatencyClass::Runqueue, w.runq_ns)] {
+                if ns == 0 {
+                    continue;
+                }
+                let (total_ns, count, estimated_ns, sampled_count) = if w.sampled {
+                    (0, 0, ns, 1)
+                } else {
+                    (ns, 1, 0, 0)
+                };
+                samples.push(StackSample {
+                    pid: w.tgid as i32,
+                    tid: w.tid as i32,
+                    class: class.name().to_string(),
+                    user_stack: self.user_stack_index(w.tgid, w.user_stack_id),
+                    kernel_stack,
+                    total_ns,
+                    count,
+                    estimated_ns,
+                    sampled_count,
+                    in_progress: true,
+                });
+            }
+        }
         // Keys that resolved to the same stacks (e.g. a stack id whose process had gone)
         // are one sample.
         samples.sort_by(|a, b| {
-            (a.pid, a.tid, &a.class, a.user_stack, a.kernel_stack).cmp(&(
-                b.pid,
-                b.tid,
-                &b.class,
-                b.user_stack,
-                b.kernel_stack,
-            ))
+            (
+                a.pid,
+                a.tid,
+                &a.class,
+                a.user_stack,
+                a.kernel_stack,
+                a.in_progress,
+            )
+                .cmp(&(
+                    b.pid,
+                    b.tid,
+                    &b.class,
+                    b.user_stack,
+                    b.kernel_stack,
+                    b.in_progress,
+                ))
         });
         samples.dedup_by(|later, kept| {
             let same = (
@@ -356,16 +427,20 @@ impl StackCollector {
                 &later.class,
                 later.user_stack,
                 later.kernel_stack,
+                later.in_progress,
             ) == (
                 kept.pid,
                 kept.tid,
                 &kept.class,
                 kept.user_stack,
                 kept.kernel_stack,
+                kept.in_progress,
             );
             if same {
                 kept.total_ns += later.total_ns;
                 kept.count += later.count;
+                kept.estimated_ns += later.estimated_ns;
+                kept.sampled_count += later.sampled_count;
             }
             same
         });
