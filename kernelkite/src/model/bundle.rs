@@ -68,6 +68,51 @@ pub struct Bundle {
     /// captured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stacks: Option<StackProfile>,
+    /// What ended each sleep of the traced threads (eBPF backend), summed in the kernel
+    /// per (thread, class, waker); `None` (and absent from the file) for the /proc
+    /// sampler and for bundles written before kernelkite recorded wakers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wakers: Option<WakerProfile>,
+}
+
+/// Sleeps of the traced threads by what ended them: raw cumulative counters of the
+/// kernel's `WAKERS` map, plus the sleeps still open when the session ended.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WakerProfile {
+    /// Per (pid, tid, class, kind, source, waker), sorted by that key.
+    pub wakeups: Vec<WakerSample>,
+    /// Sleeps whose waker could not be stored (the kernel's map was full); their time is
+    /// still in the latency classes. Also in `events_lost`.
+    pub lost: u64,
+}
+
+/// The sleeps of one thread in one class that one waker ended (or that were still open
+/// at the end: kind `not_woken`).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WakerSample {
+    /// The thread that slept.
+    pub pid: i32,
+    pub tid: i32,
+    /// Latency class name of the sleep (`lock_wait`, `syscall_blocked`, ...).
+    pub class: String,
+    /// `thread`, `interrupt` or `not_woken`.
+    pub kind: String,
+    /// `interrupt`: `timer`, `hardirq` (with `irq`), `softirq` (with `softirq`) or
+    /// `unknown`; otherwise `None`.
+    pub source: Option<String>,
+    /// `interrupt` with source `hardirq`: the irq number; `softirq`: the vector.
+    pub source_id: Option<u32>,
+    /// `thread`: the thread that ran the wakeup (it may be outside the traced set).
+    pub waker_pid: Option<i32>,
+    pub waker_tid: Option<i32>,
+    /// `thread`: its comm at its latest wakeup.
+    pub waker_comm: Option<String>,
+    /// Summed ns of those sleeps (`not_woken`: from the sleep's start to the end).
+    pub total_ns: u64,
+    /// Number of sleeps.
+    pub count: u64,
 }
 
 /// Where time was spent, by stack: off-CPU intervals summed per stack in the kernel, and
@@ -630,6 +675,7 @@ impl Bundle {
             slow_syscalls: Vec::new(),
             replayed_from: None,
             stacks: None,
+            wakers: None,
         }
     }
 }

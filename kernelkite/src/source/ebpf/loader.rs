@@ -127,7 +127,7 @@ pub enum ProbeError {
 
 /// (program name in the object, tracepoint) in attach order: lifecycle first so no
 /// fork is missed once the scheduler hooks run.
-fn program_plan(layout: &KernelLayout) -> [(&'static str, &'static str); 8] {
+fn program_plan(layout: &KernelLayout) -> [(&'static str, &'static str); 15] {
     let switch = if layout.switch_has_prev_state {
         "sched_switch"
     } else {
@@ -137,6 +137,14 @@ fn program_plan(layout: &KernelLayout) -> [(&'static str, &'static str); 8] {
         ("sched_process_fork", "sched_process_fork"),
         ("sched_process_exec", "sched_process_exec"),
         ("sched_process_exit", "sched_process_exit"),
+        // Wakers: the interrupt context notes, then the waker, before the wakeup.
+        ("irq_handler_entry", "irq_handler_entry"),
+        ("irq_handler_exit", "irq_handler_exit"),
+        ("softirq_entry", "softirq_entry"),
+        ("softirq_exit", "softirq_exit"),
+        ("hrtimer_expire_entry", "hrtimer_expire_entry"),
+        ("hrtimer_expire_exit", "hrtimer_expire_exit"),
+        ("sched_waking", "sched_waking"),
         ("sched_wakeup", "sched_wakeup"),
         ("sched_wakeup_new", "sched_wakeup_new"),
         (switch, "sched_switch"),
@@ -146,10 +154,17 @@ fn program_plan(layout: &KernelLayout) -> [(&'static str, &'static str); 8] {
 }
 
 /// The same hooks as classic tracepoints: (program, category/name).
-const CLASSIC_PLAN: [(&str, &str); 8] = [
+const CLASSIC_PLAN: [(&str, &str); 15] = [
     ("classic_sched_process_fork", "sched/sched_process_fork"),
     ("classic_sched_process_exec", "sched/sched_process_exec"),
     ("classic_sched_process_exit", "sched/sched_process_exit"),
+    ("classic_irq_handler_entry", "irq/irq_handler_entry"),
+    ("classic_irq_handler_exit", "irq/irq_handler_exit"),
+    ("classic_softirq_entry", "irq/softirq_entry"),
+    ("classic_softirq_exit", "irq/softirq_exit"),
+    ("classic_hrtimer_expire_entry", "timer/hrtimer_expire_entry"),
+    ("classic_hrtimer_expire_exit", "timer/hrtimer_expire_exit"),
+    ("classic_sched_waking", "sched/sched_waking"),
     ("classic_sched_wakeup", "sched/sched_wakeup"),
     ("classic_sched_wakeup_new", "sched/sched_wakeup_new"),
     ("classic_sched_switch", "sched/sched_switch"),
@@ -312,6 +327,8 @@ fn load_classic(options: ProbeOptions) -> Result<Probes, ProbeError> {
         .override_global("CLASSIC_SWITCH_PREV_STATE", &layout.switch_prev_state, true)
         .override_global("CLASSIC_SWITCH_NEXT_PID", &layout.switch_next_pid, true)
         .override_global("CLASSIC_WAKEUP_PID", &layout.wakeup_pid, true)
+        .override_global("CLASSIC_IRQ_HANDLER_IRQ", &layout.irq_handler_irq, true)
+        .override_global("CLASSIC_SOFTIRQ_VEC", &layout.softirq_vec, true)
         .override_global("CLASSIC_FORK_CHILD_PID", &layout.fork_child_pid, true)
         .override_global("CLASSIC_SYS_ENTER_ID", &layout.sys_enter_id, true)
         .override_global("CLASSIC_SYS_ENTER_ARGS", &layout.sys_enter_args, true)
