@@ -42,6 +42,11 @@ static IRQ_CONTEXT: PerCpuArray<IrqContext> = PerCpuArray::with_max_entries(1, 0
 #[map]
 pub static WAKERS_LOST: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 
+/// 0 when userspace turned waker aggregation off (`KERNELKITE_WAKERS=off`, to measure
+/// its cost): the wakeup path then does nothing here.
+#[unsafe(no_mangle)]
+static WAKERS_ON: u32 = 1;
+
 /// Field offsets of the classic records, set by userspace from tracefs.
 #[unsafe(no_mangle)]
 static CLASSIC_IRQ_HANDLER_IRQ: u32 = 0;
@@ -117,6 +122,10 @@ fn on_waking(tid: u32, tgid: u32) -> i32 {
 /// missed) to whoever runs this wakeup.
 #[inline(always)]
 pub fn on_woken(tid: u32, t: &ThreadState, class: u32, sleep_ns: u64) {
+    // SAFETY: reading our own static, patched by the loader.
+    if unsafe { core::ptr::read_volatile(&WAKERS_ON) } == 0 {
+        return;
+    }
     let since = t.since_ns;
     let mut key = WakerKey {
         tgid: t.tgid,

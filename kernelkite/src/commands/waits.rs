@@ -21,7 +21,9 @@ pub fn execute(global: &GlobalArgs, args: &WaitsArgs) -> Result<ExitCode> {
             Backend::Proc => {
                 "the /proc sampler cannot see wakeups (run as root for the eBPF backend)"
             }
-            Backend::Ebpf => "it was recorded by a kernelkite that did not record wakers",
+            Backend::Ebpf => {
+                "it was recorded without waker data (by an older kernelkite, or with KERNELKITE_WAKERS=off)"
+            }
         };
         crate::note!(
             "kernelkite: {} has no wakeup data: {why}",

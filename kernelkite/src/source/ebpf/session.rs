@@ -942,7 +942,7 @@ impl Session {
         let (states, now) = std::mem::take(&mut self.final_states);
         let wakers = self.wakers.profile(&states, now);
         let mut bundle = self.assemble(frames, cap, lifecycle, slow, stacks);
-        bundle.wakers = Some(wakers);
+        bundle.wakers = loader::wakers_on().then_some(wakers);
         Ok(bundle)
     }
 
