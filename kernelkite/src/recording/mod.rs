@@ -65,7 +65,7 @@ pub use rebuild::{replay_recording, replay_recording_file, BundleBuilder, Replay
 
 use crate::model::{
     Backend, Frame, HostConstants, LaunchedCommand, LifecycleEvent, SlowSyscall, StackProfile,
-    SyscallHistogram,
+    SyscallHistogram, WakerProfile,
 };
 
 /// The first 8 bytes of every recording: a high byte (not text), "KKR", then CR LF,
@@ -100,6 +100,8 @@ pub enum RecordType {
     Launched = 7,
     End = 8,
     Stacks = 9,
+    /// The waker profile (`Bundle::wakers`), once at the end.
+    Wakers = 10,
 }
 
 impl RecordType {
@@ -114,6 +116,7 @@ impl RecordType {
             7 => RecordType::Launched,
             8 => RecordType::End,
             9 => RecordType::Stacks,
+            10 => RecordType::Wakers,
             _ => return None,
         })
     }
@@ -191,6 +194,7 @@ pub enum Record {
         profile: StackProfile,
         slow_stacks: Vec<(u32, u32)>,
     },
+    Wakers(WakerProfile),
     End {
         t_ns: u64,
     },
@@ -207,7 +211,7 @@ impl Record {
             Record::Histograms { t_ns, .. }
             | Record::EventsLost { t_ns, .. }
             | Record::End { t_ns } => Some(*t_ns),
-            Record::Launched(_) | Record::Stacks { .. } => None,
+            Record::Launched(_) | Record::Stacks { .. } | Record::Wakers(_) => None,
         }
     }
 
@@ -233,6 +237,7 @@ impl Record {
                 profile,
                 slow_stacks,
             },
+            Record::Wakers(w) => RecordRef::Wakers(w),
             Record::End { t_ns } => RecordRef::End { t_ns: *t_ns },
         }
     }
@@ -259,6 +264,7 @@ pub enum RecordRef<'a> {
         profile: &'a StackProfile,
         slow_stacks: &'a [(u32, u32)],
     },
+    Wakers(&'a WakerProfile),
     End {
         t_ns: u64,
     },

@@ -73,6 +73,7 @@ impl BundleBuilder {
                     }
                 }
             }
+            Record::Wakers(w) => bundle.wakers = Some(w),
             Record::End { .. } => {}
         }
     }

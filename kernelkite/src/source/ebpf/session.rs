@@ -940,9 +940,12 @@ impl Session {
         let lifecycle = std::mem::take(&mut self.lifecycle);
         let slow = std::mem::take(&mut self.slow);
         let (states, now) = std::mem::take(&mut self.final_states);
-        let wakers = self.wakers.profile(&states, now);
+        let wakers = loader::wakers_on().then(|| self.wakers.profile(&states, now));
+        if let (Some(w), Some(sink)) = (&wakers, self.sink.as_mut()) {
+            sink.record(RecordRef::Wakers(w));
+        }
         let mut bundle = self.assemble(frames, cap, lifecycle, slow, stacks);
-        bundle.wakers = loader::wakers_on().then_some(wakers);
+        bundle.wakers = wakers;
         Ok(bundle)
     }
 
