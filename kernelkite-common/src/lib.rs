@@ -7,5 +7,6 @@
 pub mod bpf;
 pub mod class;
 pub mod hist;
+pub mod wake;
 
 pub use class::{LatencyClass, NUM_CLASSES};

@@ -99,9 +99,15 @@ pub fn classic_sched_switch(ctx: TracePointContext) -> u32 {
     ) as u32
 }
 
+/// The woken task's pid in a sched_wakeup/sched_waking record (one format).
+#[inline(always)]
+pub(crate) fn wakeup_pid(ctx: &TracePointContext) -> u32 {
+    field::<i32>(ctx, &CLASSIC_WAKEUP_PID) as u32
+}
+
 #[tracepoint]
 pub fn classic_sched_wakeup(ctx: TracePointContext) -> u32 {
-    on_wakeup(field::<i32>(&ctx, &CLASSIC_WAKEUP_PID) as u32, 0) as u32
+    on_wakeup(wakeup_pid(&ctx), 0) as u32
 }
 
 #[tracepoint]

@@ -21,6 +21,7 @@ mod sched;
 mod stacks;
 mod syscalls;
 mod task;
+mod wakers;
 
 #[cfg(not(test))]
 #[panic_handler]

@@ -11,7 +11,7 @@ use kernelkite_common::bpf::{
 use kernelkite_common::LatencyClass;
 
 use crate::maps::{is_target, thread, SYSCALL_KIND};
-use crate::{lifecycle, stacks, task};
+use crate::{lifecycle, stacks, task, wakers};
 
 const TASK_RUNNING: u32 = 0;
 const TASK_UNINTERRUPTIBLE: u32 = 0x2;
@@ -262,7 +262,11 @@ pub fn on_wakeup(tid: u32, tgid: u32) -> i32 {
         // sleep) changes nothing: the switch-out will see it runnable.
         if t.run_state == run_state::SLEEPING || t.run_state == run_state::INITIAL {
             let now = clock_ns();
-            close_interval(t, waiting_class(t), now);
+            let class = waiting_class(t);
+            if class != LatencyClass::Runqueue && now > t.since_ns {
+                wakers::on_woken(tid, t, class as u32, now - t.since_ns);
+            }
+            close_interval(t, class, now);
             stacks::on_wakeup(t, now);
             t.run_state = run_state::RUNNABLE;
         }

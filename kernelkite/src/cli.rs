@@ -107,6 +107,14 @@ pub enum Command {
     Replay(ReplayArgs),
     /// Totals, latency classes and syscalls of one bundle.
     Summary(SummaryArgs),
+    /// What ended each thread's waits: another thread (named, also outside the traced
+    /// set), a timer or interrupt, or nothing (still asleep at the end).
+    ///
+    /// One sentence per thread and sleep class names the main waker ("worker-2 waited
+    /// 1.82 s for the lock; worker-1 (pid 7, tid 9) released it 61% of the time"); idle
+    /// threads (asleep through the session or never woken) are listed apart. Needs an
+    /// eBPF bundle with waker data: others exit 2 saying why (docs/PROFILE.md, "Wakers").
+    Waits(WaitsArgs),
     /// Compare two bundles; optionally fail when a metric regresses past a threshold.
     Compare(CompareArgs),
     /// The observed process tree with command names.
@@ -334,6 +342,12 @@ pub struct ReplayArgs {
 
 #[derive(Debug, Args)]
 pub struct SummaryArgs {
+    pub bundle: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct WaitsArgs {
+    /// Bundle (or fixture, or recording) to read.
     pub bundle: PathBuf,
 }
 

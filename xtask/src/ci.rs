@@ -235,6 +235,8 @@ fn test_classic_hooks(root: &Path) -> Result<()> {
             "ebpf_run",
             "--test",
             "ebpf_export",
+            "--test",
+            "ebpf_waits",
         ],
         &[("KERNELKITE_HOOKS", "classic")],
     )

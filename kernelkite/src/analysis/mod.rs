@@ -23,6 +23,7 @@
 pub mod compare;
 pub mod stacks;
 pub mod syscall_names;
+pub mod waits;
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -22,6 +22,7 @@ pub mod top;
 pub mod trace;
 pub mod tree;
 pub mod viewer;
+pub mod waits;
 
 /// Say why events were lost in an eBPF session (call once it is detached), and how
 /// many program runs the kernel skipped. The skipped runs are not
@@ -79,6 +80,7 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Top(args) => top::execute(&global, &args),
         Command::Replay(args) => replay::execute(&global, &args),
         Command::Summary(args) => summary::execute(&global, &args),
+        Command::Waits(args) => waits::execute(&global, &args),
         Command::Compare(args) => compare::execute(&global, &args),
         Command::Tree(args) => tree::execute(&global, &args),
         Command::Viewer(args) => viewer::execute(&global, &args),

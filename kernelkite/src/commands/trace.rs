@@ -52,7 +52,7 @@ mod platform {
     use crate::export::serve;
     use crate::model::write_bundle;
     use crate::report::stacks::dominant_stacks_text;
-    use crate::report::summary::summary_json;
+    use crate::report::summary::summary_json_with;
     use crate::report::trace::trace_text;
     use crate::report::{json_text, write_stdout};
     use crate::source::ebpf::availability::Availability;
@@ -163,7 +163,8 @@ mod platform {
         };
         let analysis = analyze(&bundle);
         let text = if global.json {
-            json_text(&summary_json(&analysis))
+            let idle = crate::analysis::waits::idle_split(&bundle, &analysis);
+            json_text(&summary_json_with(&analysis, idle.as_ref()))
         } else {
             let mut text = trace_text(&analysis, args.threads);
             // With --stacks: where the dominant class's time went.

@@ -77,14 +77,20 @@ pub struct Bundle {
     /// `events_lost` by what was lost (eBPF backend), the causes with a count only:
     /// `lifecycle_records`, `slow_call_records`, `stack_captures`, `histogram_updates`,
     /// `untracked_threads`, `missed_exits`, `undecodable_records`, `events_past_caps`,
-    /// `syscalls_past_caps`. Absent in bundles written before kernelkite named them.
+    /// `syscalls_past_caps`, `waker_updates`. Absent in bundles written before kernelkite
+    /// named them.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub events_lost_by_cause: BTreeMap<String, u64>,
+    /// What ended each sleep of the traced threads (eBPF backend), summed in the kernel
+    /// per (thread, class, waker); `None` (and absent from the file) for the /proc
+    /// sampler and for bundles written before kernelkite recorded wakers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wakers: Option<WakerProfile>,
 }
 
 /// The causes of `Bundle::events_lost_by_cause`: (key, how reports name it, what it
 /// makes incomplete). A caveat names only what its causes affect.
-pub const LOST_CAUSES: [(&str, &str, &str); 9] = [
+pub const LOST_CAUSES: [(&str, &str, &str); 10] = [
     (
         "lifecycle_records",
         "lifecycle records",
@@ -121,6 +127,11 @@ pub const LOST_CAUSES: [(&str, &str, &str); 9] = [
         "syscalls_past_caps",
         "syscalls past the session's caps",
         "the syscall histograms",
+    ),
+    (
+        "waker_updates",
+        "waker updates (waker table full)",
+        "the wakers (`kernelkite waits`)",
     ),
 ];
 
@@ -188,6 +199,46 @@ fn is_false(b: &bool) -> bool {
 
 fn is_zero(n: &u64) -> bool {
     *n == 0
+}
+
+/// Sleeps of the traced threads by what ended them: raw cumulative counters of the
+/// kernel's `WAKERS` map, plus the sleeps still open when the session ended.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WakerProfile {
+    /// Per (pid, tid, class, kind, source, waker), sorted by that key.
+    pub wakeups: Vec<WakerSample>,
+    /// Sleeps whose waker could not be stored (the kernel's map was full); their time is
+    /// still in the latency classes. Also in `events_lost`.
+    pub lost: u64,
+}
+
+/// The sleeps of one thread in one class that one waker ended (or that were still open
+/// at the end: kind `not_woken`).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WakerSample {
+    /// The thread that slept.
+    pub pid: i32,
+    pub tid: i32,
+    /// Latency class name of the sleep (`lock_wait`, `syscall_blocked`, ...).
+    pub class: String,
+    /// `thread`, `interrupt` or `not_woken`.
+    pub kind: String,
+    /// `interrupt`: `timer`, `hardirq` (with `irq`), `softirq` (with `softirq`) or
+    /// `unknown`; otherwise `None`.
+    pub source: Option<String>,
+    /// `interrupt` with source `hardirq`: the irq number; `softirq`: the vector.
+    pub source_id: Option<u32>,
+    /// `thread`: the thread that ran the wakeup (it may be outside the traced set).
+    pub waker_pid: Option<i32>,
+    pub waker_tid: Option<i32>,
+    /// `thread`: its comm at its latest wakeup.
+    pub waker_comm: Option<String>,
+    /// Summed ns of those sleeps (`not_woken`: from the sleep's start to the end).
+    pub total_ns: u64,
+    /// Number of sleeps.
+    pub count: u64,
 }
 
 /// Where time was spent, by stack: off-CPU intervals summed per stack in the kernel, and
@@ -777,6 +828,7 @@ impl Bundle {
             stacks: None,
             syscalls_in_progress: Vec::new(),
             events_lost_by_cause: BTreeMap::new(),
+            wakers: None,
         }
     }
 }

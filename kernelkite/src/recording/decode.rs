@@ -20,7 +20,8 @@ use super::{
 use crate::model::{
     Backend, ClassTimes, Frame, HostConstants, IoCounters, LaunchedCommand, LifecycleEvent,
     LifecycleKind, NetDevCounters, ProcessSample, Rusage, Schedstat, SlowSyscall, StackFrame,
-    StackProfile, StackSample, SyscallHistogram, SyscallInProgress, ThreadSample,
+    StackProfile, StackSample, SyscallHistogram, SyscallInProgress, ThreadSample, WakerProfile,
+    WakerSample,
 };
 
 /// Why a recording cannot be read. Displays as one line with the byte offset.
@@ -412,6 +413,7 @@ fn decode_body(kind: RecordType, t: &mut Take<'_>) -> FieldResult<Record> {
                 Ok((t.u32("slow syscall index")?, t.u32("user stack")?))
             })?,
         },
+        RecordType::Wakers => Record::Wakers(wakers(t)?),
         RecordType::End => Record::End {
             t_ns: t.u64("t_ns")?,
         },
@@ -619,6 +621,27 @@ fn launched(t: &mut Take<'_>) -> FieldResult<LaunchedCommand> {
         } else {
             None
         },
+    })
+}
+
+fn wakers(t: &mut Take<'_>) -> FieldResult<WakerProfile> {
+    Ok(WakerProfile {
+        wakeups: t.vec("wakeups", 34, |t| {
+            Ok(WakerSample {
+                pid: t.i32("pid")?,
+                tid: t.i32("tid")?,
+                class: t.str("class")?,
+                kind: t.str("kind")?,
+                source: t.opt("source", |t| t.str("source"))?,
+                source_id: t.opt("source_id", |t| t.u32("source_id"))?,
+                waker_pid: t.opt("waker_pid", |t| t.i32("waker_pid"))?,
+                waker_tid: t.opt("waker_tid", |t| t.i32("waker_tid"))?,
+                waker_comm: t.opt("waker_comm", |t| t.str("waker_comm"))?,
+                total_ns: t.u64("total_ns")?,
+                count: t.u64("count")?,
+            })
+        })?,
+        lost: t.u64("wakers lost")?,
     })
 }
 

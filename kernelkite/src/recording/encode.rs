@@ -14,7 +14,7 @@ use super::{
 use crate::model::{
     Backend, ClassTimes, Frame, IoCounters, LaunchedCommand, LifecycleEvent, LifecycleKind,
     NetDevCounters, ProcessSample, Rusage, Schedstat, SlowSyscall, StackFrame, StackProfile,
-    StackSample, SyscallHistogram, SyscallInProgress, ThreadSample,
+    StackSample, SyscallHistogram, SyscallInProgress, ThreadSample, WakerProfile, WakerSample,
 };
 
 /// A chunk ends after every frame (so a killed session loses at most the events since
@@ -93,6 +93,7 @@ pub fn encode_record(record: RecordRef<'_>, out: &mut Vec<u8>) {
                 p.u32(*stack);
             });
         }
+        RecordRef::Wakers(w) => wakers(&mut p, w),
         RecordRef::End { t_ns } => p.u64(t_ns),
     }
     let body_len = (out.len() - at - 5) as u32;
@@ -110,6 +111,7 @@ fn record_type(record: RecordRef<'_>) -> RecordType {
         RecordRef::InProgress { .. } => RecordType::InProgress,
         RecordRef::Launched(_) => RecordType::Launched,
         RecordRef::Stacks { .. } => RecordType::Stacks,
+        RecordRef::Wakers(_) => RecordType::Wakers,
         RecordRef::End { .. } => RecordType::End,
     }
 }
@@ -254,6 +256,23 @@ fn stack_profile(p: &mut Put<'_>, s: &StackProfile) {
         p.u8(x.in_progress as u8);
     });
     p.u64(s.captures_lost);
+}
+
+fn wakers(p: &mut Put<'_>, w: &WakerProfile) {
+    p.vec(&w.wakeups, |p, x: &WakerSample| {
+        p.i32(x.pid);
+        p.i32(x.tid);
+        p.str(&x.class);
+        p.str(&x.kind);
+        p.opt(x.source.as_deref(), |p, s| p.str(s));
+        p.opt(x.source_id, |p, i| p.u32(i));
+        p.opt(x.waker_pid, |p, i| p.i32(i));
+        p.opt(x.waker_tid, |p, i| p.i32(i));
+        p.opt(x.waker_comm.as_deref(), |p, s| p.str(s));
+        p.u64(x.total_ns);
+        p.u64(x.count);
+    });
+    p.u64(w.lost);
 }
 
 fn histogram(p: &mut Put<'_>, h: &SyscallHistogram) {

@@ -67,7 +67,7 @@ pub use rebuild::{replay_recording, replay_recording_file, BundleBuilder, Replay
 
 use crate::model::{
     Backend, Frame, HostConstants, LaunchedCommand, LifecycleEvent, SlowSyscall, StackProfile,
-    SyscallHistogram, SyscallInProgress,
+    SyscallHistogram, SyscallInProgress, WakerProfile,
 };
 use std::collections::BTreeMap;
 
@@ -104,6 +104,8 @@ pub enum RecordType {
     End = 8,
     Stacks = 9,
     InProgress = 10,
+    /// The waker profile (`Bundle::wakers`), once at the end.
+    Wakers = 11,
 }
 
 impl RecordType {
@@ -119,6 +121,7 @@ impl RecordType {
             8 => RecordType::End,
             9 => RecordType::Stacks,
             10 => RecordType::InProgress,
+            11 => RecordType::Wakers,
             _ => return None,
         })
     }
@@ -203,6 +206,7 @@ pub enum Record {
         profile: StackProfile,
         slow_stacks: Vec<(u32, u32)>,
     },
+    Wakers(WakerProfile),
     End {
         t_ns: u64,
     },
@@ -220,7 +224,7 @@ impl Record {
             | Record::EventsLost { t_ns, .. }
             | Record::InProgress { t_ns, .. }
             | Record::End { t_ns } => Some(*t_ns),
-            Record::Launched(_) | Record::Stacks { .. } => None,
+            Record::Launched(_) | Record::Stacks { .. } | Record::Wakers(_) => None,
         }
     }
 
@@ -252,6 +256,7 @@ impl Record {
                 profile,
                 slow_stacks,
             },
+            Record::Wakers(w) => RecordRef::Wakers(w),
             Record::End { t_ns } => RecordRef::End { t_ns: *t_ns },
         }
     }
@@ -283,6 +288,7 @@ pub enum RecordRef<'a> {
         profile: &'a StackProfile,
         slow_stacks: &'a [(u32, u32)],
     },
+    Wakers(&'a WakerProfile),
     End {
         t_ns: u64,
     },

@@ -79,6 +79,7 @@ impl BundleBuilder {
                     }
                 }
             }
+            Record::Wakers(w) => bundle.wakers = Some(w),
             Record::End { .. } => {}
         }
     }

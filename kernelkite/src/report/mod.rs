@@ -13,6 +13,7 @@ pub mod timeline;
 pub mod trace;
 pub mod tree;
 pub mod viewer;
+pub mod waits;
 
 /// Write a rendered document to standard output. A closed pipe (`kernelkite summary x
 /// | head`) is not an error: the reader has what it wanted.

@@ -5,6 +5,7 @@ use kernelkite_common::LatencyClass;
 use serde_json::{json, Map, Value};
 
 use super::{columns, fmt_bytes, fmt_ms, fmt_ns, fmt_secs, fmt_share};
+use crate::analysis::waits::IdleSplit;
 use crate::analysis::{Analysis, CpuSource, RssSource};
 
 /// Version of the summary JSON document. Bump when a field changes meaning or is
@@ -32,6 +33,29 @@ pub fn classes_json(c: &crate::model::ClassTimes) -> Value {
 
 /// The summary JSON document of an analysis (schema [`SUMMARY_SCHEMA_VERSION`]).
 pub fn summary_json(a: &Analysis) -> Value {
+    summary_json_with(a, None)
+}
+
+/// [`summary_json`] with the idle split of a bundle with waker data: `idle_threads`
+/// (count), `idle_threads_ns` (their summed class times) and `busy_latency_classes`
+/// (the classes of the other threads). Absent without waker data.
+pub fn summary_json_with(a: &Analysis, idle: Option<&IdleSplit>) -> Value {
+    let mut doc = summary_json_base(a);
+    if let (Some(idle), Value::Object(m)) = (idle, &mut doc) {
+        m.insert("idle_threads".into(), json!(idle.idle.len()));
+        m.insert(
+            "idle_threads_ns".into(),
+            json!(idle.idle_classes.total_ns()),
+        );
+        m.insert(
+            "busy_latency_classes".into(),
+            classes_json(&idle.busy_classes),
+        );
+    }
+    doc
+}
+
+fn summary_json_base(a: &Analysis) -> Value {
     let mut shares = Map::new();
     for class in LatencyClass::ALL {
         shares.insert(class.name().to_string(), json!(a.class_share(class)));
@@ -142,6 +166,23 @@ pub fn summary_json(a: &Analysis) -> Value {
 
 /// The text summary.
 pub fn summary_text(a: &Analysis) -> String {
+    summary_text_with(a, None)
+}
+
+/// [`summary_text`] with the idle split of a bundle with waker data: the class table is
+/// then over the threads that were not idle, and the idle ones get their own line.
+pub fn summary_text_with(a: &Analysis, idle: Option<&IdleSplit>) -> String {
+    let idle = idle.filter(|i| !i.idle.is_empty());
+    let busy;
+    let a = match idle {
+        Some(i) => {
+            let mut b = a.clone();
+            b.latency_classes = i.busy_classes;
+            busy = b;
+            &busy
+        }
+        None => a,
+    };
     let mut out = String::new();
     match &a.label {
         Some(l) => out.push_str(&format!("kernelkite summary: {l}\n")),
@@ -258,7 +299,12 @@ pub fn summary_text(a: &Analysis) -> String {
     }
 
     out.push('\n');
-    if a.latency_classes_exact {
+    if let Some(i) = idle {
+        out.push_str(&format!(
+            "latency classes (sum over threads but the {} idle ones below; all exact)\n",
+            i.idle.len()
+        ));
+    } else if a.latency_classes_exact {
         out.push_str("latency classes (sum over threads; all exact)\n");
     } else {
         out.push_str(
@@ -294,6 +340,9 @@ pub fn summary_text(a: &Analysis) -> String {
         out.push_str("  ");
         out.push_str(line);
         out.push('\n');
+    }
+    if let Some(i) = idle {
+        out.push_str(&idle_line(i));
     }
 
     out.push('\n');
@@ -431,6 +480,25 @@ pub fn syscalls_text(a: &Analysis, top: usize) -> String {
     }
 
     out
+}
+
+/// The idle threads on their own line: how many, their time, the first few by name.
+fn idle_line(i: &IdleSplit) -> String {
+    const SHOWN: usize = 6;
+    let names: Vec<String> = (i.idle.iter().take(SHOWN))
+        .map(|(_, tid, comm, _)| format!("{comm} ({tid})"))
+        .collect();
+    let more = if i.idle.len() > SHOWN {
+        format!(", {} more", i.idle.len() - SHOWN)
+    } else {
+        String::new()
+    };
+    format!(
+        "  idle threads     {}, {} in all, asleep through the session or never woken (not in the table): {}{more}\n",
+        i.idle.len(),
+        fmt_ns(i.idle_classes.total_ns() as f64),
+        names.join(", ")
+    )
 }
 
 #[cfg(test)]

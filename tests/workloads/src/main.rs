@@ -21,6 +21,7 @@ mod pipe;
 mod read_loop;
 mod sleep;
 mod tree;
+mod waits;
 
 use args::Args;
 
@@ -39,6 +40,10 @@ const WORKLOADS: &[(&str, &str, Runner)] = &[
     ("idle_tree", "N idle child processes for S seconds [--count N] [--seconds S]", tree::run_tree),
     ("idle", "sleep S seconds (one nanosleep) [--seconds S]", tree::run_idle),
     ("thread_churn", "short threads one after another [--seconds S] [--leader-exits: the main thread exits first]", churn::run),
+    ("pool", "wakers: one busy thread, N workers parked on a condvar [--idle N] [--seconds S]", waits::run_pool),
+    ("produce", "wakers: write C lines to stdout, one every G ms (`produce | consume`) [--count C] [--gap-ms G]", waits::run_produce),
+    ("consume", "wakers: read stdin to EOF", waits::run_consume),
+    ("timeouts", "wakers: N × (sleep M ms, poll timeout M ms) [--count N] [--ms M]", waits::run_timeouts),
     ("burn", "a short CPU burn, the child of exec_storm --self-exec [--iterations K]", exec::run_burn),
 ];
 

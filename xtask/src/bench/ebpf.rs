@@ -329,6 +329,7 @@ enum PipeConfig {
     Untraced,
     ClockFloor,
     Kernelkite,
+    KernelkiteNoWakers,
     KernelkiteStacks,
     Runqlat,
     Offcputime,
@@ -342,6 +343,9 @@ impl PipeConfig {
                 "sched pipe: clock floor (target check + clock reads at sys_enter/sys_exit)"
             }
             PipeConfig::Kernelkite => "sched pipe: kernelkite trace --follow",
+            PipeConfig::KernelkiteNoWakers => {
+                "sched pipe: kernelkite trace --follow, waker aggregation off (KERNELKITE_WAKERS=off)"
+            }
             PipeConfig::KernelkiteStacks => "sched pipe: kernelkite trace --follow --stacks",
             PipeConfig::Runqlat => "sched pipe: libbpf-tools runqlat",
             PipeConfig::Offcputime => "sched pipe: libbpf-tools offcputime",
@@ -370,8 +374,11 @@ fn pipe_run(ctx: &Ctx, config: PipeConfig) -> Result<(f64, Option<Vec<ProgramTim
             c.args(["bench-floor", "--clock", "--pid", &shell.id().to_string()]);
             Some(Tracer::start(c)?)
         }
-        PipeConfig::Kernelkite | PipeConfig::KernelkiteStacks => {
+        PipeConfig::Kernelkite | PipeConfig::KernelkiteStacks | PipeConfig::KernelkiteNoWakers => {
             let mut c = Command::new(&ctx.kernelkite);
+            if config == PipeConfig::KernelkiteNoWakers {
+                c.env("KERNELKITE_WAKERS", "off");
+            }
             c.args(["trace", "--follow", "--pid", &shell.id().to_string()]);
             if config == PipeConfig::KernelkiteStacks {
                 c.arg("--stacks");
@@ -601,6 +608,7 @@ pub(super) fn benchmarks(ctx: &Ctx) -> Result<Vec<Row>> {
             PipeConfig::Untraced,
             PipeConfig::ClockFloor,
             PipeConfig::Kernelkite,
+            PipeConfig::KernelkiteNoWakers,
             PipeConfig::KernelkiteStacks,
         ];
         if have("runqlat") {
@@ -634,6 +642,17 @@ pub(super) fn benchmarks(ctx: &Ctx) -> Result<Vec<Row>> {
         }
         let untraced = pmed[0];
         let added = |c: PipeConfig| med(c).map(|v| v - untraced);
+        if let (Some(on), Some(off)) = (
+            med(PipeConfig::Kernelkite),
+            med(PipeConfig::KernelkiteNoWakers),
+        ) {
+            rows.push(Row::new(
+                "sched pipe: waker aggregation's cost (kernelkite − kernelkite with KERNELKITE_WAKERS=off)",
+                on - off,
+                "µs/op",
+                &shown,
+            ));
+        }
         for (what, ours, peer, target) in [
             (
                 "sched pipe: kernelkite added cost / runqlat added cost",

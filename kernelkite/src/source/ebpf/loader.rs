@@ -24,6 +24,34 @@ pub const KERNEL_BTF_PATH: &str = "/sys/kernel/btf/vmlinux";
 /// on a kernel without BTF; for tests and diagnosis), `tp_btf` forbids the fallback.
 pub const HOOKS_ENV: &str = "KERNELKITE_HOOKS";
 
+/// Environment variable that turns waker aggregation off (`off`): the waker hooks are
+/// not attached and the wakeup path skips its map update. For measuring its cost
+/// (`cargo xtask bench`); bundles then have no waker data.
+pub const WAKERS_ENV: &str = "KERNELKITE_WAKERS";
+
+/// Whether waker aggregation is on (`KERNELKITE_WAKERS` is not `off`).
+pub fn wakers_on() -> bool {
+    std::env::var(WAKERS_ENV).ok().as_deref() != Some("off")
+}
+
+/// The programs of waker aggregation, left out when it is off.
+const WAKER_PROGRAMS: [&str; 14] = [
+    "irq_handler_entry",
+    "irq_handler_exit",
+    "softirq_entry",
+    "softirq_exit",
+    "hrtimer_expire_entry",
+    "hrtimer_expire_exit",
+    "sched_waking",
+    "classic_irq_handler_entry",
+    "classic_irq_handler_exit",
+    "classic_softirq_entry",
+    "classic_softirq_exit",
+    "classic_hrtimer_expire_entry",
+    "classic_hrtimer_expire_exit",
+    "classic_sched_waking",
+];
+
 /// How the programs attach.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum HookKind {
@@ -128,7 +156,7 @@ pub enum ProbeError {
 
 /// (program name in the object, tracepoint) in attach order: lifecycle first so no
 /// fork is missed once the scheduler hooks run.
-fn program_plan(layout: &KernelLayout) -> [(&'static str, &'static str); 8] {
+fn program_plan(layout: &KernelLayout) -> [(&'static str, &'static str); 15] {
     let switch = if layout.switch_has_prev_state {
         "sched_switch"
     } else {
@@ -138,6 +166,14 @@ fn program_plan(layout: &KernelLayout) -> [(&'static str, &'static str); 8] {
         ("sched_process_fork", "sched_process_fork"),
         ("sched_process_exec", "sched_process_exec"),
         ("sched_process_exit", "sched_process_exit"),
+        // Wakers: the interrupt context notes, then the waker, before the wakeup.
+        ("irq_handler_entry", "irq_handler_entry"),
+        ("irq_handler_exit", "irq_handler_exit"),
+        ("softirq_entry", "softirq_entry"),
+        ("softirq_exit", "softirq_exit"),
+        ("hrtimer_expire_entry", "hrtimer_expire_entry"),
+        ("hrtimer_expire_exit", "hrtimer_expire_exit"),
+        ("sched_waking", "sched_waking"),
         ("sched_wakeup", "sched_wakeup"),
         ("sched_wakeup_new", "sched_wakeup_new"),
         (switch, "sched_switch"),
@@ -147,10 +183,17 @@ fn program_plan(layout: &KernelLayout) -> [(&'static str, &'static str); 8] {
 }
 
 /// The same hooks as classic tracepoints: (program, category/name).
-const CLASSIC_PLAN: [(&str, &str); 8] = [
+const CLASSIC_PLAN: [(&str, &str); 15] = [
     ("classic_sched_process_fork", "sched/sched_process_fork"),
     ("classic_sched_process_exec", "sched/sched_process_exec"),
     ("classic_sched_process_exit", "sched/sched_process_exit"),
+    ("classic_irq_handler_entry", "irq/irq_handler_entry"),
+    ("classic_irq_handler_exit", "irq/irq_handler_exit"),
+    ("classic_softirq_entry", "irq/softirq_entry"),
+    ("classic_softirq_exit", "irq/softirq_exit"),
+    ("classic_hrtimer_expire_entry", "timer/hrtimer_expire_entry"),
+    ("classic_hrtimer_expire_exit", "timer/hrtimer_expire_exit"),
+    ("classic_sched_waking", "sched/sched_waking"),
     ("classic_sched_wakeup", "sched/sched_wakeup"),
     ("classic_sched_wakeup_new", "sched/sched_wakeup_new"),
     ("classic_sched_switch", "sched/sched_switch"),
@@ -161,7 +204,12 @@ const CLASSIC_PLAN: [(&str, &str); 8] = [
 /// Load and attach every program, as tp_btf or (no kernel BTF) classic tracepoints.
 pub fn load(options: ProbeOptions) -> Result<Probes, ProbeError> {
     match HookKind::choose()? {
-        HookKind::TpBtf => load_programs(options, |layout| program_plan(layout).to_vec()),
+        HookKind::TpBtf => load_programs(options, |layout| {
+            let on = wakers_on();
+            (program_plan(layout).into_iter())
+                .filter(|(p, _)| on || !WAKER_PROGRAMS.contains(p))
+                .collect()
+        }),
         HookKind::Classic => load_classic(options),
     }
 }
@@ -202,6 +250,7 @@ fn load_programs(
         .stacks
         .filter(|s| s.sample_hz > 0)
         .map_or(0, |s| 1_000_000_000 / s.sample_hz);
+    let wakers_flag = u32::from(wakers_on());
     let mut loader = EbpfLoader::new();
     if options.stacks.is_none() {
         for name in STACK_MAPS {
@@ -230,7 +279,8 @@ fn load_programs(
         .override_global("MIN_LATENCY_NS", &options.min_latency_ns, true)
         .override_global("FOLLOW", &follow, true)
         .override_global("STACK_MIN_BLOCK_NS", &min_block_ns, true)
-        .override_global("SAMPLE_PERIOD_NS", &sample_period_ns, true);
+        .override_global("SAMPLE_PERIOD_NS", &sample_period_ns, true)
+        .override_global("WAKERS_ON", &wakers_flag, true);
     let mut ebpf = loader
         .load(BPF_OBJECT)
         .map_err(|e| ProbeError::Load(error_chain(&e)))?;
@@ -302,6 +352,7 @@ fn load_classic(options: ProbeOptions) -> Result<Probes, ProbeError> {
         nr("exit_group"),
     );
     let follow = u32::from(options.follow);
+    let wakers_flag = u32::from(wakers_on());
     let mut loader = EbpfLoader::new();
     for name in STACK_MAPS {
         loader.map_max_entries(name, 1);
@@ -313,6 +364,8 @@ fn load_classic(options: ProbeOptions) -> Result<Probes, ProbeError> {
         .override_global("CLASSIC_SWITCH_PREV_STATE", &layout.switch_prev_state, true)
         .override_global("CLASSIC_SWITCH_NEXT_PID", &layout.switch_next_pid, true)
         .override_global("CLASSIC_WAKEUP_PID", &layout.wakeup_pid, true)
+        .override_global("CLASSIC_IRQ_HANDLER_IRQ", &layout.irq_handler_irq, true)
+        .override_global("CLASSIC_SOFTIRQ_VEC", &layout.softirq_vec, true)
         .override_global("CLASSIC_FORK_CHILD_PID", &layout.fork_child_pid, true)
         .override_global("CLASSIC_SYS_ENTER_ID", &layout.sys_enter_id, true)
         .override_global("CLASSIC_SYS_ENTER_ARGS", &layout.sys_enter_args, true)
@@ -325,13 +378,18 @@ fn load_classic(options: ProbeOptions) -> Result<Probes, ProbeError> {
         .override_global("NR_EXIT", &nr_exit, true)
         .override_global("NR_EXIT_GROUP", &nr_exit_group, true)
         .override_global("MIN_LATENCY_NS", &options.min_latency_ns, true)
-        .override_global("FOLLOW", &follow, true);
+        .override_global("FOLLOW", &follow, true)
+        .override_global("WAKERS_ON", &wakers_flag, true);
     let mut ebpf = loader
         .load(BPF_OBJECT)
         .map_err(|e| ProbeError::Load(error_chain(&e)))?;
     fill_syscall_kinds(&mut ebpf)?;
     let mut hooks = Vec::new();
-    for (program, tracepoint) in CLASSIC_PLAN {
+    let wakers = wakers_on();
+    let plan = CLASSIC_PLAN
+        .into_iter()
+        .filter(|(p, _)| wakers || !WAKER_PROGRAMS.contains(p));
+    for (program, tracepoint) in plan {
         let fail = |message: String| ProbeError::Program {
             program: program.to_string(),
             message,

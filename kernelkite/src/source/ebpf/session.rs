@@ -19,6 +19,7 @@ use super::records::{comm_string, decode, Record};
 use super::stacks::{InProgressWait, StackCollector};
 use super::syscall_table;
 use super::tracked::{ThreadKey, Tracked};
+use super::wakers::WakerReader;
 use crate::analysis::sample_class;
 use crate::model::frame_recorder::{keep_capped, MAX_EVENTS};
 use crate::model::{
@@ -105,6 +106,11 @@ pub struct Session {
     in_progress_stack_ids: Vec<(usize, u32, i32)>,
     /// `--stacks`: (index into `slow`, pid, user stack id) of slow calls with a stack.
     slow_stack_ids: Vec<(usize, u32, i32)>,
+    /// What ended the traced threads' sleeps.
+    wakers: WakerReader,
+    /// The traced threads' entries and the clock at the final snapshot: the sleeps
+    /// still open then are the `not_woken` wakers.
+    final_states: (Vec<(u32, ThreadState)>, u64),
     /// Live views: count a thread still waiting for its first event (INITIAL) in the
     /// class /proc showed at attach, as the final frame does, instead of not at all.
     count_initial_in_frames: bool,
@@ -243,6 +249,10 @@ impl Session {
         let hists = take_map(&mut probes, "SYSCALL_HISTS")?;
         let lost = take_map(&mut probes, "LOST")?;
         let targets = take_map(&mut probes, "TARGETS")?;
+        let wakers = WakerReader {
+            map: take_map(&mut probes, "WAKERS")?,
+            lost: take_map(&mut probes, "WAKERS_LOST")?,
+        };
         let sampler = Sampler::new(
             Path::new(PROC_ROOT),
             SamplerOptions {
@@ -274,6 +284,8 @@ impl Session {
             slow_stack_ids: Vec::new(),
             in_progress: Vec::new(),
             in_progress_stack_ids: Vec::new(),
+            wakers,
+            final_states: (Vec::new(), 0),
             count_initial_in_frames: false,
             recursion_misses_at_detach: 0,
             host: current_host(),
@@ -787,6 +799,7 @@ impl Session {
             ("undecodable_records", self.undecodable_records),
             ("events_past_caps", self.dropped.events),
             ("syscalls_past_caps", self.dropped.syscalls),
+            ("waker_updates", self.wakers.lost()),
         ];
         causes
             .into_iter()
@@ -805,6 +818,7 @@ impl Session {
             + self.dropped.events
             + self.dropped.syscalls
             + (0..lost::COUNT).map(|i| self.lost_count(i)).sum::<u64>()
+            + self.wakers.lost()
     }
 
     /// The syscalls and waits the threads are in at `now`: each thread inside a syscall
@@ -926,6 +940,9 @@ impl Session {
         let mut lost_exits = Vec::new();
         let entries: Vec<(u32, ThreadState)> = read_all(&self.threads);
         let present: BTreeSet<ThreadKey> = entries.iter().map(|(t, s)| (*t, s.start_ns)).collect();
+        if final_frame {
+            self.final_states = (entries.clone(), now);
+        }
         for (tid, state) in entries {
             let state = self.read_thread(tid, state);
             if state.run_state == run_state::EXITED {
@@ -1083,7 +1100,14 @@ impl Session {
             std::mem::replace(&mut self.recorder, FrameRecorder::new(1)).into_parts();
         let lifecycle = std::mem::take(&mut self.lifecycle);
         let slow = std::mem::take(&mut self.slow);
-        Ok(self.assemble(frames, cap, lifecycle, slow, stacks))
+        let (states, now) = std::mem::take(&mut self.final_states);
+        let wakers = loader::wakers_on().then(|| self.wakers.profile(&states, now));
+        if let (Some(w), Some(sink)) = (&wakers, self.sink.as_mut()) {
+            sink.record(RecordRef::Wakers(w));
+        }
+        let mut bundle = self.assemble(frames, cap, lifecycle, slow, stacks);
+        bundle.wakers = wakers;
+        Ok(bundle)
     }
 
     /// Keep the kept frames' digest as well ([`FrameRecorder::keep_digest`]), for

@@ -81,6 +81,9 @@ pub struct ClassicLayout {
     pub switch_next_pid: u32,
     pub wakeup_pid: u32,
     pub fork_child_pid: u32,
+    /// `irq_handler_entry`'s `irq` and `softirq_entry`'s `vec` (wakers).
+    pub irq_handler_irq: u32,
+    pub softirq_vec: u32,
     pub sys_enter_id: u32,
     pub sys_enter_args: u32,
     pub sys_exit_ret: u32,
@@ -92,10 +95,13 @@ impl ClassicLayout {
     pub fn read(fs: &Tracefs) -> Result<ClassicLayout, TracefsError> {
         let wakeup_pid = fs.field_offset("sched", "sched_wakeup", "pid", 4)?;
         // The programs read both wakeups at one offset.
-        if fs.field_offset("sched", "sched_wakeup_new", "pid", 4)? != wakeup_pid {
+        if fs.field_offset("sched", "sched_wakeup_new", "pid", 4)? != wakeup_pid
+            || fs.field_offset("sched", "sched_waking", "pid", 4)? != wakeup_pid
+        {
             return Err(TracefsError::Format {
                 path: "sched_wakeup_new/format".into(),
-                message: "pid is not where sched_wakeup has it".into(),
+                message: "pid is not where sched_wakeup has it (sched_wakeup_new, sched_waking)"
+                    .into(),
             });
         }
         Ok(ClassicLayout {
@@ -103,6 +109,8 @@ impl ClassicLayout {
             switch_next_pid: fs.field_offset("sched", "sched_switch", "next_pid", 4)?,
             wakeup_pid,
             fork_child_pid: fs.field_offset("sched", "sched_process_fork", "child_pid", 4)?,
+            irq_handler_irq: fs.field_offset("irq", "irq_handler_entry", "irq", 4)?,
+            softirq_vec: fs.field_offset("irq", "softirq_entry", "vec", 4)?,
             sys_enter_id: fs.field_offset("raw_syscalls", "sys_enter", "id", 8)?,
             sys_enter_args: fs.field_offset("raw_syscalls", "sys_enter", "args", 48)?,
             sys_exit_ret: fs.field_offset("raw_syscalls", "sys_exit", "ret", 8)?,

@@ -1,0 +1,98 @@
+//! Wakers: what ended each sleep of a traced thread, summed in the kernel per
+//! (waiter thread, sleep class, waker). Shared by the BPF programs (`wakers` module of
+//! kernelkite-ebpf) and the session that reads the map.
+
+use crate::bpf::COMM_LEN;
+
+/// `WakerKey::kind`: what ran the wakeup.
+pub mod waker_kind {
+    /// Another thread (`current` at the wakeup): `waker_tgid`, `waker_tid`, comm.
+    pub const THREAD: u32 = 0;
+    /// A timer expiry: an hrtimer callback, or the TIMER/HRTIMER softirq.
+    pub const TIMER: u32 = 1;
+    /// A device interrupt handler; `source` is the irq number.
+    pub const HARDIRQ: u32 = 2;
+    /// A softirq other than the timer ones; `source` is its vector (NET_RX is 3).
+    pub const SOFTIRQ: u32 = 3;
+    /// Interrupt context whose source no hook saw: a wakeup run by the idle task.
+    pub const INTERRUPT: u32 = 4;
+}
+
+/// Softirq vectors (include/linux/interrupt.h) that run timers.
+pub const TIMER_SOFTIRQ: u32 = 1;
+pub const HRTIMER_SOFTIRQ: u32 = 8;
+
+/// Key of the `WAKERS` map.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct WakerKey {
+    /// The woken (waiting) thread.
+    pub tgid: u32,
+    pub tid: u32,
+    /// Latency class id of the sleep the wakeup ended.
+    pub class: u32,
+    /// One of [`waker_kind`].
+    pub kind: u32,
+    /// HARDIRQ: irq number; SOFTIRQ: vector; otherwise 0.
+    pub source: u32,
+    /// THREAD: the waking thread; otherwise 0.
+    pub waker_tgid: u32,
+    pub waker_tid: u32,
+    /// Explicit padding; always 0.
+    pub _pad: u32,
+}
+
+/// Value of the `WAKERS` map.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WakerTime {
+    /// Summed ns of the sleeps this waker ended.
+    pub total_ns: u64,
+    /// Number of those sleeps.
+    pub count: u64,
+    /// THREAD: the waker's comm at its latest wakeup, NUL-padded.
+    pub comm: [u8; COMM_LEN],
+}
+
+/// Value of the `PENDING_WAKERS` map (key: the woken tid): who ran `try_to_wake_up`
+/// (sched_waking, in the waker's context), kept until the wakeup ends the sleep
+/// (sched_wakeup, which may run later on the wakee's CPU, from an IPI).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PendingWaker {
+    pub kind: u32,
+    pub source: u32,
+    pub waker_tgid: u32,
+    pub waker_tid: u32,
+    pub comm: [u8; COMM_LEN],
+    /// CLOCK_MONOTONIC ns of the sched_waking: an entry older than the sleep it would
+    /// end is stale (a wakeup of an earlier sleep whose sched_wakeup was missed).
+    pub waking_ns: u64,
+}
+
+/// Value of the per-CPU `IRQ_CONTEXT` array: which interrupt context the CPU is in, kept
+/// by the irq, softirq and hrtimer entry/exit hooks.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IrqContext {
+    /// 1 inside an hrtimer callback.
+    pub timer: u32,
+    /// irq number + 1 inside a device interrupt handler, else 0.
+    pub hardirq: u32,
+    /// softirq vector + 1 while a softirq runs, else 0.
+    pub softirq: u32,
+    pub _pad: u32,
+}
+
+const _: () = assert!(core::mem::size_of::<WakerKey>() == 32);
+const _: () = assert!(core::mem::size_of::<WakerTime>() == 32);
+const _: () = assert!(core::mem::size_of::<PendingWaker>() == 40);
+const _: () = assert!(core::mem::size_of::<IrqContext>() == 16);
+
+#[cfg(feature = "user")]
+mod pod {
+    // SAFETY: each type is repr(C), has no padding beyond explicit fields, and every bit
+    // pattern is a valid value.
+    unsafe impl aya::Pod for super::WakerKey {}
+    unsafe impl aya::Pod for super::WakerTime {}
+}

@@ -1,0 +1,275 @@
+//! Wakers: what ended each sleep of a traced thread (another thread, a timer, an
+//! interrupt), summed in the kernel per (waiter thread, sleep class, waker).
+//!
+//! sched_waking runs in `try_to_wake_up`, in the waker's context, so `current` is the
+//! waker; sched_wakeup may run later on the wakee's CPU (from an IPI, where `current` is
+//! whatever ran there), so the waker is noted at sched_waking and the sleep, which
+//! `sched::on_wakeup` closes at sched_wakeup, is added to it then. Whether the waking
+//! ran in interrupt context comes from the irq, softirq and hrtimer entry/exit hooks
+//! (aya-ebpf has no ksym access to `preempt_count`): they keep a per-CPU note of the
+//! interrupt the CPU is in. Interrupts those hooks do not see (IPIs, irq_work) are taken
+//! for the thread they interrupted, except on the idle task, which is counted as an
+//! interrupt of unknown source. (A classic record's `common_flags` cannot say instead: a
+//! BPF program sees the record before the kernel fills its common fields, whose first
+//! 8 bytes then hold a pt_regs pointer.)
+
+use aya_ebpf::helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns};
+use aya_ebpf::macros::{btf_tracepoint, map, tracepoint};
+use aya_ebpf::maps::{HashMap, LruHashMap, PerCpuArray};
+use aya_ebpf::programs::{BtfTracePointContext, TracePointContext};
+use kernelkite_common::bpf::{run_state, ThreadState};
+use kernelkite_common::wake::{
+    waker_kind, IrqContext, PendingWaker, WakerKey, WakerTime, HRTIMER_SOFTIRQ, TIMER_SOFTIRQ,
+};
+
+use crate::maps::{atomic_add, is_target, thread};
+use crate::task;
+
+/// Time and count per (waiter, class, waker). Bounded: a full map drops the sleep's
+/// attribution (counted in `WAKERS_LOST`), never its class time.
+#[map]
+pub static WAKERS: HashMap<WakerKey, WakerTime> = HashMap::with_max_entries(16_384, 0);
+
+/// The waker of each traced thread's current sleep, by the woken tid.
+#[map]
+static PENDING_WAKERS: LruHashMap<u32, PendingWaker> = LruHashMap::with_max_entries(16_384, 0);
+
+/// Which interrupt each CPU is in.
+#[map]
+static IRQ_CONTEXT: PerCpuArray<IrqContext> = PerCpuArray::with_max_entries(1, 0);
+
+/// Sleeps whose waker could not be stored (WAKERS full), per CPU.
+#[map]
+pub static WAKERS_LOST: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
+
+/// 0 when userspace turned waker aggregation off (`KERNELKITE_WAKERS=off`, to measure
+/// its cost): the wakeup path then does nothing here.
+#[unsafe(no_mangle)]
+static WAKERS_ON: u32 = 1;
+
+/// Field offsets of the classic records, set by userspace from tracefs.
+#[unsafe(no_mangle)]
+static CLASSIC_IRQ_HANDLER_IRQ: u32 = 0;
+#[unsafe(no_mangle)]
+static CLASSIC_SOFTIRQ_VEC: u32 = 0;
+
+#[inline(always)]
+fn irq_context() -> Option<&'static mut IrqContext> {
+    // SAFETY: this CPU's slot; programs on one CPU do not run concurrently except
+    // nested by an interrupt, which restores what it changed.
+    IRQ_CONTEXT.get_ptr_mut(0).map(|p| unsafe { &mut *p })
+}
+
+/// Who is running the wakeup now: (kind, source, waker tgid, waker tid).
+#[inline(always)]
+fn current_waker() -> (u32, u32, u32, u32) {
+    if let Some(c) = irq_context() {
+        if c.timer != 0 {
+            return (waker_kind::TIMER, 0, 0, 0);
+        }
+        if c.hardirq != 0 {
+            return (waker_kind::HARDIRQ, c.hardirq - 1, 0, 0);
+        }
+        if c.softirq != 0 {
+            let vec = c.softirq - 1;
+            if vec == TIMER_SOFTIRQ || vec == HRTIMER_SOFTIRQ {
+                return (waker_kind::TIMER, 0, 0, 0);
+            }
+            return (waker_kind::SOFTIRQ, vec, 0, 0);
+        }
+    }
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let (tgid, tid) = ((pid_tgid >> 32) as u32, pid_tgid as u32);
+    if tid == 0 {
+        return (waker_kind::INTERRUPT, 0, 0, 0);
+    }
+    (waker_kind::THREAD, 0, tgid, tid)
+}
+
+/// sched_waking of thread `tid` (`tgid` 0: unknown, its entry says).
+#[inline(always)]
+fn on_waking(tid: u32, tgid: u32) -> i32 {
+    if tgid != 0 && !is_target(tgid) {
+        return 0;
+    }
+    let Some(t) = thread(tid) else {
+        return 0;
+    };
+    if t.run_state != run_state::SLEEPING && t.run_state != run_state::INITIAL {
+        return 0;
+    }
+    let (kind, source, waker_tgid, waker_tid) = current_waker();
+    let comm = if kind == waker_kind::THREAD {
+        bpf_get_current_comm().unwrap_or_default()
+    } else {
+        [0; 16]
+    };
+    let pending = PendingWaker {
+        kind,
+        source,
+        waker_tgid,
+        waker_tid,
+        comm,
+        // SAFETY: helper call without preconditions.
+        waking_ns: unsafe { bpf_ktime_get_ns() },
+    };
+    let _ = PENDING_WAKERS.insert(tid, pending, 0);
+    0
+}
+
+/// A sleep of `tid` in class `class` lasting `sleep_ns` ended at a wakeup: add it to the
+/// waker noted at sched_waking, or (none noted for this sleep: its sched_waking was
+/// missed) to whoever runs this wakeup.
+#[inline(always)]
+pub fn on_woken(tid: u32, t: &ThreadState, class: u32, sleep_ns: u64) {
+    // SAFETY: reading our own static, patched by the loader.
+    if unsafe { core::ptr::read_volatile(&WAKERS_ON) } == 0 {
+        return;
+    }
+    let since = t.since_ns;
+    let mut key = WakerKey {
+        tgid: t.tgid,
+        tid,
+        class,
+        ..WakerKey::default()
+    };
+    let mut comm = [0u8; 16];
+    // SAFETY: the entry is copied out before anything else can change it.
+    match unsafe { PENDING_WAKERS.get(tid) } {
+        Some(p) if p.waking_ns >= since => {
+            key.kind = p.kind;
+            key.source = p.source;
+            key.waker_tgid = p.waker_tgid;
+            key.waker_tid = p.waker_tid;
+            comm = p.comm;
+        }
+        _ => {
+            let (kind, source, waker_tgid, waker_tid) = current_waker();
+            key.kind = kind;
+            key.source = source;
+            key.waker_tgid = waker_tgid;
+            key.waker_tid = waker_tid;
+            if kind == waker_kind::THREAD {
+                comm = bpf_get_current_comm().unwrap_or_default();
+            }
+        }
+    }
+    add(&key, sleep_ns, comm);
+}
+
+#[inline(always)]
+fn add(key: &WakerKey, ns: u64, comm: [u8; 16]) {
+    if let Some(v) = WAKERS.get_ptr_mut(key) {
+        // SAFETY: p points into the map value; two wakeups of one thread can race only
+        // in pathological cases, the adds are atomic anyway.
+        unsafe {
+            atomic_add(&mut (*v).total_ns, ns);
+            atomic_add(&mut (*v).count, 1);
+            (*v).comm = comm;
+        }
+        return;
+    }
+    let value = WakerTime {
+        total_ns: ns,
+        count: 1,
+        comm,
+    };
+    if WAKERS.insert(key, &value, 0).is_err() {
+        if let Some(p) = WAKERS_LOST.get_ptr_mut(0) {
+            // SAFETY: per-CPU slot.
+            unsafe { *p += 1 };
+        }
+    }
+}
+
+#[btf_tracepoint(function = "sched_waking")]
+pub fn sched_waking(ctx: BtfTracePointContext) -> i32 {
+    let p: *const u8 = ctx.arg(0);
+    // SAFETY: p is the tracepoint's task_struct.
+    let (tid, tgid) = unsafe { task::ids(p) };
+    on_waking(tid, tgid)
+}
+
+#[tracepoint]
+pub fn classic_sched_waking(ctx: TracePointContext) -> u32 {
+    on_waking(crate::classic::wakeup_pid(&ctx), 0) as u32
+}
+
+#[inline(always)]
+fn set(f: impl FnOnce(&mut IrqContext)) -> i32 {
+    if let Some(c) = irq_context() {
+        f(c);
+    }
+    0
+}
+
+#[btf_tracepoint(function = "irq_handler_entry")]
+pub fn irq_handler_entry(ctx: BtfTracePointContext) -> i32 {
+    let irq = ctx.arg::<u64>(0) as u32;
+    set(|c| c.hardirq = irq.wrapping_add(1))
+}
+
+#[btf_tracepoint(function = "irq_handler_exit")]
+pub fn irq_handler_exit(_ctx: BtfTracePointContext) -> i32 {
+    set(|c| c.hardirq = 0)
+}
+
+#[btf_tracepoint(function = "softirq_entry")]
+pub fn softirq_entry(ctx: BtfTracePointContext) -> i32 {
+    let vec = ctx.arg::<u64>(0) as u32;
+    set(|c| c.softirq = vec.wrapping_add(1))
+}
+
+#[btf_tracepoint(function = "softirq_exit")]
+pub fn softirq_exit(_ctx: BtfTracePointContext) -> i32 {
+    set(|c| c.softirq = 0)
+}
+
+#[btf_tracepoint(function = "hrtimer_expire_entry")]
+pub fn hrtimer_expire_entry(_ctx: BtfTracePointContext) -> i32 {
+    set(|c| c.timer = 1)
+}
+
+#[btf_tracepoint(function = "hrtimer_expire_exit")]
+pub fn hrtimer_expire_exit(_ctx: BtfTracePointContext) -> i32 {
+    set(|c| c.timer = 0)
+}
+
+#[inline(always)]
+fn classic_field(ctx: &TracePointContext, offset: &'static u32) -> u32 {
+    // SAFETY: reading our own static (patched by the loader), then the record at the
+    // offset tracefs gave.
+    unsafe { ctx.read_at::<u32>(core::ptr::read_volatile(offset) as usize) }.unwrap_or(0)
+}
+
+#[tracepoint]
+pub fn classic_irq_handler_entry(ctx: TracePointContext) -> u32 {
+    let irq = classic_field(&ctx, &CLASSIC_IRQ_HANDLER_IRQ);
+    set(|c| c.hardirq = irq.wrapping_add(1)) as u32
+}
+
+#[tracepoint]
+pub fn classic_irq_handler_exit(_ctx: TracePointContext) -> u32 {
+    set(|c| c.hardirq = 0) as u32
+}
+
+#[tracepoint]
+pub fn classic_softirq_entry(ctx: TracePointContext) -> u32 {
+    let vec = classic_field(&ctx, &CLASSIC_SOFTIRQ_VEC);
+    set(|c| c.softirq = vec.wrapping_add(1)) as u32
+}
+
+#[tracepoint]
+pub fn classic_softirq_exit(_ctx: TracePointContext) -> u32 {
+    set(|c| c.softirq = 0) as u32
+}
+
+#[tracepoint]
+pub fn classic_hrtimer_expire_entry(_ctx: TracePointContext) -> u32 {
+    set(|c| c.timer = 1) as u32
+}
+
+#[tracepoint]
+pub fn classic_hrtimer_expire_exit(_ctx: TracePointContext) -> u32 {
+    set(|c| c.timer = 0) as u32
+}

@@ -1,0 +1,173 @@
+//! Reading the kernel's `WAKERS` map (kernelkite-ebpf's wakers.rs) into the bundle's
+//! [`WakerProfile`], with the sleeps still open at the end of the session as
+//! `not_woken`.
+
+use aya::maps::{HashMap, MapData, PerCpuArray};
+use kernelkite_common::bpf::{run_state, ThreadState};
+use kernelkite_common::wake::{waker_kind, WakerKey, WakerTime};
+use kernelkite_common::LatencyClass;
+
+use super::map_batch::read_all;
+use super::records::comm_string;
+use crate::model::{WakerProfile, WakerSample};
+
+/// The waker maps of a session.
+pub struct WakerReader {
+    pub map: HashMap<MapData, WakerKey, WakerTime>,
+    pub lost: PerCpuArray<MapData, u64>,
+}
+
+/// Softirq vector names (include/linux/interrupt.h, `softirq_to_name`), lowercase.
+const SOFTIRQ_NAMES: [&str; 10] = [
+    "hi", "timer", "net_tx", "net_rx", "block", "irq_poll", "tasklet", "sched", "hrtimer", "rcu",
+];
+
+impl WakerReader {
+    /// Sleeps whose waker the kernel could not store.
+    pub fn lost(&self) -> u64 {
+        self.lost.get(&0, 0).map_or(0, |v| v.iter().sum())
+    }
+
+    /// The profile now. `open_sleeps` are the traced threads' entries at the end of the
+    /// session, `now` the clock then: a thread asleep then was not woken for
+    /// `now - since_ns` of its sleep's class.
+    pub fn profile(&self, open_sleeps: &[(u32, ThreadState)], now: u64) -> WakerProfile {
+        let mut wakeups: Vec<WakerSample> = read_all(&self.map)
+            .into_iter()
+            .filter_map(|(k, v)| sample(&k, &v))
+            .collect();
+        for (tid, state) in open_sleeps {
+            if let Some((class, ns)) = open_sleep(state, now) {
+                wakeups.push(WakerSample {
+                    pid: state.tgid as i32,
+                    tid: *tid as i32,
+                    class: class.name().to_string(),
+                    kind: "not_woken".into(),
+                    source: None,
+                    source_id: None,
+                    waker_pid: None,
+                    waker_tid: None,
+                    waker_comm: None,
+                    total_ns: ns,
+                    count: 1,
+                });
+            }
+        }
+        wakeups.sort();
+        WakerProfile {
+            wakeups,
+            lost: self.lost(),
+        }
+    }
+}
+
+/// The class and length of the sleep a thread is in at `now`, if it is asleep. A thread
+/// still INITIAL (no event since attach) sleeps in the class /proc showed then.
+fn open_sleep(state: &ThreadState, now: u64) -> Option<(LatencyClass, u64)> {
+    if state.run_state != run_state::SLEEPING && state.run_state != run_state::INITIAL {
+        return None;
+    }
+    let class = LatencyClass::from_id(state.sleep_class)?;
+    if matches!(
+        class,
+        LatencyClass::OnCpu | LatencyClass::Runqueue | LatencyClass::Steal
+    ) {
+        return None;
+    }
+    let ns = now.checked_sub(state.since_ns).filter(|ns| *ns > 0)?;
+    Some((class, ns))
+}
+
+fn sample(k: &WakerKey, v: &WakerTime) -> Option<WakerSample> {
+    let class = LatencyClass::from_id(k.class)?;
+    let (kind, source, source_id) = match k.kind {
+        waker_kind::THREAD => ("thread", None, None),
+        waker_kind::TIMER => ("interrupt", Some("timer".to_string()), None),
+        waker_kind::HARDIRQ => ("interrupt", Some("hardirq".to_string()), Some(k.source)),
+        waker_kind::SOFTIRQ => {
+            let name = SOFTIRQ_NAMES
+                .get(k.source as usize)
+                .copied()
+                .unwrap_or("softirq");
+            ("interrupt", Some(format!("softirq:{name}")), Some(k.source))
+        }
+        _ => ("interrupt", Some("unknown".to_string()), None),
+    };
+    let thread = k.kind == waker_kind::THREAD;
+    Some(WakerSample {
+        pid: k.tgid as i32,
+        tid: k.tid as i32,
+        class: class.name().to_string(),
+        kind: kind.to_string(),
+        source,
+        source_id,
+        waker_pid: thread.then_some(k.waker_tgid as i32),
+        waker_tid: thread.then_some(k.waker_tid as i32),
+        waker_comm: thread.then(|| comm_string(&v.comm)),
+        total_ns: v.total_ns,
+        count: v.count,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_keys_become_named_samples() {
+        let mut comm = [0u8; 16];
+        comm[..8].copy_from_slice(b"worker-1");
+        let key = WakerKey {
+            tgid: 10,
+            tid: 11,
+            class: LatencyClass::LockWait as u32,
+            kind: waker_kind::THREAD,
+            waker_tgid: 10,
+            waker_tid: 12,
+            ..WakerKey::default()
+        };
+        let s = sample(
+            &key,
+            &WakerTime {
+                total_ns: 5,
+                count: 2,
+                comm,
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            (s.kind.as_str(), s.class.as_str(), s.waker_tid),
+            ("thread", "lock_wait", Some(12))
+        );
+        assert_eq!(s.waker_comm.as_deref(), Some("worker-1"));
+        let soft = WakerKey {
+            kind: waker_kind::SOFTIRQ,
+            source: 3,
+            ..key
+        };
+        let s = sample(&soft, &WakerTime::default()).unwrap();
+        assert_eq!(
+            (s.kind.as_str(), s.source.as_deref(), s.waker_pid),
+            ("interrupt", Some("softirq:net_rx"), None)
+        );
+    }
+
+    #[test]
+    fn only_sleeping_threads_have_an_open_sleep() {
+        let mut t = ThreadState {
+            run_state: run_state::SLEEPING,
+            sleep_class: LatencyClass::SyscallBlocked as u32,
+            since_ns: 100,
+            ..ThreadState::default()
+        };
+        assert_eq!(
+            open_sleep(&t, 150),
+            Some((LatencyClass::SyscallBlocked, 50))
+        );
+        t.run_state = run_state::RUNNABLE;
+        assert_eq!(open_sleep(&t, 150), None);
+        t.run_state = run_state::INITIAL;
+        t.sleep_class = LatencyClass::OnCpu as u32;
+        assert_eq!(open_sleep(&t, 150), None);
+    }
+}

@@ -1,0 +1,212 @@
+//! Real-kernel tests of waker aggregation: `kernelkite run` of workloads whose wakers
+//! are known, read back through `kernelkite waits --json` and `summary --json` as users
+//! read them.
+
+#[path = "support/ebpf.rs"]
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+use support::*;
+
+/// `kernelkite run <tempdir>/b.json -- command...`; the directory lives with the guard.
+fn kk_run(command: &[&str]) -> (Output, PathBuf, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = dir.path().join("b.json");
+    let out = Command::new(kernelkite_bin())
+        .arg("run")
+        .arg(&bundle)
+        .arg("--")
+        .args(command)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out, bundle, dir)
+}
+
+fn kk_json(command: &str, bundle: &Path) -> Value {
+    let out = Command::new(kernelkite_bin())
+        .args(["--json", command])
+        .arg(bundle)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{command}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn threads(waits: &Value) -> &Vec<Value> {
+    waits["threads"].as_array().expect("threads list")
+}
+
+/// (ns, count) of a thread's sleeps of `class` woken as `pred` says.
+fn woken(t: &Value, class: &str, pred: impl Fn(&Value) -> bool) -> (u64, u64) {
+    let mut sum = (0, 0);
+    for w in t["woken_by"].as_array().unwrap() {
+        if w["class"] == class && pred(w) {
+            sum.0 += w["ns"].as_u64().unwrap();
+            sum.1 += w["count"].as_u64().unwrap();
+        }
+    }
+    sum
+}
+
+fn workload() -> String {
+    workload_bin().to_string_lossy().into_owned()
+}
+
+#[test]
+fn each_lock_waiter_is_woken_by_the_other_workers() {
+    let Some(_serial) = ebpf_ready("each_lock_waiter_is_woken_by_the_other_workers") else {
+        return;
+    };
+    let w = workload();
+    let (_, bundle, _dir) = kk_run(&[&w, "futex_stress", "--threads", "3", "--seconds", "1"]);
+    let waits = kk_json("waits", &bundle);
+    let workers: Vec<&Value> = (threads(&waits).iter())
+        .filter(|t| t["comm"].as_str().unwrap().starts_with("contend-"))
+        .collect();
+    assert_eq!(workers.len(), 3, "{waits:#}");
+    for t in workers {
+        let tid = t["tid"].as_i64().unwrap();
+        let (all_ns, all_count) = woken(t, "lock_wait", |_| true);
+        assert!(all_count >= 20, "few lock waits: {t:#}");
+        let (by_others_ns, _) = woken(t, "lock_wait", |w| {
+            w["kind"] == "thread"
+                && w["tid"].as_i64() != Some(tid)
+                && w["comm"].as_str().unwrap_or("").starts_with("contend-")
+        });
+        // A wakeup whose sched_waking the kernel skipped (its recursion guard) is taken
+        // for whoever runs the sched_wakeup: at most a trace of the time.
+        assert!(
+            by_others_ns as f64 >= 0.98 * all_ns as f64,
+            "lock waits of {tid} woken by others: {by_others_ns} of {all_ns}: {t:#}"
+        );
+        assert_eq!(
+            woken(t, "lock_wait", |w| w["tid"].as_i64() == Some(tid)).1,
+            0,
+            "a thread does not release its own lock wait: {t:#}"
+        );
+    }
+}
+
+#[test]
+fn a_pipeline_consumer_is_woken_by_the_producer() {
+    let Some(_serial) = ebpf_ready("a_pipeline_consumer_is_woken_by_the_producer") else {
+        return;
+    };
+    let w = workload();
+    let script = format!("{w} produce --count 100 --gap-ms 2 | {w} consume");
+    let (out, bundle, _dir) = kk_run(&["sh", "-c", &script]);
+    // The producer says its pid on stderr (its stdout is the pipe).
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let producer: Value = (stderr.lines())
+        .find(|l| l.contains("\"workload\":\"produce\""))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .unwrap_or_else(|| panic!("no producer line: {stderr}"));
+    let producer_pid = producer["pid"].as_i64().unwrap();
+    let waits = kk_json("waits", &bundle);
+    // The consumer: the thread with the most blocking-syscall sleeps, not the producer.
+    let consumer = (threads(&waits).iter())
+        .filter(|t| t["pid"].as_i64() != Some(producer_pid))
+        .max_by_key(|t| woken(t, "syscall_blocked", |_| true).1)
+        .unwrap();
+    let (all_ns, all_count) = woken(consumer, "syscall_blocked", |_| true);
+    assert!(all_count >= 50, "consumer read sleeps: {consumer:#}");
+    let (by_producer_ns, _) = woken(consumer, "syscall_blocked", |w| {
+        w["kind"] == "thread" && w["pid"].as_i64() == Some(producer_pid)
+    });
+    assert!(
+        by_producer_ns as f64 >= 0.9 * all_ns as f64,
+        "consumer woken by producer {producer_pid}: {by_producer_ns} of {all_ns}: {consumer:#}"
+    );
+}
+
+#[test]
+fn a_pool_with_idle_workers_leads_with_the_busy_one() {
+    let Some(_serial) = ebpf_ready("a_pool_with_idle_workers_leads_with_the_busy_one") else {
+        return;
+    };
+    let w = workload();
+    let (_, bundle, _dir) = kk_run(&[&w, "pool", "--idle", "3", "--seconds", "1"]);
+    let waits = kk_json("waits", &bundle);
+    for i in 0..3 {
+        let name = format!("idle-{i}");
+        let t = (threads(&waits).iter())
+            .find(|t| t["comm"] == name.as_str())
+            .unwrap_or_else(|| panic!("no {name}: {waits:#}"));
+        assert_eq!(t["idle"], true, "{t:#}");
+    }
+    assert!(
+        !threads(&waits)
+            .iter()
+            .any(|t| t["comm"] == "busy" && t["idle"] == true),
+        "{waits:#}"
+    );
+    let summary = kk_json("summary", &bundle);
+    assert!(
+        summary["idle_threads"].as_u64().unwrap() >= 3,
+        "{summary:#}"
+    );
+    // The headline (the busy threads' classes) is the busy thread's CPU, not the idle
+    // workers' condvar waits.
+    let busy = &summary["busy_latency_classes"];
+    let ns = |c: &str| busy[c].as_u64().unwrap();
+    let running = ns("on_cpu") + ns("runqueue") + ns("steal");
+    let total: u64 = busy
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v.as_u64().unwrap())
+        .sum();
+    assert!(running as f64 >= 0.8 * total as f64, "{busy:#}");
+    assert!(ns("on_cpu") > ns("lock_wait"), "{busy:#}");
+}
+
+#[test]
+fn sleep_and_poll_timeouts_are_woken_by_a_timer() {
+    let Some(_serial) = ebpf_ready("sleep_and_poll_timeouts_are_woken_by_a_timer") else {
+        return;
+    };
+    let w = workload();
+    let (out, bundle, _dir) = kk_run(&[&w, "timeouts", "--count", "20", "--ms", "5"]);
+    let result: Value = serde_json::from_slice(out.stdout.trim_ascii()).unwrap();
+    assert_eq!(result["poll_timeouts"], 20);
+    let waits = kk_json("waits", &bundle);
+    let t = (threads(&waits).iter())
+        .max_by_key(|t| woken(t, "syscall_blocked", |_| true).1)
+        .unwrap();
+    let (timer_ns, timer_count) = woken(t, "syscall_blocked", |w| {
+        w["kind"] == "interrupt" && w["source"] == "timer"
+    });
+    let (all_ns, _) = woken(t, "syscall_blocked", |_| true);
+    assert!(timer_count >= 40, "20 sleeps and 20 poll timeouts: {t:#}");
+    assert!(timer_ns as f64 >= 0.8 * all_ns as f64, "{t:#}");
+}
+
+#[test]
+fn a_bundle_without_wakeup_data_exits_2_saying_why() {
+    let sample = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join("samples/api-server-ebpf.bundle.json");
+    for json in [false, true] {
+        let mut cmd = Command::new(kernelkite_bin());
+        if json {
+            cmd.arg("--json");
+        }
+        let out = cmd.arg("waits").arg(&sample).output().unwrap();
+        assert_eq!(out.status.code(), Some(2));
+        assert!(out.stdout.is_empty());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("has no wakeup data"), "{err}");
+    }
+}
