@@ -210,6 +210,13 @@ fn validate_stacks(profile: &StackProfile, slow: &[SlowSyscall]) -> Result<(), S
     for (i, s) in slow.iter().enumerate() {
         check(format!("slow_syscalls[{i}].user_stack"), s.user_stack)?;
     }
+    for (i, &t) in profile.truncated_stacks.iter().enumerate() {
+        check(format!("stacks.truncated_stacks[{i}]"), Some(t))?;
+    }
+    // `is_truncated` looks indices up by binary search.
+    if !profile.truncated_stacks.is_sorted() {
+        return Err("stacks.truncated_stacks: not sorted".to_string());
+    }
     Ok(())
 }
 

@@ -13,3 +13,4 @@ pub mod stacks;
 pub mod syscall_table;
 pub mod tracefs;
 pub mod tracked;
+pub mod unwind;

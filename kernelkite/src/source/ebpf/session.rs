@@ -9,14 +9,14 @@ use std::time::Duration;
 use aya::maps::{Array, HashMap, MapData, PerCpuArray, RingBuf};
 use kernelkite_common::bpf::{
     exit_flags, lost, record_flags, record_kind, run_state, SyscallHist, SyscallKey, ThreadState,
-    NO_STACK, NO_SYSCALL,
+    COPIED_STACK, NO_STACK, NO_SYSCALL,
 };
 use kernelkite_common::LatencyClass;
 
 use super::loader::{self, ProbeError, ProbeOptions, Probes, StackOptions};
 use super::map_batch::read_all;
-use super::records::{comm_string, decode, Record};
-use super::stacks::StackCollector;
+use super::records::{comm_string, decode, stack_bytes, Record};
+use super::stacks::{StackCollector, UserStack};
 use super::syscall_table;
 use super::tracked::{ThreadKey, Tracked};
 use crate::analysis::sample_class;
@@ -100,7 +100,7 @@ pub struct Session {
     /// `--stacks`: the captured stacks, resolved at every snapshot.
     stacks: Option<StackCollector>,
     /// `--stacks`: (index into `slow`, pid, user stack id) of slow calls with a stack.
-    slow_stack_ids: Vec<(usize, u32, i32)>,
+    slow_stack_ids: Vec<(usize, u32, UserStack)>,
     /// Live views: count a thread still waiting for its first event (INITIAL) in the
     /// class /proc showed at attach, as the final frame does, instead of not at all.
     count_initial_in_frames: bool,
@@ -584,10 +584,14 @@ impl Session {
             Record::SlowSyscall(r) => {
                 let room = self.slow.len() < MAX_EVENTS;
                 if let Some(stacks) = self.stacks.as_mut().filter(|_| room) {
-                    if r.user_stack_id != NO_STACK {
-                        stacks.want_user_stack(r.tgid, r.user_stack_id);
-                        self.slow_stack_ids
-                            .push((self.slow.len(), r.tgid, r.user_stack_id));
+                    let stack = match r.user_stack_id {
+                        COPIED_STACK => stacks.take_slow_copy(r.tid, r.start_ns),
+                        NO_STACK => None,
+                        id => Some(UserStack::Walked(id)),
+                    };
+                    if let Some(stack) = stack {
+                        stacks.want_user_stack(r.tgid, stack);
+                        self.slow_stack_ids.push((self.slow.len(), r.tgid, stack));
                     }
                 }
                 let slow = SlowSyscall {
@@ -605,6 +609,12 @@ impl Session {
                 }
                 if !keep_capped(&mut self.slow, slow) {
                     self.dropped.events += 1;
+                }
+                false
+            }
+            Record::StackCapture(r) => {
+                if let Some(stacks) = self.stacks.as_mut() {
+                    stacks.take_capture(&r, stack_bytes(bytes, &r));
                 }
                 false
             }
@@ -651,7 +661,10 @@ impl Session {
     /// without `--stacks`.
     pub fn stack_profile_so_far(&self) -> Option<crate::model::StackProfile> {
         let stacks = self.stacks.as_ref()?;
-        Some(stacks.profile_so_far(self.lost_count(lost::STACK)))
+        Some(stacks.profile_so_far(
+            self.lost_count(lost::STACK),
+            self.lost_count(lost::STACK_COPY),
+        ))
     }
 
     /// The cumulative syscall histograms as of the last snapshot: exited processes'
@@ -718,6 +731,10 @@ impl Session {
             ),
             ("histogram map full", self.lost_count(lost::HIST_FULL)),
             ("stack captures", self.lost_count(lost::STACK)),
+            (
+                "stack copies not sent (frame pointers only)",
+                self.lost_count(lost::STACK_COPY),
+            ),
             (
                 "missed exits of traced threads",
                 self.lost_count(lost::MISSED),
@@ -903,7 +920,10 @@ impl Session {
                         slow.user_stack = collector.user_stack_index(pid, id);
                     }
                 }
-                Some(collector.finish(self.lost_count(lost::STACK)))
+                Some(collector.finish(
+                    self.lost_count(lost::STACK),
+                    self.lost_count(lost::STACK_COPY),
+                ))
             }
             None => None,
         };
