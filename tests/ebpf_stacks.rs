@@ -316,6 +316,17 @@ fn time_with_caller(
     ns
 }
 
+/// The user stacks of `class` as symbol names (or addresses), for failure messages.
+fn user_symbols(bundle: &Bundle, class: &str) -> String {
+    samples_of(bundle, class)
+        .iter()
+        .map(|(user, _, ns)| {
+            let names: Vec<String> = user.iter().map(|f| f.display_name()).collect();
+            format!("{ns} ns: {}\n", names.join(" <- "))
+        })
+        .collect()
+}
+
 /// Every user stack of the bundle that does not end at a thread's first frame is
 /// marked truncated: a stack is never silently short.
 fn assert_short_stacks_marked(bundle: &Bundle) {
@@ -399,7 +410,11 @@ fn a_libc_fsync_names_the_function_that_called_fsync() {
         &["kk_fsync_caller"],
         "libcwork.c",
     );
-    assert!(ns > 0, "no io_wait under kk_fsync_caller -> fsync");
+    assert!(
+        ns > 0,
+        "no io_wait under kk_fsync_caller -> fsync: {}",
+        user_symbols(&bundle, "io_wait")
+    );
     assert_short_stacks_marked(&bundle);
 }
 
@@ -450,4 +465,40 @@ fn a_stack_deeper_than_the_copy_is_marked_truncated_in_every_report() {
             .any(|l| l.contains("[truncated];") && l.contains("kk_deep")),
         "{folded}"
     );
+}
+
+#[test]
+fn a_cxx_std_mutex_wait_names_the_function_that_locked_it() {
+    let Some(_guard) = ebpf_ready("a_cxx_std_mutex_wait_names_the_function_that_locked_it") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/workloads/c/cxxwork.cpp");
+    let bin = dir.path().join("cxxwork");
+    let status = Command::new("g++")
+        .args(["-O2", "-g", "-fomit-frame-pointer", "-pthread"])
+        .arg(&src)
+        .arg("-o")
+        .arg(&bin)
+        .status()
+        .expect("g++ (the tests need a C++ compiler)");
+    assert!(status.success(), "g++ failed");
+    let bundle = run_stacks_of(&bin, &["1.5"], dir.path());
+    // std::mutex::lock is inlined: the caller of pthread_mutex_lock is the function
+    // that called lock(), with the line of the call.
+    let ns = time_with_caller(
+        &bundle,
+        "lock_wait",
+        "libc.so",
+        "pthread_mutex_lock",
+        "kk_cxx_lock_caller()",
+        &["kk_cxx_lock_caller()", "kk_cxx_lock_holder()"],
+        "cxxwork.cpp",
+    );
+    assert!(
+        ns > 500_000_000,
+        "{ns} ns of lock_wait under kk_cxx_lock_caller: {}",
+        user_symbols(&bundle, "lock_wait")
+    );
+    assert_short_stacks_marked(&bundle);
 }
