@@ -109,15 +109,20 @@ pub struct StackProfile {
     pub modules: Vec<StackModule>,
     /// User stack copies received and unwound, and those of them cut short by a failed
     /// page read (the stack's top mapping ended, or a page was not resident).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub stack_copies: u64,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub stack_copies_short: u64,
     /// User stack copies the kernel did not send (over the copy rate bound, ring buffer
     /// half full): those stacks are frame-pointer walks, marked truncated. Also in
     /// `events_lost`.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub stack_copies_lost: u64,
+}
+
+/// Counters absent from bundles written before them stay absent when zero.
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl StackProfile {
