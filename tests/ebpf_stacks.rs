@@ -502,3 +502,81 @@ fn a_cxx_std_mutex_wait_names_the_function_that_locked_it() {
     );
     assert_short_stacks_marked(&bundle);
 }
+
+/// The `class` time of stacks where the frame after the first one named like `callee`
+/// is `caller`, in `source` with a line.
+fn time_with_direct_caller(
+    bundle: &Bundle,
+    class: &str,
+    callee: &str,
+    caller: &str,
+    source: &str,
+) -> u64 {
+    samples_of(bundle, class)
+        .iter()
+        .filter(|(user, _, _)| {
+            let Some(i) =
+                (user.iter()).position(|f| f.symbol.as_deref().is_some_and(|s| s.contains(callee)))
+            else {
+                return false;
+            };
+            user.get(i + 1).is_some_and(|f| {
+                f.symbol.as_deref() == Some(caller)
+                    && f.file.as_deref().is_some_and(|p| p.ends_with(source))
+                    && f.line.is_some_and(|l| l > 0)
+            })
+        })
+        .map(|(_, _, ns)| ns)
+        .sum()
+}
+
+#[test]
+fn rust_std_mutex_and_sync_all_name_their_callers() {
+    let Some(_guard) = ebpf_ready("rust_std_mutex_and_sync_all_name_their_callers") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/workloads/rust/stdwork.rs");
+    let bin = dir.path().join("stdwork");
+    // Release code, as users ship it; std is the toolchain's prebuilt one.
+    let status = Command::new("rustc")
+        .args(["-O", "-g"])
+        .arg(&src)
+        .arg("-o")
+        .arg(&bin)
+        .status()
+        .expect("rustc");
+    assert!(status.success(), "rustc failed");
+    let bundle = run_stacks_of(&bin, &["mutex", "1.5"], dir.path());
+    // std's Mutex::lock is inlined into the caller; its slow path is std's
+    // lock_contended, called from the function that locked.
+    let ns = time_with_direct_caller(
+        &bundle,
+        "lock_wait",
+        "lock_contended",
+        "kk_rust_lock_caller",
+        "stdwork.rs",
+    );
+    assert!(
+        ns > 500_000_000,
+        "{ns} ns of lock_wait under kk_rust_lock_caller: {}",
+        user_symbols(&bundle, "lock_wait")
+    );
+    assert_short_stacks_marked(&bundle);
+
+    let fsync_dir = env!("CARGO_TARGET_TMPDIR");
+    let bundle = run_stacks_of(&bin, &["sync", fsync_dir, "1.5"], dir.path());
+    let ns = time_with_direct_caller(
+        &bundle,
+        "io_wait",
+        "File>::sync_all",
+        "kk_rust_sync_caller",
+        "stdwork.rs",
+    );
+    assert!(
+        ns > 0,
+        "no io_wait under kk_rust_sync_caller -> File::sync_all: {}",
+        user_symbols(&bundle, "io_wait")
+    );
+    assert_short_stacks_marked(&bundle);
+}
