@@ -580,3 +580,29 @@ fn rust_std_mutex_and_sync_all_name_their_callers() {
     );
     assert_short_stacks_marked(&bundle);
 }
+
+/// Classic tracepoints cannot read `task_struct` (no BTF): `--stacks` is refused in one
+/// line there rather than giving frame-pointer stacks that silently skip callers.
+#[test]
+fn classic_tracepoints_refuse_stacks_in_one_line() {
+    let Some(_guard) = ebpf_ready("classic_tracepoints_refuse_stacks_in_one_line") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = dir.path().join("b.json");
+    let out = Command::new(kernelkite_bin())
+        .env("KERNELKITE_HOOKS", "classic")
+        .args(["run", "--stacks"])
+        .arg(&bundle)
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    assert!(!bundle.exists());
+    assert_eq!(out.status.code(), Some(125));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--stacks needs BTF-enabled tracepoints"),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+}
