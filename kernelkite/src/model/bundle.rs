@@ -118,6 +118,11 @@ pub struct StackProfile {
     /// `events_lost`.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub stack_copies_lost: u64,
+    /// Nanoseconds userspace spent unwinding the copies (framehop's walk, once each
+    /// file's unwind information is loaded): `unwind_ns / stack_copies` is the cost per
+    /// captured stack.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub unwind_ns: u64,
 }
 
 /// Counters absent from bundles written before them stay absent when zero.

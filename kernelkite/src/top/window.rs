@@ -278,6 +278,7 @@ pub fn stack_deltas(latest: &StackProfile, base: Option<&StackProfile>) -> Stack
             .saturating_sub(base.map_or(0, |b| b.stack_copies_short)),
         stack_copies_lost: (latest.stack_copies_lost)
             .saturating_sub(base.map_or(0, |b| b.stack_copies_lost)),
+        unwind_ns: (latest.unwind_ns).saturating_sub(base.map_or(0, |b| b.unwind_ns)),
     }
 }
 

@@ -136,6 +136,8 @@ pub struct StackCollector {
     /// Copies cut short by a failed page read, and copies unwound.
     copies_short: u64,
     copies_unwound: u64,
+    /// Time spent in the unwinder itself (modules already built), for the per-stack cost.
+    unwind_ns: u64,
     /// Unwind information per mapped file (`None`: not read or not an ELF), and the
     /// unwinder of each process, built from its mappings (dropped when they change).
     module_info: StdHashMap<FileId, Option<Arc<ModuleInfo>>>,
@@ -214,6 +216,7 @@ impl StackCollector {
             copies_dropped: 0,
             copies_short: 0,
             copies_unwound: 0,
+            unwind_ns: 0,
             module_info: StdHashMap::new(),
             unwinders: BTreeMap::new(),
             unwind_cache: UnwindCache::new(),
@@ -356,7 +359,9 @@ impl StackCollector {
             bp: r.bp,
             stack: &stack[..stack.len().min(r.stack_len as usize)],
         };
+        let started = Instant::now();
         let (addrs, truncated) = self.unwinders[&pid].unwind(&mut self.unwind_cache, &copy);
+        self.unwind_ns += started.elapsed().as_nanos() as u64;
         if addrs.is_empty() {
             return None;
         }
@@ -529,6 +534,7 @@ impl StackCollector {
             stack_copies: self.copies_unwound,
             stack_copies_short: self.copies_short,
             stack_copies_lost: copies_lost,
+            unwind_ns: self.unwind_ns,
         }
     }
 
