@@ -102,7 +102,9 @@ fn every_class_has_the_stack_of_the_function_that_waits() {
     let bundle = run_with_stacks(&bin, dir.path(), "1.5");
     let profile = bundle.stacks.as_ref().unwrap();
     assert_eq!(profile.captures_lost, 0, "stack captures lost");
-    assert_eq!(bundle.events_lost, Some(0));
+    // The fsync loop can pass the copy rate bound: those stacks are frame-pointer walks
+    // (this binary has frame pointers), counted as lost events and nothing else.
+    assert_eq!(bundle.events_lost, Some(profile.stack_copies_lost));
     assert_eq!(profile.sample_hz, 99);
     assert_eq!(profile.min_block_ns, 100_000);
 
@@ -231,4 +233,384 @@ fn doctor_checks_the_stack_sampler_too() {
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let stacks = report["stacks"].as_str().unwrap();
     assert!(stacks.starts_with("yes (on_cpu_sample"), "{stacks}");
+}
+
+/// Build tests/workloads/c/libcwork.c into `dir` as distributions build programs:
+/// `-O2 -fomit-frame-pointer`, with DWARF for file:line.
+fn build_libcwork(dir: &Path) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/workloads/c/libcwork.c");
+    let bin = dir.join("libcwork");
+    let status = Command::new("gcc")
+        .args(["-O2", "-g", "-fomit-frame-pointer", "-pthread"])
+        .arg(&src)
+        .arg("-o")
+        .arg(&bin)
+        .status()
+        .expect("gcc (the tests need a C compiler)");
+    assert!(status.success(), "gcc failed");
+    bin
+}
+
+/// `kernelkite run --stacks --min-block-us 100` of `cmd args...`.
+fn run_stacks_of(cmd: &Path, args: &[&str], work_dir: &Path) -> Bundle {
+    let bundle = work_dir.join("unwind.bundle.json");
+    let out = Command::new(kernelkite_bin())
+        .args(["run", "--stacks", "--min-block-us", "100"])
+        .arg(&bundle)
+        .arg("--")
+        .arg(cmd)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "run failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    load_bundle(&bundle).unwrap()
+}
+
+/// In a user stack (leaf first): the outermost frame of the innermost run of frames in
+/// a module whose name contains `library`, and the frame directly above it (its caller).
+fn library_call<'a>(
+    user: &[&'a StackFrame],
+    library: &str,
+) -> Option<(&'a StackFrame, &'a StackFrame)> {
+    let in_lib = |f: &StackFrame| f.module.as_deref().is_some_and(|m| m.contains(library));
+    let first = user.iter().position(|f| in_lib(f))?;
+    let last = first + user[first..].iter().take_while(|f| in_lib(f)).count() - 1;
+    Some((user[last], *user.get(last + 1)?))
+}
+
+/// The `class` time of stacks where `caller` (in `source`, with a line) calls the
+/// library function named like `callee` directly; panics on a stack where the library
+/// function is reached from anything else than one of `callers`.
+fn time_with_caller(
+    bundle: &Bundle,
+    class: &str,
+    library: &str,
+    callee: &str,
+    caller: &str,
+    callers: &[&str],
+    source: &str,
+) -> u64 {
+    let profile = bundle.stacks.as_ref().unwrap();
+    let mut ns = 0;
+    for s in profile.samples.iter().filter(|s| s.class == class) {
+        let Some(u) = s.user_stack else { continue };
+        let user: Vec<&StackFrame> = (profile.stacks[u as usize].iter())
+            .map(|&f| &profile.frames[f as usize])
+            .collect();
+        let Some((lib, above)) = library_call(&user, library) else {
+            continue;
+        };
+        if !lib.symbol.as_deref().is_some_and(|n| n.contains(callee)) {
+            continue;
+        }
+        let name = above.symbol.as_deref().unwrap_or("");
+        assert!(
+            callers.contains(&name) || profile.is_truncated(u),
+            "{callee} called from {above:?}: {user:#?}"
+        );
+        if name == caller {
+            assert!(
+                above.file.as_deref().is_some_and(|f| f.ends_with(source)),
+                "{above:?}"
+            );
+            assert!(above.line.is_some_and(|l| l > 0), "{above:?}");
+            ns += s.total_ns;
+        }
+    }
+    ns
+}
+
+/// The user stacks of `class` as symbol names (or addresses), for failure messages.
+fn user_symbols(bundle: &Bundle, class: &str) -> String {
+    samples_of(bundle, class)
+        .iter()
+        .map(|(user, _, ns)| {
+            let names: Vec<String> = user.iter().map(|f| f.display_name()).collect();
+            format!("{ns} ns: {}\n", names.join(" <- "))
+        })
+        .collect()
+}
+
+/// Every user stack of the bundle that does not end at a thread's first frame is
+/// marked truncated: a stack is never silently short.
+fn assert_short_stacks_marked(bundle: &Bundle) {
+    let profile = bundle.stacks.as_ref().unwrap();
+    for s in &profile.samples {
+        let Some(u) = s.user_stack else { continue };
+        let outermost = profile.stacks[u as usize]
+            .last()
+            .and_then(|&f| profile.frames[f as usize].symbol.as_deref());
+        let complete = matches!(outermost, Some("_start" | "clone3" | "clone"));
+        assert!(
+            complete || profile.is_truncated(u),
+            "stack {u} ends at {outermost:?} without being marked truncated: {:#?}",
+            (profile.stacks[u as usize].iter())
+                .map(|&f| &profile.frames[f as usize])
+                .collect::<Vec<_>>()
+        );
+    }
+}
+
+#[test]
+fn a_libc_mutex_wait_names_the_function_that_called_pthread_mutex_lock() {
+    let Some(_guard) =
+        ebpf_ready("a_libc_mutex_wait_names_the_function_that_called_pthread_mutex_lock")
+    else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let bin = build_libcwork(dir.path());
+    let tmp = dir.path().to_str().unwrap();
+    let bundle = run_stacks_of(&bin, &["mutex", tmp, "1.5"], dir.path());
+    let profile = bundle.stacks.as_ref().unwrap();
+    assert!(profile.stack_copies > 0, "no stack copies");
+    // The waiter waits about 5 ms of every 5.3 for 1.5 s: most of it is found under
+    // kk_lock_caller -> pthread_mutex_lock, with the line of the call.
+    let ns = time_with_caller(
+        &bundle,
+        "lock_wait",
+        "libc.so",
+        "pthread_mutex_lock",
+        "kk_lock_caller",
+        &["kk_lock_caller", "kk_lock_holder"],
+        "libcwork.c",
+    );
+    assert!(
+        ns > 500_000_000,
+        "{ns} ns of lock_wait under kk_lock_caller"
+    );
+    assert_short_stacks_marked(&bundle);
+    // Every mapping the stacks touch is listed with its build-id (gcc and Debian's
+    // glibc both write one).
+    for module in ["/libcwork", "/libc.so.6"] {
+        let m = profile
+            .modules
+            .iter()
+            .find(|m| m.path.ends_with(module))
+            .unwrap_or_else(|| panic!("{module} not in {:#?}", profile.modules));
+        assert!(
+            m.build_id.as_ref().is_some_and(|id| id.len() == 40),
+            "{m:?}"
+        );
+    }
+}
+
+#[test]
+fn a_libc_fsync_names_the_function_that_called_fsync() {
+    let Some(_guard) = ebpf_ready("a_libc_fsync_names_the_function_that_called_fsync") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let bin = build_libcwork(dir.path());
+    // fsync must reach a disk: not tmpfs.
+    let fsync_dir = env!("CARGO_TARGET_TMPDIR");
+    let bundle = run_stacks_of(&bin, &["fsync", fsync_dir, "1.5"], dir.path());
+    let ns = time_with_caller(
+        &bundle,
+        "io_wait",
+        "libc.so",
+        "fsync",
+        "kk_fsync_caller",
+        &["kk_fsync_caller"],
+        "libcwork.c",
+    );
+    assert!(
+        ns > 0,
+        "no io_wait under kk_fsync_caller -> fsync: {}",
+        user_symbols(&bundle, "io_wait")
+    );
+    assert_short_stacks_marked(&bundle);
+}
+
+#[test]
+fn a_stack_deeper_than_the_copy_is_marked_truncated_in_every_report() {
+    let Some(_guard) =
+        ebpf_ready("a_stack_deeper_than_the_copy_is_marked_truncated_in_every_report")
+    else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let bin = build_libcwork(dir.path());
+    let tmp = dir.path().to_str().unwrap();
+    let bundle = run_stacks_of(&bin, &["deep", tmp, "1"], dir.path());
+    let profile = bundle.stacks.as_ref().unwrap();
+    // 24 frames of 2 KiB do not fit in the 16 KiB copy: the nanosleep stacks under
+    // kk_deep are cut, and say so.
+    let deep: Vec<u32> = (profile.samples.iter())
+        .filter(|s| s.class == "syscall_blocked")
+        .filter_map(|s| s.user_stack)
+        .filter(|&u| {
+            (profile.stacks[u as usize].iter())
+                .any(|&f| profile.frames[f as usize].symbol.as_deref() == Some("kk_deep"))
+        })
+        .collect();
+    assert!(!deep.is_empty(), "no stack under kk_deep");
+    assert!(deep.iter().all(|&u| profile.is_truncated(u)), "{deep:?}");
+    assert_short_stacks_marked(&bundle);
+    // The reports show it: the stacks text, the folded export.
+    let bundle_path = dir.path().join("unwind.bundle.json");
+    let text = Command::new(kernelkite_bin())
+        .args(["stacks", "--class", "syscall_blocked"])
+        .arg(&bundle_path)
+        .output()
+        .unwrap();
+    assert!(text.status.success());
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("[truncated]"), "{text}");
+    let folded = Command::new(kernelkite_bin())
+        .args(["export", "--format", "folded"])
+        .arg(&bundle_path)
+        .output()
+        .unwrap();
+    let folded = String::from_utf8_lossy(&folded.stdout);
+    assert!(
+        folded
+            .lines()
+            .any(|l| l.contains("[truncated];") && l.contains("kk_deep")),
+        "{folded}"
+    );
+}
+
+#[test]
+fn a_cxx_std_mutex_wait_names_the_function_that_locked_it() {
+    let Some(_guard) = ebpf_ready("a_cxx_std_mutex_wait_names_the_function_that_locked_it") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/workloads/c/cxxwork.cpp");
+    let bin = dir.path().join("cxxwork");
+    let status = Command::new("g++")
+        .args(["-O2", "-g", "-fomit-frame-pointer", "-pthread"])
+        .arg(&src)
+        .arg("-o")
+        .arg(&bin)
+        .status()
+        .expect("g++ (the tests need a C++ compiler)");
+    assert!(status.success(), "g++ failed");
+    let bundle = run_stacks_of(&bin, &["1.5"], dir.path());
+    // std::mutex::lock is inlined: the caller of pthread_mutex_lock is the function
+    // that called lock(), with the line of the call.
+    let ns = time_with_caller(
+        &bundle,
+        "lock_wait",
+        "libc.so",
+        "pthread_mutex_lock",
+        "kk_cxx_lock_caller()",
+        &["kk_cxx_lock_caller()", "kk_cxx_lock_holder()"],
+        "cxxwork.cpp",
+    );
+    assert!(
+        ns > 500_000_000,
+        "{ns} ns of lock_wait under kk_cxx_lock_caller: {}",
+        user_symbols(&bundle, "lock_wait")
+    );
+    assert_short_stacks_marked(&bundle);
+}
+
+/// The `class` time of stacks where the frame after the first one named like `callee`
+/// is `caller`, in `source` with a line.
+fn time_with_direct_caller(
+    bundle: &Bundle,
+    class: &str,
+    callee: &str,
+    caller: &str,
+    source: &str,
+) -> u64 {
+    samples_of(bundle, class)
+        .iter()
+        .filter(|(user, _, _)| {
+            let Some(i) =
+                (user.iter()).position(|f| f.symbol.as_deref().is_some_and(|s| s.contains(callee)))
+            else {
+                return false;
+            };
+            user.get(i + 1).is_some_and(|f| {
+                f.symbol.as_deref() == Some(caller)
+                    && f.file.as_deref().is_some_and(|p| p.ends_with(source))
+                    && f.line.is_some_and(|l| l > 0)
+            })
+        })
+        .map(|(_, _, ns)| ns)
+        .sum()
+}
+
+#[test]
+fn rust_std_mutex_and_sync_all_name_their_callers() {
+    let Some(_guard) = ebpf_ready("rust_std_mutex_and_sync_all_name_their_callers") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/workloads/rust/stdwork.rs");
+    let bin = dir.path().join("stdwork");
+    // Release code, as users ship it; std is the toolchain's prebuilt one.
+    let status = Command::new("rustc")
+        .args(["-O", "-g"])
+        .arg(&src)
+        .arg("-o")
+        .arg(&bin)
+        .status()
+        .expect("rustc");
+    assert!(status.success(), "rustc failed");
+    let bundle = run_stacks_of(&bin, &["mutex", "1.5"], dir.path());
+    // std's Mutex::lock is inlined into the caller; its slow path is std's
+    // lock_contended, called from the function that locked.
+    let ns = time_with_direct_caller(
+        &bundle,
+        "lock_wait",
+        "lock_contended",
+        "kk_rust_lock_caller",
+        "stdwork.rs",
+    );
+    assert!(
+        ns > 500_000_000,
+        "{ns} ns of lock_wait under kk_rust_lock_caller: {}",
+        user_symbols(&bundle, "lock_wait")
+    );
+    assert_short_stacks_marked(&bundle);
+
+    let fsync_dir = env!("CARGO_TARGET_TMPDIR");
+    let bundle = run_stacks_of(&bin, &["sync", fsync_dir, "1.5"], dir.path());
+    let ns = time_with_direct_caller(
+        &bundle,
+        "io_wait",
+        "File>::sync_all",
+        "kk_rust_sync_caller",
+        "stdwork.rs",
+    );
+    assert!(
+        ns > 0,
+        "no io_wait under kk_rust_sync_caller -> File::sync_all: {}",
+        user_symbols(&bundle, "io_wait")
+    );
+    assert_short_stacks_marked(&bundle);
+}
+
+/// Classic tracepoints cannot read `task_struct` (no BTF): `--stacks` is refused in one
+/// line there rather than giving frame-pointer stacks that silently skip callers.
+#[test]
+fn classic_tracepoints_refuse_stacks_in_one_line() {
+    let Some(_guard) = ebpf_ready("classic_tracepoints_refuse_stacks_in_one_line") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = dir.path().join("b.json");
+    let out = Command::new(kernelkite_bin())
+        .env("KERNELKITE_HOOKS", "classic")
+        .args(["run", "--stacks"])
+        .arg(&bundle)
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    assert!(!bundle.exists());
+    assert_eq!(out.status.code(), Some(125));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--stacks needs BTF-enabled tracepoints"),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
 }

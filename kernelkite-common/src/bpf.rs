@@ -301,8 +301,11 @@ pub mod lost {
     pub const MISSED: u32 = 4;
     /// A ring-buffer reservation for a slow-syscall record failed (the buffer was full).
     pub const SLOW_RECORD: u32 = 5;
+    /// `--stacks`: a user stack copy was not sent (over the copy rate, ring buffer more
+    /// than half full, registers unreadable): that stack came from frame pointers only.
+    pub const STACK_COPY: u32 = 6;
     /// Number of counters.
-    pub const COUNT: u32 = 6;
+    pub const COUNT: u32 = 7;
 }
 
 /// Ring-buffer record kinds (the first u32 of every record).
@@ -311,6 +314,68 @@ pub mod record_kind {
     pub const EXEC: u32 = 2;
     pub const EXIT: u32 = 3;
     pub const SLOW_SYSCALL: u32 = 4;
+    /// A [`StackCaptureRecord`] followed by `stack_len` bytes of user stack.
+    pub const STACK_COPY: u32 = 5;
+    /// A [`StackCaptureRecord`] without stack: the times of the copy with the same
+    /// (tid, `capture_ns`) sent at switch-out.
+    pub const STACK_PERIOD: u32 = 6;
+}
+
+/// `--stacks`: bytes of user stack copied from the stack pointer up at each capture.
+/// 16 KiB: twice perf's default `--call-graph dwarf` size, so Rust and C++ callers
+/// with large frames above a libc leaf still fit, at 16 KiB of ring buffer per copy.
+pub const STACK_COPY_BYTES: usize = 16 << 10;
+/// The copy is read a page at a time (a page that is not resident ends the copy there
+/// instead of failing all of it).
+pub const STACK_COPY_CHUNK: usize = 4096;
+
+/// `ThreadState::user_stack_id` and `SlowSyscallRecord::user_stack_id` when the user
+/// stack was sent as a [`record_kind::STACK_COPY`] record (unwound in userspace).
+pub const COPIED_STACK: i32 = -2;
+/// `StackCaptureRecord::class` when the times follow in a STACK_PERIOD record (or,
+/// for a slow syscall, the stack is its next record's).
+pub const NO_CLASS: u32 = u32::MAX;
+
+/// `StackCaptureRecord::flags`.
+pub mod copy_flags {
+    /// A page read failed before `STACK_COPY_BYTES` were copied: the stack's top
+    /// mapping ended, or the page was not resident.
+    pub const SHORT: u32 = 1;
+    /// The times are an estimate: a short period captured with probability
+    /// len/threshold, weighted as the threshold (`StackTime::estimated_ns`).
+    pub const SAMPLED: u32 = 2;
+}
+
+/// `--stacks`: a user stack copy (its registers; `stack_len` bytes of the stack from
+/// `sp` up follow the record) with the time it stands for, or (STACK_PERIOD) the time
+/// of an earlier copy.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StackCaptureRecord {
+    /// [`record_kind::STACK_COPY`] or [`record_kind::STACK_PERIOD`].
+    pub kind: u32,
+    pub tgid: u32,
+    pub tid: u32,
+    /// Latency class id of `class_ns`, or [`NO_CLASS`].
+    pub class: u32,
+    /// CLOCK_MONOTONIC ns of the capture (a slow syscall's: its start): with `tid`, what
+    /// joins a copy to its period or slow syscall.
+    pub capture_ns: u64,
+    /// Key in `KERNEL_STACKS`, or 0.
+    pub kernel_stack: u64,
+    /// Time in `class`, and (off-CPU periods) the runqueue time that followed.
+    pub class_ns: u64,
+    pub runq_ns: u64,
+    /// Off-CPU periods or on-CPU samples.
+    pub count: u64,
+    /// User registers at the capture (`task_pt_regs`).
+    pub ip: u64,
+    pub sp: u64,
+    pub bp: u64,
+    /// Bytes of stack following the record.
+    pub stack_len: u32,
+    /// [`copy_flags`] bits.
+    pub flags: u32,
 }
 
 /// `LifecycleRecord::flags`.
@@ -378,6 +443,7 @@ const _: () = assert!(core::mem::size_of::<SyscallKey>() == 8);
 const _: () = assert!(core::mem::size_of::<SyscallHist>() == 16 + 8 * NUM_BUCKETS);
 const _: () = assert!(core::mem::size_of::<LifecycleRecord>() == 112);
 const _: () = assert!(core::mem::size_of::<SlowSyscallRecord>() == 48);
+const _: () = assert!(core::mem::size_of::<StackCaptureRecord>() == 88);
 
 #[cfg(feature = "user")]
 mod pod {
@@ -388,6 +454,7 @@ mod pod {
     unsafe impl aya::Pod for super::SyscallHist {}
     unsafe impl aya::Pod for super::LifecycleRecord {}
     unsafe impl aya::Pod for super::SlowSyscallRecord {}
+    unsafe impl aya::Pod for super::StackCaptureRecord {}
     unsafe impl aya::Pod for super::StackKey {}
     unsafe impl aya::Pod for super::StackTime {}
 }

@@ -14,21 +14,35 @@
 //!   taken at a switch-out, once per call, rate-limited per thread (`on_switch_out`).
 //! On-CPU time is sampled by a perf event at `--sample-hz`.
 //! Every stack that could not be captured or stored is counted in `LOST[STACK]`.
+//!
+//! User stacks: frame-pointer walks (`bpf_get_stackid`) skip the caller of every
+//! function built without frame pointers (glibc, libstdc++, Rust std). So where a user
+//! stack is taken, the thread's user registers and the top `STACK_COPY_BYTES` of its
+//! stack are copied into a STACK_COPY ring-buffer record with the time it stands for,
+//! and userspace unwinds it with the binaries' `.eh_frame` (docs/STACKS.md). A copy is
+//! sent at most once per `STACK_COPY_INTERVAL_NS` per CPU on average (bursts of
+//! `COPY_BURST` allowed) and only while the ring buffer is less than half full; past
+//! that the frame-pointer stack is kept instead (counted in `LOST[STACK_COPY]`).
 
-use aya_ebpf::bindings::{BPF_F_USER_STACK, BPF_NOEXIST};
-use aya_ebpf::helpers::{bpf_get_prandom_u32, bpf_get_stack, bpf_get_task_stack};
+use aya_ebpf::bindings::{BPF_F_USER_STACK, BPF_NOEXIST, BPF_RB_AVAIL_DATA, BPF_RB_RING_SIZE};
+use aya_ebpf::helpers::generated::{bpf_probe_read_user, bpf_task_pt_regs};
+use aya_ebpf::helpers::{
+    bpf_get_current_pid_tgid, bpf_get_current_task_btf, bpf_get_prandom_u32, bpf_get_stack,
+    bpf_get_task_stack, bpf_ktime_get_ns, bpf_probe_read_kernel,
+};
 use aya_ebpf::macros::{map, perf_event};
 use aya_ebpf::maps::{HashMap, PerCpuArray, StackTrace};
 use aya_ebpf::programs::tracing::StackIdContext;
 use aya_ebpf::programs::PerfEventContext;
 use aya_ebpf::EbpfContext;
 use kernelkite_common::bpf::{
-    lost, run_state, KernelStack, StackKey, StackTime, ThreadState, KERNEL_STACK_DEPTH, NO_PENDING,
-    NO_STACK, NO_SYSCALL,
+    copy_flags, lost, record_kind, run_state, KernelStack, StackCaptureRecord, StackKey,
+    StackTime, ThreadState, COPIED_STACK, KERNEL_STACK_DEPTH, NO_CLASS, NO_PENDING, NO_STACK,
+    NO_SYSCALL, STACK_COPY_BYTES, STACK_COPY_CHUNK,
 };
 use kernelkite_common::LatencyClass;
 
-use crate::maps::{atomic_add, count_lost, current_thread};
+use crate::maps::{atomic_add, count_lost, current_thread, EVENTS};
 
 /// Off-CPU periods at least this long get stacks; 0 turns stacks off (set by userspace).
 #[unsafe(no_mangle)]
@@ -53,7 +67,223 @@ pub static STACK_TIMES: HashMap<StackKey, StackTime> = HashMap::with_max_entries
 #[map]
 static STACK_SCRATCH: PerCpuArray<KernelStack> = PerCpuArray::with_max_entries(1, 0);
 
+/// Average ns between two stack copies on a CPU; 0 sends none (set by userspace).
+#[unsafe(no_mangle)]
+static STACK_COPY_INTERVAL_NS: u64 = 0;
+/// Offsets of the instruction, stack and frame pointers in `struct pt_regs` (BTF).
+#[unsafe(no_mangle)]
+static PT_REGS_IP_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+static PT_REGS_SP_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+static PT_REGS_BP_OFFSET: u32 = 0;
+
+/// Copies a CPU may send at once after a quiet time (the budget's cap, in intervals).
+const COPY_BURST: u64 = 64;
+
+/// A stack copy being assembled. The slack after the stack lets the verifier see that
+/// a chunk read at any offset below `STACK_COPY_BYTES` stays inside the value.
+#[repr(C)]
+pub struct StackCopy {
+    record: StackCaptureRecord,
+    stack: [u8; STACK_COPY_BYTES + 2 * STACK_COPY_CHUNK],
+}
+
+#[map]
+static COPY_SCRATCH: PerCpuArray<StackCopy> = PerCpuArray::with_max_entries(1, 0);
+
+/// Per CPU: [credit in ns, last refill ns] of the copy rate bound.
+#[map]
+static COPY_BUDGET: PerCpuArray<[u64; 2]> = PerCpuArray::with_max_entries(1, 0);
+
 const EFAULT: i32 = 14;
+
+#[inline(always)]
+fn global_u32(v: &'static u32) -> usize {
+    // SAFETY: a read-only global set at load time.
+    unsafe { core::ptr::read_volatile(v) as usize }
+}
+
+/// Whether the rate bound and the ring buffer allow one more copy now.
+#[inline(always)]
+fn may_copy(interval_ns: u64) -> bool {
+    let size = EVENTS.query(BPF_RB_RING_SIZE as u64);
+    let queued = EVENTS.query(BPF_RB_AVAIL_DATA as u64);
+    // Half the ring stays for lifecycle records and slow calls.
+    if queued + core::mem::size_of::<StackCopy>() as u64 > size / 2 {
+        return false;
+    }
+    let Some(budget) = COPY_BUDGET.get_ptr_mut(0) else {
+        return false;
+    };
+    // SAFETY: helper call without preconditions; budget is this CPU's value.
+    let now = unsafe { bpf_ktime_get_ns() };
+    let b = unsafe { &mut *budget };
+    let cap = interval_ns * COPY_BURST;
+    let mut credit = b[0] + now.saturating_sub(b[1]);
+    if b[1] == 0 || credit > cap {
+        credit = cap;
+    }
+    b[1] = now;
+    if credit < interval_ns {
+        b[0] = credit;
+        return false;
+    }
+    b[0] = credit - interval_ns;
+    true
+}
+
+/// Send the running thread's user registers and stack top, with the time they stand
+/// for (`class` NO_CLASS: sent later, joined on (tid, `capture_ns`)). Returns whether
+/// the copy went out; when not (and copies are on) it is counted in `LOST[STACK_COPY]`.
+#[inline(always)]
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the fields of one capture record"
+)]
+pub fn send_copy(
+    class: u32,
+    capture_ns: u64,
+    kernel_stack: u64,
+    class_ns: u64,
+    runq_ns: u64,
+    count: u64,
+    sampled: bool,
+) -> bool {
+    // SAFETY: a read-only global set at load time.
+    let interval_ns = unsafe { core::ptr::read_volatile(&STACK_COPY_INTERVAL_NS) };
+    if interval_ns == 0 {
+        return false;
+    }
+    if !may_copy(interval_ns) {
+        count_lost(lost::STACK_COPY);
+        return false;
+    }
+    let Some(buf) = COPY_SCRATCH.get_ptr_mut(0) else {
+        return false;
+    };
+    // SAFETY: the current task, as a BTF pointer; its user registers at kernel entry.
+    let regs = unsafe { bpf_task_pt_regs(bpf_get_current_task_btf() as *mut _) } as *const u8;
+    if regs.is_null() {
+        count_lost(lost::STACK_COPY);
+        return false;
+    }
+    let reg = |off: &'static u32| {
+        // SAFETY: regs is the task's pt_regs; the offsets come from BTF.
+        unsafe { bpf_probe_read_kernel(regs.add(global_u32(off)) as *const u64) }.unwrap_or(0)
+    };
+    let (ip, sp, bp) = (
+        reg(&PT_REGS_IP_OFFSET),
+        reg(&PT_REGS_SP_OFFSET),
+        reg(&PT_REGS_BP_OFFSET),
+    );
+    if sp == 0 || ip == 0 {
+        count_lost(lost::STACK_COPY);
+        return false;
+    }
+    // SAFETY: buf is this CPU's scratch value.
+    let copy = unsafe { &mut *buf };
+    let mut copied: usize = 0;
+    let mut flags = if sampled { copy_flags::SAMPLED } else { 0 };
+    let mut addr = sp;
+    for _ in 0..STACK_COPY_BYTES / STACK_COPY_CHUNK + 1 {
+        if copied >= STACK_COPY_BYTES {
+            break;
+        }
+        // Up to the end of the page, then whole pages.
+        let mut len = STACK_COPY_CHUNK - (addr as usize & (STACK_COPY_CHUNK - 1));
+        if len > STACK_COPY_BYTES - copied {
+            len = STACK_COPY_BYTES - copied;
+        }
+        let len = len & (2 * STACK_COPY_CHUNK - 1);
+        let off = copied & (STACK_COPY_BYTES - 1);
+        // SAFETY: off + len stays inside `stack` (its slack); the source is user memory
+        // of the current task, read without faulting.
+        let r = unsafe {
+            bpf_probe_read_user(
+                copy.stack.as_mut_ptr().add(off) as *mut _,
+                len as u32,
+                addr as *const _,
+            )
+        };
+        if r != 0 {
+            flags |= copy_flags::SHORT;
+            break;
+        }
+        copied += len;
+        addr += len as u64;
+    }
+    let pid_tgid = bpf_get_current_pid_tgid();
+    copy.record = StackCaptureRecord {
+        kind: record_kind::STACK_COPY,
+        tgid: (pid_tgid >> 32) as u32,
+        tid: pid_tgid as u32,
+        class,
+        capture_ns,
+        kernel_stack,
+        class_ns,
+        runq_ns,
+        count,
+        ip,
+        sp,
+        bp,
+        stack_len: copied as u32,
+        flags,
+    };
+    let total = core::mem::size_of::<StackCaptureRecord>() + (copied & (2 * STACK_COPY_BYTES - 1));
+    if total > core::mem::size_of::<StackCaptureRecord>() + STACK_COPY_BYTES {
+        return false;
+    }
+    // SAFETY: the first `total` bytes of the scratch value.
+    let bytes = unsafe { core::slice::from_raw_parts(buf as *const u8, total) };
+    if EVENTS.output::<[u8]>(bytes, 0).is_err() {
+        count_lost(lost::STACK_COPY);
+        return false;
+    }
+    true
+}
+
+/// The times of a switch-out copy (`capture_ns` joins them to it).
+#[inline(always)]
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the fields of one capture record"
+)]
+fn send_period(
+    tgid: u32,
+    tid: u32,
+    class: u32,
+    capture_ns: u64,
+    kernel_stack: u64,
+    class_ns: u64,
+    runq_ns: u64,
+    count: u64,
+    weight: Weight,
+) {
+    match EVENTS.reserve::<StackCaptureRecord>(0) {
+        Some(mut entry) => {
+            entry.write(StackCaptureRecord {
+                kind: record_kind::STACK_PERIOD,
+                tgid,
+                tid,
+                class,
+                capture_ns,
+                kernel_stack,
+                class_ns,
+                runq_ns,
+                count,
+                flags: if weight == Weight::Sampled {
+                    copy_flags::SAMPLED
+                } else {
+                    0
+                },
+                ..StackCaptureRecord::default()
+            });
+            entry.submit(0);
+        }
+        None => count_lost(lost::STACK),
+    }
+}
 
 #[inline(always)]
 fn min_block_ns() -> u64 {
@@ -235,7 +465,13 @@ pub fn on_switch_out<C: StackIdContext>(
             && (pending || now.saturating_sub(t.last_capture_ns) >= min_block_ns())
         {
             t.last_capture_ns = now;
-            t.sys_user_stack_id = user_stack(ctx) as i32;
+            // A copy (unwound in userspace) where copies are on; the call's periods
+            // are then sent with `last_capture_ns`, which joins them to it.
+            t.sys_user_stack_id = if send_copy(NO_CLASS, now, 0, 0, 0, 0, false) {
+                COPIED_STACK
+            } else {
+                user_stack(ctx) as i32
+            };
             if pending && t.sys_user_stack_id != NO_STACK {
                 flush_pending(t.tgid, tid, t, t.sys_user_stack_id as i64);
             }
@@ -244,7 +480,12 @@ pub fn on_switch_out<C: StackIdContext>(
     }
     let preempted = t.run_state == run_state::RUNNABLE;
     t.user_stack_id = if !preempted || ran_ns >= min_block_ns() {
-        user_stack(ctx) as i32
+        if send_copy(NO_CLASS, now, 0, 0, 0, 0, false) {
+            t.last_capture_ns = now;
+            COPIED_STACK
+        } else {
+            user_stack(ctx) as i32
+        }
     } else {
         NO_STACK
     };
@@ -319,6 +560,24 @@ pub fn on_switch_in(next: *const u8, tgid: u32, tid: u32, t: &mut ThreadState, n
     } else {
         t.user_stack_id
     };
+    if user == COPIED_STACK {
+        // A copy's periods go to userspace, joined to it on (tid, capture time).
+        send_period(
+            tgid,
+            tid,
+            t.sleep_class,
+            t.last_capture_ns,
+            kernel_stack,
+            sleep_ns,
+            runq_ns,
+            1,
+            weight,
+        );
+        if !in_syscall {
+            t.user_stack_id = NO_STACK;
+        }
+        return;
+    }
     if user != NO_STACK || !in_syscall {
         add_period(
             tgid,
@@ -368,6 +627,21 @@ pub fn flush_pending(tgid: u32, tid: u32, t: &mut ThreadState, user_stack_id: i6
     } else {
         Weight::Exact
     };
+    if user_stack_id == COPIED_STACK as i64 {
+        send_period(
+            tgid,
+            tid,
+            t.pending_class,
+            t.last_capture_ns,
+            t.pending_kernel_stack,
+            t.pending_sleep_ns,
+            t.pending_runq_ns,
+            t.pending_periods as u64,
+            weight,
+        );
+        t.pending_class = NO_PENDING;
+        return;
+    }
     add_period(
         tgid,
         tid,
@@ -396,6 +670,22 @@ pub fn syscall_user_stack<C: StackIdContext>(ctx: &C, t: &mut ThreadState) -> i6
 #[inline(always)]
 pub fn on_sys_exit<C: StackIdContext>(ctx: &C, tgid: u32, tid: u32, t: &mut ThreadState) {
     if t.pending_class != NO_PENDING {
+        if t.sys_user_stack_id == NO_STACK {
+            // SAFETY: helper call without preconditions.
+            let now = unsafe { bpf_ktime_get_ns() };
+            if send_copy(
+                t.pending_class,
+                now,
+                t.pending_kernel_stack,
+                t.pending_sleep_ns,
+                t.pending_runq_ns,
+                t.pending_periods as u64,
+                t.pending_sampled != 0,
+            ) {
+                t.pending_class = NO_PENDING;
+                return;
+            }
+        }
         let user = syscall_user_stack(ctx, t);
         flush_pending(tgid, tid, t, user);
     }
@@ -410,7 +700,6 @@ pub fn on_cpu_sample(ctx: PerfEventContext) -> u32 {
     if t.run_state == run_state::EXITED {
         return 0;
     }
-    let user_stack_id = user_stack(&ctx);
     let Some(buf) = STACK_SCRATCH.get_ptr_mut(0) else {
         return 0;
     };
@@ -424,6 +713,20 @@ pub fn on_cpu_sample(ctx: PerfEventContext) -> u32 {
     };
     // SAFETY: a read-only global set at load time.
     let period_ns = unsafe { core::ptr::read_volatile(&SAMPLE_PERIOD_NS) };
+    // SAFETY: helper call without preconditions.
+    let now = unsafe { bpf_ktime_get_ns() };
+    if send_copy(
+        LatencyClass::OnCpu as u32,
+        now,
+        kernel_stack,
+        period_ns,
+        0,
+        1,
+        false,
+    ) {
+        return 0;
+    }
+    let user_stack_id = user_stack(&ctx);
     let key = StackKey {
         tgid,
         tid,

@@ -9,7 +9,7 @@ use aya_ebpf::programs::tracing::StackIdContext;
 use aya_ebpf::programs::BtfTracePointContext;
 use kernelkite_common::bpf::{
     lost, record_kind, sys_flags, syscall_kind, SlowSyscallRecord, SyscallHist, SyscallKey,
-    NO_STACK, NO_SYSCALL, SYSCALL_BEFORE_START,
+    COPIED_STACK, NO_CLASS, NO_PENDING, NO_STACK, NO_SYSCALL, SYSCALL_BEFORE_START,
 };
 use kernelkite_common::hist::{bucket_index, NUM_BUCKETS};
 
@@ -85,12 +85,19 @@ pub fn on_exit<C: StackIdContext>(ctx: &C, ret: impl FnOnce() -> i64) -> i32 {
         // Entered before we attached (or a fork child returning): no start time.
         return 0;
     }
-    stacks::on_sys_exit(ctx, tgid, tid, t);
+    let gate = is_gate(tid);
+    if gate {
+        // kernelkite's own stack (the gate waiting to exec the command): its frames
+        // would be resolved with the command's mappings. The time keeps no stack.
+        t.pending_class = NO_PENDING;
+    } else {
+        stacks::on_sys_exit(ctx, tgid, tid, t);
+    }
     t.sys_nr = NO_SYSCALL;
     t.sys_is_lock = 0;
     let flags = t.sys_flags;
     t.sys_flags = 0;
-    if is_gate(tid) {
+    if gate {
         // Still kernelkite's gate process: its syscalls are not the command's.
         return 0;
     }
@@ -115,6 +122,17 @@ pub fn on_exit<C: StackIdContext>(ctx: &C, ret: impl FnOnce() -> i64) -> i32 {
     // SAFETY: a read-only global set at load time.
     let min = unsafe { core::ptr::read_volatile(&MIN_LATENCY_NS) };
     if min != 0 && latency_ns >= min {
+        // The copy goes first: userspace then has it when the slow call's record comes.
+        let user_stack_id = if !stacks::enabled() {
+            NO_STACK
+        } else if stacks::send_copy(NO_CLASS, start_ns, 0, 0, 0, 0, false) {
+            COPIED_STACK
+        } else if t.sys_user_stack_id >= 0 {
+            // The frame-pointer stack a switch-out inside the call took.
+            t.sys_user_stack_id
+        } else {
+            stacks::user_stack(ctx) as i32
+        };
         match EVENTS.reserve::<SlowSyscallRecord>(0) {
             Some(mut entry) => {
                 entry.write(SlowSyscallRecord {
@@ -125,11 +143,7 @@ pub fn on_exit<C: StackIdContext>(ctx: &C, ret: impl FnOnce() -> i64) -> i32 {
                     start_ns,
                     duration_ns: latency_ns,
                     ret: ret(),
-                    user_stack_id: if stacks::enabled() {
-                        stacks::syscall_user_stack(ctx, t) as i32
-                    } else {
-                        NO_STACK
-                    },
+                    user_stack_id,
                     _pad: 0,
                 });
                 entry.submit(0);

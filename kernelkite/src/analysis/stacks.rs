@@ -31,7 +31,21 @@ pub struct FrameView {
     pub line: Option<u32>,
 }
 
+/// The frame shown above a user stack that was not unwound to its end
+/// (`StackProfile::truncated_stacks`): its callers are unknown, never silently missing.
+pub const TRUNCATED_FRAME: &str = "[truncated]";
+
 impl FrameView {
+    fn truncated() -> FrameView {
+        FrameView {
+            name: TRUNCATED_FRAME.to_string(),
+            kernel: false,
+            module: None,
+            file: None,
+            line: None,
+        }
+    }
+
     fn of(frame: &StackFrame) -> FrameView {
         FrameView {
             name: frame.display_name(),
@@ -179,6 +193,8 @@ struct FrameViews {
     views: Vec<FrameView>,
     /// For every frame of the profile, the index of its view.
     of_frame: Vec<u32>,
+    /// The view of [`TRUNCATED_FRAME`].
+    truncated: u32,
 }
 
 impl FrameViews {
@@ -195,12 +211,20 @@ impl FrameViews {
                 })
             })
             .collect();
-        FrameViews { views, of_frame }
+        views.push(FrameView::truncated());
+        FrameViews {
+            truncated: (views.len() - 1) as u32,
+            views,
+            of_frame,
+        }
     }
 
     /// The joined stack of a sample as view ids, outermost frame first.
     fn joined(&self, profile: &StackProfile, sample: &StackSample) -> Vec<u32> {
         let mut out = Vec::new();
+        if sample.user_stack.is_some_and(|u| profile.is_truncated(u)) {
+            out.push(self.truncated);
+        }
         for stack in [sample.user_stack, sample.kernel_stack]
             .into_iter()
             .flatten()
@@ -424,11 +448,15 @@ pub fn slow_call_stacks(bundle: &Bundle, n: usize) -> Vec<SlowCallStack> {
                 name: name.to_string(),
                 duration_ns,
                 in_progress,
-                frames: profile.stacks[stack as usize]
-                    .iter()
-                    .rev()
-                    .map(|&f| FrameView::of(&profile.frames[f as usize]))
-                    .collect(),
+                frames: (profile
+                    .is_truncated(stack)
+                    .then(FrameView::truncated)
+                    .into_iter())
+                .chain(
+                    (profile.stacks[stack as usize].iter().rev())
+                        .map(|&f| FrameView::of(&profile.frames[f as usize])),
+                )
+                .collect(),
             },
         )
         .collect()

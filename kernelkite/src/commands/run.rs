@@ -240,7 +240,7 @@ mod linux {
         take_frame(&mut recorder, &schedule);
         // Zombie samples hold exited children's final counters; the root's exit is the
         // final frame unless orphans outlive it.
-        until_reaped(launcher, &mut schedule, |tick, schedule| {
+        until_reaped(launcher, &mut schedule, None, |tick, schedule| {
             match tick {
                 Tick::Woke => {}
                 Tick::ForwardToOrphans(sig) => signal_orphans(recorder.frames().last(), me, sig),
@@ -283,16 +283,21 @@ mod linux {
         Sample,
     }
 
-    /// The launcher loop both backends share: wake at every deadline or child exit,
-    /// sample every interval and whenever children exit (before reaping them), and
-    /// return once every descendant has been reaped.
+    /// The launcher loop both backends share: wake at every deadline or child exit
+    /// (and at least every `wake_every`), sample every interval and whenever children
+    /// exit (before reaping them), and return once every descendant has been reaped.
     fn until_reaped(
         launcher: &mut Launcher,
         schedule: &mut Schedule,
+        wake_every: Option<Duration>,
         mut on: impl FnMut(Tick, &Schedule) -> Result<()>,
     ) -> Result<()> {
         loop {
-            launcher.wait_until(schedule.next_deadline());
+            let deadline = match wake_every {
+                Some(d) => schedule.next_deadline().min(Instant::now() + d),
+                None => schedule.next_deadline(),
+            };
+            launcher.wait_until(deadline);
             on(Tick::Woke, schedule)?;
             if let Some(sig) = launcher.take_signal_for_orphans() {
                 on(Tick::ForwardToOrphans(sig), schedule)?;
@@ -311,6 +316,10 @@ mod linux {
             }
         }
     }
+
+    /// How often `run --stacks` drains the ring buffer (about 25 copies a CPU at the
+    /// copy rate bound, a tenth of what the ring holds for them).
+    const RING_DRAIN_WITH_STACKS: Duration = Duration::from_millis(10);
 
     /// The eBPF programs, loaded and attached, with no target yet.
     fn load_probes(global: &GlobalArgs, args: &RunArgs) -> Result<ebpf::Session> {
@@ -375,7 +384,10 @@ mod linux {
         }
         note_root(launcher);
         let mut schedule = Schedule::new(Instant::now(), Duration::from_millis(global.interval_ms));
-        until_reaped(launcher, &mut schedule, |tick, _| {
+        // `--stacks` copies fill the ring buffer far faster than lifecycle records:
+        // drain it every 10 ms.
+        let wake_every = args.stacks.stacks.then_some(RING_DRAIN_WITH_STACKS);
+        until_reaped(launcher, &mut schedule, wake_every, |tick, _| {
             match tick {
                 Tick::Woke => {
                     while let Some(record) = ring.next() {

@@ -268,6 +268,48 @@ pub struct StackProfile {
     /// address. Absent in bundles written before kernelkite reported them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skipped_files: Vec<SkippedFile>,
+    /// Indices into `stacks` of user stacks that were not unwound to their end (the
+    /// copy ended, unwind information and frame pointers both failed, the frame limit,
+    /// or a frame-pointer walk whose copy was not sent): reports add a `[truncated]`
+    /// frame above them. Absent in bundles written before stacks were unwound.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub truncated_stacks: Vec<u32>,
+    /// Every file a resolved user stack touched, with its build-id (so a binary gone or
+    /// replaced since can be matched to its debug file).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub modules: Vec<StackModule>,
+    /// User stack copies received and unwound, and those of them cut short by a failed
+    /// page read (the stack's top mapping ended, or a page was not resident).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub stack_copies: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub stack_copies_short: u64,
+    /// User stack copies the kernel did not send (over the copy rate bound, ring buffer
+    /// half full): those stacks are frame-pointer walks, marked truncated. Also in
+    /// `events_lost`.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub stack_copies_lost: u64,
+    /// Nanoseconds userspace spent unwinding the copies (framehop's walk, once each
+    /// file's unwind information is loaded): `unwind_ns / stack_copies` is the cost per
+    /// captured stack.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub unwind_ns: u64,
+}
+
+impl StackProfile {
+    /// Whether the user stack at `index` is marked truncated.
+    pub fn is_truncated(&self, index: u32) -> bool {
+        self.truncated_stacks.binary_search(&index).is_ok()
+    }
+}
+
+/// A mapped file that stack frames fall in.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StackModule {
+    pub path: String,
+    /// The GNU build-id, lower-case hex; `None` when the file has none (or was not read).
+    pub build_id: Option<String>,
 }
 
 /// A file not read for symbols (docs/STACKS.md lists the reasons).

@@ -877,6 +877,7 @@ fn convert_stacks(fx: FixtureStacks, frames: &[Frame]) -> Result<StackProfile, F
         samples,
         captures_lost: fx.captures_lost,
         skipped_files: fx.skipped_files,
+        ..StackProfile::default()
     })
 }
 

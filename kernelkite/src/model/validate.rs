@@ -215,6 +215,13 @@ fn validate_stacks(profile: &StackProfile, bundle: &Bundle) -> Result<(), String
     for (i, s) in bundle.slow_syscalls.iter().enumerate() {
         check(format!("slow_syscalls[{i}].user_stack"), s.user_stack)?;
     }
+    for (i, &t) in profile.truncated_stacks.iter().enumerate() {
+        check(format!("stacks.truncated_stacks[{i}]"), Some(t))?;
+    }
+    // `is_truncated` looks indices up by binary search.
+    if !profile.truncated_stacks.is_sorted() {
+        return Err("stacks.truncated_stacks: not sorted".to_string());
+    }
     for (i, s) in bundle.syscalls_in_progress.iter().enumerate() {
         check(
             format!("syscalls_in_progress[{i}].user_stack"),

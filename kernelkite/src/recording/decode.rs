@@ -690,6 +690,7 @@ fn stack_profile(t: &mut Take<'_>) -> FieldResult<StackProfile> {
         captures_lost: t.u64("captures_lost")?,
         // Not in the recording format.
         skipped_files: Vec::new(),
+        ..StackProfile::default()
     })
 }
 

@@ -176,6 +176,7 @@ fn session_records() -> Vec<Record> {
                 }],
                 captures_lost: 2,
                 skipped_files: Vec::new(),
+                ..StackProfile::default()
             },
             slow_stacks: vec![(0, 0)],
         },

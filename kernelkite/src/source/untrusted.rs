@@ -285,6 +285,14 @@ impl FileCopy {
         self.len
     }
 
+    /// The copy's bytes (read back from our sealed copy, never from the target's file).
+    pub fn bytes(&self) -> Option<Vec<u8>> {
+        use std::os::unix::fs::FileExt;
+        let mut bytes = vec![0; usize::try_from(self.len).ok()?];
+        self.file.read_exact_at(&mut bytes, 0).ok()?;
+        Some(bytes)
+    }
+
     /// Whether the ELF names a separate debug file (`.gnu_debuglink`), or is not an ELF
     /// this check understands. Such a file's DWARF must not be looked for: blazesym
     /// would open the debug link's name, which the target chose, as a path.

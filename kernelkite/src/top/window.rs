@@ -279,6 +279,14 @@ pub fn stack_deltas(latest: &StackProfile, base: Option<&StackProfile>) -> Stack
             .captures_lost
             .saturating_sub(base.map_or(0, |b| b.captures_lost)),
         skipped_files: latest.skipped_files.clone(),
+        truncated_stacks: latest.truncated_stacks.clone(),
+        modules: latest.modules.clone(),
+        stack_copies: (latest.stack_copies).saturating_sub(base.map_or(0, |b| b.stack_copies)),
+        stack_copies_short: (latest.stack_copies_short)
+            .saturating_sub(base.map_or(0, |b| b.stack_copies_short)),
+        stack_copies_lost: (latest.stack_copies_lost)
+            .saturating_sub(base.map_or(0, |b| b.stack_copies_lost)),
+        unwind_ns: (latest.unwind_ns).saturating_sub(base.map_or(0, |b| b.unwind_ns)),
     }
 }
 
@@ -530,6 +538,7 @@ mod tests {
             samples,
             captures_lost: lost,
             skipped_files: Vec::new(),
+            ..StackProfile::default()
         };
         let base = profile(vec![sample(7, 0, 500, 5), sample(8, 1, 300, 3)], 1);
         let latest = profile(

@@ -18,6 +18,9 @@ pub struct KernelLayout {
     pub task_in_iowait: Option<(u32, u8)>,
     /// Offset of the second syscall argument in `struct pt_regs`.
     pub pt_regs_arg1_offset: u32,
+    /// Offsets of the user instruction, stack and frame pointers in `struct pt_regs`
+    /// (`--stacks` copies; `None` where the unwinder does not support the architecture).
+    pub pt_regs_ip_sp_bp: Option<(u32, u32, u32)>,
     /// Whether `sched_switch` passes `prev_state` as a fourth argument (5.18+).
     pub switch_has_prev_state: bool,
     /// Whether `sched_process_exit` passes `group_dead` (recent kernels); else the exit
@@ -68,7 +71,16 @@ pub fn read_layout(path: &Path) -> Result<KernelLayout, LayoutError> {
             )))
         }
     };
+    let pt_regs_ip_sp_bp = match std::env::consts::ARCH {
+        "x86_64" => Some((
+            byte("pt_regs", "ip")?,
+            byte("pt_regs", "sp")?,
+            byte("pt_regs", "bp")?,
+        )),
+        _ => None,
+    };
     Ok(KernelLayout {
+        pt_regs_ip_sp_bp,
         task_pid_offset: byte("task_struct", "pid")?,
         task_tgid_offset: byte("task_struct", "tgid")?,
         task_state_offset,

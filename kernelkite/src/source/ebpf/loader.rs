@@ -102,6 +102,14 @@ pub struct StackOptions {
     pub sample_hz: u64,
 }
 
+/// `--stacks`: user stack copies sent per second per CPU at most, on average (each is
+/// up to 16 KiB through the ring buffer and one unwind in userspace; past it a stack
+/// is walked by frame pointers only, counted in `events_lost`).
+pub const STACK_COPIES_PER_SEC: u64 = 1000;
+/// `--stacks`: the ring buffer's size (copies use at most half of it): 64 copies
+/// between two drains at 16 KiB each.
+const STACKS_RING_BYTES: u32 = 16 << 20;
+
 /// The maps only `--stacks` uses; without it they are created with one entry.
 const STACK_MAPS: [&str; 3] = ["USER_STACKS", "KERNEL_STACKS", "STACK_TIMES"];
 
@@ -251,11 +259,19 @@ fn load_programs(
         .filter(|s| s.sample_hz > 0)
         .map_or(0, |s| 1_000_000_000 / s.sample_hz);
     let wakers_flag = u32::from(wakers_on());
+    // x86_64 only (the unwinder's architecture): elsewhere stacks are frame pointers only.
+    let (ip_offset, sp_offset, bp_offset) = layout.pt_regs_ip_sp_bp.unwrap_or_default();
+    let copy_interval_ns = match (options.stacks, layout.pt_regs_ip_sp_bp) {
+        (Some(_), Some(_)) => 1_000_000_000 / STACK_COPIES_PER_SEC,
+        _ => 0,
+    };
     let mut loader = EbpfLoader::new();
     if options.stacks.is_none() {
         for name in STACK_MAPS {
             loader.map_max_entries(name, 1);
         }
+    } else {
+        loader.map_max_entries("EVENTS", STACKS_RING_BYTES);
     }
     if let Some(n) = options.max_threads {
         loader.map_max_entries("THREADS", n);
@@ -280,7 +296,11 @@ fn load_programs(
         .override_global("FOLLOW", &follow, true)
         .override_global("STACK_MIN_BLOCK_NS", &min_block_ns, true)
         .override_global("SAMPLE_PERIOD_NS", &sample_period_ns, true)
-        .override_global("WAKERS_ON", &wakers_flag, true);
+        .override_global("WAKERS_ON", &wakers_flag, true)
+        .override_global("STACK_COPY_INTERVAL_NS", &copy_interval_ns, true)
+        .override_global("PT_REGS_IP_OFFSET", &ip_offset, true)
+        .override_global("PT_REGS_SP_OFFSET", &sp_offset, true)
+        .override_global("PT_REGS_BP_OFFSET", &bp_offset, true);
     let mut ebpf = loader
         .load(BPF_OBJECT)
         .map_err(|e| ProbeError::Load(error_chain(&e)))?;

@@ -13,4 +13,5 @@ pub mod stacks;
 pub mod syscall_table;
 pub mod tracefs;
 pub mod tracked;
+pub mod unwind;
 pub mod wakers;

@@ -1,12 +1,23 @@
 //! Decoding ring-buffer records (pure: bytes in, records out; tested without a kernel).
 
-use kernelkite_common::bpf::{record_kind, LifecycleRecord, SlowSyscallRecord};
+use kernelkite_common::bpf::{record_kind, LifecycleRecord, SlowSyscallRecord, StackCaptureRecord};
 
 /// One decoded ring-buffer record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Record {
     Lifecycle(LifecycleRecord),
     SlowSyscall(SlowSyscallRecord),
+    /// A user stack copy (or the times of one); the stack bytes follow it in the record
+    /// ([`stack_bytes`]).
+    StackCapture(StackCaptureRecord),
+}
+
+/// The stack bytes after a STACK_COPY record (what the record's `stack_len` says, or
+/// less if the record is shorter).
+pub fn stack_bytes<'a>(bytes: &'a [u8], r: &StackCaptureRecord) -> &'a [u8] {
+    let start = std::mem::size_of::<StackCaptureRecord>();
+    let end = start.saturating_add(r.stack_len as usize).min(bytes.len());
+    bytes.get(start..end).unwrap_or_default()
 }
 
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
@@ -38,6 +49,9 @@ pub fn decode(bytes: &[u8]) -> Result<Record, RecordError> {
             read_pod(bytes).map(Record::Lifecycle)
         }
         record_kind::SLOW_SYSCALL => read_pod(bytes).map(Record::SlowSyscall),
+        record_kind::STACK_COPY | record_kind::STACK_PERIOD => {
+            read_pod(bytes).map(Record::StackCapture)
+        }
         other => Err(RecordError::UnknownKind(other)),
     }
 }

@@ -9,14 +9,14 @@ use std::time::Duration;
 use aya::maps::{Array, HashMap, MapData, PerCpuArray, RingBuf};
 use kernelkite_common::bpf::{
     exit_flags, lost, record_flags, record_kind, run_state, sys_flags, SyscallHist, SyscallKey,
-    ThreadState, NO_PENDING, NO_STACK, NO_SYSCALL, SYSCALL_BEFORE_START,
+    ThreadState, COPIED_STACK, NO_PENDING, NO_STACK, NO_SYSCALL, SYSCALL_BEFORE_START,
 };
 use kernelkite_common::LatencyClass;
 
 use super::loader::{self, ProbeError, ProbeOptions, Probes, StackOptions};
 use super::map_batch::read_all;
-use super::records::{comm_string, decode, Record};
-use super::stacks::{InProgressWait, StackCollector};
+use super::records::{comm_string, decode, stack_bytes, Record};
+use super::stacks::{InProgressWait, StackCollector, UserStack};
 use super::syscall_table;
 use super::tracked::{ThreadKey, Tracked};
 use super::wakers::WakerReader;
@@ -103,9 +103,10 @@ pub struct Session {
     /// The syscalls in progress at the latest snapshot (the threads inside one).
     in_progress: Vec<SyscallInProgress>,
     /// `--stacks`: (index into `in_progress`, pid, user stack id) of those with a stack.
-    in_progress_stack_ids: Vec<(usize, u32, i32)>,
+    /// (call index, pid, tid, the thread state's user stack id).
+    in_progress_stack_ids: Vec<(usize, u32, u32, i32)>,
     /// `--stacks`: (index into `slow`, pid, user stack id) of slow calls with a stack.
-    slow_stack_ids: Vec<(usize, u32, i32)>,
+    slow_stack_ids: Vec<(usize, u32, UserStack)>,
     /// What ended the traced threads' sleeps.
     wakers: WakerReader,
     /// The traced threads' entries and the clock at the final snapshot: the sleeps
@@ -659,10 +660,14 @@ impl Session {
             Record::SlowSyscall(r) => {
                 let room = self.slow.len() < MAX_EVENTS;
                 if let Some(stacks) = self.stacks.as_mut().filter(|_| room) {
-                    if r.user_stack_id != NO_STACK {
-                        stacks.want_user_stack(r.tgid, r.user_stack_id);
-                        self.slow_stack_ids
-                            .push((self.slow.len(), r.tgid, r.user_stack_id));
+                    let stack = match r.user_stack_id {
+                        COPIED_STACK => stacks.take_slow_copy(r.tid, r.start_ns),
+                        NO_STACK => None,
+                        id => Some(UserStack::Walked(id)),
+                    };
+                    if let Some(stack) = stack {
+                        stacks.want_user_stack(r.tgid, stack);
+                        self.slow_stack_ids.push((self.slow.len(), r.tgid, stack));
                     }
                 }
                 let slow = SlowSyscall {
@@ -680,6 +685,12 @@ impl Session {
                 }
                 if !keep_capped(&mut self.slow, slow) {
                     self.dropped.events += 1;
+                }
+                false
+            }
+            Record::StackCapture(r) => {
+                if let Some(stacks) = self.stacks.as_mut() {
+                    stacks.take_capture(&r, stack_bytes(bytes, &r));
                 }
                 false
             }
@@ -726,7 +737,10 @@ impl Session {
     /// without `--stacks`.
     pub fn stack_profile_so_far(&self) -> Option<crate::model::StackProfile> {
         let stacks = self.stacks.as_ref()?;
-        Some(stacks.profile_so_far(self.lost_count(lost::STACK)))
+        Some(stacks.profile_so_far(
+            self.lost_count(lost::STACK),
+            self.lost_count(lost::STACK_COPY),
+        ))
     }
 
     /// The cumulative syscall histograms as of the last snapshot: exited processes'
@@ -817,7 +831,12 @@ impl Session {
             + self.dropped.untracked_threads
             + self.dropped.events
             + self.dropped.syscalls
-            + (0..lost::COUNT).map(|i| self.lost_count(i)).sum::<u64>()
+            // A copy not sent still leaves a (frame-pointer) stack, marked truncated and
+            // counted in the profile's `stack_copies_lost`: nothing is lost.
+            + (0..lost::COUNT)
+                .filter(|&i| i != lost::STACK_COPY)
+                .map(|i| self.lost_count(i))
+                .sum::<u64>()
             + self.wakers.lost()
     }
 
@@ -841,6 +860,7 @@ impl Session {
                         self.in_progress_stack_ids.push((
                             self.in_progress.len(),
                             tgid,
+                            tid,
                             s.sys_user_stack_id,
                         ));
                     }
@@ -905,8 +925,9 @@ impl Session {
             }
         }
         if let Some(stacks) = &mut self.stacks {
-            for &(_, pid, id) in &self.in_progress_stack_ids {
-                stacks.want_user_stack(pid, id);
+            for &(_, pid, tid, id) in &self.in_progress_stack_ids {
+                let stack = stacks.thread_stack(tid, id);
+                stacks.want_user_stack(pid, stack);
             }
             stacks.set_in_progress(waits);
         }
@@ -1076,12 +1097,16 @@ impl Session {
                         slow.user_stack = collector.user_stack_index(pid, id);
                     }
                 }
-                for &(i, pid, id) in &self.in_progress_stack_ids {
+                for &(i, pid, tid, id) in &self.in_progress_stack_ids {
                     if let Some(call) = self.in_progress.get_mut(i) {
-                        call.user_stack = collector.user_stack_index(pid, id);
+                        call.user_stack =
+                            collector.user_stack_index(pid, collector.thread_stack(tid, id));
                     }
                 }
-                Some(collector.finish(self.lost_count(lost::STACK)))
+                Some(collector.finish(
+                    self.lost_count(lost::STACK),
+                    self.lost_count(lost::STACK_COPY),
+                ))
             }
             None => None,
         };
@@ -1165,9 +1190,10 @@ impl Session {
         bundle.syscalls_in_progress = self.in_progress.clone();
         if let Some(collector) = &self.stacks {
             // Live views: the stacks resolved so far.
-            for &(i, pid, id) in &self.in_progress_stack_ids {
+            for &(i, pid, tid, id) in &self.in_progress_stack_ids {
                 if let Some(call) = bundle.syscalls_in_progress.get_mut(i) {
-                    call.user_stack = call.user_stack.or(collector.user_stack_index(pid, id));
+                    let stack = collector.thread_stack(tid, id);
+                    call.user_stack = call.user_stack.or(collector.user_stack_index(pid, stack));
                 }
             }
         }

@@ -15,18 +15,24 @@
 //! Kernel frames: kallsyms. Files refused are counted in the profile's `skipped_files`.
 
 use std::collections::{BTreeMap, HashMap as StdHashMap};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use aya::maps::{HashMap, MapData, StackTraceMap};
 use blazesym::symbolize::source::{Elf, Kernel, Source};
 use blazesym::symbolize::{Input, Symbolized, Symbolizer};
-use kernelkite_common::bpf::{KernelStack, StackKey, StackTime, NO_STACK};
+use std::sync::Arc;
+
+use kernelkite_common::bpf::{
+    copy_flags, record_kind, KernelStack, StackCaptureRecord, StackKey, StackTime, COPIED_STACK,
+    NO_CLASS, NO_STACK,
+};
 use kernelkite_common::LatencyClass;
 
 use super::loader::StackOptions;
 use super::map_batch::read_all;
-use crate::model::{SkippedFile, StackFrame, StackProfile, StackSample};
+use super::unwind::{CopiedStack, ModuleInfo, ProcessUnwinder, UnwindCache};
+use crate::model::{SkippedFile, StackFrame, StackModule, StackProfile, StackSample};
 use crate::source::untrusted::{self, Credentials, Door, FileCopy, FileId, Place, Rules, Skip};
 
 /// Symbolizing at one snapshot stops after this long; the stacks not reached wait for
@@ -60,6 +66,35 @@ const MAX_SKIPPED_FILES: usize = 1000;
 const OTHER_SKIPPED_FILES: &str = "(other files)";
 /// The largest perf map read (perf's format: one `START SIZE name` line per symbol).
 const MAX_PERF_MAP_BYTES: u64 = 64 << 20;
+/// Distinct unwound stacks kept, and distinct (thread, class, stack) times of copies:
+/// past either, a copy's time is dropped and counted in `captures_lost`.
+const MAX_UNWOUND_STACKS: usize = 65_536;
+const MAX_COPIED_TIMES: usize = 65_536;
+/// Copies waiting for their times (one per thread at most): past this, forgotten.
+const MAX_PENDING_COPIES: usize = 65_536;
+/// A process whose stack copies name an address outside its known mappings (a library
+/// loaded since) has its mappings read again at most this often.
+const MAPS_REREAD: Duration = Duration::from_millis(100);
+/// Where distributions install separate debug files by build-id.
+const BUILD_ID_DEBUG_DIR: &str = "/usr/lib/debug/.build-id";
+/// The largest separate debug file read.
+const MAX_DEBUG_FILE_BYTES: u64 = 1 << 30;
+
+/// A user stack as captured: walked by frame pointers in the kernel (its id in
+/// `USER_STACKS`), or copied and unwound here (its index in `unwound`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum UserStack {
+    Walked(i32),
+    Unwound(u32),
+}
+
+/// One unwound stack: addresses leaf first, and whether the unwind stopped early.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct Unwound {
+    pid: u32,
+    addrs: Vec<u64>,
+    truncated: bool,
+}
 
 /// The captured stacks of a session and their resolved frames.
 pub struct StackCollector {
@@ -80,17 +115,43 @@ pub struct StackCollector {
     frames: Vec<StackFrame>,
     frame_index: StdHashMap<StackFrame, u32>,
     stacks: Vec<Vec<u32>>,
-    stack_index: StdHashMap<Vec<u32>, u32>,
-    /// (pid, user stack id) → stack index, once resolved (`None`: the id held nothing).
-    /// Bounded by the kernel's `STACK_TIMES` (one entry per key, never deleted) plus
-    /// the slow calls' stacks.
-    user_resolved: BTreeMap<(u32, i32), Option<u32>>,
+    stack_index: StdHashMap<(Vec<u32>, bool), u32>,
+    /// (pid, user stack) → stack index, once resolved (`None`: the id held nothing).
+    /// Bounded by the kernel's `STACK_TIMES` (one entry per key, never deleted), the
+    /// unwound stacks' bound, plus the slow calls' stacks.
+    user_resolved: BTreeMap<(u32, UserStack), Option<u32>>,
+    /// The files resolved stacks touched, with their build-ids.
+    module_build_ids: std::collections::BTreeSet<StackModule>,
     /// kernel stack key → stack index.
     kernel_resolved: BTreeMap<u64, Option<u32>>,
     /// User stacks wanted outside `STACK_TIMES` (slow syscalls, calls in progress).
-    wanted_user: Vec<(u32, i32)>,
+    wanted_user: Vec<(u32, UserStack)>,
     /// The waits in progress at the latest snapshot.
     in_progress: Vec<InProgressWait>,
+    /// Stacks unwound from copies, interned, and the time of each (tgid, tid, class,
+    /// unwound index, kernel stack key): the copies' share of `STACK_TIMES`.
+    unwound: Vec<Unwound>,
+    unwound_index: StdHashMap<Unwound, u32>,
+    copied_times: BTreeMap<(u32, u32, u32, u32, u64), StackTime>,
+    /// Switch-out and slow-call copies waiting for their times: tid → (capture ns,
+    /// unwound index).
+    pending_copies: StdHashMap<u32, (u64, u32)>,
+    /// Copies whose time was dropped here (bounds above), for `captures_lost`.
+    copies_dropped: u64,
+    /// Copies cut short by a failed page read, and copies unwound.
+    copies_short: u64,
+    copies_unwound: u64,
+    /// Time spent in the unwinder itself (modules already built), for the per-stack cost.
+    unwind_ns: u64,
+    /// Unwind information per mapped file (`None`: not read or not an ELF), and the
+    /// unwinder of each process, built from its mappings (dropped when they change).
+    module_info: StdHashMap<FileId, Option<Arc<ModuleInfo>>>,
+    unwinders: BTreeMap<u32, ProcessUnwinder>,
+    unwind_cache: UnwindCache,
+    /// When each process's mappings were last read for a copy.
+    maps_read_at: BTreeMap<u32, Instant>,
+    /// Separate debug files by build-id (`None`: none found).
+    debug_files: StdHashMap<Vec<u8>, Option<FileCopy>>,
     /// Traced processes as last read. A process that has exited is dropped once its
     /// stacks are resolved.
     processes: BTreeMap<u32, TracedProcess>,
@@ -98,6 +159,8 @@ pub struct StackCollector {
     perf_maps: BTreeMap<u32, (Option<PerfMap>, Instant)>,
     /// The last resolve of the session: a read past its deadline is then final.
     final_pass: bool,
+    /// Bundle stack indices of user stacks that are truncated.
+    truncated: std::collections::BTreeSet<u32>,
     /// A read for the stack being resolved is past its deadline: resolve it again
     /// at the next snapshot, when the read may have finished.
     read_pending: bool,
@@ -133,6 +196,8 @@ struct TracedProcess {
 struct FileMapping {
     start: u64,
     end: u64,
+    /// Mapped executable: a module for the unwinder.
+    exec: bool,
     /// File offset of `start`.
     offset: u64,
     path: String,
@@ -168,6 +233,21 @@ impl StackCollector {
             kernel_resolved: BTreeMap::new(),
             wanted_user: Vec::new(),
             in_progress: Vec::new(),
+            unwound: Vec::new(),
+            unwound_index: StdHashMap::new(),
+            copied_times: BTreeMap::new(),
+            pending_copies: StdHashMap::new(),
+            copies_dropped: 0,
+            copies_short: 0,
+            copies_unwound: 0,
+            unwind_ns: 0,
+            module_info: StdHashMap::new(),
+            unwinders: BTreeMap::new(),
+            unwind_cache: UnwindCache::new(),
+            maps_read_at: BTreeMap::new(),
+            debug_files: StdHashMap::new(),
+            truncated: std::collections::BTreeSet::new(),
+            module_build_ids: std::collections::BTreeSet::new(),
             processes: BTreeMap::new(),
             perf_maps: BTreeMap::new(),
             final_pass: false,
@@ -182,28 +262,198 @@ impl StackCollector {
             p.alive = false;
         }
         for pid in pids {
-            // A zombie's maps are empty: keep what it had while it lived.
-            let Some(maps) = file_mappings(pid).filter(|f| !f.is_empty()) else {
-                continue;
-            };
-            let Some(who) = Credentials::of_process(pid) else {
-                continue;
-            };
-            self.processes.insert(
-                pid,
-                TracedProcess {
-                    maps,
-                    who,
-                    alive: true,
-                },
-            );
+            self.refresh_process(pid);
         }
     }
 
+    /// Read one process's mappings again; its unwinder is rebuilt if they changed.
+    fn refresh_process(&mut self, pid: u32) {
+        // A zombie's maps are empty: keep what it had while it lived.
+        let Some(maps) = file_mappings(pid).filter(|f| !f.is_empty()) else {
+            return;
+        };
+        let Some(who) = Credentials::of_process(pid) else {
+            return;
+        };
+        let same = self.processes.get(&pid).is_some_and(|p| {
+            p.maps.len() == maps.len()
+                && (p.maps.iter().zip(&maps)).all(|(a, b)| {
+                    (a.start, a.end, a.offset, a.file) == (b.start, b.end, b.offset, b.file)
+                })
+        });
+        if !same {
+            self.unwinders.remove(&pid);
+        }
+        self.processes.insert(
+            pid,
+            TracedProcess {
+                maps,
+                who,
+                alive: true,
+            },
+        );
+    }
+
+    /// A STACK_COPY or STACK_PERIOD record (`stack`: the bytes after the record).
+    /// Returns the unwound stack of a copy without times (a slow call's, or a
+    /// switch-out's waiting for its period).
+    pub fn take_capture(&mut self, r: &StackCaptureRecord, stack: &[u8]) {
+        if r.kind == record_kind::STACK_PERIOD {
+            // Kept: more periods of one syscall come with the copy its switch-out sent.
+            match self.pending_copies.get(&r.tid).copied() {
+                Some((at, index)) if at == r.capture_ns => self.add_copied_time(r, index),
+                // Its copy was dropped here (bounds): the time with it.
+                _ => self.copies_dropped += 1,
+            }
+            return;
+        }
+        let Some(index) = self.unwind_copy(r, stack) else {
+            self.copies_dropped += 1;
+            return;
+        };
+        if r.class == NO_CLASS {
+            if self.pending_copies.len() >= MAX_PENDING_COPIES {
+                self.pending_copies.clear();
+            }
+            self.pending_copies.insert(r.tid, (r.capture_ns, index));
+        } else {
+            self.add_copied_time(r, index);
+        }
+    }
+
+    /// The copied stack of `tid`'s slow call that started at `start_ns` (sent just
+    /// before the call's record).
+    pub fn take_slow_copy(&mut self, tid: u32, start_ns: u64) -> Option<UserStack> {
+        match self.pending_copies.get(&tid) {
+            Some(&(at, index)) if at == start_ns => {
+                self.pending_copies.remove(&tid);
+                Some(UserStack::Unwound(index))
+            }
+            _ => None,
+        }
+    }
+
+    fn add_copied_time(&mut self, r: &StackCaptureRecord, index: u32) {
+        let mut add = |class: u32, ns: u64| {
+            if ns == 0 {
+                return true;
+            }
+            let key = (r.tgid, r.tid, class, index, r.kernel_stack);
+            if self.copied_times.len() >= MAX_COPIED_TIMES && !self.copied_times.contains_key(&key)
+            {
+                return false;
+            }
+            let t = self.copied_times.entry(key).or_default();
+            if r.flags & copy_flags::SAMPLED != 0 {
+                t.estimated_ns += ns;
+                t.sampled_count += r.count;
+            } else {
+                t.total_ns += ns;
+                t.count += r.count;
+            }
+            true
+        };
+        let kept = add(r.class, r.class_ns) & add(LatencyClass::Runqueue as u32, r.runq_ns);
+        if !kept {
+            self.copies_dropped += 1;
+        }
+    }
+
+    /// Unwind one copy into an interned stack; `None` when it gives no frame or the
+    /// stacks kept are at their bound.
+    fn unwind_copy(&mut self, r: &StackCaptureRecord, stack: &[u8]) -> Option<u32> {
+        let pid = r.tgid;
+        self.copies_unwound += 1;
+        if r.flags & copy_flags::SHORT != 0 {
+            self.copies_short += 1;
+        }
+        let known = self
+            .processes
+            .get(&pid)
+            .is_some_and(|p| locate(&p.maps, r.ip).is_some());
+        let reread_due = self
+            .maps_read_at
+            .get(&pid)
+            .is_none_or(|t| t.elapsed() >= MAPS_REREAD);
+        if !known && reread_due {
+            self.maps_read_at.insert(pid, Instant::now());
+            self.refresh_process(pid);
+        }
+        if !self.unwinders.contains_key(&pid) {
+            let unwinder = self.build_unwinder(pid);
+            self.unwinders.insert(pid, unwinder);
+        }
+        let copy = CopiedStack {
+            ip: r.ip,
+            sp: r.sp,
+            bp: r.bp,
+            stack: &stack[..stack.len().min(r.stack_len as usize)],
+        };
+        let started = Instant::now();
+        let (addrs, truncated) = self.unwinders[&pid].unwind(&mut self.unwind_cache, &copy);
+        self.unwind_ns += started.elapsed().as_nanos() as u64;
+        if addrs.is_empty() {
+            return None;
+        }
+        let unwound = Unwound {
+            pid,
+            addrs,
+            truncated,
+        };
+        if let Some(&i) = self.unwound_index.get(&unwound) {
+            return Some(i);
+        }
+        if self.unwound.len() >= MAX_UNWOUND_STACKS {
+            return None;
+        }
+        let i = self.unwound.len() as u32;
+        self.unwound_index.insert(unwound.clone(), i);
+        self.unwound.push(unwound);
+        Some(i)
+    }
+
+    /// An unwinder with a module for every executable file mapping of `pid` whose file
+    /// the door gives us (the others are unwound by frame pointer).
+    fn build_unwinder(&mut self, pid: u32) -> ProcessUnwinder {
+        let mut unwinder = ProcessUnwinder::new();
+        let count = self.processes.get(&pid).map_or(0, |p| p.maps.len());
+        for m in 0..count {
+            let p = &self.processes[&pid];
+            if !p.maps[m].exec {
+                continue;
+            }
+            let (start, end, offset, path) = (
+                p.maps[m].start,
+                p.maps[m].end,
+                p.maps[m].offset,
+                p.maps[m].path.clone(),
+            );
+            if let Some(info) = self.module_info(pid, m) {
+                unwinder.add_module(&path, start..end, offset, &info);
+            }
+        }
+        unwinder
+    }
+
+    /// The unwind information (and build-id) of the file `pid` mapped at mapping `m`.
+    fn module_info(&mut self, pid: u32, m: usize) -> Option<Arc<ModuleInfo>> {
+        let file = self.processes.get(&pid)?.maps.get(m)?.file;
+        if let Some(info) = self.module_info.get(&file) {
+            return info.clone();
+        }
+        let copy = self.copy_of(pid, m)?;
+        let info = self.copies[&copy]
+            .bytes()
+            .and_then(|b| ModuleInfo::parse(&b))
+            .map(Arc::new);
+        self.module_info.insert(file, info.clone());
+        info
+    }
+
     /// A slow syscall's user stack: resolve it with the others, while its process lives.
-    pub fn want_user_stack(&mut self, pid: u32, id: i32) {
-        if id != NO_STACK {
-            self.wanted_user.push((pid, id));
+    pub fn want_user_stack(&mut self, pid: u32, stack: UserStack) {
+        if stack != UserStack::Walked(NO_STACK) && stack != UserStack::Walked(COPIED_STACK) {
+            self.wanted_user.push((pid, stack));
         }
     }
 
@@ -211,14 +461,29 @@ impl StackCollector {
     /// resolved with the others, and their time so far is in the profile, marked so.
     pub fn set_in_progress(&mut self, waits: Vec<InProgressWait>) {
         for w in &waits {
-            self.want_user_stack(w.tgid, w.user_stack_id);
+            let stack = self.wait_stack(w);
+            self.want_user_stack(w.tgid, stack);
         }
         self.in_progress = waits;
     }
 
+    /// A wait's user stack: its frame-pointer walk, or the copy its switch-out sent
+    /// (the thread's latest copy, joined on its tid).
+    fn wait_stack(&self, w: &InProgressWait) -> UserStack {
+        self.thread_stack(w.tid, w.user_stack_id)
+    }
+
+    /// A thread's user stack as its state names it (`COPIED_STACK`: its latest copy).
+    pub fn thread_stack(&self, tid: u32, id: i32) -> UserStack {
+        match self.pending_copies.get(&tid) {
+            Some(&(_, index)) if id == COPIED_STACK => UserStack::Unwound(index),
+            _ => UserStack::Walked(id),
+        }
+    }
+
     /// The bundle stack index of a resolved user stack.
-    pub fn user_stack_index(&self, pid: u32, id: i32) -> Option<u32> {
-        self.user_resolved.get(&(pid, id)).copied().flatten()
+    pub fn user_stack_index(&self, pid: u32, stack: UserStack) -> Option<u32> {
+        self.user_resolved.get(&(pid, stack)).copied().flatten()
     }
 
     /// Resolve the stacks captured since the last call, for at most
@@ -242,9 +507,14 @@ impl StackCollector {
     fn resolve(&mut self, until: Instant, addresses_only: bool) -> bool {
         let keys: Vec<StackKey> = read_all(&self.times).into_iter().map(|(k, _)| k).collect();
         let mut wanted = std::mem::take(&mut self.wanted_user);
-        let mut users: Vec<(u32, i32)> = keys.iter().map(|k| (k.tgid, k.user_stack_id)).collect();
+        let mut users: Vec<(u32, UserStack)> = (keys.iter())
+            .filter(|k| k.user_stack_id >= 0)
+            .map(|k| (k.tgid, UserStack::Walked(k.user_stack_id)))
+            .collect();
+        users.extend(
+            (self.copied_times.keys()).map(|&(tgid, _, _, i, _)| (tgid, UserStack::Unwound(i))),
+        );
         users.append(&mut wanted);
-        users.retain(|&(_, id)| id != NO_STACK);
         users.sort_unstable();
         users.dedup();
         users.retain(|k| !self.user_resolved.contains_key(k));
@@ -266,8 +536,10 @@ impl StackCollector {
             }
             self.user_resolved.insert((pid, id), index);
         }
-        let pending_kernel: Vec<u64> = self.in_progress.iter().map(|w| w.kernel_stack).collect();
-        for key in keys.iter().map(|k| k.kernel_stack).chain(pending_kernel) {
+        let pending_kernel = self.in_progress.iter().map(|w| w.kernel_stack);
+        let copied_kernel: Vec<u64> = self.copied_times.keys().map(|k| k.4).collect();
+        let extra: Vec<u64> = pending_kernel.chain(copied_kernel).collect();
+        for key in keys.iter().map(|k| k.kernel_stack).chain(extra) {
             if key != 0 && !self.kernel_resolved.contains_key(&key) {
                 let index = self.resolve_kernel(key);
                 self.kernel_resolved.insert(key, index);
@@ -280,46 +552,53 @@ impl StackCollector {
             self.refused
                 .retain(|(pid, _), _| processes.contains_key(pid));
             self.perf_maps.retain(|pid, _| processes.contains_key(pid));
+            self.unwinders.retain(|pid, _| processes.contains_key(pid));
+            self.maps_read_at
+                .retain(|pid, _| processes.contains_key(pid));
             // A copy is used for any mapping of its device and inode: keep only those
             // still mapped (an inode freed with its last mapping may be reused).
             let mapped: std::collections::HashSet<FileId> = (processes.values())
                 .flat_map(|p| p.maps.iter().map(|m| m.file))
                 .collect();
             self.copies.retain(|file, _| mapped.contains(file));
+            self.module_info.retain(|file, _| mapped.contains(file));
         }
         complete
     }
 
     /// The stack profile, from the final map contents (read after the programs are
     /// detached, so nothing changes under the read). `captures_lost` is the kernel's count.
-    pub fn finish(mut self, captures_lost: u64) -> StackProfile {
+    pub fn finish(mut self, captures_lost: u64, copies_lost: u64) -> StackProfile {
         self.resolve_final();
-        let samples = self.samples();
-        let skipped_files = self.skipped_files();
-        StackProfile {
-            sample_hz: self.options.sample_hz,
-            min_block_ns: self.options.min_block_ns,
-            frames: self.frames,
-            stacks: self.stacks,
-            samples,
-            captures_lost,
-            skipped_files,
-        }
+        self.profile_so_far(captures_lost, copies_lost)
     }
 
     /// The profile as it is now, the capture going on (live views): the stacks resolved
     /// so far (call [`StackCollector::resolve_new`] first; a stack captured since then
     /// counts as not captured) and the time per stack read from the map now.
-    pub fn profile_so_far(&self, captures_lost: u64) -> StackProfile {
+    pub fn profile_so_far(&self, captures_lost: u64, copies_lost: u64) -> StackProfile {
         StackProfile {
             sample_hz: self.options.sample_hz,
             min_block_ns: self.options.min_block_ns,
             frames: self.frames.clone(),
             stacks: self.stacks.clone(),
             samples: self.samples(),
-            captures_lost,
+            captures_lost: captures_lost + self.copies_dropped,
             skipped_files: self.skipped_files(),
+            truncated_stacks: self.truncated.iter().copied().collect(),
+            modules: self.modules(),
+            stack_copies: self.copies_unwound,
+            stack_copies_short: self.copies_short,
+            stack_copies_lost: copies_lost,
+            unwind_ns: self.unwind_ns,
         }
+    }
+
+    /// Every file mapping a resolved stack touched, with its build-id.
+    fn modules(&self) -> Vec<StackModule> {
+        let mut modules: Vec<StackModule> = self.module_build_ids.iter().cloned().collect();
+        modules.sort_by(|a, b| (&a.path, &a.build_id).cmp(&(&b.path, &b.build_id)));
+        modules
     }
 
     fn skipped_files(&self) -> Vec<SkippedFile> {
@@ -350,20 +629,23 @@ impl StackCollector {
     /// One sample per (thread, class, resolved user stack, resolved kernel stack), from
     /// the map's current contents.
     fn samples(&self) -> Vec<StackSample> {
-        let mut samples: Vec<StackSample> = read_all(&self.times)
-            .into_iter()
-            .filter_map(|(key, time)| {
-                let class = LatencyClass::from_id(key.class)?;
+        let walked = read_all(&self.times).into_iter().map(|(key, time)| {
+            let user = UserStack::Walked(key.user_stack_id);
+            ((key.tgid, key.tid, key.class, user, key.kernel_stack), time)
+        });
+        let copied = (self.copied_times.iter()).map(|(&(tgid, tid, class, i, kernel), &time)| {
+            ((tgid, tid, class, UserStack::Unwound(i), kernel), time)
+        });
+        let mut samples: Vec<StackSample> = walked
+            .chain(copied)
+            .filter_map(|((tgid, tid, class, user, kernel), time)| {
+                let class = LatencyClass::from_id(class)?;
                 Some(StackSample {
-                    pid: key.tgid as i32,
-                    tid: key.tid as i32,
+                    pid: tgid as i32,
+                    tid: tid as i32,
                     class: class.name().to_string(),
-                    user_stack: self.user_stack_index(key.tgid, key.user_stack_id),
-                    kernel_stack: self
-                        .kernel_resolved
-                        .get(&key.kernel_stack)
-                        .copied()
-                        .flatten(),
+                    user_stack: self.user_stack_index(tgid, user),
+                    kernel_stack: self.kernel_resolved.get(&kernel).copied().flatten(),
                     total_ns: time.total_ns,
                     count: time.count,
                     estimated_ns: time.estimated_ns,
@@ -390,7 +672,7 @@ impl StackCollector {
                     pid: w.tgid as i32,
                     tid: w.tid as i32,
                     class: class.name().to_string(),
-                    user_stack: self.user_stack_index(w.tgid, w.user_stack_id),
+                    user_stack: self.user_stack_index(w.tgid, self.wait_stack(w)),
                     kernel_stack,
                     total_ns,
                     count,
@@ -449,14 +731,23 @@ impl StackCollector {
 
     /// One user stack's frames: `module+0xoffset` from the process's mappings, names
     /// (with `symbols`) from its files and perf map read through the door.
-    fn resolve_user(&mut self, pid: u32, id: i32, symbols: bool) -> Option<u32> {
-        let trace = self.user_stacks.get(&(id as u32), 0).ok()?;
-        let addrs: Vec<u64> = trace
-            .frames()
-            .iter()
-            .map(|f| f.ip)
-            .filter(|&ip| ip != 0)
-            .collect();
+    fn resolve_user(&mut self, pid: u32, stack: UserStack, symbols: bool) -> Option<u32> {
+        let (addrs, truncated) = match stack {
+            UserStack::Walked(id) => {
+                let trace = self.user_stacks.get(&(id as u32), 0).ok()?;
+                let addrs: Vec<u64> = (trace.frames().iter())
+                    .map(|f| f.ip)
+                    .filter(|&ip| ip != 0)
+                    .collect();
+                // A frame-pointer walk (its copy was not sent) cannot tell whether it
+                // skipped callers: it is marked truncated.
+                (addrs, true)
+            }
+            UserStack::Unwound(i) => {
+                let u = self.unwound.get(i as usize)?;
+                (u.addrs.clone(), u.truncated)
+            }
+        };
         if addrs.is_empty() {
             return None;
         }
@@ -517,7 +808,7 @@ impl StackCollector {
                 }
             }
         }
-        Some(self.intern(frames))
+        Some(self.intern(frames, truncated))
     }
 
     /// Names (and DWARF file:line) of the frames that fall in a file mapping, from a
@@ -539,6 +830,15 @@ impl StackCollector {
             let Some(file) = self.copy_of(pid, m) else {
                 continue;
             };
+            let info = self.module_info(pid, m);
+            let build_id = info.as_ref().and_then(|i| i.build_id.clone());
+            if self.module_build_ids.len() < MAX_SKIPPED_FILES {
+                self.module_build_ids.insert(StackModule {
+                    path: self.processes[&pid].maps[m].path.clone(),
+                    build_id: build_id.as_deref().map(hex),
+                });
+            }
+            let debug = build_id.and_then(|id| self.debug_file(pid, &id));
             let copy = &self.copies[&file];
             let offsets: Vec<u64> = indices
                 .iter()
@@ -551,13 +851,28 @@ impl StackCollector {
                     }
                 })
                 .collect();
-            let mut elf = Elf::new(copy.fd_path());
-            elf.debug_syms = !copy.has_debug_link();
-            let src = Source::Elf(elf);
-            let symbolized = self
-                .symbolizer
-                .symbolize(&src, Input::FileOffset(&offsets))
-                .unwrap_or_default();
+            // A separate debug file (found by build-id) has the names and lines the
+            // stripped file lacks, at the file's virtual addresses.
+            let svmas: Option<Vec<u64>> = match (&debug, &info) {
+                (Some(_), Some(info)) => offsets.iter().map(|&o| info.svma_of(o)).collect(),
+                _ => None,
+            };
+            let symbolized = match (
+                debug.as_ref().and_then(|id| self.debug_files.get(id)),
+                svmas,
+            ) {
+                (Some(Some(debug_copy)), Some(svmas)) => {
+                    let src = Source::Elf(Elf::new(debug_copy.fd_path()));
+                    self.symbolizer.symbolize(&src, Input::VirtOffset(&svmas))
+                }
+                _ => {
+                    let mut elf = Elf::new(copy.fd_path());
+                    elf.debug_syms = !copy.has_debug_link();
+                    let src = Source::Elf(elf);
+                    self.symbolizer.symbolize(&src, Input::FileOffset(&offsets))
+                }
+            }
+            .unwrap_or_default();
             for (&i, sym) in indices.iter().zip(&symbolized) {
                 let Symbolized::Sym(sym) = sym else {
                     continue;
@@ -646,6 +961,39 @@ impl StackCollector {
         }
     }
 
+    /// The separate debug file of build-id `id` in the distribution's debug directory,
+    /// copied through the door (root-owned files only); returns the key into
+    /// `debug_files` when there is one.
+    fn debug_file(&mut self, pid: u32, id: &[u8]) -> Option<Vec<u8>> {
+        if id.len() < 2 {
+            return None;
+        }
+        if !self.debug_files.contains_key(id) {
+            let who = self.processes.get(&pid)?.who;
+            let name = hex(id);
+            let path = Path::new(BUILD_ID_DEBUG_DIR)
+                .join(&name[..2])
+                .join(format!("{}.debug", &name[2..]));
+            let rules = Rules {
+                max_bytes: MAX_DEBUG_FILE_BYTES,
+                owner_is_target_or_root: true,
+                file: None,
+            };
+            let copy = match self.door.copy(&Place::Path(path.clone()), rules, who) {
+                Ok(copy) => Some(copy),
+                Err(Skip::Missing) => None,
+                Err(skip) => {
+                    if !self.skip(&path.to_string_lossy(), skip) {
+                        return None;
+                    }
+                    None
+                }
+            };
+            self.debug_files.insert(id.to_vec(), copy);
+        }
+        self.debug_files[id].as_ref().map(|_| id.to_vec())
+    }
+
     /// `pid`'s perf map, read through the door (owned by its uid or root); `None` when
     /// it has none or it was refused (counted).
     fn read_perf_map(&mut self, pid: u32) -> Option<PerfMap> {
@@ -696,13 +1044,18 @@ impl StackCollector {
             })
             .collect();
         drop(symbols);
-        Some(self.intern(frames))
+        Some(self.intern(frames, false))
     }
 
-    /// Intern a stack's frames, then the stack; returns the stack's index.
-    fn intern(&mut self, frames: Vec<StackFrame>) -> u32 {
+    /// Intern a stack's frames, then the stack (a truncated one apart from the same
+    /// frames complete); returns the stack's index.
+    fn intern(&mut self, frames: Vec<StackFrame>, truncated: bool) -> u32 {
         let ids: Vec<u32> = frames.into_iter().map(|f| self.intern_frame(f)).collect();
-        self.intern_stack(ids)
+        let i = self.intern_stack(ids, truncated);
+        if truncated {
+            self.truncated.insert(i);
+        }
+        i
     }
 
     fn intern_frame(&mut self, frame: StackFrame) -> u32 {
@@ -715,12 +1068,14 @@ impl StackCollector {
         i
     }
 
-    fn intern_stack(&mut self, frame_ids: Vec<u32>) -> u32 {
-        if let Some(&i) = self.stack_index.get(&frame_ids) {
+    fn intern_stack(&mut self, frame_ids: Vec<u32>, truncated: bool) -> u32 {
+        let key = (frame_ids, truncated);
+        if let Some(&i) = self.stack_index.get(&key) {
             return i;
         }
+        let frame_ids = key.0.clone();
         let i = self.stacks.len() as u32;
-        self.stack_index.insert(frame_ids.clone(), i);
+        self.stack_index.insert(key, i);
         self.stacks.push(frame_ids);
         i
     }
@@ -763,6 +1118,11 @@ impl PerfMap {
     }
 }
 
+/// Lower-case hex of a build-id.
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// The file-backed mappings of a live process.
 fn file_mappings(pid: u32) -> Option<Vec<FileMapping>> {
     use procfs::process::MMapPath;
@@ -776,6 +1136,7 @@ fn file_mappings(pid: u32) -> Option<Vec<FileMapping>> {
                 MMapPath::Vdso => Some(FileMapping {
                     start: m.address.0,
                     end: m.address.1,
+                    exec: true,
                     offset: 0,
                     path: VDSO.to_string(),
                     file: VDSO_FILE,
@@ -783,6 +1144,7 @@ fn file_mappings(pid: u32) -> Option<Vec<FileMapping>> {
                 MMapPath::Path(path) => Some(FileMapping {
                     start: m.address.0,
                     end: m.address.1,
+                    exec: m.perms.contains(procfs::process::MMPermissions::EXECUTE),
                     offset: m.offset,
                     path: path.to_string_lossy().into_owned(),
                     file: FileId {
