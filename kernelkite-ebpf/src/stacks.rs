@@ -42,7 +42,7 @@ use kernelkite_common::bpf::{
 };
 use kernelkite_common::LatencyClass;
 
-use crate::maps::{atomic_add, count_lost, current_thread, EVENTS};
+use crate::maps::{atomic_add, count_lost, current_thread, is_gate, EVENTS};
 
 /// Off-CPU periods at least this long get stacks; 0 turns stacks off (set by userspace).
 #[unsafe(no_mangle)]
@@ -458,6 +458,13 @@ pub fn on_switch_out<C: StackIdContext>(
     }
     t.off_cpu_since_ns = now;
     t.off_cpu_sleep_ns = 0;
+    if is_gate(tid) {
+        // kernelkite's gate waiting to exec the command: its frames would be resolved
+        // with the command's mappings. Its time keeps no stack.
+        t.user_stack_id = NO_STACK;
+        t.sys_user_stack_id = NO_STACK;
+        return;
+    }
     if t.sys_nr != NO_SYSCALL {
         t.user_stack_id = NO_STACK;
         let pending = t.pending_class != NO_PENDING;
