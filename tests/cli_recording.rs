@@ -250,11 +250,14 @@ fn damaged_recordings_are_one_line_errors_naming_the_offset_and_write_nothing() 
     b[0] = b'{';
     cases.push(("magic", b, "byte 0: not a kernelkite recording".into()));
     let mut b = good.clone();
-    b[8] = 4;
+    b[8] = FORMAT_VERSION as u8 + 1;
     cases.push((
         "version",
         b,
-        "byte 8: recording format version 4 is newer".into(),
+        format!(
+            "byte 8: recording format version {} is newer",
+            FORMAT_VERSION + 1
+        ),
     ));
     let mut b = good.clone();
     b[first.0 + 16 + 1] ^= 0xff;

@@ -19,9 +19,9 @@ use super::{
 };
 use crate::model::{
     Backend, ClassTimes, Frame, HostConstants, IoCounters, LaunchedCommand, LifecycleEvent,
-    LifecycleKind, NetDevCounters, ProcessSample, Rusage, Schedstat, SlowSyscall, StackFrame,
-    StackProfile, StackSample, SyscallHistogram, SyscallInProgress, ThreadSample, WakerProfile,
-    WakerSample,
+    LifecycleKind, NetDevCounters, ProcessSample, Rusage, Schedstat, SkippedFile, SlowSyscall,
+    StackFrame, StackModule, StackProfile, StackSample, SyscallHistogram, SyscallInProgress,
+    ThreadSample, WakerProfile, WakerSample,
 };
 
 /// Why a recording cannot be read. Displays as one line with the byte offset.
@@ -688,9 +688,31 @@ fn stack_profile(t: &mut Take<'_>) -> FieldResult<StackProfile> {
             })
         })?,
         captures_lost: t.u64("captures_lost")?,
-        // Not in the recording format.
-        skipped_files: Vec::new(),
-        ..StackProfile::default()
+        ..if t.version >= 4 {
+            StackProfile {
+                skipped_files: t.vec("skipped files", 20, |t| {
+                    Ok(SkippedFile {
+                        path: t.str("path")?,
+                        reason: t.str("reason")?,
+                        count: t.u64("count")?,
+                    })
+                })?,
+                truncated_stacks: t.vec("truncated stacks", 4, |t| t.u32("stack index"))?,
+                modules: t.vec("modules", 5, |t| {
+                    Ok(StackModule {
+                        path: t.str("path")?,
+                        build_id: t.opt("build_id", |t| t.str("build_id"))?,
+                    })
+                })?,
+                stack_copies: t.u64("stack_copies")?,
+                stack_copies_short: t.u64("stack_copies_short")?,
+                stack_copies_lost: t.u64("stack_copies_lost")?,
+                unwind_ns: t.u64("unwind_ns")?,
+                ..StackProfile::default()
+            }
+        } else {
+            StackProfile::default()
+        }
     })
 }
 

@@ -13,8 +13,9 @@ use super::{
 };
 use crate::model::{
     Backend, ClassTimes, Frame, IoCounters, LaunchedCommand, LifecycleEvent, LifecycleKind,
-    NetDevCounters, ProcessSample, Rusage, Schedstat, SlowSyscall, StackFrame, StackProfile,
-    StackSample, SyscallHistogram, SyscallInProgress, ThreadSample, WakerProfile, WakerSample,
+    NetDevCounters, ProcessSample, Rusage, Schedstat, SkippedFile, SlowSyscall, StackFrame,
+    StackModule, StackProfile, StackSample, SyscallHistogram, SyscallInProgress, ThreadSample,
+    WakerProfile, WakerSample,
 };
 
 /// A chunk ends after every frame (so a killed session loses at most the events since
@@ -256,6 +257,21 @@ fn stack_profile(p: &mut Put<'_>, s: &StackProfile) {
         p.u8(x.in_progress as u8);
     });
     p.u64(s.captures_lost);
+    // Version 4 on.
+    p.vec(&s.skipped_files, |p, f: &SkippedFile| {
+        p.str(&f.path);
+        p.str(&f.reason);
+        p.u64(f.count);
+    });
+    p.vec(&s.truncated_stacks, |p, i| p.u32(*i));
+    p.vec(&s.modules, |p, m: &StackModule| {
+        p.str(&m.path);
+        p.opt(m.build_id.as_deref(), |p, b| p.str(b));
+    });
+    p.u64(s.stack_copies);
+    p.u64(s.stack_copies_short);
+    p.u64(s.stack_copies_lost);
+    p.u64(s.unwind_ns);
 }
 
 fn wakers(p: &mut Put<'_>, w: &WakerProfile) {

@@ -75,7 +75,7 @@ use std::collections::BTreeMap;
 /// ^Z and LF, which text-mode transfers and line-ending conversions visibly break.
 pub const MAGIC: [u8; 8] = [0x89, b'K', b'K', b'R', b'\r', b'\n', 0x1a, b'\n'];
 /// The version this build writes (and the newest it reads).
-pub const FORMAT_VERSION: u16 = 3;
+pub const FORMAT_VERSION: u16 = 4;
 /// Length of the file header.
 pub const FILE_HEADER_LEN: usize = 16;
 /// Length of a chunk header.
