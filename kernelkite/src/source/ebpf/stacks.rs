@@ -808,7 +808,11 @@ impl StackCollector {
                 }
             }
         }
-        Some(self.intern(frames, truncated))
+        // A frame in no mapping the process was known to have (nor its perf map) may
+        // be a wrong return address, or its mapping came and went: the walk past it
+        // cannot be trusted, so the stack is marked truncated.
+        let unknown = symbols && frames.iter().any(|f| f.module.is_none());
+        Some(self.intern(frames, truncated || unknown))
     }
 
     /// Names (and DWARF file:line) of the frames that fall in a file mapping, from a
