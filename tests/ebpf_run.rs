@@ -383,14 +383,7 @@ fn run_on_cpu_equals_rusage_beside_cpu_hogs() {
     let Some(_serial) = ebpf_ready("run_on_cpu_equals_rusage_beside_cpu_hogs") else {
         return;
     };
-    let mut hogs: Vec<std::process::Child> = (0..2)
-        .map(|_| {
-            Command::new("sh")
-                .args(["-c", "while :; do :; done"])
-                .spawn()
-                .unwrap()
-        })
-        .collect();
+    let hogs = CpuHogs::start();
     let mut cmd = vec![workload_bin().to_string_lossy().into_owned()];
     cmd.extend(strings(&[
         "futex_stress",
@@ -402,10 +395,7 @@ fn run_on_cpu_equals_rusage_beside_cpu_hogs() {
         "spin",
     ]));
     let (out, bundle_path, _dir) = kk_run(&[], &cmd);
-    for hog in &mut hogs {
-        let _ = hog.kill();
-        let _ = hog.wait();
-    }
+    drop(hogs);
     assert!(
         out.status.success(),
         "{}",

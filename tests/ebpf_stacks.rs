@@ -36,24 +36,9 @@ fn build_stackwork(dir: &Path) -> (PathBuf, PathBuf) {
 
 /// `kernelkite run --stacks --min-block-us 100` of `stackwork` for `seconds`.
 fn run_with_stacks(bin: &Path, work_dir: &Path, seconds: &str) -> Bundle {
-    let bundle = work_dir.join("stacks.bundle.json");
     // fsync must reach a disk: not tmpfs.
-    let fsync_dir = Path::new(env!("CARGO_TARGET_TMPDIR"));
-    let out = Command::new(kernelkite_bin())
-        .args(["run", "--stacks", "--min-block-us", "100"])
-        .arg(&bundle)
-        .arg("--")
-        .arg(bin)
-        .arg(fsync_dir)
-        .arg(seconds)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "run failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    load_bundle(&bundle).unwrap()
+    let fsync_dir = env!("CARGO_TARGET_TMPDIR");
+    run_stacks_of(bin, &[fsync_dir, seconds], work_dir)
 }
 
 /// (user frames, kernel frames, ns) of every stack sample of `class`.

@@ -1039,34 +1039,6 @@ fn follow_traces_existing_children_and_help_says_so() {
     );
 }
 
-/// Two busy loops beside the workload, so its threads wait for CPUs and (on a VM)
-/// lose time to the hypervisor; killed when dropped.
-struct CpuHogs(Vec<std::process::Child>);
-
-impl CpuHogs {
-    fn start() -> CpuHogs {
-        CpuHogs(
-            (0..2)
-                .map(|_| {
-                    Command::new("sh")
-                        .args(["-c", "while :; do :; done"])
-                        .spawn()
-                        .unwrap()
-                })
-                .collect(),
-        )
-    }
-}
-
-impl Drop for CpuHogs {
-    fn drop(&mut self) {
-        for hog in &mut self.0 {
-            let _ = hog.kill();
-            let _ = hog.wait();
-        }
-    }
-}
-
 /// A process whose whole life lies inside the trace: forked, stopped before its exec,
 /// continued once the hooks are live, reaped with wait4. Its on_cpu is the kernel's
 /// own CPU account of it (rusage) to within 0.1%, with CPU hogs beside it.

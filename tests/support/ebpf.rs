@@ -164,6 +164,34 @@ pub fn host_steal_irq_ns() -> u64 {
     ticks * 1_000_000_000 / hz
 }
 
+/// Two busy loops beside the workload, so its threads wait for CPUs and (on a VM)
+/// lose time to the hypervisor; killed when dropped.
+pub struct CpuHogs(Vec<Child>);
+
+impl CpuHogs {
+    pub fn start() -> CpuHogs {
+        CpuHogs(
+            (0..2)
+                .map(|_| {
+                    Command::new("sh")
+                        .args(["-c", "while :; do :; done"])
+                        .spawn()
+                        .unwrap()
+                })
+                .collect(),
+        )
+    }
+}
+
+impl Drop for CpuHogs {
+    fn drop(&mut self) {
+        for hog in &mut self.0 {
+            let _ = hog.kill();
+            let _ = hog.wait();
+        }
+    }
+}
+
 /// No event of the traced threads lost. Exact, also on a busy machine with other
 /// tracers: events lost count only what concerned the traced threads (the kernel's
 /// skipped program runs, which can concern any task, are reported apart).
