@@ -198,7 +198,7 @@ fn parse_bundle(bytes: &[u8]) -> Result<Bundle, ParseFailure> {
             if let Ok(value) = serde_json::from_slice::<serde_json::Value>(bytes) {
                 super::validate::check_header(&value).map_err(ParseFailure::Invalid)?;
             }
-            return Err(ParseFailure::Json(e.to_string()));
+            return Err(ParseFailure::Json(one_line(&e.to_string())));
         }
     };
     let header = serde_json::json!({
@@ -208,6 +208,20 @@ fn parse_bundle(bytes: &[u8]) -> Result<Bundle, ParseFailure> {
     super::validate::check_header(&header).map_err(ParseFailure::Invalid)?;
     validate(&bundle).map_err(ParseFailure::Invalid)?;
     Ok(bundle)
+}
+
+/// `message` on one line: validation messages quote strings from the file (a comm, a
+/// syscall name, a JSON key), which may hold control characters such as newlines.
+pub fn one_line(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    for c in message.chars() {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// Parse and validate a bundle's bytes, as [`load_bundle`] does after reading the file

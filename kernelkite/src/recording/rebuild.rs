@@ -106,24 +106,14 @@ impl BundleBuilder {
         if bundle.frames.is_empty() {
             return Err("the recording holds no complete frame".into());
         }
-        validate(&bundle)
-            .map_err(|e| format!("the replayed bundle is invalid: {}", one_line(&e)))?;
+        validate(&bundle).map_err(|e| {
+            format!(
+                "the replayed bundle is invalid: {}",
+                crate::model::io::one_line(&e)
+            )
+        })?;
         Ok(bundle)
     }
-}
-
-/// `message` on one line: validation messages quote strings from the file (a comm, a
-/// syscall name), which may hold control characters such as newlines.
-fn one_line(message: &str) -> String {
-    let mut out = String::with_capacity(message.len());
-    for c in message.chars() {
-        if c.is_control() {
-            out.extend(c.escape_default());
-        } else {
-            out.push(c);
-        }
-    }
-    out
 }
 
 /// A replayed recording.
@@ -185,7 +175,7 @@ mod tests {
     #[test]
     fn messages_quoting_file_strings_stay_on_one_line() {
         assert_eq!(
-            super::one_line("syscall histogram pi\n\tx of pid 1"),
+            crate::model::io::one_line("syscall histogram pi\n\tx of pid 1"),
             "syscall histogram pi\\n\\tx of pid 1"
         );
     }
