@@ -353,6 +353,21 @@ impl Traced {
         assert_events_lost_ok(self.bundle.events_lost);
     }
 
+    /// Time the gated workload spent in its gate (the `poll` on stdin that began
+    /// before the trace attached and returned at `go`): syscall_blocked time that is
+    /// not the measured part, and grows with how long attach-to-go takes on a busy
+    /// machine.
+    pub fn gate_wait_ns(&self) -> u64 {
+        self.analysis
+            .syscalls
+            .iter()
+            .filter(|s| {
+                s.name == "poll" && s.state == kernelkite::analysis::SyscallState::BeganBeforeStart
+            })
+            .map(|s| s.total_ns)
+            .sum()
+    }
+
     /// Calls of `name` counted across the traced processes.
     pub fn syscall_count(&self, name: &str) -> u64 {
         self.analysis
