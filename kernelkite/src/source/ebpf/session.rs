@@ -999,8 +999,18 @@ impl Session {
             self.tracked.pids().map(|t| t as i32).collect()
         };
         let mut frame = self.sampler.sample(Scope::Subtrees(&roots), t_ns)?;
+        let threads = &self.threads;
+        let still_held = |tgid: u32| {
+            by_tgid.get(&tgid).is_some_and(|states| {
+                states.iter().any(|(tid, state)| {
+                    threads
+                        .get(tid, 0)
+                        .is_ok_and(|now| now.tgid == tgid && now.start_ns == state.start_ns)
+                })
+            })
+        };
         self.tracked
-            .keep_ours(&mut frame, &by_tgid.keys().copied().collect());
+            .keep_ours(&mut frame, &by_tgid.keys().copied().collect(), still_held);
         for p in &frame.processes {
             self.parent_of.insert(p.pid as u32, p.ppid);
         }

@@ -78,20 +78,38 @@ impl Tracked {
     /// that are gone: no traced thread left (`live`: pids with one) and not in /proc, or
     /// in /proc with another start time than when it had one (the pid was reused by a
     /// process we do not trace).
-    pub fn keep_ours(&mut self, frame: &mut Frame, live: &BTreeSet<u32>) {
+    ///
+    /// `still_held(pid)` asks the map again, after /proc was read, for a pid in `live`
+    /// that /proc shows for the first time or with a new start time: an entry the map
+    /// held when it was read can be a thread whose exit was missed, removed by the fork
+    /// hook when an untraced task took its tid since (pid reuse between the two reads).
+    pub fn keep_ours(
+        &mut self,
+        frame: &mut Frame,
+        live: &BTreeSet<u32>,
+        mut still_held: impl FnMut(u32) -> bool,
+    ) {
         let processes = &mut self.processes;
+        let mut reused = Vec::new();
         frame.processes.retain(|p| {
             let pid = p.pid as u32;
             let Some(start) = processes.get_mut(&pid) else {
                 return false;
             };
             if live.contains(&pid) {
+                if *start != Some(p.start_time_ticks) && !still_held(pid) {
+                    reused.push(pid);
+                    return false;
+                }
                 // A traced thread in it: ours, also a traced child that reused the pid.
                 *start = Some(p.start_time_ticks);
                 return true;
             }
             start.is_none_or(|s| s == p.start_time_ticks)
         });
+        for pid in reused {
+            processes.remove(&pid);
+        }
         let shown: BTreeSet<u32> = frame.processes.iter().map(|p| p.pid as u32).collect();
         processes.retain(|pid, _| live.contains(pid) || shown.contains(pid));
     }
@@ -179,28 +197,48 @@ mod tests {
         let mut t = Tracked::default();
         t.add_processes([10, 11]);
         let mut f = frame(vec![process(10, 100), process(11, 200)]);
-        t.keep_ours(&mut f, &[10, 11].into());
+        t.keep_ours(&mut f, &[10, 11].into(), |_| true);
         assert_eq!(f.processes.len(), 2);
         // 10's threads exited; it is a zombie in /proc: still shown.
         let mut f = frame(vec![process(10, 100), process(11, 200)]);
-        t.keep_ours(&mut f, &[11].into());
+        t.keep_ours(&mut f, &[11].into(), |_| true);
         assert_eq!(f.processes.len(), 2);
         // 10 was reaped and its pid reused by a process we do not trace.
         let mut f = frame(vec![process(10, 900), process(11, 200), process(12, 50)]);
-        t.keep_ours(&mut f, &[11].into());
+        t.keep_ours(&mut f, &[11].into(), |_| true);
         let pids: Vec<i32> = f.processes.iter().map(|p| p.pid).collect();
         assert_eq!(pids, [11]);
         assert_eq!(t.pids().collect::<Vec<_>>(), [11]);
         // A traced child gets pid 11 again (11 exited and was reaped in between): ours.
         let mut f = frame(vec![process(11, 700)]);
-        t.keep_ours(&mut f, &[11].into());
+        t.keep_ours(&mut f, &[11].into(), |_| true);
         assert_eq!(f.processes.len(), 1);
         let mut f = frame(vec![process(11, 700)]);
-        t.keep_ours(&mut f, &BTreeSet::new());
+        t.keep_ours(&mut f, &BTreeSet::new(), |_| true);
         assert_eq!(f.processes.len(), 1, "its zombie is shown");
         // 11 exits and is reaped: nothing is left.
         let mut f = frame(Vec::new());
-        t.keep_ours(&mut f, &BTreeSet::new());
+        t.keep_ours(&mut f, &BTreeSet::new(), |_| true);
         assert_eq!(t.len(), 0);
+    }
+
+    #[test]
+    fn a_pid_whose_stale_entry_left_the_map_before_proc_was_read_is_not_ours() {
+        let mut t = Tracked::default();
+        // The map held an entry under pid 30 (a thread whose exit was missed); an
+        // untraced process took the pid before /proc was read, and the fork hook removed
+        // the entry: the map, asked again, no longer holds 30.
+        t.add_processes([30, 31]);
+        let mut f = frame(vec![process(30, 500), process(31, 100)]);
+        t.keep_ours(&mut f, &[30, 31].into(), |pid| pid != 30);
+        let pids: Vec<i32> = f.processes.iter().map(|p| p.pid).collect();
+        assert_eq!(pids, [31]);
+        assert_eq!(t.pids().collect::<Vec<_>>(), [31], "30 is forgotten");
+        // A process already shown with the same start time is not asked about again.
+        let mut f = frame(vec![process(31, 100)]);
+        t.keep_ours(&mut f, &[31].into(), |_| {
+            panic!("asked about a known process")
+        });
+        assert_eq!(f.processes.len(), 1);
     }
 }
