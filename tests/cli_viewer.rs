@@ -16,6 +16,7 @@ fn small_bundle() -> Bundle {
         num_cpus: 2,
         kernel_release: Some("6.1.0".into()),
         arch: "x86_64".into(),
+        time_accounting: None,
     };
     let sample = |pid: i32, start: u64, ticks: u64, rss: u64, read: u64| ProcessSample {
         pid,

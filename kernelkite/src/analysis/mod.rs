@@ -32,7 +32,9 @@ use kernelkite_common::{LatencyClass, NUM_CLASSES};
 use schemars::JsonSchema;
 use serde::Serialize;
 
-use crate::model::{Backend, Bundle, ClassTimes, FrameCap, InlineStr, LifecycleKind};
+use crate::model::{
+    Backend, Bundle, ClassTimes, FrameCap, InlineStr, LifecycleKind, OnCpuSource, TimeAccounting,
+};
 
 pub use syscall_names::{sample_class, syscall_name, syscall_number, IO_SYSCALLS, LOCK_SYSCALLS};
 
@@ -125,6 +127,10 @@ pub struct Analysis {
     /// Files a traced process controls that were not read for symbols
     /// (`stacks.skipped_files`), so a missing name is explained.
     pub skipped_files: Vec<SkippedFileRow>,
+    /// `Bundle::host.time_accounting`: where on_cpu came from and what the kernel
+    /// leaves out of it (`None` for bundles written before it was recorded).
+    #[schemars(with = "Option<crate::export::json::model_schema::TimeAccounting>")]
+    pub time_accounting: Option<TimeAccounting>,
 }
 
 /// A file not read for symbols, and why (docs/STACKS.md).
@@ -373,7 +379,38 @@ impl Analysis {
     /// Whether `class` is measured exactly in this analysis (on_cpu and runqueue always
     /// are; the four sleep classes only when [`Analysis::latency_classes_exact`]).
     pub fn class_is_exact(&self, class: LatencyClass) -> bool {
-        self.latency_classes_exact || matches!(class, LatencyClass::OnCpu | LatencyClass::Runqueue)
+        // Steal is never estimated: measured (tp_btf) or not at all (0: classic, /proc).
+        self.latency_classes_exact
+            || matches!(
+                class,
+                LatencyClass::OnCpu | LatencyClass::Runqueue | LatencyClass::Steal
+            )
+    }
+
+    /// Whether the steal class was measured: tp_btf hooks (the kernel's runtime read),
+    /// not classic tracepoints or /proc, where it is 0. Bundles that do not say: when
+    /// eBPF and some thread has steal.
+    pub fn steal_measured(&self) -> bool {
+        match &self.time_accounting {
+            Some(t) => t.on_cpu_source == OnCpuSource::SumExecRuntime,
+            None => self.backend == Backend::Ebpf && self.latency_classes.steal > 0,
+        }
+    }
+
+    /// The threads with steal, most first (then by pid, tid).
+    pub fn steal_threads(&self) -> Vec<&ThreadRow> {
+        let mut out: Vec<&ThreadRow> = self
+            .threads
+            .iter()
+            .filter(|t| t.classes.steal > 0)
+            .collect();
+        out.sort_by(|x, y| {
+            y.classes
+                .steal
+                .cmp(&x.classes.steal)
+                .then_with(|| (x.pid, x.tid).cmp(&(y.pid, y.tid)))
+        });
+        out
     }
 
     /// The process row of `key`, if observed.
@@ -865,6 +902,7 @@ pub fn analyze(bundle: &Bundle) -> Analysis {
             signal: l.signal,
         }),
         reap_folds,
+        time_accounting: bundle.host.time_accounting.clone(),
     }
 }
 

@@ -8,6 +8,7 @@ fn host() -> HostConstants {
         num_cpus: 4,
         kernel_release: None,
         arch: "x86_64".into(),
+        time_accounting: None,
     }
 }
 

@@ -338,6 +338,7 @@ mod tests {
             num_cpus: 2,
             kernel_release: None,
             arch: "x86_64".into(),
+            time_accounting: None,
         };
         let mut bundle = crate::model::Bundle::new(Backend::Ebpf, host, 100);
         let mut frames = Vec::new();

@@ -356,6 +356,7 @@ mod tests {
             num_cpus: 2,
             kernel_release: Some("6.18.0".into()),
             arch: "x86_64".into(),
+            time_accounting: None,
         };
         let mut b = Bundle::new(Backend::Ebpf, host, 100);
         b.root_pids = vec![10];

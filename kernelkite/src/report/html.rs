@@ -1746,6 +1746,7 @@ mod tests {
             num_cpus: 4,
             kernel_release: None,
             arch: "x86_64".into(),
+            time_accounting: None,
         };
         let mut b = Bundle::new(Backend::Proc, host, 10);
         for i in 0..frames {
@@ -1829,6 +1830,7 @@ mod tests {
             num_cpus: next(5) as u32,
             kernel_release: None,
             arch: "x86_64".into(),
+            time_accounting: None,
         };
         let backend = if next(2) == 0 {
             Backend::Proc

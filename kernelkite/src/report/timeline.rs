@@ -493,6 +493,7 @@ mod tests {
             num_cpus: 4,
             kernel_release: None,
             arch: "x86_64".into(),
+            time_accounting: None,
         }
     }
 

@@ -381,6 +381,7 @@ mod tests {
             num_cpus: 2,
             kernel_release: None,
             arch: "x86_64".into(),
+            time_accounting: None,
         }
     }
 
