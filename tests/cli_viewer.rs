@@ -48,16 +48,19 @@ fn small_bundle() -> Bundle {
             t_ns: 0,
             processes: vec![sample(10, 500, 0, 100, 0)],
             network: None,
+            host_steal_ticks: None,
         },
         Frame {
             t_ns: 250_000_000,
             processes: vec![sample(10, 500, 20, 120, 4096), sample(20, 510, 4, 50, 0)],
             network: None,
+            host_steal_ticks: None,
         },
         Frame {
             t_ns: 500_000_000,
             processes: vec![sample(10, 500, 40, 120, 8192), sample(20, 540, 1, 60, 0)],
             network: None,
+            host_steal_ticks: None,
         },
     ];
     b

@@ -169,6 +169,7 @@ fn build_session(backend: Backend) -> Bundle {
             t_ns: t * 1_000_000,
             processes,
             network: Some(net(t / 100)),
+            host_steal_ticks: None,
         });
     }
     if backend == Backend::Ebpf {

@@ -131,6 +131,11 @@ pub struct Analysis {
     /// leaves out of it (`None` for bundles written before it was recorded).
     #[schemars(with = "Option<crate::export::json::model_schema::TimeAccounting>")]
     pub time_accounting: Option<TimeAccounting>,
+    /// **Host-wide** hypervisor steal over the window, every CPU summed: the move of
+    /// /proc/stat's steal column from the first frame that has it to the last, in ns
+    /// (USER_HZ ticks × 1e9 / `clock_ticks_per_sec`). Not attributable to the profiled
+    /// processes. `None` when the frames do not carry it.
+    pub host_steal_ns: Option<u64>,
 }
 
 /// A file not read for symbols, and why (docs/STACKS.md).
@@ -903,7 +908,17 @@ pub fn analyze(bundle: &Bundle) -> Analysis {
         }),
         reap_folds,
         time_accounting: bundle.host.time_accounting.clone(),
+        host_steal_ns: host_steal_ns(bundle),
     }
+}
+
+/// See [`Analysis::host_steal_ns`].
+fn host_steal_ns(bundle: &Bundle) -> Option<u64> {
+    let mut ticks = bundle.frames.iter().filter_map(|f| f.host_steal_ticks);
+    let first = ticks.next()?;
+    let last = ticks.next_back().unwrap_or(first);
+    let hz = bundle.host.clock_ticks_per_sec.max(1);
+    Some(((last.saturating_sub(first)) as u128 * 1_000_000_000 / hz as u128) as u64)
 }
 
 /// Undo the kernel's fold of reaped children's I/O into their parent.

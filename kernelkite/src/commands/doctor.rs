@@ -208,12 +208,6 @@ mod time_accounting {
     use crate::model::OnCpuSource;
     use crate::source::host::{config_value, kernel_config};
 
-    /// The host-wide steal ticks of /proc/stat (the 8th value of the `cpu` line).
-    pub fn stat_steal_ticks(stat: &str) -> Option<u64> {
-        let line = stat.lines().find(|l| l.starts_with("cpu "))?;
-        line.split_whitespace().nth(8)?.parse().ok()
-    }
-
     /// What the source of on_cpu means, in words.
     pub fn on_cpu_text(source: OnCpuSource) -> String {
         match source {
@@ -231,9 +225,9 @@ mod time_accounting {
             })
         };
         let steal_now = || {
-            std::fs::read_to_string("/proc/stat")
+            std::fs::read("/proc/stat")
                 .ok()
-                .and_then(|s| stat_steal_ticks(&s))
+                .and_then(|s| crate::source::procfs::parse::stat_steal_ticks(&s))
         };
         let before = steal_now();
         std::thread::sleep(std::time::Duration::from_millis(200));
@@ -264,17 +258,5 @@ mod time_accounting {
             "irq": irq,
             "delayacct": delayacct,
         })
-    }
-
-    #[cfg(test)]
-    mod tests {
-        use super::*;
-
-        #[test]
-        fn stat_steal_parses() {
-            let stat = "cpu  4705 356 584 3699 23 23 0 7 0 0\ncpu0 1 2 3 4 5 6 7 8 9 10\n";
-            assert_eq!(stat_steal_ticks(stat), Some(7));
-            assert_eq!(stat_steal_ticks("intr 1\n"), None);
-        }
     }
 }

@@ -259,6 +259,7 @@ mod linux {
                     t_ns,
                     processes: Vec::new(),
                     network: None,
+                    host_steal_ticks: None,
                 },
             );
         }

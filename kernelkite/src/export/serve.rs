@@ -363,6 +363,7 @@ mod tests {
                 t_ns: i * 100_000_000,
                 processes,
                 network: None,
+                host_steal_ticks: None,
             });
             if i % 2 == 0 {
                 let pid = 1000 + (i % 40) as i32;

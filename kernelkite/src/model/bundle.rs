@@ -526,6 +526,13 @@ pub struct Frame {
     pub processes: Vec<ProcessSample>,
     /// Host-wide /proc/net/dev counters (`--network`), sorted by interface.
     pub network: Option<Vec<NetDevCounters>>,
+    /// /proc/stat's steal column (the 8th value of the `cpu` line: USER_HZ ticks since
+    /// boot, summed over every CPU) when the frame was taken. **Host-wide**: what the
+    /// hypervisor took from this machine's vCPUs, not attributable to the profiled
+    /// processes. Absent when /proc/stat was unreadable, and in bundles from before it
+    /// was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_steal_ticks: Option<u64>,
 }
 
 /// One process at one instant: raw cumulative counters from /proc/<pid>/{stat,io}.

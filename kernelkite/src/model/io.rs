@@ -405,6 +405,7 @@ mod tests {
                 tx_bytes: 28,
                 tx_packets: 29,
             }]),
+            host_steal_ticks: Some(30),
         });
         b
     }

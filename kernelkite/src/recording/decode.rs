@@ -487,6 +487,11 @@ fn frame(t: &mut Take<'_>) -> FieldResult<Frame> {
         t_ns: t.u64("t_ns")?,
         processes: t.vec("processes", 77, process)?,
         network: t.opt("network", |t| t.vec("network", 36, netdev))?,
+        host_steal_ticks: if t.version >= 5 {
+            t.opt("host_steal_ticks", |t| t.u64("host_steal_ticks"))?
+        } else {
+            None
+        },
     })
 }
 

@@ -149,6 +149,7 @@ fn frame(p: &mut Put<'_>, f: &Frame) {
     p.u64(f.t_ns);
     p.vec(&f.processes, process);
     p.opt(f.network.as_deref(), |p, n| p.vec(n, netdev));
+    p.opt(f.host_steal_ticks, |p, t| p.u64(t));
 }
 
 fn process(p: &mut Put<'_>, s: &ProcessSample) {

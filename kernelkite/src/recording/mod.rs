@@ -33,7 +33,7 @@
 //! | type | record | fields |
 //! |---|---|---|
 //! | 1 | session start | backend u8 (0 proc, 1 ebpf), label opt<str>, host (clock_ticks_per_sec u64, page_size_bytes u64, num_cpus u32, kernel_release opt<str>, arch str), interval_ms u64, max_frames u64, min_latency_ns u64, flags u8 (bit 0 follow, bit 1 network), root_pids vec<i32>, clock anchor at t_ns 0 (monotonic_ns u64, boottime_ns u64, realtime_ns u64), version 5 on: time_accounting opt<(on_cpu_source u8, steal_accounted opt<u8>, irq_time_accounted opt<u8>, delay_accounting opt<u8>, kernel_config opt<str>)> |
-//! | 2 | frame | t_ns u64, processes vec<process>, network opt<vec<netdev>> |
+//! | 2 | frame | t_ns u64, processes vec<process>, network opt<vec<netdev>>, version 5 on: host_steal_ticks opt<u64> |
 //! | 3 | lifecycle | t_ns u64, kind u8 (0 fork, 1 exec, 2 exit), pid i32, tid i32, ppid i32, comm str, exit_code opt<i32>, class_ns opt<classes> |
 //! | 4 | slow syscall | t_ns u64, pid i32, tid i32, nr u32, name str, duration_ns u64, ret i64, user_stack opt<u32> |
 //! | 5 | histograms | t_ns u64, vec<(pid i32, nr u32, name str, count u64, total_ns u64, max_ns u64, buckets vec<(index u32, count u64)>, version 3 on: before_start u8)>: every histogram, cumulative; the last one wins |

@@ -72,6 +72,7 @@ fn frame(t_ns: u64, utime: u64) -> Frame {
             tx_bytes: 3,
             tx_packets: 4,
         }]),
+        host_steal_ticks: Some(utime),
     }
 }
 

@@ -1769,6 +1769,7 @@ mod tests {
                 t_ns: i * 10_000_000,
                 processes: vec![p],
                 network: None,
+                host_steal_ticks: None,
             });
         }
         b
@@ -1874,6 +1875,7 @@ mod tests {
                 t_ns: pick(next(8)),
                 processes,
                 network,
+                host_steal_ticks: None,
             });
         }
         for _ in 0..next(10) {

@@ -129,6 +129,9 @@ fn summary_json_base(a: &Analysis) -> Value {
     let launched = a.launched.as_ref().map(
         |l| json!({"argv": l.argv, "pid": l.pid, "exit_code": l.exit_code, "signal": l.signal}),
     );
+    let host_steal = a
+        .host_steal_ns
+        .map(|ns| json!({"host_wide": true, "steal_ns": ns}));
     let steal_threads: Vec<Value> = a
         .steal_threads()
         .iter()
@@ -181,6 +184,7 @@ fn summary_json_base(a: &Analysis) -> Value {
         "on_cpu_source": a.time_accounting.as_ref().map(|t| t.on_cpu_source.name()),
         "time_accounting": a.time_accounting,
         "steal_threads": steal_threads,
+        "host_steal": host_steal,
     })
 }
 
@@ -299,6 +303,15 @@ pub fn summary_text_with(a: &Analysis, idle: Option<&IdleSplit>) -> String {
     if let Some(t) = &a.time_accounting {
         row("on_cpu source", on_cpu_source_text(t.on_cpu_source));
         row("kernel accounts", kernel_accounts_text(t));
+    }
+    if let Some(ns) = a.host_steal_ns {
+        row(
+            "steal (host-wide)",
+            format!(
+                "{}  (/proc/stat, every CPU over the window; not attributable to the profiled processes)",
+                fmt_ns(ns as f64)
+            ),
+        );
     }
     if let Some(n) = &a.network {
         row(
@@ -643,6 +656,7 @@ mod tests {
             t_ns: 0,
             processes,
             network: None,
+            host_steal_ticks: None,
         }];
         b.launched = Some(crate::model::LaunchedCommand {
             argv: vec!["make".into()],

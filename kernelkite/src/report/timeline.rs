@@ -530,6 +530,7 @@ mod tests {
             t_ns: t_ms * 1_000_000,
             processes,
             network: None,
+            host_steal_ticks: None,
         }
     }
 

@@ -519,6 +519,17 @@ fn status_line(app: &App) -> Line<'static> {
     };
     spans.push(Span::styled(lost, lost_style));
     spans.push(Span::raw(format!(" · {hooks} · {overhead}")));
+    // What the hypervisor took from the whole machine over the window (/proc/stat).
+    if let Some(d) = app.data() {
+        if let (Some(ns), true) = (d.analysis.host_steal_ns, d.window_ns > 0) {
+            let cpus = app.info.host.num_cpus.max(1) as f64;
+            let share = ns as f64 / (d.window_ns as f64 * cpus);
+            spans.push(Span::raw(format!(
+                " · host steal {:.1}% (host-wide)",
+                share * 100.0
+            )));
+        }
+    }
     if app.editing_filter || !app.filter.is_empty() {
         let cursor = if app.editing_filter { "▏" } else { "" };
         spans.push(Span::styled(

@@ -391,6 +391,7 @@ mod tests {
                 t_ns,
                 processes: Vec::new(),
                 network: None,
+                host_steal_ticks: None,
             },
             syscalls: Vec::new(),
             events_lost: None,

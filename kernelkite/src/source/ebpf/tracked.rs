@@ -138,6 +138,7 @@ mod tests {
             t_ns: 0,
             processes,
             network: None,
+            host_steal_ticks: None,
         }
     }
 
