@@ -1300,3 +1300,95 @@ fn a_live_process_traced_mid_life_matches_schedstat_per_thread() {
         "runqueue off by {worst_runqueue:.5}"
     );
 }
+
+/// Puts a sysctl back when dropped.
+struct SysctlRestore(&'static str, String);
+
+impl Drop for SysctlRestore {
+    fn drop(&mut self) {
+        let _ = std::fs::write(self.0, &self.1);
+    }
+}
+
+/// io_wait against the kernel's delay accounting (`kernel.task_delayacct=1`): the
+/// blkio delay of /proc/PID/stat field 42, read by the test while the exited workload
+/// is a zombie (its counters are kept until it is reaped). Both start in
+/// `io_schedule_prepare()`; blkio runs on to `io_schedule_finish()`, after the thread
+/// is back on a CPU, so it also holds the wakeup-to-run wait that is runqueue here:
+/// io_wait ≤ blkio ≤ io_wait + runqueue, to a tick of truncation.
+#[test]
+fn io_wait_is_bounded_by_the_kernels_blkio_delay() {
+    let Some(_serial) = ebpf_ready("io_wait_is_bounded_by_the_kernels_blkio_delay") else {
+        return;
+    };
+    const SYSCTL: &str = "/proc/sys/kernel/task_delayacct";
+    let Ok(was) = std::fs::read_to_string(SYSCTL) else {
+        eprintln!("skipped: no {SYSCTL}");
+        return;
+    };
+    let _restore = SysctlRestore(SYSCTL, was);
+    // Before the workload starts: a task gets its delay counters at fork.
+    std::fs::write(SYSCTL, "1").unwrap();
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let dir_arg = dir.path().to_str().unwrap().to_string();
+    let mut w = GatedWorkload::spawn(&[
+        "io_stress",
+        "--count",
+        "50",
+        "--block-size",
+        "1048576",
+        "--dir",
+        &dir_arg,
+    ]);
+    let pid = w.pid;
+    let trace = RunningTrace::start(&[pid], &[]);
+    w.go();
+    let result = w.read_result();
+    assert_eq!(result["fsyncs"], 50, "{result}");
+    // SAFETY: waitid on our own child, WNOWAIT: it stays a zombie.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    let waited = unsafe {
+        libc::waitid(
+            libc::P_PID,
+            pid as libc::id_t,
+            &mut info,
+            libc::WEXITED | libc::WNOWAIT,
+        )
+    };
+    assert_eq!(waited, 0);
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // Field 42; the fields after the comm's `)` start at field 3.
+    let blkio_ticks: u64 = stat
+        .rsplit_once(") ")
+        .unwrap()
+        .1
+        .split_whitespace()
+        .nth(39)
+        .unwrap()
+        .parse()
+        .unwrap();
+    w.finish_silently();
+    let traced = trace.finish();
+    traced.assert_no_events_lost();
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
+    let tick_ns = 1_000_000_000 / hz;
+    let blkio_ns = blkio_ticks * tick_ns;
+    let c = traced.analysis.latency_classes;
+    let (io, queue) = (c.get(LatencyClass::IoWait), c.get(LatencyClass::Runqueue));
+    eprintln!(
+        "io_wait {io} ns, runqueue {queue} ns, blkio delay {blkio_ticks} ticks ({blkio_ns} ns)"
+    );
+    assert!(blkio_ticks > 0, "no blkio delay: {stat}");
+    if classic_hooks() {
+        // No in_iowait there: a D-state sleep in a file syscall stands in for it.
+        return;
+    }
+    assert!(
+        io <= blkio_ns + tick_ns,
+        "io_wait {io} ns above the blkio delay {blkio_ns} ns"
+    );
+    assert!(
+        io + queue + tick_ns >= blkio_ns,
+        "io_wait {io} + runqueue {queue} ns below the blkio delay {blkio_ns} ns"
+    );
+}
