@@ -1287,7 +1287,9 @@ fn classes_section(h: &mut String, a: &Analysis) {
     );
     for c in LatencyClass::ALL {
         let ns = a.latency_classes.get(c);
-        let measured = if a.class_is_exact(c) {
+        let measured = if c == LatencyClass::Steal && !a.steal_measured() {
+            "<span class=\"badge est\">not measured</span>"
+        } else if a.class_is_exact(c) {
             "<span class=\"badge exact\">exact</span>"
         } else {
             "<span class=\"badge est\">estimated</span>"
