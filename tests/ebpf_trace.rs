@@ -1217,7 +1217,7 @@ fn a_live_process_traced_mid_life_matches_schedstat_per_thread() {
     w.go();
     let result = w.read_result();
     assert_eq!(result["threads"], 4, "{result}");
-    // Every thread is parked now (the spinners on a barrier, the main thread on stdin).
+    // Every thread is parked now (the spinners in a channel recv, the main thread on stdin).
     let after = task_schedstats(pid);
     // SAFETY: kill has no memory-safety preconditions.
     assert_eq!(
@@ -1225,7 +1225,7 @@ fn a_live_process_traced_mid_life_matches_schedstat_per_thread() {
         0
     );
     let traced = trace.finish();
-    w.go(); // the second line: the threads leave their barrier and the process exits
+    w.go(); // the second line: the threads are released and the process exits
     w.finish_silently();
     traced.assert_no_events_lost();
     assert_eq!(before.len(), 5, "{before:?}");
@@ -1236,7 +1236,7 @@ fn a_live_process_traced_mid_life_matches_schedstat_per_thread() {
     }
     let mut worst_on_cpu = 0.0f64;
     let mut worst_runqueue = 0.0f64;
-    // The spinners: asleep on a barrier when the trace attached and when it ended (the
+    // The spinners: asleep in a channel recv when the trace attached and when it ended (the
     // workload waits for that). The main thread is not held to it: it may still be on a
     // CPU or queued after printing `ready` when the trace attaches, and a thread's
     // first interval seen at attach counts from that moment (docs/PROFILE.md).
@@ -1277,14 +1277,24 @@ fn a_live_process_traced_mid_life_matches_schedstat_per_thread() {
             .filter_map(|t| t.schedstat)
             .collect();
         let (first, last) = (framed.first().unwrap(), framed.last().unwrap());
-        assert_eq!(
-            (
-                last.on_cpu_ns - first.on_cpu_ns,
-                last.runqueue_ns - first.runqueue_ns
-            ),
-            (kernel_cpu, kernel_delay),
-            "tid {tid}: the bundle's schedstat moved otherwise than between the test's reads"
+        let (framed_cpu, framed_delay) = (
+            last.on_cpu_ns - first.on_cpu_ns,
+            last.runqueue_ns - first.runqueue_ns,
         );
+        // The test's reads lie inside the frames' window. (Now and then a spinner moves
+        // a little between them, microseconds on CPU, under a millisecond queued: a
+        // wakeup of the parked thread the test cannot rule out; the frames, read at the
+        // same instants as the class counters, are the exact reference.)
+        assert!(
+            framed_cpu >= kernel_cpu && framed_delay >= kernel_delay,
+            "tid {tid}: the bundle's schedstat moved ({framed_cpu}, {framed_delay}) ns, less than between the test's reads"
+        );
+        let framed_cpu_err = on_cpu.abs_diff(framed_cpu) as f64 / framed_cpu as f64;
+        let framed_queue_err = runqueue.abs_diff(framed_delay) as f64 / framed_delay as f64;
+        eprintln!(
+            "tid {tid}: against the bundle's schedstat: on_cpu {framed_cpu_err:.5}, runqueue {framed_queue_err:.5}"
+        );
+        let (cpu_err, queue_err) = (cpu_err.max(framed_cpu_err), queue_err.max(framed_queue_err));
         worst_on_cpu = worst_on_cpu.max(cpu_err);
         worst_runqueue = worst_runqueue.max(queue_err);
     }
@@ -1311,11 +1321,13 @@ impl Drop for SysctlRestore {
 }
 
 /// io_wait against the kernel's delay accounting (`kernel.task_delayacct=1`): the
-/// blkio delay of /proc/PID/stat field 42, read by the test while the exited workload
-/// is a zombie (its counters are kept until it is reaped). Both start in
-/// `io_schedule_prepare()`; blkio runs on to `io_schedule_finish()`, after the thread
-/// is back on a CPU, so it also holds the wakeup-to-run wait that is runqueue here:
-/// io_wait ≤ blkio ≤ io_wait + runqueue, to a tick of truncation.
+/// blkio delay of /proc/PID/stat field 42, read by the test once the trace is live
+/// (the workload waits in its gate) and while the exited workload is a zombie (its
+/// counters are kept until it is reaped). The kernel's blkio delay runs from the
+/// `__schedule` that blocks a thread with `in_iowait` set to the `try_to_wake_up` that
+/// wakes it; each io_wait sleep runs from the `sched_switch` after the first to the
+/// `sched_wakeup` after the second, inside it. So io_wait equals the blkio delay's
+/// move over the trace, to the ticks the field is truncated to.
 #[test]
 fn io_wait_is_bounded_by_the_kernels_blkio_delay() {
     let Some(_serial) = ebpf_ready("io_wait_is_bounded_by_the_kernels_blkio_delay") else {
@@ -1342,6 +1354,18 @@ fn io_wait_is_bounded_by_the_kernels_blkio_delay() {
     ]);
     let pid = w.pid;
     let trace = RunningTrace::start(&[pid], &[]);
+    let blkio_ticks_at = |stat: &str| -> u64 {
+        // Field 42; the fields after the comm's `)` start at field 3.
+        let after_comm = stat.rsplit_once(") ").unwrap().1;
+        after_comm
+            .split_whitespace()
+            .nth(39)
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let stat_path = format!("/proc/{pid}/stat");
+    let blkio_before = blkio_ticks_at(&std::fs::read_to_string(&stat_path).unwrap());
     w.go();
     let result = w.read_result();
     assert_eq!(result["fsyncs"], 50, "{result}");
@@ -1356,17 +1380,8 @@ fn io_wait_is_bounded_by_the_kernels_blkio_delay() {
         )
     };
     assert_eq!(waited, 0);
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    // Field 42; the fields after the comm's `)` start at field 3.
-    let blkio_ticks: u64 = stat
-        .rsplit_once(") ")
-        .unwrap()
-        .1
-        .split_whitespace()
-        .nth(39)
-        .unwrap()
-        .parse()
-        .unwrap();
+    let stat = std::fs::read_to_string(&stat_path).unwrap();
+    let blkio_ticks = blkio_ticks_at(&stat) - blkio_before;
     w.finish_silently();
     let traced = trace.finish();
     traced.assert_no_events_lost();
@@ -1383,12 +1398,13 @@ fn io_wait_is_bounded_by_the_kernels_blkio_delay() {
         // No in_iowait there: a D-state sleep in a file syscall stands in for it.
         return;
     }
+    // Each read truncates to a tick: the true move is within a tick of blkio_ns.
     assert!(
         io <= blkio_ns + tick_ns,
         "io_wait {io} ns above the blkio delay {blkio_ns} ns"
     );
     assert!(
-        io + queue + tick_ns >= blkio_ns,
-        "io_wait {io} + runqueue {queue} ns below the blkio delay {blkio_ns} ns"
+        io + 2 * tick_ns >= blkio_ns,
+        "io_wait {io} ns below the blkio delay {blkio_ns} ns"
     );
 }

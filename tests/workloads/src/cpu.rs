@@ -2,14 +2,15 @@
 //! of its time runnable but waiting for a CPU (runqueue), the rest on_cpu.
 //!
 //! `--linger`: the threads exist before the gate and outlive the work: they are
-//! spawned first and wait for the go on a barrier, and once they have spun they park on
-//! another until stdin has a second line (or is closed), after the result is printed. A
+//! spawned first and wait for the go on a channel each, and once they have spun they
+//! park on another until stdin has a second line (or is closed), after the result is
+//! printed. A
 //! tracer then sees a live multi-threaded process whose threads it did not see start or
 //! end, asleep at both ends of its trace.
 
 use std::hint::black_box;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Barrier};
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use crate::args::Args;
@@ -55,31 +56,46 @@ fn run_lingering(
     cpus: usize,
     seconds: f64,
 ) -> Result<(), crate::Fail> {
-    let go = Arc::new(Barrier::new(threads + 1));
-    let parked = Arc::new(Barrier::new(threads + 1));
-    let spun = Arc::new(AtomicUsize::new(0));
+    // One channel each way per thread, no shared lock: a thread asleep in its own
+    // `recv` stays asleep until main sends to it (a shared barrier's mutex hands
+    // wakeups from thread to thread, so "all asleep" could be seen mid-chain).
+    let (ready, spun) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let mut go = Vec::new();
+    let mut release = Vec::new();
     let handles: Vec<_> = (0..threads)
         .map(|i| {
-            let (go, parked, spun) = (go.clone(), parked.clone(), spun.clone());
+            let (go_tx, go_rx) = mpsc::channel::<()>();
+            let (release_tx, release_rx) = mpsc::channel::<()>();
+            go.push(go_tx);
+            release.push(release_tx);
+            let (ready, spun) = (ready.clone(), spun.clone());
             std::thread::Builder::new()
                 .name(format!("spin-{i}"))
                 .spawn(move || {
-                    go.wait();
+                    // Counted just before each wait: a thread can also sleep in its
+                    // start-up, so "asleep" alone does not say it reached the recv.
+                    ready.fetch_add(1, Ordering::SeqCst);
+                    let _ = go_rx.recv();
                     let n = spin_for(Duration::from_secs_f64(seconds));
                     spun.fetch_add(1, Ordering::SeqCst);
-                    parked.wait();
+                    let _ = release_rx.recv();
                     n
                 })
                 .map_err(|e| format!("spawning thread: {e}"))
         })
         .collect::<Result<_, _>>()?;
-    // Every thread asleep on its barrier before `ready`, and again before the result:
+    // Every thread asleep in its `recv` before `ready`, and again before the result:
     // none runs (or waits for a CPU) while a tracer attaches or reads the end.
+    while ready.load(Ordering::SeqCst) < threads {
+        std::thread::sleep(Duration::from_millis(5));
+    }
     wait_until_others_sleep(threads)?;
     let start = crate::gate(args)?;
     start.wait()?;
     let t0 = Instant::now();
-    go.wait();
+    for tx in &go {
+        let _ = tx.send(());
+    }
     while spun.load(Ordering::SeqCst) < threads {
         std::thread::sleep(Duration::from_millis(5));
     }
@@ -91,7 +107,9 @@ fn run_lingering(
         .u64("elapsed_ns", crate::elapsed_ns(t0))
         .print();
     crate::start::wait_for_stdin_line()?;
-    parked.wait();
+    for tx in &release {
+        let _ = tx.send(());
+    }
     let iterations: u64 = handles.into_iter().map(|h| h.join().unwrap_or(0)).sum();
     std::hint::black_box(iterations);
     Ok(())
