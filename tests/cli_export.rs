@@ -326,3 +326,120 @@ fn a_recording_exports_like_the_bundle_of_its_live_session() {
         );
     }
 }
+
+/// `kernelkite ARGS` on a bundle, its stdout.
+fn stdout_of(args: &[&str], bundle: &Path) -> String {
+    let o = kk().args(args).arg(bundle).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8(o.stdout).unwrap()
+}
+
+/// Steal per thread, from a real session beside CPU hogs on a VM (steal in every
+/// thread): the summary lists it, and Prometheus, OTLP, the Chrome trace and the JSON
+/// export each carry every thread's steal, adding up to the bundle's steal class.
+#[test]
+fn steal_is_reported_per_thread_in_the_summary_and_every_export() {
+    let bundle = repo().join("fixtures/recordings/run-ebpf-steal.bundle.json");
+    let summary: serde_json::Value =
+        serde_json::from_str(&stdout_of(&["summary", "--json"], &bundle)).unwrap();
+    let total = summary["latency_classes"]["steal"].as_u64().unwrap();
+    let threads = summary["steal_threads"].as_array().unwrap();
+    assert!(total > 0 && threads.len() >= 2, "{summary}");
+    let per_thread: std::collections::BTreeMap<i64, u64> = threads
+        .iter()
+        .map(|t| (t["tid"].as_i64().unwrap(), t["steal_ns"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(per_thread.values().sum::<u64>(), total);
+    let text = stdout_of(&["summary"], &bundle);
+    assert!(text.contains("steal by thread"), "{text}");
+    for tid in per_thread.keys() {
+        assert!(
+            text.lines()
+                .any(|l| l.split_whitespace().nth(1) == Some(&tid.to_string())),
+            "tid {tid} not in the steal table: {text}"
+        );
+    }
+    let close = |what: &str, seconds: f64, ns: u64| {
+        assert!(
+            (seconds * 1e9 - ns as f64).abs() <= 1.0 + ns as f64 * 1e-9,
+            "{what}: {seconds} s vs {ns} ns"
+        );
+    };
+
+    let prom = stdout_of(&["export", "--format", "prometheus"], &bundle);
+    for (tid, ns) in &per_thread {
+        let line = prom
+            .lines()
+            .find(|l| {
+                l.starts_with("kernelkite_thread_steal_seconds_total{")
+                    && l.contains(&format!("tid=\"{tid}\""))
+            })
+            .unwrap_or_else(|| panic!("no steal series of tid {tid}: {prom}"));
+        let value: f64 = line.rsplit(' ').next().unwrap().parse().unwrap();
+        close(&format!("prometheus tid {tid}"), value, *ns);
+    }
+
+    let otlp: serde_json::Value =
+        serde_json::from_str(&stdout_of(&["export", "--format", "otlp"], &bundle)).unwrap();
+    let mut otlp_steal = std::collections::BTreeMap::new();
+    for rm in otlp["resourceMetrics"].as_array().unwrap() {
+        for sm in rm["scopeMetrics"].as_array().unwrap() {
+            for m in sm["metrics"].as_array().unwrap() {
+                if m["name"] != "kernelkite.thread.steal.time" {
+                    continue;
+                }
+                for p in m["sum"]["dataPoints"].as_array().unwrap() {
+                    let tid = p["attributes"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .find(|a| a["key"] == "thread.id")
+                        .map(|a| {
+                            a["value"]["intValue"]
+                                .as_str()
+                                .unwrap()
+                                .parse::<i64>()
+                                .unwrap()
+                        })
+                        .unwrap();
+                    otlp_steal.insert(tid, p["asDouble"].as_f64().unwrap());
+                }
+            }
+        }
+    }
+    assert_eq!(
+        otlp_steal.keys().collect::<Vec<_>>(),
+        per_thread.keys().collect::<Vec<_>>()
+    );
+    for (tid, ns) in &per_thread {
+        close(&format!("otlp tid {tid}"), otlp_steal[tid], *ns);
+    }
+
+    let trace: serde_json::Value =
+        serde_json::from_str(&stdout_of(&["export", "--format", "chrome-trace"], &bundle)).unwrap();
+    for (tid, ns) in &per_thread {
+        let us: f64 = trace["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["name"] == "steal" && e["tid"].as_i64() == Some(*tid))
+            .map(|e| e["dur"].as_f64().unwrap())
+            .sum();
+        assert!(
+            (us * 1000.0 - *ns as f64).abs() <= 1.0 + *ns as f64 * 1e-6,
+            "chrome trace tid {tid}: {us} µs of steal slices vs {ns} ns"
+        );
+    }
+
+    let doc: serde_json::Value =
+        serde_json::from_str(&stdout_of(&["export", "--format", "json"], &bundle)).unwrap();
+    for t in doc["analysis"]["threads"].as_array().unwrap() {
+        let tid = t["tid"].as_i64().unwrap();
+        let steal = t["classes"]["steal"].as_u64().unwrap();
+        assert_eq!(
+            steal,
+            per_thread.get(&tid).copied().unwrap_or(0),
+            "tid {tid}"
+        );
+    }
+}

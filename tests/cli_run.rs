@@ -1155,3 +1155,56 @@ fn frame_byte_budget_caps_the_frames_of_a_big_tree() {
             "--max-frames-mb must be at least 1",
         ));
 }
+
+/// /proc/stat's steal column, the 8th value of the `cpu` line.
+fn host_steal_ticks_now() -> u64 {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap();
+    stat.lines()
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .nth(8)
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// The /proc backend records the host-wide steal ticks in every frame (between the
+/// test's own reads of /proc/stat around the run, never going backwards), and the
+/// summary reports their move, labelled host-wide.
+#[test]
+fn proc_frames_carry_host_wide_steal() {
+    let dir = tempfile::tempdir().unwrap();
+    let bundle_path = dir.path().join("steal.json");
+    let before = host_steal_ticks_now();
+    kk().args(["--interval-ms", "50", "run"])
+        .arg(&bundle_path)
+        .args(["--", "sleep", "0.3"])
+        .assert()
+        .success();
+    let after = host_steal_ticks_now();
+    let bundle = load_bundle(&bundle_path).unwrap();
+    let ticks: Vec<u64> = bundle
+        .frames
+        .iter()
+        .map(|f| f.host_steal_ticks.expect("every frame has the steal ticks"))
+        .collect();
+    assert!(ticks.len() >= 2, "{ticks:?}");
+    assert!(ticks.windows(2).all(|w| w[0] <= w[1]), "{ticks:?}");
+    assert!(before <= ticks[0] && *ticks.last().unwrap() <= after);
+    let summary = kk()
+        .args(["summary", "--json"])
+        .arg(&bundle_path)
+        .output()
+        .unwrap();
+    let doc: serde_json::Value = serde_json::from_slice(&summary.stdout).unwrap();
+    let hz = bundle.host.clock_ticks_per_sec;
+    assert_eq!(doc["host_steal"]["host_wide"], true);
+    assert_eq!(
+        doc["host_steal"]["steal_ns"].as_u64(),
+        Some((ticks.last().unwrap() - ticks[0]) * 1_000_000_000 / hz)
+    );
+    let text = kk().arg("summary").arg(&bundle_path).output().unwrap();
+    let text = String::from_utf8(text.stdout).unwrap();
+    assert!(text.contains("steal (host-wide)"), "{text}");
+}

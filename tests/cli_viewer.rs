@@ -16,6 +16,7 @@ fn small_bundle() -> Bundle {
         num_cpus: 2,
         kernel_release: Some("6.1.0".into()),
         arch: "x86_64".into(),
+        time_accounting: None,
     };
     let sample = |pid: i32, start: u64, ticks: u64, rss: u64, read: u64| ProcessSample {
         pid,
@@ -47,16 +48,19 @@ fn small_bundle() -> Bundle {
             t_ns: 0,
             processes: vec![sample(10, 500, 0, 100, 0)],
             network: None,
+            host_steal_ticks: None,
         },
         Frame {
             t_ns: 250_000_000,
             processes: vec![sample(10, 500, 20, 120, 4096), sample(20, 510, 4, 50, 0)],
             network: None,
+            host_steal_ticks: None,
         },
         Frame {
             t_ns: 500_000_000,
             processes: vec![sample(10, 500, 40, 120, 8192), sample(20, 540, 1, 60, 0)],
             network: None,
+            host_steal_ticks: None,
         },
     ];
     b

@@ -26,6 +26,7 @@ fn build_session(backend: Backend) -> Bundle {
         num_cpus: 8,
         kernel_release: Some("6.1.0-test".into()),
         arch: "x86_64".into(),
+        time_accounting: None,
     };
     let mut b = Bundle::new(backend, host, 100);
     b.label = Some("make -j8 (demo build)".into());
@@ -168,6 +169,7 @@ fn build_session(backend: Backend) -> Bundle {
             t_ns: t * 1_000_000,
             processes,
             network: Some(net(t / 100)),
+            host_steal_ticks: None,
         });
     }
     if backend == Backend::Ebpf {

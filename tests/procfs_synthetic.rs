@@ -17,6 +17,7 @@ fn host() -> HostConstants {
         num_cpus: 2,
         kernel_release: Some("6.18.0-synthetic".into()),
         arch: "x86_64".into(),
+        time_accounting: None,
     }
 }
 

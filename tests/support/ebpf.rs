@@ -103,6 +103,29 @@ impl GatedWorkload {
         stdin.flush().unwrap();
     }
 
+    /// The next non-empty line on the workload's stdout, parsed as its JSON result
+    /// (for workloads that print it and keep running: `cpu_stress --linger`).
+    pub fn read_result(&mut self) -> serde_json::Value {
+        let mut line = String::new();
+        while line.trim().is_empty() {
+            line.clear();
+            assert!(
+                self.stdout.read_line(&mut line).unwrap_or(0) > 0,
+                "workload closed stdout without a result"
+            );
+        }
+        serde_json::from_str(line.trim())
+            .unwrap_or_else(|e| panic!("workload result {line:?}: {e}"))
+    }
+
+    /// Wait for a workload whose result was already read ([`GatedWorkload::read_result`]).
+    pub fn finish_silently(mut self) {
+        let mut sink = String::new();
+        let _ = std::io::Read::read_to_string(&mut self.stdout, &mut sink);
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "workload failed: {status}");
+    }
+
     /// Wait for the workload and return its JSON result line.
     pub fn finish(mut self) -> serde_json::Value {
         let mut last = String::new();

@@ -32,7 +32,9 @@ use kernelkite_common::{LatencyClass, NUM_CLASSES};
 use schemars::JsonSchema;
 use serde::Serialize;
 
-use crate::model::{Backend, Bundle, ClassTimes, FrameCap, InlineStr, LifecycleKind};
+use crate::model::{
+    Backend, Bundle, ClassTimes, FrameCap, InlineStr, LifecycleKind, OnCpuSource, TimeAccounting,
+};
 
 pub use syscall_names::{sample_class, syscall_name, syscall_number, IO_SYSCALLS, LOCK_SYSCALLS};
 
@@ -125,6 +127,15 @@ pub struct Analysis {
     /// Files a traced process controls that were not read for symbols
     /// (`stacks.skipped_files`), so a missing name is explained.
     pub skipped_files: Vec<SkippedFileRow>,
+    /// `Bundle::host.time_accounting`: where on_cpu came from and what the kernel
+    /// leaves out of it (`None` for bundles written before it was recorded).
+    #[schemars(with = "Option<crate::export::json::model_schema::TimeAccounting>")]
+    pub time_accounting: Option<TimeAccounting>,
+    /// **Host-wide** hypervisor steal over the window, every CPU summed: the move of
+    /// /proc/stat's steal column from the first frame that has it to the last, in ns
+    /// (USER_HZ ticks × 1e9 / `clock_ticks_per_sec`). Not attributable to the profiled
+    /// processes. `None` when the frames do not carry it.
+    pub host_steal_ns: Option<u64>,
 }
 
 /// A file not read for symbols, and why (docs/STACKS.md).
@@ -373,7 +384,38 @@ impl Analysis {
     /// Whether `class` is measured exactly in this analysis (on_cpu and runqueue always
     /// are; the four sleep classes only when [`Analysis::latency_classes_exact`]).
     pub fn class_is_exact(&self, class: LatencyClass) -> bool {
-        self.latency_classes_exact || matches!(class, LatencyClass::OnCpu | LatencyClass::Runqueue)
+        // Steal is never estimated: measured (tp_btf) or not at all (0: classic, /proc).
+        self.latency_classes_exact
+            || matches!(
+                class,
+                LatencyClass::OnCpu | LatencyClass::Runqueue | LatencyClass::Steal
+            )
+    }
+
+    /// Whether the steal class was measured: tp_btf hooks (the kernel's runtime read),
+    /// not classic tracepoints or /proc, where it is 0. Bundles that do not say: when
+    /// eBPF and some thread has steal.
+    pub fn steal_measured(&self) -> bool {
+        match &self.time_accounting {
+            Some(t) => t.on_cpu_source == OnCpuSource::SumExecRuntime,
+            None => self.backend == Backend::Ebpf && self.latency_classes.steal > 0,
+        }
+    }
+
+    /// The threads with steal, most first (then by pid, tid).
+    pub fn steal_threads(&self) -> Vec<&ThreadRow> {
+        let mut out: Vec<&ThreadRow> = self
+            .threads
+            .iter()
+            .filter(|t| t.classes.steal > 0)
+            .collect();
+        out.sort_by(|x, y| {
+            y.classes
+                .steal
+                .cmp(&x.classes.steal)
+                .then_with(|| (x.pid, x.tid).cmp(&(y.pid, y.tid)))
+        });
+        out
     }
 
     /// The process row of `key`, if observed.
@@ -865,7 +907,18 @@ pub fn analyze(bundle: &Bundle) -> Analysis {
             signal: l.signal,
         }),
         reap_folds,
+        time_accounting: bundle.host.time_accounting.clone(),
+        host_steal_ns: host_steal_ns(bundle),
     }
+}
+
+/// See [`Analysis::host_steal_ns`].
+fn host_steal_ns(bundle: &Bundle) -> Option<u64> {
+    let mut ticks = bundle.frames.iter().filter_map(|f| f.host_steal_ticks);
+    let first = ticks.next()?;
+    let last = ticks.next_back().unwrap_or(first);
+    let hz = bundle.host.clock_ticks_per_sec.max(1);
+    Some(((last.saturating_sub(first)) as u128 * 1_000_000_000 / hz as u128) as u64)
 }
 
 /// Undo the kernel's fold of reaped children's I/O into their parent.

@@ -8,6 +8,7 @@ fn host() -> HostConstants {
         num_cpus: 4,
         kernel_release: None,
         arch: "x86_64".into(),
+        time_accounting: None,
     }
 }
 
@@ -53,6 +54,7 @@ fn frame(t_ms: u64, processes: Vec<ProcessSample>) -> Frame {
         t_ns: t_ms * 1_000_000,
         processes,
         network: None,
+        host_steal_ticks: None,
     }
 }
 
@@ -644,4 +646,27 @@ fn reaped_children_io_is_not_counted_twice() {
     let mut b2 = b.clone();
     b2.frames.truncate(2);
     assert_eq!(analyze(&b2).read_bytes, 187);
+}
+
+/// Host-wide steal: the move of /proc/stat's steal column over the frames that carry
+/// it, in ns; none when no frame does.
+#[test]
+fn host_steal_is_the_move_of_the_frames_steal_ticks() {
+    let mut b = Bundle::new(Backend::Proc, host(), 100);
+    for (t, ticks) in [
+        (0, None),
+        (100, Some(100)),
+        (200, Some(103)),
+        (300, Some(107)),
+    ] {
+        let mut f = frame(t, vec![proc_(10, 1, 5, 0, 1, 0, 0)]);
+        f.host_steal_ticks = ticks;
+        b.frames.push(f);
+    }
+    // 7 ticks at 100 per second.
+    assert_eq!(analyze(&b).host_steal_ns, Some(70_000_000));
+    for f in &mut b.frames {
+        f.host_steal_ticks = None;
+    }
+    assert_eq!(analyze(&b).host_steal_ns, None);
 }

@@ -60,6 +60,7 @@ fn render_text(report: &serde_json::Value) -> String {
     }
     if let Some(t) = report.get("time_accounting") {
         let part = |k: &str| s(t.get(k).cloned().unwrap_or(serde_json::Value::Null));
+        out.push_str(&format!("on_cpu source:    {}\n", part("on_cpu")));
         out.push_str(&format!("steal time:       {}\n", part("steal")));
         out.push_str(&format!("irq time:         {}\n", part("irq")));
         out.push_str(&format!("delay accounting: {}\n", part("delayacct")));
@@ -88,6 +89,7 @@ mod platform {
     use serde_json::json;
 
     use super::*;
+    use crate::model::OnCpuSource;
     use crate::source::ebpf::availability::Availability;
     use crate::source::ebpf::loader::{self, ProbeOptions};
 
@@ -123,12 +125,13 @@ mod platform {
                 yes(a.cap_sys_admin)
             )
         };
-        let (backend, reason, hooks, notes) = match a.unavailable_reason() {
+        let (backend, reason, hooks, notes, on_cpu) = match a.unavailable_reason() {
             Some(reason) => (
                 "proc",
                 format!("eBPF unavailable: {reason}"),
                 Vec::new(),
                 Vec::new(),
+                OnCpuSource::Schedstat,
             ),
             None => match loader::load(ProbeOptions::default()) {
                 Ok(probes) => (
@@ -139,12 +142,14 @@ mod platform {
                     ),
                     probes.hooks.clone(),
                     probes.notes.clone(),
+                    probes.on_cpu_source,
                 ),
                 Err(e) => (
                     "proc",
                     format!("eBPF unavailable: {e}"),
                     Vec::new(),
                     Vec::new(),
+                    OnCpuSource::Schedstat,
                 ),
             },
         };
@@ -166,7 +171,7 @@ mod platform {
             }
         };
         json!({
-            "time_accounting": super::time_accounting::probe(),
+            "time_accounting": super::time_accounting::probe(on_cpu),
             "kernel_release": a.kernel_release,
             "arch": std::env::consts::ARCH,
             "btf": if a.btf { "yes (/sys/kernel/btf/vmlinux)" } else { "no" },
@@ -200,80 +205,58 @@ mod platform {
 mod time_accounting {
     use serde_json::json;
 
-    /// `CONFIG_<key>` in a kernel config text: `Some("y")`, or `Some("n")` for
-    /// `# CONFIG_<key> is not set`, None when absent.
-    pub fn config_value<'a>(config: &'a str, key: &str) -> Option<&'a str> {
-        let set = format!("CONFIG_{key}=");
-        let unset = format!("# CONFIG_{key} is not set");
-        config.lines().find_map(|l| {
-            if let Some(v) = l.strip_prefix(&set) {
-                Some(v)
-            } else if l == unset {
-                Some("n")
-            } else {
-                None
-            }
-        })
+    use crate::model::OnCpuSource;
+    use crate::source::host::{config_value, kernel_config};
+
+    /// What the source of on_cpu means, in words.
+    pub fn on_cpu_text(source: OnCpuSource) -> String {
+        match source {
+            OnCpuSource::SumExecRuntime => "sum_exec_runtime: the kernel's accounted runtime (tp_btf hooks read task->se.sum_exec_runtime at each switch), what rusage and schedstat report".to_string(),
+            OnCpuSource::Clock => "clock: switch-in to switch-out by bpf_ktime_get_ns (classic tracepoints cannot read task_struct), steal and irq time included; steal is not measured".to_string(),
+            OnCpuSource::Schedstat => "schedstat: /proc/<pid>/task/<tid>/schedstat field 1, the kernel's accounted runtime (the /proc sampler)".to_string(),
+        }
     }
 
-    /// The host-wide steal ticks of /proc/stat (the 8th value of the `cpu` line).
-    pub fn stat_steal_ticks(stat: &str) -> Option<u64> {
-        let line = stat.lines().find(|l| l.starts_with("cpu "))?;
-        line.split_whitespace().nth(8)?.parse().ok()
-    }
-
-    pub fn probe() -> serde_json::Value {
-        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-        let config_path = format!("/boot/config-{}", release.trim());
-        let config = std::fs::read_to_string(&config_path).ok();
+    pub fn probe(on_cpu: OnCpuSource) -> serde_json::Value {
+        let config = kernel_config();
         let from_config = |key: &str| {
-            config
-                .as_deref()
-                .and_then(|c| config_value(c, key))
-                .map(|v| format!("CONFIG_{key}={v} ({config_path})"))
+            config.as_ref().and_then(|(path, text)| {
+                config_value(text, key).map(|v| format!("CONFIG_{key}={v} ({path})"))
+            })
         };
         let steal_now = || {
-            std::fs::read_to_string("/proc/stat")
+            std::fs::read("/proc/stat")
                 .ok()
-                .and_then(|s| stat_steal_ticks(&s))
+                .and_then(|s| crate::source::procfs::parse::stat_steal_ticks(&s))
         };
         let before = steal_now();
         std::thread::sleep(std::time::Duration::from_millis(200));
         let moving = matches!((before, steal_now()), (Some(a), Some(b)) if b > a);
         let steal = match (from_config("PARAVIRT_TIME_ACCOUNTING"), moving) {
-            (_, true) => "accounted: /proc/stat's steal column moves; on_cpu leaves it out, the steal class measures it per thread".to_string(),
+            (Some(c), true) => format!("accounted ({c}): /proc/stat's steal column moves; on_cpu leaves it out, the steal class measures it per thread"),
+            (None, true) => "accounted: /proc/stat's steal column moves; on_cpu leaves it out, the steal class measures it per thread".to_string(),
             (Some(c), false) => format!("{c}; no steal seen in /proc/stat over 200 ms"),
             (None, false) => "no steal seen in /proc/stat over 200 ms (none now, or not accounted)".to_string(),
         };
         let irq = from_config("IRQ_TIME_ACCOUNTING").map_or_else(
             || {
-                "unknown (no kernel config in /boot); where accounted, it is in steal, not on_cpu"
+                "unknown (no kernel config in /proc/config.gz or /boot); where accounted, it is in steal, not on_cpu"
                     .to_string()
             },
             |c| format!("{c}; where set, irq time is in steal, not on_cpu"),
         );
         let delayacct = match std::fs::read_to_string("/proc/sys/kernel/task_delayacct") {
             Ok(v) if v.trim() == "1" => "on (kernel.task_delayacct=1)".to_string(),
-            Ok(_) => "off (kernel.task_delayacct=0)".to_string(),
+            Ok(_) => "off (kernel.task_delayacct=0; `sysctl kernel.task_delayacct=1` turns it on)"
+                .to_string(),
             Err(_) => "unknown (no kernel.task_delayacct)".to_string(),
         };
-        json!({ "steal": steal, "irq": irq, "delayacct": delayacct })
-    }
-
-    #[cfg(test)]
-    mod tests {
-        use super::*;
-
-        #[test]
-        fn config_and_stat_fields_parse() {
-            let config =
-                "CONFIG_PARAVIRT_TIME_ACCOUNTING=y\n# CONFIG_IRQ_TIME_ACCOUNTING is not set\n";
-            assert_eq!(config_value(config, "PARAVIRT_TIME_ACCOUNTING"), Some("y"));
-            assert_eq!(config_value(config, "IRQ_TIME_ACCOUNTING"), Some("n"));
-            assert_eq!(config_value(config, "SCHEDSTATS"), None);
-            let stat = "cpu  4705 356 584 3699 23 23 0 7 0 0\ncpu0 1 2 3 4 5 6 7 8 9 10\n";
-            assert_eq!(stat_steal_ticks(stat), Some(7));
-            assert_eq!(stat_steal_ticks("intr 1\n"), None);
-        }
+        json!({
+            "on_cpu_source": on_cpu.name(),
+            "on_cpu": on_cpu_text(on_cpu),
+            "steal": steal,
+            "irq": irq,
+            "delayacct": delayacct,
+        })
     }
 }

@@ -71,7 +71,7 @@ mod linux {
     use crate::cli::{BackendChoice, GlobalArgs, RunArgs};
     use crate::commands::record_file::RecordFile;
     use crate::model::{
-        self, Backend, Bundle, Frame, FrameCap, HostConstants, LaunchedCommand, Rusage,
+        self, Backend, Bundle, Frame, FrameCap, HostConstants, LaunchedCommand, OnCpuSource, Rusage,
     };
     use crate::recording::{ClockAnchor, RecordRef, SessionStart, SharedRecording};
     use crate::source::ebpf::availability::Availability;
@@ -142,7 +142,7 @@ mod linux {
                 }
             },
         };
-        let host = current_host();
+        let host = current_host(OnCpuSource::Schedstat);
         let mut launcher =
             Launcher::prepare(users).context("cannot prepare to launch the command")?;
 
@@ -259,6 +259,7 @@ mod linux {
                     t_ns,
                     processes: Vec::new(),
                     network: None,
+                    host_steal_ticks: None,
                 },
             );
         }

@@ -50,6 +50,10 @@ pub fn class_cname(class: LatencyClass) -> &'static str {
 /// Class slices of `delta`, laid end to end so the last one ends at `end_ns`, but
 /// never starting before `floor_ns` (the end of the thread's previous slices), so the
 /// slices of one track never overlap. Returns where the slices end.
+///
+/// A delta longer than the room (an interval still open at the previous frame is
+/// counted at the next one) is cut from its largest classes, so the small ones, steal
+/// among them, keep their exact length.
 fn class_slices(
     out: &mut Vec<Value>,
     (pid, tid): (i32, i32),
@@ -57,10 +61,23 @@ fn class_slices(
     delta: &ClassTimes,
     classes: &[LatencyClass],
 ) -> u64 {
+    let mut fitted = *delta;
     let total: u64 = classes
         .iter()
         .map(|c| delta.get(*c))
         .fold(0, u64::saturating_add);
+    let mut over = total.saturating_sub(end_ns.saturating_sub(floor_ns));
+    let mut largest_first = classes.to_vec();
+    largest_first.sort_by_key(|c| std::cmp::Reverse(delta.get(*c)));
+    for c in largest_first {
+        let cut = over.min(fitted.get(c));
+        let mut all = fitted.to_array();
+        all[c.id() as usize] -= cut;
+        fitted = ClassTimes::from_array(all);
+        over -= cut;
+    }
+    let delta = &fitted;
+    let total = total.min(end_ns.saturating_sub(floor_ns));
     let mut t = end_ns.saturating_sub(total).max(floor_ns);
     for &c in classes {
         let d = delta.get(c).min(end_ns.saturating_sub(t));

@@ -70,6 +70,35 @@ pub mod model_schema {
         pub steal: u64,
     }
 
+    /// How the kernel accounted time (`model::TimeAccounting`).
+    #[derive(JsonSchema)]
+    #[schemars(deny_unknown_fields)]
+    #[allow(dead_code)] // schema only: never constructed
+    pub struct TimeAccounting {
+        /// Where on_cpu came from: `sum_exec_runtime` (tp_btf hooks: the kernel's
+        /// accounted runtime), `clock` (classic tracepoints: switch to switch, steal and
+        /// irq time included), `schedstat` (/proc sampler: the kernel's runtime).
+        pub on_cpu_source: OnCpuSource,
+        /// `CONFIG_PARAVIRT_TIME_ACCOUNTING` (null: no kernel config readable).
+        pub steal_accounted: Option<bool>,
+        /// `CONFIG_IRQ_TIME_ACCOUNTING` (null: no kernel config readable).
+        pub irq_time_accounted: Option<bool>,
+        /// `kernel.task_delayacct` at the session's start.
+        pub delay_accounting: Option<bool>,
+        /// The config file the answers came from.
+        pub kernel_config: Option<String>,
+    }
+
+    /// The source of on_cpu (`model::OnCpuSource`).
+    #[derive(JsonSchema)]
+    #[serde(rename_all = "snake_case")]
+    #[allow(dead_code)] // schema only: never constructed
+    pub enum OnCpuSource {
+        SumExecRuntime,
+        Clock,
+        Schedstat,
+    }
+
     /// The frame cap (`model::FrameCap`).
     #[derive(JsonSchema)]
     #[schemars(deny_unknown_fields)]

@@ -5,7 +5,9 @@
 //!   (`process.pid`, `process.parent_pid`, `process.executable.name`) plus one for the
 //!   session: `kernelkite.syscall.duration` (explicit-bucket histogram, seconds, bounds
 //!   inclusive as OTLP defines them), `kernelkite.latency_class.time` (monotonic sum,
-//!   seconds, one point per class), `process.cpu.time` (monotonic sum, seconds) and
+//!   seconds, one point per class), `kernelkite.thread.steal.time` (monotonic sum,
+//!   seconds, one point per thread with steal: `thread.id`, `thread.name`),
+//!   `process.cpu.time` (monotonic sum, seconds) and
 //!   `kernelkite.events.lost` on the session resource. All cumulative over the session.
 //! * Traces (`ExportTraceServiceRequest`): one trace per process whose root span is the
 //!   process's observed lifetime and whose children are its slow syscalls (single calls
@@ -140,6 +142,31 @@ pub fn metrics_request(
             "s",
             class_points,
         ));
+        let steal_points: Vec<NumberDataPoint> = analysis
+            .steal_threads()
+            .into_iter()
+            .filter(|t| t.pid == p.pid && t.process_start_time_ticks == p.start_time_ticks)
+            .map(|t| NumberDataPoint {
+                attributes: vec![
+                    kv_int("thread.id", t.tid as i64),
+                    kv_str("thread.name", &t.comm),
+                ],
+                start_time_unix_nano: start,
+                time_unix_nano: time,
+                value: Some(number_data_point::Value::AsDouble(
+                    t.classes.steal as f64 / 1e9,
+                )),
+                ..Default::default()
+            })
+            .collect();
+        if !steal_points.is_empty() {
+            metrics.push(monotonic_sum(
+                "kernelkite.thread.steal.time",
+                "Time each thread was current on a CPU that the kernel did not run it (hypervisor steal, irq time), for threads that have any.",
+                "s",
+                steal_points,
+            ));
+        }
         // A process whose CPU was not measured gets no point rather than a 0.
         if let Some(cpu) = p.cpu_seconds {
             metrics.push(monotonic_sum(

@@ -31,6 +31,8 @@ pub struct Snapshot {
     class_seconds: BTreeMap<(i32, String, &'static str), f64>,
     /// `((pid, comm), seconds)`.
     cpu_seconds: BTreeMap<(i32, String), f64>,
+    /// `((pid, tid, thread comm), seconds)` of the threads with steal.
+    thread_steal_seconds: BTreeMap<(i32, i32, String), f64>,
     /// `((pid, comm, syscall), histogram)` with bucket bounds in seconds.
     syscalls: BTreeMap<(i32, String, String), Hist>,
     events_lost: Option<u64>,
@@ -64,6 +66,11 @@ impl Snapshot {
             if let Some(cpu) = p.cpu_seconds {
                 *s.cpu_seconds.entry((p.pid, p.comm.clone())).or_default() += cpu;
             }
+        }
+        for t in analysis.steal_threads() {
+            *s.thread_steal_seconds
+                .entry((t.pid, t.tid, t.comm.clone()))
+                .or_default() += t.classes.steal as f64 / 1e9;
         }
         for h in syscall_histograms(bundle, analysis) {
             let e = s
@@ -103,6 +110,22 @@ impl Collector for Snapshot {
                     ("pid", pid.to_string()),
                     ("comm", comm.clone()),
                     ("class", class.to_string()),
+                ];
+                ConstCounter::new(*secs).encode(m.encode_family(&labels)?)?;
+            }
+        }
+        if !self.thread_steal_seconds.is_empty() {
+            let mut m = encoder.encode_descriptor(
+                "kernelkite_thread_steal",
+                "Time the thread was current on a CPU that the kernel did not run it (hypervisor steal, irq time): its steal class, for threads that have any.",
+                Some(&Unit::Seconds),
+                MetricType::Counter,
+            )?;
+            for ((pid, tid, comm), secs) in &self.thread_steal_seconds {
+                let labels: Labels = vec![
+                    ("pid", pid.to_string()),
+                    ("tid", tid.to_string()),
+                    ("comm", comm.clone()),
                 ];
                 ConstCounter::new(*secs).encode(m.encode_family(&labels)?)?;
             }

@@ -338,6 +338,7 @@ mod tests {
             num_cpus: 2,
             kernel_release: None,
             arch: "x86_64".into(),
+            time_accounting: None,
         };
         let mut bundle = crate::model::Bundle::new(Backend::Ebpf, host, 100);
         let mut frames = Vec::new();
@@ -362,6 +363,7 @@ mod tests {
                 t_ns: i * 100_000_000,
                 processes,
                 network: None,
+                host_steal_ticks: None,
             });
             if i % 2 == 0 {
                 let pid = 1000 + (i % 40) as i32;

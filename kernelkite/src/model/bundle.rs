@@ -444,6 +444,76 @@ pub struct HostConstants {
     pub kernel_release: Option<String>,
     /// Machine architecture (`x86_64`, `aarch64`): syscall numbers are per architecture.
     pub arch: String,
+    /// How the kernel accounted the threads' time in this session: where `on_cpu` came
+    /// from and what the kernel leaves out of it. Absent in bundles written before
+    /// kernelkite recorded it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_accounting: Option<TimeAccounting>,
+}
+
+/// How the recording kernel accounts a thread's CPU time, read when the session started.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TimeAccounting {
+    /// Where every thread's `on_cpu` came from.
+    pub on_cpu_source: OnCpuSource,
+    /// `CONFIG_PARAVIRT_TIME_ACCOUNTING`: the kernel leaves hypervisor steal out of a
+    /// task's runtime (so it is in `steal`, not `on_cpu`, on tp_btf hooks); `None`
+    /// when no kernel config was readable.
+    pub steal_accounted: Option<bool>,
+    /// `CONFIG_IRQ_TIME_ACCOUNTING`: the kernel leaves interrupt service out of a task's
+    /// runtime (so it is in `steal`); `None` when no kernel config was readable.
+    pub irq_time_accounted: Option<bool>,
+    /// `kernel.task_delayacct` (/proc/sys/kernel/task_delayacct) at the session's
+    /// start: whether delay accounting (blkio delay, /proc/<pid>/stat field 42) runs;
+    /// `None` when the kernel has no such setting.
+    pub delay_accounting: Option<bool>,
+    /// The kernel config the two `CONFIG_` answers were read from
+    /// (`/proc/config.gz`, `/boot/config-<release>`).
+    pub kernel_config: Option<String>,
+}
+
+/// The source of `on_cpu`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnCpuSource {
+    /// tp_btf hooks: the move of `task->se.sum_exec_runtime` over each on-CPU interval,
+    /// the kernel's accounted runtime (what rusage and schedstat report).
+    SumExecRuntime,
+    /// Classic tracepoints: the switch-in to switch-out interval by `bpf_ktime_get_ns`,
+    /// steal and irq time included (`steal` is 0).
+    Clock,
+    /// The /proc sampler: `/proc/<pid>/task/<tid>/schedstat` field 1, the kernel's
+    /// accounted runtime, up to each thread's last sample.
+    Schedstat,
+}
+
+impl OnCpuSource {
+    pub fn name(self) -> &'static str {
+        match self {
+            OnCpuSource::SumExecRuntime => "sum_exec_runtime",
+            OnCpuSource::Clock => "clock",
+            OnCpuSource::Schedstat => "schedstat",
+        }
+    }
+
+    /// The recording's code for it.
+    pub fn code(self) -> u8 {
+        match self {
+            OnCpuSource::SumExecRuntime => 0,
+            OnCpuSource::Clock => 1,
+            OnCpuSource::Schedstat => 2,
+        }
+    }
+
+    pub fn from_code(code: u8) -> Option<OnCpuSource> {
+        Some(match code {
+            0 => OnCpuSource::SumExecRuntime,
+            1 => OnCpuSource::Clock,
+            2 => OnCpuSource::Schedstat,
+            _ => return None,
+        })
+    }
 }
 
 /// One snapshot of every observed process.
@@ -456,6 +526,13 @@ pub struct Frame {
     pub processes: Vec<ProcessSample>,
     /// Host-wide /proc/net/dev counters (`--network`), sorted by interface.
     pub network: Option<Vec<NetDevCounters>>,
+    /// /proc/stat's steal column (the 8th value of the `cpu` line: USER_HZ ticks since
+    /// boot, summed over every CPU) when the frame was taken. **Host-wide**: what the
+    /// hypervisor took from this machine's vCPUs, not attributable to the profiled
+    /// processes. Absent when /proc/stat was unreadable, and in bundles from before it
+    /// was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_steal_ticks: Option<u64>,
 }
 
 /// One process at one instant: raw cumulative counters from /proc/<pid>/{stat,io}.

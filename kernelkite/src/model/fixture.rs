@@ -475,6 +475,7 @@ fn convert(fx: Fixture, source_name: &str) -> Result<Bundle, FixtureError> {
             t_ns: ms.saturating_mul(1_000_000),
             processes: Vec::new(),
             network: None,
+            host_steal_ticks: None,
         })
         .collect();
 

@@ -37,6 +37,7 @@ pub struct FrameDigest {
     t_ns: u64,
     processes: BTreeMap<(i32, u64), (ProcessSample, BTreeMap<i32, ThreadSample>)>,
     network: Option<Vec<NetDevCounters>>,
+    host_steal_ticks: Option<u64>,
 }
 
 impl FrameDigest {
@@ -58,6 +59,7 @@ impl FrameDigest {
         if frame.network.is_some() {
             self.network.clone_from(&frame.network);
         }
+        self.host_steal_ticks = frame.host_steal_ticks.or(self.host_steal_ticks);
     }
 
     /// The digest as one frame (processes sorted by pid, then start time).
@@ -71,6 +73,7 @@ impl FrameDigest {
                 })
                 .collect(),
             network: self.network.clone(),
+            host_steal_ticks: self.host_steal_ticks,
         }
     }
 }
@@ -213,6 +216,7 @@ mod tests {
             t_ns,
             processes: Vec::new(),
             network: None,
+            host_steal_ticks: None,
         }
     }
 
@@ -261,6 +265,7 @@ mod tests {
                 threads: (0..threads as i32).map(thread).collect(),
             }],
             network: None,
+            host_steal_ticks: None,
         }
     }
 

@@ -356,6 +356,7 @@ mod tests {
             num_cpus: 2,
             kernel_release: Some("6.18.0".into()),
             arch: "x86_64".into(),
+            time_accounting: None,
         };
         let mut b = Bundle::new(Backend::Ebpf, host, 100);
         b.root_pids = vec![10];
@@ -404,6 +405,7 @@ mod tests {
                 tx_bytes: 28,
                 tx_packets: 29,
             }]),
+            host_steal_ticks: Some(30),
         });
         b
     }

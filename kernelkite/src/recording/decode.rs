@@ -19,9 +19,9 @@ use super::{
 };
 use crate::model::{
     Backend, ClassTimes, Frame, HostConstants, IoCounters, LaunchedCommand, LifecycleEvent,
-    LifecycleKind, NetDevCounters, ProcessSample, Rusage, Schedstat, SkippedFile, SlowSyscall,
-    StackFrame, StackModule, StackProfile, StackSample, SyscallHistogram, SyscallInProgress,
-    ThreadSample, WakerProfile, WakerSample,
+    LifecycleKind, NetDevCounters, OnCpuSource, ProcessSample, Rusage, Schedstat, SkippedFile,
+    SlowSyscall, StackFrame, StackModule, StackProfile, StackSample, SyscallHistogram,
+    SyscallInProgress, ThreadSample, TimeAccounting, WakerProfile, WakerSample,
 };
 
 /// Why a recording cannot be read. Displays as one line with the byte offset.
@@ -429,12 +429,13 @@ fn session_start(t: &mut Take<'_>) -> FieldResult<SessionStart> {
         b => return t.fail(format!("unknown backend {b}")),
     };
     let label = t.opt("label", |t| t.str("label"))?;
-    let host = HostConstants {
+    let mut host = HostConstants {
         clock_ticks_per_sec: t.u64("clock_ticks_per_sec")?,
         page_size_bytes: t.u64("page_size_bytes")?,
         num_cpus: t.u32("num_cpus")?,
         kernel_release: t.opt("kernel_release", |t| t.str("kernel_release"))?,
         arch: t.str("arch")?,
+        time_accounting: None,
     };
     let interval_ms = t.u64("interval_ms")?;
     let max_frames = t.u64("max_frames")?;
@@ -443,10 +444,10 @@ fn session_start(t: &mut Take<'_>) -> FieldResult<SessionStart> {
     if flags & !0b11 != 0 {
         return t.fail(format!("unknown session flags {flags:#x}"));
     }
+    // Fields are read in the order written: the time accounting (version 5 on) last.
     Ok(SessionStart {
         backend,
         label,
-        host,
         interval_ms,
         max_frames,
         min_latency_ns,
@@ -458,6 +459,26 @@ fn session_start(t: &mut Take<'_>) -> FieldResult<SessionStart> {
             boottime_ns: t.u64("boottime_ns")?,
             realtime_ns: t.u64("realtime_ns")?,
         },
+        host: {
+            if t.version >= 5 {
+                host.time_accounting = t.opt("time_accounting", time_accounting)?;
+            }
+            host
+        },
+    })
+}
+
+fn time_accounting(t: &mut Take<'_>) -> FieldResult<TimeAccounting> {
+    let code = t.u8("on_cpu_source")?;
+    let Some(on_cpu_source) = OnCpuSource::from_code(code) else {
+        return t.fail(format!("unknown on_cpu source {code}"));
+    };
+    Ok(TimeAccounting {
+        on_cpu_source,
+        steal_accounted: t.opt("steal_accounted", |t| t.bool("steal_accounted"))?,
+        irq_time_accounted: t.opt("irq_time_accounted", |t| t.bool("irq_time_accounted"))?,
+        delay_accounting: t.opt("delay_accounting", |t| t.bool("delay_accounting"))?,
+        kernel_config: t.opt("kernel_config", |t| t.str("kernel_config"))?,
     })
 }
 
@@ -466,6 +487,11 @@ fn frame(t: &mut Take<'_>) -> FieldResult<Frame> {
         t_ns: t.u64("t_ns")?,
         processes: t.vec("processes", 77, process)?,
         network: t.opt("network", |t| t.vec("network", 36, netdev))?,
+        host_steal_ticks: if t.version >= 5 {
+            t.opt("host_steal_ticks", |t| t.u64("host_steal_ticks"))?
+        } else {
+            None
+        },
     })
 }
 

@@ -136,12 +136,20 @@ fn session_start(p: &mut Put<'_>, s: &SessionStart) {
     p.u64(s.clock.monotonic_ns);
     p.u64(s.clock.boottime_ns);
     p.u64(s.clock.realtime_ns);
+    p.opt(s.host.time_accounting.as_ref(), |p, t| {
+        p.u8(t.on_cpu_source.code());
+        for answer in [t.steal_accounted, t.irq_time_accounted, t.delay_accounting] {
+            p.opt(answer, |p, b| p.u8(b as u8));
+        }
+        p.opt(t.kernel_config.as_deref(), |p, c| p.str(c));
+    });
 }
 
 fn frame(p: &mut Put<'_>, f: &Frame) {
     p.u64(f.t_ns);
     p.vec(&f.processes, process);
     p.opt(f.network.as_deref(), |p, n| p.vec(n, netdev));
+    p.opt(f.host_steal_ticks, |p, t| p.u64(t));
 }
 
 fn process(p: &mut Put<'_>, s: &ProcessSample) {

@@ -2,15 +2,16 @@
 //! to a compact binary file while it runs, and replayed later (without root, on any OS)
 //! into the very bundle the live session wrote.
 //!
-//! # Format, version 3 (docs/FORMAT.md has the same, with examples)
+//! # Format, version 5 (docs/FORMAT.md has the same, with examples)
 //!
 //! Every integer is little-endian, fixed width. A file is a header and then chunks:
 //!
 //! ```text
 //! header (16 bytes)
 //!   0  magic        8 bytes  89 4B 4B 52 0D 0A 1A 0A  ("\x89KKR\r\n\x1a\n")
-//!   8  version      u16      3 (2: no in-progress calls, sampled stack estimates or
-//!                            lost causes; 1: also class rows without steal)
+//!   8  version      u16      5 (4: no time accounting; 3: no stack profile extras
+//!                            or wakers; 2: no in-progress calls, sampled stack
+//!                            estimates or lost causes; 1: also class rows without steal)
 //!  10  flags        u16      0 (reserved; a reader rejects other values)
 //!  12  reserved     u32      0
 //! chunk (16-byte header + payload), repeated until the end of the file
@@ -31,8 +32,8 @@
 //!
 //! | type | record | fields |
 //! |---|---|---|
-//! | 1 | session start | backend u8 (0 proc, 1 ebpf), label opt<str>, host (clock_ticks_per_sec u64, page_size_bytes u64, num_cpus u32, kernel_release opt<str>, arch str), interval_ms u64, max_frames u64, min_latency_ns u64, flags u8 (bit 0 follow, bit 1 network), root_pids vec<i32>, clock anchor at t_ns 0 (monotonic_ns u64, boottime_ns u64, realtime_ns u64) |
-//! | 2 | frame | t_ns u64, processes vec<process>, network opt<vec<netdev>> |
+//! | 1 | session start | backend u8 (0 proc, 1 ebpf), label opt<str>, host (clock_ticks_per_sec u64, page_size_bytes u64, num_cpus u32, kernel_release opt<str>, arch str), interval_ms u64, max_frames u64, min_latency_ns u64, flags u8 (bit 0 follow, bit 1 network), root_pids vec<i32>, clock anchor at t_ns 0 (monotonic_ns u64, boottime_ns u64, realtime_ns u64), version 5 on: time_accounting opt<(on_cpu_source u8, steal_accounted opt<u8>, irq_time_accounted opt<u8>, delay_accounting opt<u8>, kernel_config opt<str>)> |
+//! | 2 | frame | t_ns u64, processes vec<process>, network opt<vec<netdev>>, version 5 on: host_steal_ticks opt<u64> |
 //! | 3 | lifecycle | t_ns u64, kind u8 (0 fork, 1 exec, 2 exit), pid i32, tid i32, ppid i32, comm str, exit_code opt<i32>, class_ns opt<classes> |
 //! | 4 | slow syscall | t_ns u64, pid i32, tid i32, nr u32, name str, duration_ns u64, ret i64, user_stack opt<u32> |
 //! | 5 | histograms | t_ns u64, vec<(pid i32, nr u32, name str, count u64, total_ns u64, max_ns u64, buckets vec<(index u32, count u64)>, version 3 on: before_start u8)>: every histogram, cumulative; the last one wins |
@@ -75,7 +76,7 @@ use std::collections::BTreeMap;
 /// ^Z and LF, which text-mode transfers and line-ending conversions visibly break.
 pub const MAGIC: [u8; 8] = [0x89, b'K', b'K', b'R', b'\r', b'\n', 0x1a, b'\n'];
 /// The version this build writes (and the newest it reads).
-pub const FORMAT_VERSION: u16 = 4;
+pub const FORMAT_VERSION: u16 = 5;
 /// Length of the file header.
 pub const FILE_HEADER_LEN: usize = 16;
 /// Length of a chunk header.

@@ -17,6 +17,7 @@ fn start(backend: Backend, max_frames: u64) -> SessionStart {
             num_cpus: 2,
             kernel_release: Some("6.18.0".into()),
             arch: "x86_64".into(),
+            time_accounting: None,
         },
         interval_ms: 100,
         max_frames,
@@ -71,6 +72,7 @@ fn frame(t_ns: u64, utime: u64) -> Frame {
             tx_bytes: 3,
             tx_packets: 4,
         }]),
+        host_steal_ticks: Some(utime),
     }
 }
 

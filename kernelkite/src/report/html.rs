@@ -1287,7 +1287,9 @@ fn classes_section(h: &mut String, a: &Analysis) {
     );
     for c in LatencyClass::ALL {
         let ns = a.latency_classes.get(c);
-        let measured = if a.class_is_exact(c) {
+        let measured = if c == LatencyClass::Steal && !a.steal_measured() {
+            "<span class=\"badge est\">not measured</span>"
+        } else if a.class_is_exact(c) {
             "<span class=\"badge exact\">exact</span>"
         } else {
             "<span class=\"badge est\">estimated</span>"
@@ -1746,6 +1748,7 @@ mod tests {
             num_cpus: 4,
             kernel_release: None,
             arch: "x86_64".into(),
+            time_accounting: None,
         };
         let mut b = Bundle::new(Backend::Proc, host, 10);
         for i in 0..frames {
@@ -1768,6 +1771,7 @@ mod tests {
                 t_ns: i * 10_000_000,
                 processes: vec![p],
                 network: None,
+                host_steal_ticks: None,
             });
         }
         b
@@ -1829,6 +1833,7 @@ mod tests {
             num_cpus: next(5) as u32,
             kernel_release: None,
             arch: "x86_64".into(),
+            time_accounting: None,
         };
         let backend = if next(2) == 0 {
             Backend::Proc
@@ -1872,6 +1877,7 @@ mod tests {
                 t_ns: pick(next(8)),
                 processes,
                 network,
+                host_steal_ticks: None,
             });
         }
         for _ in 0..next(10) {

@@ -7,6 +7,7 @@ use serde_json::{json, Map, Value};
 use super::{columns, fmt_bytes, fmt_ms, fmt_ns, fmt_secs, fmt_share};
 use crate::analysis::waits::IdleSplit;
 use crate::analysis::{Analysis, CpuSource, RssSource};
+use crate::model::{OnCpuSource, TimeAccounting};
 
 /// Version of the summary JSON document. Bump when a field changes meaning or is
 /// removed; adding fields does not bump it.
@@ -17,6 +18,9 @@ pub const TOP_SYSCALLS: usize = 10;
 
 /// How many processes the text summary lists (the JSON lists all).
 pub const TOP_PROCESSES: usize = 20;
+
+/// How many threads the text summary's steal table lists (the JSON lists all).
+pub const TOP_STEAL_THREADS: usize = 5;
 
 fn ns_to_ms(ns: u64) -> f64 {
     ns as f64 / 1e6
@@ -125,6 +129,22 @@ fn summary_json_base(a: &Analysis) -> Value {
     let launched = a.launched.as_ref().map(
         |l| json!({"argv": l.argv, "pid": l.pid, "exit_code": l.exit_code, "signal": l.signal}),
     );
+    let host_steal = a
+        .host_steal_ns
+        .map(|ns| json!({"host_wide": true, "steal_ns": ns}));
+    let steal_threads: Vec<Value> = a
+        .steal_threads()
+        .iter()
+        .map(|t| {
+            json!({
+                "pid": t.pid,
+                "tid": t.tid,
+                "comm": t.comm,
+                "on_cpu_ns": t.classes.on_cpu,
+                "steal_ns": t.classes.steal,
+            })
+        })
+        .collect();
     json!({
         "schema_version": SUMMARY_SCHEMA_VERSION,
         "kind": "summary",
@@ -161,6 +181,10 @@ fn summary_json_base(a: &Analysis) -> Value {
         "histogram_relative_error": a.histogram_relative_error,
         "network": network,
         "processes": processes,
+        "on_cpu_source": a.time_accounting.as_ref().map(|t| t.on_cpu_source.name()),
+        "time_accounting": a.time_accounting,
+        "steal_threads": steal_threads,
+        "host_steal": host_steal,
     })
 }
 
@@ -276,6 +300,19 @@ pub fn summary_text_with(a: &Analysis, idle: Option<&IdleSplit>) -> String {
         ),
         None => row("events lost", "n/a (proc sampler)".to_string()),
     }
+    if let Some(t) = &a.time_accounting {
+        row("on_cpu source", on_cpu_source_text(t.on_cpu_source));
+        row("kernel accounts", kernel_accounts_text(t));
+    }
+    if let Some(ns) = a.host_steal_ns {
+        row(
+            "steal (host-wide)",
+            format!(
+                "{}  (/proc/stat, every CPU over the window; not attributable to the profiled processes)",
+                fmt_ns(ns as f64)
+            ),
+        );
+    }
     if let Some(n) = &a.network {
         row(
             "network (host-wide)",
@@ -323,7 +360,9 @@ pub fn summary_text_with(a: &Analysis, idle: Option<&IdleSplit>) -> String {
             class.name().to_string(),
             fmt_ns(a.latency_classes.get(class) as f64),
             fmt_share(a.class_share(class)),
-            if a.class_is_exact(class) {
+            if class == LatencyClass::Steal && !a.steal_measured() {
+                "(not measured)".to_string()
+            } else if a.class_is_exact(class) {
                 String::new()
             } else {
                 "(estimated)".to_string()
@@ -344,6 +383,7 @@ pub fn summary_text_with(a: &Analysis, idle: Option<&IdleSplit>) -> String {
     if let Some(i) = idle {
         out.push_str(&idle_line(i));
     }
+    out.push_str(&steal_text(a));
 
     out.push('\n');
     out.push_str(&syscalls_text(a, TOP_SYSCALLS));
@@ -391,6 +431,84 @@ pub fn summary_text_with(a: &Analysis, idle: Option<&IdleSplit>) -> String {
     }
     for line in columns(&rows, &[0, 1, 4, 5, 6, 7]).lines() {
         out.push_str("  ");
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
+}
+
+/// Where on_cpu came from, in words.
+fn on_cpu_source_text(source: OnCpuSource) -> String {
+    match source {
+        OnCpuSource::SumExecRuntime => {
+            "sum_exec_runtime (the kernel's accounted runtime, as rusage and schedstat; tp_btf hooks)"
+        }
+        OnCpuSource::Clock => {
+            "clock (switch-in to switch-out, classic tracepoints: steal and irq time are inside on_cpu, steal is not measured)"
+        }
+        OnCpuSource::Schedstat => "schedstat field 1 (the kernel's accounted runtime; /proc sampler)",
+    }
+    .to_string()
+}
+
+/// What the kernel leaves out of a task's runtime, and whether delay accounting ran.
+fn kernel_accounts_text(t: &TimeAccounting) -> String {
+    let part = |what: &str, accounted: Option<bool>| match accounted {
+        Some(true) => format!("{what} apart"),
+        Some(false) => format!("{what} as task time"),
+        None => format!("{what} unknown"),
+    };
+    let delay = match t.delay_accounting {
+        Some(true) => "delay accounting on",
+        Some(false) => "delay accounting off",
+        None => "no delay accounting",
+    };
+    let from = t.kernel_config.as_deref().map_or_else(
+        || "no kernel config".to_string(),
+        |c| format!("config from {c}"),
+    );
+    format!(
+        "{}, {}, {delay}  ({from})",
+        part("hypervisor steal", t.steal_accounted),
+        part("irq time", t.irq_time_accounted),
+    )
+}
+
+/// The threads with the most steal, when any has some: the feature /proc/stat cannot
+/// give (it is host-wide there).
+fn steal_text(a: &Analysis) -> String {
+    let threads = a.steal_threads();
+    if threads.is_empty() {
+        return String::new();
+    }
+    let mut out = String::new();
+    if threads.len() > TOP_STEAL_THREADS {
+        out.push_str(&format!(
+            "  steal by thread (top {TOP_STEAL_THREADS} of {}; all in --json): time a thread was current on a CPU the kernel did not run it (hypervisor steal, irq time)\n",
+            threads.len()
+        ));
+    } else {
+        out.push_str(
+            "  steal by thread: time a thread was current on a CPU the kernel did not run it (hypervisor steal, irq time)\n",
+        );
+    }
+    let mut rows = vec![["pid", "tid", "comm", "on_cpu", "steal", "of on_cpu+steal"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect::<Vec<_>>()];
+    for t in threads.iter().take(TOP_STEAL_THREADS) {
+        let running = t.classes.on_cpu + t.classes.steal;
+        rows.push(vec![
+            t.pid.to_string(),
+            t.tid.to_string(),
+            super::clean(&t.comm),
+            fmt_ns(t.classes.on_cpu as f64),
+            fmt_ns(t.classes.steal as f64),
+            fmt_share(t.classes.steal as f64 / running as f64),
+        ]);
+    }
+    for line in columns(&rows, &[0, 1, 3, 4, 5]).lines() {
+        out.push_str("    ");
         out.push_str(line);
         out.push('\n');
     }
@@ -514,6 +632,7 @@ mod tests {
             num_cpus: 1,
             kernel_release: None,
             arch: "x86_64".into(),
+            time_accounting: None,
         };
         let mut b = Bundle::new(Backend::Proc, host, 100);
         let processes = (0..30)
@@ -537,6 +656,7 @@ mod tests {
             t_ns: 0,
             processes,
             network: None,
+            host_steal_ticks: None,
         }];
         b.launched = Some(crate::model::LaunchedCommand {
             argv: vec!["make".into()],

@@ -493,6 +493,7 @@ mod tests {
             num_cpus: 4,
             kernel_release: None,
             arch: "x86_64".into(),
+            time_accounting: None,
         }
     }
 
@@ -529,6 +530,7 @@ mod tests {
             t_ns: t_ms * 1_000_000,
             processes,
             network: None,
+            host_steal_ticks: None,
         }
     }
 

@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
-use crate::model::{Backend, Bundle, Frame, HostConstants, StackProfile, SyscallHistogram};
+use crate::model::{
+    Backend, Bundle, Frame, HostConstants, OnCpuSource, StackProfile, SyscallHistogram,
+};
 use crate::recording::{ClockAnchor, Record, RecordRef, RecordSink, RecordingReader, SessionStart};
 use crate::source::host::current_host;
 use crate::source::procfs::{Sampler, SamplerOptions, Scope, PROC_ROOT};
@@ -171,7 +173,7 @@ impl ProcFeed {
         Ok(ProcFeed {
             info: FeedInfo {
                 backend: Backend::Proc,
-                host: current_host(),
+                host: current_host(OnCpuSource::Schedstat),
                 scope: targets.describe(),
                 hooks: Vec::new(),
                 replay_of: None,
@@ -453,7 +455,7 @@ mod ebpf_feed {
             Ok(EbpfFeed {
                 info: FeedInfo {
                     backend: Backend::Ebpf,
-                    host: current_host(),
+                    host: session.host().clone(),
                     scope: LiveTargets { follow, ..targets }.describe(),
                     hooks,
                     replay_of: None,

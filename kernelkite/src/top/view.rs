@@ -182,17 +182,24 @@ fn bar(row: &Row, width: u16) -> Line<'static> {
 }
 
 fn draw_table(f: &mut Frame<'_>, app: &mut App, area: Rect) {
+    // The STEAL column where the bar keeps at least 15 cells beside it.
+    let show_steal = area.width >= 7 + 17 + 4 + 7 + 10 + 24 + 6 + 11 + 15;
     let bar_width = area
         .width
-        .saturating_sub(7 + 17 + 4 + 7 + 10 + 24 + 6)
+        .saturating_sub(7 + 17 + 4 + 7 + 10 + 24 + 6 + if show_steal { 11 } else { 0 })
         .clamp(6, 60);
-    let header_cells = [
+    let mut header_cells = vec![
         (Column::Pid, "PID"),
         (Column::Command, "COMMAND"),
         (Column::Threads, "THR"),
         (Column::CpuPercent, "CPU%"),
         (Column::OffCpu, "OFF-CPU"),
     ];
+    if show_steal {
+        // Per thread, the time the hypervisor (or irq service) took while it was current:
+        // a bar segment too small to see, so it has a number of its own.
+        header_cells.push((Column::Class(LatencyClass::Steal), "STEAL"));
+    }
     let mut header: Vec<Cell> = header_cells
         .iter()
         .map(|&(col, name)| {
@@ -248,7 +255,7 @@ fn draw_table(f: &mut Frame<'_>, app: &mut App, area: Rect) {
                 Some((class, share)) => format!("{} {:.0}%", class.name(), share * 100.0),
                 None => "-".to_string(),
             };
-            TableRow::new(vec![
+            let mut cells = vec![
                 Cell::from(id),
                 Cell::from(name),
                 Cell::from(if r.tid.is_some() {
@@ -258,26 +265,30 @@ fn draw_table(f: &mut Frame<'_>, app: &mut App, area: Rect) {
                 }),
                 Cell::from(format!("{:.1}", r.cpu_percent)),
                 Cell::from(fmt_ns(r.off_cpu_ns as f64)),
-                Cell::from(bar(r, bar_width)),
-                Cell::from(dominant),
-            ])
+            ];
+            if show_steal {
+                cells.push(Cell::from(fmt_ns(r.classes.steal as f64)));
+            }
+            cells.push(Cell::from(bar(r, bar_width)));
+            cells.push(Cell::from(dominant));
+            TableRow::new(cells)
         })
         .collect();
     let empty = rows.is_empty();
-    let table = Table::new(
-        rows,
-        [
-            Constraint::Length(7),
-            Constraint::Length(17),
-            Constraint::Length(4),
-            Constraint::Length(6),
-            Constraint::Length(10),
-            Constraint::Length(bar_width),
-            Constraint::Min(10),
-        ],
-    )
-    .header(TableRow::new(header))
-    .row_highlight_style(Style::new().add_modifier(Modifier::REVERSED));
+    let mut widths = vec![
+        Constraint::Length(7),
+        Constraint::Length(17),
+        Constraint::Length(4),
+        Constraint::Length(6),
+        Constraint::Length(10),
+    ];
+    if show_steal {
+        widths.push(Constraint::Length(10));
+    }
+    widths.extend([Constraint::Length(bar_width), Constraint::Min(10)]);
+    let table = Table::new(rows, widths)
+        .header(TableRow::new(header))
+        .row_highlight_style(Style::new().add_modifier(Modifier::REVERSED));
     let mut state = TableState::default().with_selected(selected.map(|i| i - offset));
     f.render_stateful_widget(table, area, &mut state);
     if empty {
@@ -508,6 +519,17 @@ fn status_line(app: &App) -> Line<'static> {
     };
     spans.push(Span::styled(lost, lost_style));
     spans.push(Span::raw(format!(" · {hooks} · {overhead}")));
+    // What the hypervisor took from the whole machine over the window (/proc/stat).
+    if let Some(d) = app.data() {
+        if let (Some(ns), true) = (d.analysis.host_steal_ns, d.window_ns > 0) {
+            let cpus = app.info.host.num_cpus.max(1) as f64;
+            let share = ns as f64 / (d.window_ns as f64 * cpus);
+            spans.push(Span::raw(format!(
+                " · host steal {:.1}% (host-wide)",
+                share * 100.0
+            )));
+        }
+    }
     if app.editing_filter || !app.filter.is_empty() {
         let cursor = if app.editing_filter { "▏" } else { "" };
         spans.push(Span::styled(

@@ -381,6 +381,7 @@ mod tests {
             num_cpus: 2,
             kernel_release: None,
             arch: "x86_64".into(),
+            time_accounting: None,
         }
     }
 
@@ -390,6 +391,7 @@ mod tests {
                 t_ns,
                 processes: Vec::new(),
                 network: None,
+                host_steal_ticks: None,
             },
             syscalls: Vec::new(),
             events_lost: None,

@@ -18,6 +18,7 @@ const FLAGS: &[&str] = &[
     "self-exec",
     "processes",
     "leader-exits",
+    "linger",
     "help",
 ];
 

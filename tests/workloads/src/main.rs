@@ -28,7 +28,7 @@ use args::Args;
 /// (name, dominant latency class / purpose, runner).
 type Runner = fn(&mut Args) -> Result<(), Fail>;
 const WORKLOADS: &[(&str, &str, Runner)] = &[
-    ("cpu_stress", "runqueue: 2×nproc spinning threads [--threads T] [--seconds S]", cpu::run),
+    ("cpu_stress", "runqueue: 2×nproc spinning threads [--threads T] [--seconds S] [--linger: threads made before the gate, parked after the result until a second stdin line]", cpu::run),
     ("futex_stress", "lock_wait: threads contend one Mutex [--threads T] [--seconds S] [--hold-us U] [--hold sleep|spin]", futex::run),
     ("io_stress", "io_wait: N × (pwrite + fsync) [--count N] [--block-size B] [--dir D] [--direct]", io::run),
     ("shared_write", "lock_wait: T threads write through one shared fd on tmpfs (f_pos_lock) [--threads T] [--count N] [--block-size B] [--dir D]", io::run_shared_write),

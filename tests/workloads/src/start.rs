@@ -50,7 +50,8 @@ impl Start {
     }
 }
 
-fn wait_for_stdin_line() -> Result<(), String> {
+/// Block until stdin has a line (consumed) or is closed.
+pub fn wait_for_stdin_line() -> Result<(), String> {
     loop {
         let mut pfd = libc::pollfd {
             fd: 0,

@@ -11,6 +11,7 @@ use aya::{Btf, Ebpf, EbpfLoader};
 use super::btf_layout::{read_layout, KernelLayout};
 use super::syscall_table;
 use super::tracefs::{ClassicLayout, Tracefs};
+use crate::model::OnCpuSource;
 
 /// The BPF object built from `kernelkite-ebpf` by `cargo xtask build-ebpf` and committed,
 /// so building kernelkite needs only stable Rust. `cargo xtask ci` rebuilds it and fails
@@ -123,6 +124,8 @@ pub struct Probes {
     pub notes: Vec<String>,
     /// Time from starting the load to the last program attached.
     pub attach_ms: f64,
+    /// Where the programs take on_cpu from: the kernel's runtime (tp_btf) or the clock.
+    pub on_cpu_source: OnCpuSource,
 }
 
 impl Probes {
@@ -334,6 +337,7 @@ fn load_programs(
         hooks,
         notes: Vec::new(),
         attach_ms,
+        on_cpu_source: OnCpuSource::SumExecRuntime,
     })
 }
 
@@ -430,6 +434,8 @@ fn load_classic(options: ProbeOptions) -> Result<Probes, ProbeError> {
         hooks,
         notes,
         attach_ms: started.elapsed().as_secs_f64() * 1e3,
+        // Classic tracepoints cannot read task_struct (kernelkite-ebpf's classic.rs).
+        on_cpu_source: OnCpuSource::Clock,
     })
 }
 

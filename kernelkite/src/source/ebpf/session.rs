@@ -23,8 +23,8 @@ use super::wakers::WakerReader;
 use crate::analysis::sample_class;
 use crate::model::frame_recorder::{keep_capped, MAX_EVENTS};
 use crate::model::{
-    Backend, Bundle, ClassTimes, Frame, HostConstants, LifecycleEvent, LifecycleKind, SlowSyscall,
-    SyscallHistogram, SyscallInProgress, ThreadSample,
+    Backend, Bundle, ClassTimes, Frame, HostConstants, LifecycleEvent, LifecycleKind, OnCpuSource,
+    SlowSyscall, SyscallHistogram, SyscallInProgress, ThreadSample,
 };
 use crate::recording::{ClockAnchor, RecordRef, RecordSink, SessionStart};
 use crate::source::host::current_host;
@@ -74,6 +74,8 @@ pub struct Session {
     probes: Option<Probes>,
     hooks: Vec<String>,
     attach_ms: f64,
+    /// Where the attached programs take on_cpu from (the bundle's time accounting).
+    on_cpu_source: OnCpuSource,
     /// The traced threads and processes, as far as frames need to remember them.
     tracked: Tracked,
     threads: HashMap<MapData, u32, ThreadState>,
@@ -264,6 +266,8 @@ impl Session {
         Ok(Session {
             hooks: probes.hooks.clone(),
             attach_ms: probes.attach_ms,
+            on_cpu_source: probes.on_cpu_source,
+            host: current_host(probes.on_cpu_source),
             probes: Some(probes),
             targets,
             tracked: Tracked::default(),
@@ -289,7 +293,6 @@ impl Session {
             final_states: (Vec::new(), 0),
             count_initial_in_frames: false,
             recursion_misses_at_detach: 0,
-            host: current_host(),
             sink: None,
             last_sink_histograms_ns: 0,
         })
@@ -313,7 +316,7 @@ impl Session {
         self.options.pids = pids.to_vec();
         let clock = ClockAnchor::read();
         self.start_mono_ns = clock.monotonic_ns;
-        self.host = current_host();
+        self.host = current_host(self.on_cpu_source);
         if let Some(sink) = self.sink.as_mut() {
             sink.record(RecordRef::SessionStart(&SessionStart {
                 backend: Backend::Ebpf,
@@ -485,6 +488,11 @@ impl Session {
     /// Hooks attached, for status lines and doctor.
     pub fn hooks(&self) -> &[String] {
         &self.hooks
+    }
+
+    /// The machine's constants as the session records them (with its time accounting).
+    pub fn host(&self) -> &HostConstants {
+        &self.host
     }
 
     /// What the user should know about how the hooks attached (the classic-tracepoint

@@ -156,6 +156,7 @@ mod tests {
             t_ns: 0,
             processes,
             network: None,
+            host_steal_ticks: None,
         }
     }
 

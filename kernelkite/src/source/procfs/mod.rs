@@ -10,7 +10,7 @@
 //! `recorder` (frame cap and sampling schedule).
 
 mod files;
-mod parse;
+pub mod parse;
 mod pidmap;
 mod recorder;
 mod sampler;

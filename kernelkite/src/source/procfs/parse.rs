@@ -90,6 +90,13 @@ pub(crate) fn syscall_nr(bytes: &[u8]) -> Option<i64> {
 }
 
 /// /proc/net/dev rows, sorted by interface.
+/// /proc/stat: the host-wide steal ticks (the 8th value of the `cpu` line).
+pub fn stat_steal_ticks(bytes: &[u8]) -> Option<u64> {
+    let text = std::str::from_utf8(bytes).ok()?;
+    let line = text.lines().find(|l| l.starts_with("cpu "))?;
+    line.split_whitespace().nth(8)?.parse().ok()
+}
+
 pub(crate) fn net_dev(bytes: &[u8]) -> Option<Vec<NetDevCounters>> {
     let InterfaceDeviceStatus(map) = InterfaceDeviceStatus::from_read(bytes).ok()?;
     let mut rows: Vec<NetDevCounters> = map
@@ -175,6 +182,14 @@ mod tests {
         let crash =
             include_bytes!("../../../../fuzz/corpus/procfs_parsers/regression-io-multibyte-field");
         assert_eq!(io(crash), None);
+    }
+
+    #[test]
+    fn stat_steal_is_the_eighth_value_of_the_cpu_line() {
+        let stat = b"cpu  4705 356 584 3699 23 23 0 7 0 0\ncpu0 1 2 3 4 5 6 7 8 9 10\n";
+        assert_eq!(stat_steal_ticks(stat), Some(7));
+        assert_eq!(stat_steal_ticks(b"intr 1\n"), None);
+        assert_eq!(stat_steal_ticks(b"cpu  1 2 3\n"), None);
     }
 
     #[test]

@@ -108,10 +108,16 @@ impl Sampler {
         } else {
             None
         };
+        // Host-wide steal, so a /proc session shows what the hypervisor took per frame.
+        let host_steal_ticks = match self.dir.read(format_args!("stat"), &mut self.buf) {
+            Ok(()) => parse::stat_steal_ticks(&self.buf),
+            Err(_) => None,
+        };
         Ok(Frame {
             t_ns,
             processes,
             network,
+            host_steal_ticks,
         })
     }
 
