@@ -292,7 +292,10 @@ pub fn critical_path(bundle: &Bundle, a: &Analysis) -> Result<CriticalPath, NoPa
         steps += 1;
         let th = &threads[&cur];
         if steps > step_limit {
-            push(&mut backwards, seg(th, floor, t, false, unknown(), Some("?".into())));
+            push(
+                &mut backwards,
+                seg(th, floor, t, false, unknown(), Some("?".into())),
+            );
             break;
         }
         // The latest sleep that began before t.
@@ -303,7 +306,10 @@ pub fn critical_path(bundle: &Bundle, a: &Analysis) -> Result<CriticalPath, NoPa
                 // Running (or runnable) from the wakeup to t.
                 let lo = s.wake_ns.max(floor);
                 let mix = th.period_classes(Some(i));
-                push(&mut backwards, seg(th, lo, t, true, split(t - lo, mix), None));
+                push(
+                    &mut backwards,
+                    seg(th, lo, t, true, split(t - lo, mix), None),
+                );
                 t = lo;
                 jumps = 0;
             }
@@ -346,7 +352,10 @@ pub fn critical_path(bundle: &Bundle, a: &Analysis) -> Result<CriticalPath, NoPa
                 let lo = th.start_ns.max(floor).min(t);
                 if lo < t {
                     let mix = th.period_classes(None);
-                    push(&mut backwards, seg(th, lo, t, true, split(t - lo, mix), None));
+                    push(
+                        &mut backwards,
+                        seg(th, lo, t, true, split(t - lo, mix), None),
+                    );
                     t = lo;
                     jumps = 0;
                 }
@@ -360,7 +369,10 @@ pub fn critical_path(bundle: &Bundle, a: &Analysis) -> Result<CriticalPath, NoPa
                     }
                     _ => {
                         let why = Some("its creator was not traced".to_string());
-                        push(&mut backwards, seg(th, floor, t, false, unknown_of(t - floor), why));
+                        push(
+                            &mut backwards,
+                            seg(th, floor, t, false, unknown_of(t - floor), why),
+                        );
                         break;
                     }
                 }

@@ -138,9 +138,9 @@ mod linux {
                     return Err(e.context("--stacks needs the eBPF backend, which is not available"))
                 }
                 Err(e) if args.critical_path => {
-                    return Err(e.context(
-                        "--critical-path needs the eBPF backend, which is not available",
-                    ))
+                    return Err(
+                        e.context("--critical-path needs the eBPF backend, which is not available")
+                    )
                 }
                 Err(e) => {
                     crate::note!(

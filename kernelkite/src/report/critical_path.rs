@@ -74,7 +74,12 @@ pub fn critical_path_text(p: &CriticalPath, max_segments: usize) -> String {
                 .iter()
                 .max_by_key(|&&k| t.classes.get(k))
                 .map_or("on_cpu", |k| k.name());
-            format!("{} in {} (pid {}) {top}", fmt_ns(t.ns as f64), clean(&t.comm), t.pid)
+            format!(
+                "{} in {} (pid {}) {top}",
+                fmt_ns(t.ns as f64),
+                clean(&t.comm),
+                t.pid
+            )
         })
         .collect();
     out.push_str(&format!(

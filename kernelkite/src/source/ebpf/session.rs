@@ -26,10 +26,10 @@ use crate::model::{
     Backend, Bundle, ClassTimes, Frame, HostConstants, LifecycleEvent, LifecycleKind, SlowSyscall,
     SyscallHistogram, SyscallInProgress, ThreadSample, Wakeup, WakeupStream, NEW_TASK_CLASS,
 };
-use kernelkite_common::wake::NEW_TASK;
 use crate::recording::{ClockAnchor, RecordRef, RecordSink, SessionStart};
 use crate::source::host::current_host;
 use crate::source::procfs::{FrameRecorder, Sampler, SamplerOptions, Scope, PROC_ROOT};
+use kernelkite_common::wake::NEW_TASK;
 
 /// What to trace.
 #[derive(Clone, Debug)]
