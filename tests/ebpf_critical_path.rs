@@ -11,8 +11,8 @@ use std::process::Command;
 use serde_json::Value;
 use support::*;
 
-/// `[env] kernelkite run --critical-path <dir>/b.json -- command...`, then
-/// `critical-path --json` of the bundle; the directory lives with the guard.
+/// `[env] kernelkite run --critical-path --record <dir>/r.kkr <dir>/b.json -- command...`,
+/// then `critical-path --json` of the bundle (checked against the recording's replay).
 fn path_of(hooks: Option<&str>, cwd: &Path, command: &[&str]) -> (Value, Value, PathBuf) {
     let bundle = cwd.join("b.json");
     let mut run = Command::new(kernelkite_bin());
@@ -21,7 +21,8 @@ fn path_of(hooks: Option<&str>, cwd: &Path, command: &[&str]) -> (Value, Value, 
     }
     let out = run
         .current_dir(cwd)
-        .args(["run", "--critical-path"])
+        .args(["run", "--critical-path", "--record"])
+        .arg(cwd.join("r.kkr"))
         .arg(&bundle)
         .arg("--")
         .args(command)
@@ -43,6 +44,19 @@ fn path_of(hooks: Option<&str>, cwd: &Path, command: &[&str]) -> (Value, Value, 
         String::from_utf8_lossy(&out.stderr)
     );
     let path: Value = serde_json::from_slice(&out.stdout).unwrap();
+    // The recording carries the stream: its replay is the bundle, byte for byte.
+    let replayed = cwd.join("replayed.json");
+    let out = Command::new(kernelkite_bin())
+        .arg("replay")
+        .arg(cwd.join("r.kkr"))
+        .arg(&replayed)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        std::fs::read(&replayed).unwrap() == std::fs::read(&bundle).unwrap(),
+        "the replay of the recording differs from the bundle"
+    );
     let bundle_json: Value = serde_json::from_slice(&std::fs::read(&bundle).unwrap()).unwrap();
     check_tiles(&path);
     (path, bundle_json, bundle)
