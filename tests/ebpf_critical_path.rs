@@ -52,7 +52,11 @@ fn path_of(hooks: Option<&str>, cwd: &Path, command: &[&str]) -> (Value, Value, 
         .arg(&replayed)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(
         std::fs::read(&replayed).unwrap() == std::fs::read(&bundle).unwrap(),
         "the replay of the recording differs from the bundle"
@@ -237,4 +241,73 @@ fn bundles_without_the_stream_say_why_and_exit_2() {
         assert!(err.contains("has no critical path"), "{err}");
         assert_eq!(err.trim_end().lines().count(), 1, "{err}");
     }
+}
+
+#[test]
+fn the_path_of_a_cargo_build_runs_through_the_rustc_invocations() {
+    let Some(_serial) = ebpf_ready("the_path_of_a_cargo_build_runs_through_the_rustc_invocations")
+    else {
+        return;
+    };
+    let Ok(cargo) = std::env::var("CARGO") else {
+        eprintln!("skipping: CARGO is not set");
+        return;
+    };
+    // A crate with one path dependency: nothing to fetch, so --offline builds it.
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    for (krate, body) in [
+        (
+            "dep",
+            "pub fn table() -> Vec<u64> { (0..1000u64).map(|i| i * 7 % 97).collect() }\n",
+        ),
+        (
+            "app",
+            "fn main() { println!(\"{}\", dep::table().iter().sum::<u64>()); }\n",
+        ),
+    ] {
+        std::fs::create_dir_all(root.join(krate).join("src")).unwrap();
+        let file = if krate == "dep" { "lib.rs" } else { "main.rs" };
+        std::fs::write(root.join(krate).join("src").join(file), body).unwrap();
+        let deps = if krate == "app" {
+            "dep = { path = \"../dep\" }\n"
+        } else {
+            ""
+        };
+        std::fs::write(
+            root.join(krate).join("Cargo.toml"),
+            format!("[package]\nname = \"{krate}\"\nversion = \"0.1.0\"\nedition = \"2021\"\n[dependencies]\n{deps}"),
+        )
+        .unwrap();
+    }
+    let target = root.join("target");
+    let target = target.to_str().unwrap();
+    let app = root.join("app");
+    let (path, bundle, _) = path_of(
+        None,
+        &app,
+        &[&cargo, "build", "--offline", "-q", "--target-dir", target],
+    );
+    // The rustc processes: those that exec'd rustc.
+    let rustc: Vec<i64> = (bundle["lifecycle"].as_array().unwrap().iter())
+        .filter(|e| e["kind"] == "exec" && e["comm"] == "rustc")
+        .map(|e| e["pid"].as_i64().unwrap())
+        .collect();
+    let in_rustc: Vec<&Value> = (path["by_thread"].as_array().unwrap().iter())
+        .filter(|t| rustc.contains(&t["pid"].as_i64().unwrap()))
+        .collect();
+    let mut pids: Vec<i64> = in_rustc
+        .iter()
+        .map(|t| t["pid"].as_i64().unwrap())
+        .collect();
+    pids.sort_unstable();
+    pids.dedup();
+    // Both crates' compilations (and cargo's rustc probes) are on the path.
+    assert!(pids.len() >= 2, "{path:#}");
+    let ns: u64 = in_rustc.iter().map(|t| t["ns"].as_u64().unwrap()).sum();
+    let wall = path["wall_ns"].as_u64().unwrap();
+    assert!(
+        ns as f64 >= 0.5 * wall as f64,
+        "rustc holds {ns} of {wall} ns: {path:#}"
+    );
 }
