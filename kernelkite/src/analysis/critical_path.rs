@@ -227,8 +227,8 @@ fn timelines(bundle: &Bundle, a: &Analysis, wakeups: &[Wakeup]) -> BTreeMap<i32,
         t.sleeps.sort_by_key(|s| (s.start_ns, s.wake_ns));
         let mut slept = [0u64; NUM_CLASSES];
         for s in &mut t.sleeps {
-            for k in 0..NUM_CLASSES {
-                s.before[k] += slept[k];
+            for (b, done) in s.before.iter_mut().zip(slept) {
+                *b += done;
             }
             slept[s.class as usize] += s.wake_ns.saturating_sub(s.start_ns);
         }

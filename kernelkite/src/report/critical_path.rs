@@ -21,7 +21,7 @@ fn classes_text(c: &ClassTimes) -> String {
         .map(|&k| (k, c.get(k)))
         .filter(|(_, ns)| *ns > 0)
         .collect();
-    list.sort_by(|a, b| b.1.cmp(&a.1));
+    list.sort_by_key(|&(_, ns)| std::cmp::Reverse(ns));
     let parts: Vec<String> = list
         .iter()
         .map(|(k, ns)| format!("{} {}", k.name(), fmt_ns(*ns as f64)))
