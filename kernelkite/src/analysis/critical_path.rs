@@ -49,6 +49,8 @@ pub struct PathThread {
     pub pid: i32,
     pub tid: i32,
     pub comm: String,
+    /// The comm of its process's main thread (a rustc worker thread's is `rustc`).
+    pub process_comm: String,
     pub ns: u64,
     pub classes: ClassTimes,
 }
@@ -387,6 +389,7 @@ pub fn critical_path(bundle: &Bundle, a: &Analysis) -> Result<CriticalPath, NoPa
             pid: s.pid,
             tid: s.tid,
             comm: s.comm.clone(),
+            process_comm: threads.get(&s.pid).map_or(&s.comm, |m| &m.comm).clone(),
             ns: 0,
             classes: ClassTimes::default(),
         });

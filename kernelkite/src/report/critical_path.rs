@@ -89,6 +89,34 @@ pub fn critical_path_text(p: &CriticalPath, max_segments: usize) -> String {
         fmt_ns(wall as f64),
         head.join(", ")
     ));
+    // Builds run the same command many times (rustc, cc): the path per command (the
+    // process's main thread's comm, so a rustc's worker threads count as rustc).
+    let mut by_comm: Vec<(String, u64, std::collections::BTreeSet<i32>)> = Vec::new();
+    for t in &p.by_thread {
+        match by_comm.iter_mut().find(|(c, _, _)| *c == t.process_comm) {
+            Some(e) => {
+                e.1 += t.ns;
+                e.2.insert(t.pid);
+            }
+            None => by_comm.push((t.process_comm.clone(), t.ns, [t.pid].into())),
+        }
+    }
+    by_comm.sort_by_key(|e| std::cmp::Reverse(e.1));
+    let parts: Vec<String> = (by_comm.iter().take(TOP_THREADS))
+        .map(|(comm, ns, pids)| {
+            let n = match pids.len() {
+                1 => String::new(),
+                n => format!(" ({n} processes)"),
+            };
+            format!(
+                "{} {}{n} {}",
+                clean(comm),
+                fmt_ns(*ns as f64),
+                fmt_share(share(*ns, wall))
+            )
+        })
+        .collect();
+    out.push_str(&format!("By command: {}.\n\n", parts.join(", ")));
     let mut rows = vec![vec![
         "time".to_string(),
         "share".to_string(),
@@ -147,6 +175,7 @@ pub fn critical_path_json(p: &CriticalPath) -> Value {
             "pid": t.pid,
             "tid": t.tid,
             "comm": t.comm,
+            "process_comm": t.process_comm,
             "ns": t.ns,
             "classes": classes_json(&t.classes),
         })).collect::<Vec<_>>(),
