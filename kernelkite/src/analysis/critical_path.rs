@@ -119,7 +119,8 @@ impl Timeline {
             Some(i) => {
                 let s = &self.sleeps[i];
                 let mut c = s.before;
-                c[s.class as usize] += s.wake_ns.saturating_sub(s.start_ns);
+                let k = s.class as usize;
+                c[k] = c[k].saturating_add(s.wake_ns.saturating_sub(s.start_ns));
                 c
             }
         }
@@ -230,9 +231,10 @@ fn timelines(bundle: &Bundle, a: &Analysis, wakeups: &[Wakeup]) -> BTreeMap<i32,
         let mut slept = [0u64; NUM_CLASSES];
         for s in &mut t.sleeps {
             for (b, done) in s.before.iter_mut().zip(slept) {
-                *b += done;
+                *b = b.saturating_add(done);
             }
-            slept[s.class as usize] += s.wake_ns.saturating_sub(s.start_ns);
+            let k = s.class as usize;
+            slept[k] = slept[k].saturating_add(s.wake_ns.saturating_sub(s.start_ns));
         }
     }
     // Threads without a creator record (it was lost, or the thread predates the
@@ -289,7 +291,10 @@ pub fn critical_path(bundle: &Bundle, a: &Analysis) -> Result<CriticalPath, NoPa
     let mut t = end;
     let mut jumps = 0u32;
     let mut steps = 0usize;
-    let step_limit = 4 * (stream.wakeups.len() + threads.len()) + 64;
+    // Each step ends a segment or follows a waker (at most MAX_JUMPS_AT_ONE_TIME in a
+    // row), and each sleep and running period gives at most a few segments: a bound
+    // only a malformed bundle reaches.
+    let step_limit = 20 * (stream.wakeups.len() + threads.len()) + 64;
     while t > floor {
         steps += 1;
         let th = &threads[&cur];
@@ -393,7 +398,7 @@ pub fn critical_path(bundle: &Bundle, a: &Analysis) -> Result<CriticalPath, NoPa
             ns: 0,
             classes: ClassTimes::default(),
         });
-        e.ns += s.end_ns - s.start_ns;
+        e.ns = e.ns.saturating_add(s.end_ns - s.start_ns);
         e.classes = e.classes.saturating_add(&s.classes);
     }
     let mut by_thread: Vec<PathThread> = by.into_values().collect();
