@@ -302,3 +302,45 @@ fn unreadable_inputs_fail_with_one_line() {
     assert_one_line_error(&out.stderr);
     assert!(!dir.path().join("no").exists());
 }
+
+#[test]
+fn critical_path_reads_a_recorded_stream_and_says_why_older_bundles_have_none() {
+    let recordings = fixtures().join("recordings");
+    // Recorded with --critical-path: the path tiles the root's wall time.
+    let out = kk()
+        .args(["--json", "critical-path"])
+        .arg(recordings.join("run-ebpf-critical-path.kkr"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let path: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let wall = path["wall_ns"].as_u64().unwrap();
+    let sum: u64 = (path["by_thread"].as_array().unwrap().iter())
+        .map(|t| t["ns"].as_u64().unwrap())
+        .sum();
+    assert!(wall > 0);
+    assert_eq!(sum, wall, "{path:#}");
+    // Older recordings (eBPF without the stream, /proc): exit 2, one line saying why.
+    for (file, why) in [
+        ("run-ebpf-futex.kkr", "--critical-path"),
+        ("run-proc-cpu.kkr", "/proc sampler"),
+    ] {
+        let out = kk()
+            .arg("critical-path")
+            .arg(recordings.join(file))
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{file}");
+        assert!(out.stdout.is_empty(), "{file}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+        assert!(
+            err.contains("has no critical path") && err.contains(why),
+            "{err}"
+        );
+    }
+}

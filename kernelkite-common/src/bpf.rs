@@ -319,6 +319,9 @@ pub mod record_kind {
     /// A [`StackCaptureRecord`] without stack: the times of the copy with the same
     /// (tid, `capture_ns`) sent at switch-out.
     pub const STACK_PERIOD: u32 = 6;
+    /// `--critical-path`: a [`crate::wake::WakeupRecord`]. Numbered apart from the
+    /// kinds above so kinds added next to them cannot collide with it.
+    pub const WAKEUP: u32 = 16;
 }
 
 /// `--stacks`: bytes of user stack copied from the stack pointer up at each capture.

@@ -84,7 +84,41 @@ pub struct IrqContext {
     pub _pad: u32,
 }
 
+/// `WakeupRecord::class` of a new task's first wakeup (`sched_wakeup_new`): the waker
+/// is the thread that created it, and there was no sleep.
+pub const NEW_TASK: u32 = u32::MAX;
+
+/// `--critical-path`: one wakeup of a traced thread, sent over the ring buffer (record
+/// kind [`crate::bpf::record_kind::WAKEUP`]): the sleep it ended, who ended it, and the
+/// thread's cumulative on-CPU, runqueue and steal time when the sleep began (what it did
+/// between two sleeps is the difference of two records' counters).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WakeupRecord {
+    /// [`crate::bpf::record_kind::WAKEUP`].
+    pub kind: u32,
+    /// The woken thread.
+    pub tgid: u32,
+    pub tid: u32,
+    /// Latency class id of the sleep, or [`NEW_TASK`].
+    pub class: u32,
+    /// CLOCK_MONOTONIC ns when the sleep began (NEW_TASK: the wakeup).
+    pub sleep_start_ns: u64,
+    /// CLOCK_MONOTONIC ns of the wakeup.
+    pub wake_ns: u64,
+    /// The waker, as in [`WakerKey`].
+    pub waker_kind: u32,
+    pub waker_source: u32,
+    pub waker_tgid: u32,
+    pub waker_tid: u32,
+    /// The woken thread's class counters when the sleep began.
+    pub on_cpu_ns: u64,
+    pub runqueue_ns: u64,
+    pub steal_ns: u64,
+}
+
 const _: () = assert!(core::mem::size_of::<WakerKey>() == 32);
+const _: () = assert!(core::mem::size_of::<WakeupRecord>() == 72);
 const _: () = assert!(core::mem::size_of::<WakerTime>() == 32);
 const _: () = assert!(core::mem::size_of::<PendingWaker>() == 40);
 const _: () = assert!(core::mem::size_of::<IrqContext>() == 16);
@@ -95,4 +129,5 @@ mod pod {
     // pattern is a valid value.
     unsafe impl aya::Pod for super::WakerKey {}
     unsafe impl aya::Pod for super::WakerTime {}
+    unsafe impl aya::Pod for super::WakeupRecord {}
 }

@@ -14,6 +14,7 @@
 )]
 
 mod classic;
+mod critical_path;
 mod floor;
 mod lifecycle;
 mod maps;

@@ -289,5 +289,20 @@ pub fn sched_wakeup(ctx: BtfTracePointContext) -> i32 {
 
 #[btf_tracepoint(function = "sched_wakeup_new")]
 pub fn sched_wakeup_new(ctx: BtfTracePointContext) -> i32 {
-    on_wakeup_btf(&ctx)
+    let p: *const u8 = ctx.arg(0);
+    // SAFETY: p is the tracepoint's task_struct.
+    let (tid, tgid) = unsafe { task::ids(p) };
+    on_wakeup_new(tid, tgid)
+}
+
+/// A new task's first wakeup: `--critical-path` notes who created it, then it is an
+/// ordinary wakeup.
+#[inline(always)]
+pub fn on_wakeup_new(tid: u32, tgid: u32) -> i32 {
+    if crate::critical_path::on() && (tgid == 0 || is_target(tgid)) {
+        if let Some(t) = thread(tid) {
+            crate::critical_path::on_new_task(tid, t);
+        }
+    }
+    on_wakeup(tid, tgid)
 }

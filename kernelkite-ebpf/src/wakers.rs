@@ -123,7 +123,9 @@ fn on_waking(tid: u32, tgid: u32) -> i32 {
 #[inline(always)]
 pub fn on_woken(tid: u32, t: &ThreadState, class: u32, sleep_ns: u64) {
     // SAFETY: reading our own static, patched by the loader.
-    if unsafe { core::ptr::read_volatile(&WAKERS_ON) } == 0 {
+    let aggregate = unsafe { core::ptr::read_volatile(&WAKERS_ON) } != 0;
+    let stream = crate::critical_path::on();
+    if !aggregate && !stream {
         return;
     }
     let since = t.since_ns;
@@ -154,7 +156,12 @@ pub fn on_woken(tid: u32, t: &ThreadState, class: u32, sleep_ns: u64) {
             }
         }
     }
-    add(&key, sleep_ns, comm);
+    if stream {
+        crate::critical_path::on_woken(tid, t, &key, since + sleep_ns);
+    }
+    if aggregate {
+        add(&key, sleep_ns, comm);
+    }
 }
 
 #[inline(always)]

@@ -115,6 +115,15 @@ pub enum Command {
     /// threads (asleep through the session or never woken) are listed apart. Needs an
     /// eBPF bundle with waker data: others exit 2 saying why (docs/PROFILE.md, "Wakers").
     Waits(WaitsArgs),
+    /// Which threads bounded the root process's wall time, and in which class.
+    ///
+    /// Follows the root's wall time backwards through the recorded wakeups: while a
+    /// thread ran or waited for a CPU it is on the path; while it slept, the path moves
+    /// to the thread that woke it (a parent in wait4 is woken by its exiting child), and
+    /// from a thread's start to the thread that created it. The times per thread add up
+    /// to the wall time (docs/PROFILE.md, "Critical path"). Needs a bundle recorded with
+    /// `run`/`trace --critical-path`: others exit 2 saying why.
+    CriticalPath(CriticalPathArgs),
     /// Compare two bundles; optionally fail when a metric regresses past a threshold.
     Compare(CompareArgs),
     /// The observed process tree with command names.
@@ -186,6 +195,12 @@ pub struct RunArgs {
     pub user: Option<String>,
     #[command(flatten)]
     pub stacks: StackArgs,
+    /// Record every wakeup of the traced threads (what ended each sleep, when, and the
+    /// thread's CPU time so far), for `kernelkite critical-path`: which threads bounded
+    /// the root process's wall time. About 100 bytes in the bundle per wakeup, at most
+    /// 1,000,000 (the rest are counted as lost); eBPF backend only.
+    #[arg(long)]
+    pub critical_path: bool,
     #[command(flatten)]
     pub recording: RecordArgs,
 }
@@ -297,6 +312,12 @@ pub struct TraceArgs {
     pub max_threads: u32,
     #[command(flatten)]
     pub stacks: StackArgs,
+    /// Record every wakeup of the traced threads (what ended each sleep, when, and the
+    /// thread's CPU time so far), for `kernelkite critical-path`: which threads bounded
+    /// the root process's wall time. About 100 bytes in the bundle per wakeup, at most
+    /// 1,000,000 (the rest are counted as lost); eBPF backend only.
+    #[arg(long)]
+    pub critical_path: bool,
     /// Serve Prometheus metrics of the running session at http://ADDR/metrics; ADDR is
     /// IP:PORT, e.g. 127.0.0.1:9464 (bind a loopback address unless the metrics may
     /// leave the host; port 0 picks a free port, printed at start).
@@ -349,6 +370,16 @@ pub struct SummaryArgs {
 pub struct WaitsArgs {
     /// Bundle (or fixture, or recording) to read.
     pub bundle: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct CriticalPathArgs {
+    /// Bundle (or recording) of a session recorded with --critical-path.
+    pub bundle: PathBuf,
+    /// How many path segments the text lists (the longest, in time order; --json has
+    /// them all).
+    #[arg(long, default_value_t = 20)]
+    pub segments: usize,
 }
 
 #[derive(Debug, Args)]

@@ -312,7 +312,26 @@ fn replay_and_render(bin: &Path, dir: &Path, input: &Path, prefix: &str) -> Resu
         )?;
     }
     stacks(bin, dir, &name, &bundle)?;
+    critical_path(bin, dir, &name, &bundle)?;
     Ok(name)
+}
+
+/// `critical-path` (text and JSON) of a bundle recorded with `--critical-path`.
+fn critical_path(bin: &Path, dir: &Path, name: &str, bundle: &str) -> Result<()> {
+    let probe = kernelkite(bin, dir, &["critical-path", bundle])?;
+    if !probe.ok {
+        if probe.stderr.contains("has no critical path") {
+            return Ok(());
+        }
+        bail!("kernelkite critical-path {bundle} failed: {}", probe.stderr);
+    }
+    fs::write(dir.join(format!("{name}.critical-path.txt")), probe.stdout)?;
+    capture(
+        bin,
+        dir,
+        &["critical-path", "--json", bundle],
+        &format!("{name}.critical-path.json"),
+    )
 }
 
 fn files(dir: &Path) -> Result<BTreeSet<String>> {

@@ -21,6 +21,7 @@
 //!   which is `last − baseline` for well-formed data and never underflows.
 
 pub mod compare;
+pub mod critical_path;
 pub mod stacks;
 pub mod syscall_names;
 pub mod waits;

@@ -8,6 +8,7 @@ use clap::CommandFactory;
 use crate::cli::{Cli, Command};
 
 pub mod compare;
+pub mod critical_path;
 pub mod doctor;
 pub mod export;
 pub mod flamegraph;
@@ -81,6 +82,7 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Replay(args) => replay::execute(&global, &args),
         Command::Summary(args) => summary::execute(&global, &args),
         Command::Waits(args) => waits::execute(&global, &args),
+        Command::CriticalPath(args) => critical_path::execute(&global, &args),
         Command::Compare(args) => compare::execute(&global, &args),
         Command::Tree(args) => tree::execute(&global, &args),
         Command::Viewer(args) => viewer::execute(&global, &args),

@@ -125,6 +125,9 @@ mod linux {
             BackendChoice::Proc if args.stacks.stacks => {
                 bail!("--stacks needs the eBPF backend (not --backend proc)")
             }
+            BackendChoice::Proc if args.critical_path => {
+                bail!("--critical-path needs the eBPF backend (not --backend proc)")
+            }
             BackendChoice::Proc => None,
             BackendChoice::Ebpf => {
                 Some(load_probes(global, args).context("eBPF is not available")?)
@@ -133,6 +136,11 @@ mod linux {
                 Ok(session) => Some(session),
                 Err(e) if args.stacks.stacks => {
                     return Err(e.context("--stacks needs the eBPF backend, which is not available"))
+                }
+                Err(e) if args.critical_path => {
+                    return Err(
+                        e.context("--critical-path needs the eBPF backend, which is not available")
+                    )
                 }
                 Err(e) => {
                     crate::note!(
@@ -338,6 +346,7 @@ mod linux {
             network: global.network,
             label: global.label.clone(),
             stacks: crate::commands::stack_options(&args.stacks),
+            critical_path: args.critical_path,
         })?;
         for note in session.notes() {
             crate::note!("kernelkite: {note}");
@@ -387,7 +396,9 @@ mod linux {
         let mut schedule = Schedule::new(Instant::now(), Duration::from_millis(global.interval_ms));
         // `--stacks` copies fill the ring buffer far faster than lifecycle records:
         // drain it every 10 ms.
-        let wake_every = args.stacks.stacks.then_some(RING_DRAIN_WITH_STACKS);
+        // So do --critical-path's wakeup records.
+        let wake_every =
+            (args.stacks.stacks || args.critical_path).then_some(RING_DRAIN_WITH_STACKS);
         until_reaped(launcher, &mut schedule, wake_every, |tick, _| {
             match tick {
                 Tick::Woke => {

@@ -82,6 +82,7 @@ mod platform {
             network: global.network,
             label: global.label.clone(),
             stacks: crate::commands::stack_options(&args.stacks),
+            critical_path: args.critical_path,
         };
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()

@@ -86,11 +86,106 @@ pub struct Bundle {
     /// sampler and for bundles written before kernelkite recorded wakers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wakers: Option<WakerProfile>,
+    /// Every wakeup of the traced threads, recorded with `--critical-path` (eBPF
+    /// backend), for `kernelkite critical-path`; `None` (and absent from the file)
+    /// otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wakeups: Option<WakeupStream>,
+}
+
+/// `--critical-path`: the wakeups of the traced threads, in the order they arrived.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WakeupStream {
+    pub wakeups: Vec<Wakeup>,
+    /// Wakeups not in `wakeups`: records the kernel did not send (ring buffer half full)
+    /// and those past the session's cap. Also in `events_lost_by_cause.wakeup_records`.
+    pub lost: u64,
+}
+
+/// [`Wakeup::class`] of a new task's first wakeup, by the thread that created it.
+pub const NEW_TASK_CLASS: &str = "new_task";
+
+/// One wakeup of a traced thread: the sleep it ended and what ended it. Written as a
+/// row (docs/BUNDLE.md lists the columns).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "WakeupRow", into = "WakeupRow")]
+pub struct Wakeup {
+    /// Nanoseconds since the session's start, of the wakeup.
+    pub t_ns: u64,
+    /// Length of the sleep it ended (0 for [`NEW_TASK_CLASS`]).
+    pub sleep_ns: u64,
+    /// The woken thread.
+    pub pid: i32,
+    pub tid: i32,
+    /// The sleep's latency class, or [`NEW_TASK_CLASS`].
+    pub class: InlineStr,
+    /// What ran the wakeup: `thread`, `timer`, `hardirq`, `softirq` or `interrupt`
+    /// (as `WakerSample::kind`).
+    pub waker_kind: InlineStr,
+    /// The waking thread (kind `thread`), else 0.
+    pub waker_pid: i32,
+    pub waker_tid: i32,
+    /// The woken thread's cumulative on_cpu, runqueue and steal time when the sleep
+    /// began (raw counters: what it did between two sleeps is their difference).
+    pub on_cpu_ns: u64,
+    pub runqueue_ns: u64,
+    pub steal_ns: u64,
+}
+
+type WakeupRow = (
+    u64,
+    u64,
+    i32,
+    i32,
+    InlineStr,
+    InlineStr,
+    i32,
+    i32,
+    u64,
+    u64,
+    u64,
+);
+
+impl From<WakeupRow> for Wakeup {
+    fn from(r: WakeupRow) -> Wakeup {
+        Wakeup {
+            t_ns: r.0,
+            sleep_ns: r.1,
+            pid: r.2,
+            tid: r.3,
+            class: r.4,
+            waker_kind: r.5,
+            waker_pid: r.6,
+            waker_tid: r.7,
+            on_cpu_ns: r.8,
+            runqueue_ns: r.9,
+            steal_ns: r.10,
+        }
+    }
+}
+
+impl From<Wakeup> for WakeupRow {
+    fn from(w: Wakeup) -> WakeupRow {
+        (
+            w.t_ns,
+            w.sleep_ns,
+            w.pid,
+            w.tid,
+            w.class,
+            w.waker_kind,
+            w.waker_pid,
+            w.waker_tid,
+            w.on_cpu_ns,
+            w.runqueue_ns,
+            w.steal_ns,
+        )
+    }
 }
 
 /// The causes of `Bundle::events_lost_by_cause`: (key, how reports name it, what it
 /// makes incomplete). A caveat names only what its causes affect.
-pub const LOST_CAUSES: [(&str, &str, &str); 10] = [
+pub const LOST_CAUSES: [(&str, &str, &str); 11] = [
     (
         "lifecycle_records",
         "lifecycle records",
@@ -132,6 +227,11 @@ pub const LOST_CAUSES: [(&str, &str, &str); 10] = [
         "waker_updates",
         "waker updates (waker table full)",
         "the wakers (`kernelkite waits`)",
+    ),
+    (
+        "wakeup_records",
+        "wakeup records (--critical-path)",
+        "the critical path (`kernelkite critical-path`)",
     ),
 ];
 
@@ -948,6 +1048,7 @@ impl Bundle {
             syscalls_in_progress: Vec::new(),
             events_lost_by_cause: BTreeMap::new(),
             wakers: None,
+            wakeups: None,
         }
     }
 }

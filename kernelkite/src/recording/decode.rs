@@ -21,7 +21,8 @@ use crate::model::{
     Backend, ClassTimes, Frame, HostConstants, IoCounters, LaunchedCommand, LifecycleEvent,
     LifecycleKind, NetDevCounters, OnCpuSource, ProcessSample, Rusage, Schedstat, SkippedFile,
     SlowSyscall, StackFrame, StackModule, StackProfile, StackSample, SyscallHistogram,
-    SyscallInProgress, ThreadSample, TimeAccounting, WakerProfile, WakerSample,
+    SyscallInProgress, ThreadSample, TimeAccounting, WakerProfile, WakerSample, Wakeup,
+    WakeupStream,
 };
 
 /// Why a recording cannot be read. Displays as one line with the byte offset.
@@ -414,6 +415,7 @@ fn decode_body(kind: RecordType, t: &mut Take<'_>) -> FieldResult<Record> {
             })?,
         },
         RecordType::Wakers => Record::Wakers(wakers(t)?),
+        RecordType::Wakeups => Record::Wakeups(wakeups(t)?),
         RecordType::End => Record::End {
             t_ns: t.u64("t_ns")?,
         },
@@ -668,6 +670,27 @@ fn wakers(t: &mut Take<'_>) -> FieldResult<WakerProfile> {
             })
         })?,
         lost: t.u64("wakers lost")?,
+    })
+}
+
+fn wakeups(t: &mut Take<'_>) -> FieldResult<WakeupStream> {
+    Ok(WakeupStream {
+        wakeups: t.vec("wakeups", 64, |t| {
+            Ok(Wakeup {
+                t_ns: t.u64("t_ns")?,
+                sleep_ns: t.u64("sleep_ns")?,
+                pid: t.i32("pid")?,
+                tid: t.i32("tid")?,
+                class: t.inline_str("class")?,
+                waker_kind: t.inline_str("waker_kind")?,
+                waker_pid: t.i32("waker_pid")?,
+                waker_tid: t.i32("waker_tid")?,
+                on_cpu_ns: t.u64("on_cpu_ns")?,
+                runqueue_ns: t.u64("runqueue_ns")?,
+                steal_ns: t.u64("steal_ns")?,
+            })
+        })?,
+        lost: t.u64("wakeups lost")?,
     })
 }
 

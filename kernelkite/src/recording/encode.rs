@@ -15,7 +15,7 @@ use crate::model::{
     Backend, ClassTimes, Frame, IoCounters, LaunchedCommand, LifecycleEvent, LifecycleKind,
     NetDevCounters, ProcessSample, Rusage, Schedstat, SkippedFile, SlowSyscall, StackFrame,
     StackModule, StackProfile, StackSample, SyscallHistogram, SyscallInProgress, ThreadSample,
-    WakerProfile, WakerSample,
+    WakerProfile, WakerSample, Wakeup, WakeupStream,
 };
 
 /// A chunk ends after every frame (so a killed session loses at most the events since
@@ -95,6 +95,7 @@ pub fn encode_record(record: RecordRef<'_>, out: &mut Vec<u8>) {
             });
         }
         RecordRef::Wakers(w) => wakers(&mut p, w),
+        RecordRef::Wakeups(w) => wakeups(&mut p, w),
         RecordRef::End { t_ns } => p.u64(t_ns),
     }
     let body_len = (out.len() - at - 5) as u32;
@@ -113,6 +114,7 @@ fn record_type(record: RecordRef<'_>) -> RecordType {
         RecordRef::Launched(_) => RecordType::Launched,
         RecordRef::Stacks { .. } => RecordType::Stacks,
         RecordRef::Wakers(_) => RecordType::Wakers,
+        RecordRef::Wakeups(_) => RecordType::Wakeups,
         RecordRef::End { .. } => RecordType::End,
     }
 }
@@ -295,6 +297,23 @@ fn wakers(p: &mut Put<'_>, w: &WakerProfile) {
         p.opt(x.waker_comm.as_deref(), |p, s| p.str(s));
         p.u64(x.total_ns);
         p.u64(x.count);
+    });
+    p.u64(w.lost);
+}
+
+fn wakeups(p: &mut Put<'_>, w: &WakeupStream) {
+    p.vec(&w.wakeups, |p, x: &Wakeup| {
+        p.u64(x.t_ns);
+        p.u64(x.sleep_ns);
+        p.i32(x.pid);
+        p.i32(x.tid);
+        p.str(&x.class);
+        p.str(&x.waker_kind);
+        p.i32(x.waker_pid);
+        p.i32(x.waker_tid);
+        p.u64(x.on_cpu_ns);
+        p.u64(x.runqueue_ns);
+        p.u64(x.steal_ns);
     });
     p.u64(w.lost);
 }

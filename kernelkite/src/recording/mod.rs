@@ -40,6 +40,8 @@
 //! | 6 | events lost | t_ns u64, count u64 (cumulative; the last one wins); version 3 on: by cause vec<(cause str, count u64)> |
 //! | 7 | launched | argv vec<str>, pid i32, exit_code opt<i32>, signal opt<i32>, rusage opt<(user_us, system_us, max_rss_kib, minor_faults, major_faults, voluntary_switches, involuntary_switches: u64)>, untraced_cpu_ns opt<u64> (version 2 on) |
 //! | 10 | in progress | version 3 on: t_ns u64, vec<(pid i32, tid i32, nr u32, name str, t_ns u64, elapsed_ns u64, before_start u8, user_stack opt<u32>)>: the syscalls still running at a snapshot; the last one wins |
+//! | 11 | wakers | the bundle's waker profile: vec<(pid i32, tid i32, class str, kind str, source opt<str>, source_id opt<u32>, waker_pid opt<i32>, waker_tid opt<i32>, waker_comm opt<str>, total_ns u64, count u64)>, lost u64; written when the session ends |
+//! | 12 | wakeups | `--critical-path`: the bundle's wakeup stream: vec<(t_ns u64, sleep_ns u64, pid i32, tid i32, class str, waker_kind str, waker_pid i32, waker_tid i32, on_cpu_ns u64, runqueue_ns u64, steal_ns u64)>, lost u64; written when the session ends |
 //! | 8 | end | t_ns u64: the session ended and every record was written |
 //! | 9 | stacks | the bundle's stack profile (`--stacks`): sample_hz u64, min_block_ns u64, frames vec<(addr u64, kernel u8, module opt<str>, module_offset opt<u64>, symbol opt<str>, file opt<str>, line opt<u32>)>, stacks vec<vec<u32>>, samples vec<(pid i32, tid i32, class str, user_stack opt<u32>, kernel_stack opt<u32>, total_ns u64, count u64, version 3 on: estimated_ns u64, sampled_count u64, in_progress u8)>, captures_lost u64, slow_stacks vec<(slow syscall arrival index u32, user stack index u32)>; written when the session ends |
 //!
@@ -68,7 +70,7 @@ pub use rebuild::{replay_recording, replay_recording_file, BundleBuilder, Replay
 
 use crate::model::{
     Backend, Frame, HostConstants, LaunchedCommand, LifecycleEvent, SlowSyscall, StackProfile,
-    SyscallHistogram, SyscallInProgress, WakerProfile,
+    SyscallHistogram, SyscallInProgress, WakerProfile, WakeupStream,
 };
 use std::collections::BTreeMap;
 
@@ -107,6 +109,8 @@ pub enum RecordType {
     InProgress = 10,
     /// The waker profile (`Bundle::wakers`), once at the end.
     Wakers = 11,
+    /// The wakeup stream (`Bundle::wakeups`, `--critical-path`), once at the end.
+    Wakeups = 12,
 }
 
 impl RecordType {
@@ -123,6 +127,7 @@ impl RecordType {
             9 => RecordType::Stacks,
             10 => RecordType::InProgress,
             11 => RecordType::Wakers,
+            12 => RecordType::Wakeups,
             _ => return None,
         })
     }
@@ -208,6 +213,7 @@ pub enum Record {
         slow_stacks: Vec<(u32, u32)>,
     },
     Wakers(WakerProfile),
+    Wakeups(WakeupStream),
     End {
         t_ns: u64,
     },
@@ -225,7 +231,10 @@ impl Record {
             | Record::EventsLost { t_ns, .. }
             | Record::InProgress { t_ns, .. }
             | Record::End { t_ns } => Some(*t_ns),
-            Record::Launched(_) | Record::Stacks { .. } | Record::Wakers(_) => None,
+            Record::Launched(_)
+            | Record::Stacks { .. }
+            | Record::Wakers(_)
+            | Record::Wakeups(_) => None,
         }
     }
 
@@ -258,6 +267,7 @@ impl Record {
                 slow_stacks,
             },
             Record::Wakers(w) => RecordRef::Wakers(w),
+            Record::Wakeups(w) => RecordRef::Wakeups(w),
             Record::End { t_ns } => RecordRef::End { t_ns: *t_ns },
         }
     }
@@ -290,6 +300,7 @@ pub enum RecordRef<'a> {
         slow_stacks: &'a [(u32, u32)],
     },
     Wakers(&'a WakerProfile),
+    Wakeups(&'a WakeupStream),
     End {
         t_ns: u64,
     },

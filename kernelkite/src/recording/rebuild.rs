@@ -80,6 +80,7 @@ impl BundleBuilder {
                 }
             }
             Record::Wakers(w) => bundle.wakers = Some(w),
+            Record::Wakeups(w) => bundle.wakeups = Some(w),
             Record::End { .. } => {}
         }
     }

@@ -182,6 +182,22 @@ fn session_records() -> Vec<Record> {
             },
             slow_stacks: vec![(0, 0)],
         },
+        Record::Wakeups(WakeupStream {
+            wakeups: vec![crate::model::Wakeup {
+                t_ns: 70,
+                sleep_ns: 30,
+                pid: 42,
+                tid: 43,
+                class: "lock_wait".into(),
+                waker_kind: "thread".into(),
+                waker_pid: 42,
+                waker_tid: 42,
+                on_cpu_ns: 11,
+                runqueue_ns: 2,
+                steal_ns: 1,
+            }],
+            lost: 3,
+        }),
         Record::End { t_ns: 100 },
     ]
 }

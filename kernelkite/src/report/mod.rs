@@ -4,6 +4,7 @@
 //! described in `docs/JSON.md`; the helpers below format numbers the same way everywhere.
 
 pub mod compare;
+pub mod critical_path;
 pub mod flamegraph;
 pub mod html;
 pub mod html_stacks;

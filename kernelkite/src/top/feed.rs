@@ -444,6 +444,7 @@ mod ebpf_feed {
                 network: false,
                 label: None,
                 stacks,
+                critical_path: false,
             };
             let mut session = Session::start_recorded(options, record)?;
             session.count_initial_in_frames(true);

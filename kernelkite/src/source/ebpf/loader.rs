@@ -91,6 +91,9 @@ pub struct ProbeOptions {
     pub stacks: Option<StackOptions>,
     /// Entries of the THREADS map (`--max-threads`); `None`: the object's 65,536.
     pub max_threads: Option<u32>,
+    /// Stream every wakeup of the traced threads (`--critical-path`); it needs the waker
+    /// hooks, attached then even with `KERNELKITE_WAKERS=off`.
+    pub critical_path: bool,
 }
 
 /// What `--stacks` captures.
@@ -216,7 +219,7 @@ const CLASSIC_PLAN: [(&str, &str); 15] = [
 pub fn load(options: ProbeOptions) -> Result<Probes, ProbeError> {
     match HookKind::choose()? {
         HookKind::TpBtf => load_programs(options, |layout| {
-            let on = wakers_on();
+            let on = wakers_on() || options.critical_path;
             (program_plan(layout).into_iter())
                 .filter(|(p, _)| on || !WAKER_PROGRAMS.contains(p))
                 .collect()
@@ -262,6 +265,7 @@ fn load_programs(
         .filter(|s| s.sample_hz > 0)
         .map_or(0, |s| 1_000_000_000 / s.sample_hz);
     let wakers_flag = u32::from(wakers_on());
+    let critical_path_flag = u32::from(options.critical_path);
     // x86_64 only (the unwinder's architecture): elsewhere stacks are frame pointers only.
     let (ip_offset, sp_offset, bp_offset) = layout.pt_regs_ip_sp_bp.unwrap_or_default();
     let copy_interval_ns = match (options.stacks, layout.pt_regs_ip_sp_bp) {
@@ -300,6 +304,7 @@ fn load_programs(
         .override_global("STACK_MIN_BLOCK_NS", &min_block_ns, true)
         .override_global("SAMPLE_PERIOD_NS", &sample_period_ns, true)
         .override_global("WAKERS_ON", &wakers_flag, true)
+        .override_global("CRITICAL_PATH_ON", &critical_path_flag, true)
         .override_global("STACK_COPY_INTERVAL_NS", &copy_interval_ns, true)
         .override_global("PT_REGS_IP_OFFSET", &ip_offset, true)
         .override_global("PT_REGS_SP_OFFSET", &sp_offset, true)
@@ -377,6 +382,7 @@ fn load_classic(options: ProbeOptions) -> Result<Probes, ProbeError> {
     );
     let follow = u32::from(options.follow);
     let wakers_flag = u32::from(wakers_on());
+    let critical_path_flag = u32::from(options.critical_path);
     let mut loader = EbpfLoader::new();
     for name in STACK_MAPS {
         loader.map_max_entries(name, 1);
@@ -403,13 +409,14 @@ fn load_classic(options: ProbeOptions) -> Result<Probes, ProbeError> {
         .override_global("NR_EXIT_GROUP", &nr_exit_group, true)
         .override_global("MIN_LATENCY_NS", &options.min_latency_ns, true)
         .override_global("FOLLOW", &follow, true)
-        .override_global("WAKERS_ON", &wakers_flag, true);
+        .override_global("WAKERS_ON", &wakers_flag, true)
+        .override_global("CRITICAL_PATH_ON", &critical_path_flag, true);
     let mut ebpf = loader
         .load(BPF_OBJECT)
         .map_err(|e| ProbeError::Load(error_chain(&e)))?;
     fill_syscall_kinds(&mut ebpf)?;
     let mut hooks = Vec::new();
-    let wakers = wakers_on();
+    let wakers = wakers_on() || options.critical_path;
     let plan = CLASSIC_PLAN
         .into_iter()
         .filter(|(p, _)| wakers || !WAKER_PROGRAMS.contains(p));

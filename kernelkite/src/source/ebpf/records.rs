@@ -1,6 +1,7 @@
 //! Decoding ring-buffer records (pure: bytes in, records out; tested without a kernel).
 
 use kernelkite_common::bpf::{record_kind, LifecycleRecord, SlowSyscallRecord, StackCaptureRecord};
+use kernelkite_common::wake::WakeupRecord;
 
 /// One decoded ring-buffer record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -10,6 +11,8 @@ pub enum Record {
     /// A user stack copy (or the times of one); the stack bytes follow it in the record
     /// ([`stack_bytes`]).
     StackCapture(StackCaptureRecord),
+    /// `--critical-path`: one wakeup of a traced thread.
+    Wakeup(WakeupRecord),
 }
 
 /// The stack bytes after a STACK_COPY record (what the record's `stack_len` says, or
@@ -52,6 +55,7 @@ pub fn decode(bytes: &[u8]) -> Result<Record, RecordError> {
         record_kind::STACK_COPY | record_kind::STACK_PERIOD => {
             read_pod(bytes).map(Record::StackCapture)
         }
+        record_kind::WAKEUP => read_pod(bytes).map(Record::Wakeup),
         other => Err(RecordError::UnknownKind(other)),
     }
 }

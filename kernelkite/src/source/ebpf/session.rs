@@ -19,16 +19,18 @@ use super::records::{comm_string, decode, stack_bytes, Record};
 use super::stacks::{InProgressWait, StackCollector, UserStack};
 use super::syscall_table;
 use super::tracked::{ThreadKey, Tracked};
-use super::wakers::WakerReader;
+use super::wakers::{waker_kind_name, WakerReader};
 use crate::analysis::sample_class;
 use crate::model::frame_recorder::{keep_capped, MAX_EVENTS};
 use crate::model::{
     Backend, Bundle, ClassTimes, Frame, HostConstants, LifecycleEvent, LifecycleKind, OnCpuSource,
-    SlowSyscall, SyscallHistogram, SyscallInProgress, ThreadSample,
+    SlowSyscall, SyscallHistogram, SyscallInProgress, ThreadSample, Wakeup, WakeupStream,
+    NEW_TASK_CLASS,
 };
 use crate::recording::{ClockAnchor, RecordRef, RecordSink, SessionStart};
 use crate::source::host::current_host;
 use crate::source::procfs::{FrameRecorder, Sampler, SamplerOptions, Scope, PROC_ROOT};
+use kernelkite_common::wake::NEW_TASK;
 
 /// What to trace.
 #[derive(Clone, Debug)]
@@ -46,6 +48,8 @@ pub struct TraceOptions {
     pub label: Option<String>,
     /// Capture stacks (`--stacks`).
     pub stacks: Option<StackOptions>,
+    /// Record every wakeup (`--critical-path`).
+    pub critical_path: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -111,6 +115,9 @@ pub struct Session {
     slow_stack_ids: Vec<(usize, u32, UserStack)>,
     /// What ended the traced threads' sleeps.
     wakers: WakerReader,
+    /// `--critical-path`: the wakeups so far (at most [`MAX_WAKEUPS`]), and the kernel's
+    /// count of those it did not send.
+    wakeups: Option<(Vec<Wakeup>, PerCpuArray<MapData, u64>)>,
     /// The traced threads' entries and the clock at the final snapshot: the sleeps
     /// still open then are the `not_woken` wakers.
     final_states: (Vec<(u32, ThreadState)>, u64),
@@ -137,7 +144,14 @@ struct Dropped {
     /// Syscalls of exited processes whose histograms found no room under
     /// [`MAX_FOLDED_HISTOGRAMS`].
     syscalls: u64,
+    /// `--critical-path`: wakeups past [`MAX_WAKEUPS`].
+    wakeups: u64,
 }
+
+/// `--critical-path`: wakeups a session keeps (about 100 bytes each in memory, so at
+/// most about 100 MiB); the rest are counted as lost. A `cargo build` of a small crate
+/// makes about 30,000 (docs/PERFORMANCE.md).
+pub const MAX_WAKEUPS: usize = 1_000_000;
 
 /// (process, syscall) histograms of exited processes a session keeps (a few hundred
 /// bytes each); the calls of later ones are dropped and counted as lost.
@@ -238,6 +252,7 @@ impl Session {
             min_latency_ns: options.min_latency_ns,
             stacks: options.stacks,
             max_threads: options.max_threads,
+            critical_path: options.critical_path,
         })?;
         let stacks = match options.stacks {
             Some(stack_options) => Some(StackCollector::new(
@@ -255,6 +270,11 @@ impl Session {
         let wakers = WakerReader {
             map: take_map(&mut probes, "WAKERS")?,
             lost: take_map(&mut probes, "WAKERS_LOST")?,
+        };
+        let wakeups = if options.critical_path {
+            Some((Vec::new(), take_map(&mut probes, "CRITICAL_PATH_LOST")?))
+        } else {
+            None
         };
         let sampler = Sampler::new(
             Path::new(PROC_ROOT),
@@ -286,6 +306,7 @@ impl Session {
             folded_hists: BTreeMap::new(),
             live_hists: Vec::new(),
             stacks,
+            wakeups,
             slow_stack_ids: Vec::new(),
             in_progress: Vec::new(),
             in_progress_stack_ids: Vec::new(),
@@ -696,6 +717,33 @@ impl Session {
                 }
                 false
             }
+            Record::Wakeup(r) => {
+                let t_ns = self.t_ns(r.wake_ns);
+                let Some((kept, _)) = self.wakeups.as_mut() else {
+                    return false;
+                };
+                if kept.len() >= MAX_WAKEUPS {
+                    self.dropped.wakeups += 1;
+                    return false;
+                }
+                kept.push(Wakeup {
+                    t_ns,
+                    sleep_ns: r.wake_ns.saturating_sub(r.sleep_start_ns),
+                    pid: r.tgid as i32,
+                    tid: r.tid as i32,
+                    class: match LatencyClass::from_id(r.class) {
+                        Some(c) if r.class != NEW_TASK => c.name().into(),
+                        _ => NEW_TASK_CLASS.into(),
+                    },
+                    waker_kind: waker_kind_name(r.waker_kind).into(),
+                    waker_pid: r.waker_tgid as i32,
+                    waker_tid: r.waker_tid as i32,
+                    on_cpu_ns: r.on_cpu_ns,
+                    runqueue_ns: r.runqueue_ns,
+                    steal_ns: r.steal_ns,
+                });
+                false
+            }
             Record::StackCapture(r) => {
                 if let Some(stacks) = self.stacks.as_mut() {
                     stacks.take_capture(&r, stack_bytes(bytes, &r));
@@ -822,6 +870,7 @@ impl Session {
             ("events_past_caps", self.dropped.events),
             ("syscalls_past_caps", self.dropped.syscalls),
             ("waker_updates", self.wakers.lost()),
+            ("wakeup_records", self.wakeups_lost()),
         ];
         causes
             .into_iter()
@@ -846,6 +895,15 @@ impl Session {
                 .map(|i| self.lost_count(i))
                 .sum::<u64>()
             + self.wakers.lost()
+            + self.wakeups_lost()
+    }
+
+    /// `--critical-path`: wakeups the kernel did not send plus those past the cap.
+    fn wakeups_lost(&self) -> u64 {
+        let kernel = self.wakeups.as_ref().map_or(0, |(_, lost)| {
+            lost.get(&0, 0).map_or(0, |v| v.iter().sum::<u64>())
+        });
+        kernel + self.dropped.wakeups
     }
 
     /// The syscalls and waits the threads are in at `now`: each thread inside a syscall
@@ -1150,6 +1208,15 @@ impl Session {
         }
         let mut bundle = self.assemble(frames, cap, lifecycle, slow, stacks);
         bundle.wakers = wakers;
+        let lost = self.wakeups_lost();
+        if let Some((mut wakeups, _)) = self.wakeups.take() {
+            wakeups.sort_by_key(|w| (w.t_ns, w.tid));
+            let stream = WakeupStream { wakeups, lost };
+            if let Some(sink) = self.sink.as_mut() {
+                sink.record(RecordRef::Wakeups(&stream));
+            }
+            bundle.wakeups = Some(stream);
+        }
         Ok(bundle)
     }
 

@@ -22,6 +22,17 @@ const SOFTIRQ_NAMES: [&str; 10] = [
     "hi", "timer", "net_tx", "net_rx", "block", "irq_poll", "tasklet", "sched", "hrtimer", "rcu",
 ];
 
+/// A `waker_kind` as `Wakeup::waker_kind` names it.
+pub fn waker_kind_name(kind: u32) -> &'static str {
+    match kind {
+        waker_kind::THREAD => "thread",
+        waker_kind::TIMER => "timer",
+        waker_kind::HARDIRQ => "hardirq",
+        waker_kind::SOFTIRQ => "softirq",
+        _ => "interrupt",
+    }
+}
+
 impl WakerReader {
     /// Sleeps whose waker the kernel could not store.
     pub fn lost(&self) -> u64 {
