@@ -412,22 +412,11 @@ impl StackCollector {
             self.maps_read_at.insert(pid, Instant::now());
             self.refresh_process(pid);
         }
-        let (addrs, cut) = match self.unwinders.get(&pid) {
-            Some(unwinder) => unwinder.unwind(&mut self.unwind_cache, copy),
-            None => {
-                let pending = std::mem::replace(&mut self.read_pending, false);
-                let unwinder = self.build_unwinder(pid);
-                let unwound = unwinder.unwind(&mut self.unwind_cache, copy);
-                // A file whose read is past its deadline (a loaded machine) is read
-                // again: an unwinder without its module is not kept, or every later
-                // copy through that file would be walked by frame pointer.
-                if !self.read_pending {
-                    self.unwinders.insert(pid, unwinder);
-                }
-                self.read_pending = pending;
-                unwound
-            }
-        };
+        if !self.unwinders.contains_key(&pid) {
+            let unwinder = self.build_unwinder(pid);
+            self.unwinders.insert(pid, unwinder);
+        }
+        let (addrs, cut) = self.unwinders[&pid].unwind(&mut self.unwind_cache, copy);
         if addrs.is_empty() {
             return None;
         }
