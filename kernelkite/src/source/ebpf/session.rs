@@ -844,7 +844,12 @@ impl Session {
     /// The syscalls and waits the threads are in at `now`: each thread inside a syscall
     /// is one call in progress, and (`--stacks`) each one off the CPU is one wait in
     /// progress, with the stack its switch-out captured.
-    fn note_in_progress(&mut self, by_tgid: &BTreeMap<u32, BTreeMap<u32, ThreadState>>, now: u64) {
+    fn note_in_progress(
+        &mut self,
+        by_tgid: &BTreeMap<u32, BTreeMap<u32, ThreadState>>,
+        now: u64,
+        final_frame: bool,
+    ) {
         self.in_progress.clear();
         self.in_progress_stack_ids.clear();
         let mut waits = Vec::new();
@@ -869,12 +874,14 @@ impl Session {
                             None,
                         ));
                     } else if let (true, Some(collector)) = (
-                        before_start && s.run_state == run_state::INITIAL,
+                        // At the end only (the programs detached): read during the
+                        // session, it held up the ring buffer's reader.
+                        final_frame && before_start && s.run_state == run_state::INITIAL,
                         self.stacks.as_mut(),
                     ) {
                         // Blocked since before attach, no event since: no switch-out
                         // copied its stack, so it is read from /proc, its wait's time
-                        // (all of the session) going to it.
+                        // (all of the session) going to it. Live views go without.
                         blocked.insert(tid);
                         if let Some(from_proc) = collector.blocked_stacks(tgid, tid, nr) {
                             if from_proc.user.is_some() {
@@ -1018,7 +1025,7 @@ impl Session {
             let _ = self.threads.remove(&tid);
         }
         self.fold_exited_histograms(&by_tgid);
-        self.note_in_progress(&by_tgid, now);
+        self.note_in_progress(&by_tgid, now, final_frame);
         if let Some(stacks) = &mut self.stacks {
             // Mappings first: a process that exits before the next snapshot is then
             // resolved with the mappings it had at this one.

@@ -417,6 +417,12 @@ impl StackCollector {
             self.unwinders.insert(pid, unwinder);
         }
         let (addrs, cut) = self.unwinders[&pid].unwind(&mut self.unwind_cache, copy);
+        self.intern_unwound(pid, addrs, cut)
+    }
+
+    /// Intern an unwound stack; `None` when it has no frame or the stacks kept are at
+    /// their bound.
+    fn intern_unwound(&mut self, pid: u32, addrs: Vec<u64>, cut: Option<Cut>) -> Option<u32> {
         if addrs.is_empty() {
             return None;
         }
@@ -504,7 +510,7 @@ impl StackCollector {
                     bp: 0,
                     stack: &b.user,
                 };
-                stacks.user = self.unwind(tgid, &copy).map(UserStack::Unwound);
+                stacks.user = self.unwind_blocked(tgid, &copy).map(UserStack::Unwound);
             }
             if !b.kernel.is_empty() {
                 let frames = (b.kernel.into_iter())
@@ -523,6 +529,19 @@ impl StackCollector {
         }
         self.blocked.insert(tid, (nr, stacks));
         Some(stacks).filter(|s| s.user.is_some() || s.kernel.is_some())
+    }
+
+    /// [`StackCollector::unwind`] of a stack read from /proc, with an unwinder of its
+    /// own: the process's cached one is built by the copies, which may map more (a
+    /// process still starting at attach), and a file read past its deadline here
+    /// would leave it without that module for the rest of the session.
+    fn unwind_blocked(&mut self, pid: u32, copy: &CopiedStack) -> Option<u32> {
+        if (self.processes.get(&pid)).is_none_or(|p| locate(&p.maps, copy.ip).is_none()) {
+            self.refresh_process(pid);
+        }
+        let unwinder = self.build_unwinder(pid);
+        let (addrs, cut) = unwinder.unwind(&mut self.unwind_cache, copy);
+        self.intern_unwound(pid, addrs, cut)
     }
 
     /// Forget the /proc stacks of threads no longer in their first wait.
