@@ -447,6 +447,11 @@ fn a_stack_deeper_than_the_copy_is_marked_truncated_in_every_report() {
     assert!(text.status.success());
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(text.contains("[truncated]"), "{text}");
+    // And why: the frame at the cut.
+    assert!(
+        text.contains("[cut: the stack goes on past the 16 KiB copied]"),
+        "{text}"
+    );
     let folded = Command::new(kernelkite_bin())
         .args(["export", "--format", "folded"])
         .arg(&bundle_path)

@@ -17,7 +17,7 @@ use kernelkite_common::LatencyClass;
 use serde::Serialize;
 
 use super::Analysis;
-use crate::model::{Bundle, StackFrame, StackProfile, StackSample};
+use crate::model::{Bundle, ClassTimes, StackFrame, StackProfile, StackSample};
 
 /// One frame of a joined stack, as reports show it.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -274,6 +274,18 @@ pub fn analyze_stacks(
     only: Option<LatencyClass>,
     top: usize,
 ) -> Option<StacksAnalysis> {
+    analyze_stacks_of(bundle, &a.latency_classes, only, top, &BTreeSet::new())
+}
+
+/// [`analyze_stacks`] of every thread but those in `leave_out` ((pid, tid)), whose
+/// class times are `classes`.
+fn analyze_stacks_of(
+    bundle: &Bundle,
+    classes: &ClassTimes,
+    only: Option<LatencyClass>,
+    top: usize,
+    leave_out: &BTreeSet<(i32, i32)>,
+) -> Option<StacksAnalysis> {
     let profile = bundle.stacks.as_ref()?;
     let (_, thread_names) = names(bundle);
     let views = FrameViews::new(profile);
@@ -284,7 +296,7 @@ pub fn analyze_stacks(
         let Some(class) = sample_class(s) else {
             continue;
         };
-        if only.is_some_and(|c| c != class) {
+        if only.is_some_and(|c| c != class) || leave_out.contains(&(s.pid, s.tid)) {
             continue;
         }
         let entry = by_class
@@ -303,14 +315,14 @@ pub fn analyze_stacks(
     // Every class with time gets a row, stacks or not: a class left out would read as
     // having no time.
     for class in LatencyClass::ALL {
-        if a.latency_classes.get(class) > 0 && only.is_none_or(|c| c == class) {
+        if classes.get(class) > 0 && only.is_none_or(|c| c == class) {
             by_class.entry(class).or_default();
         }
     }
     let mut classes: Vec<ClassStacks> = by_class
         .into_iter()
         .map(|(class, stacks)| {
-            let class_ns = a.latency_classes.get(class);
+            let class_ns = classes.get(class);
             let stack_ns = stacks.values().fold(0u64, |t, v| t.saturating_add(v.0));
             let count = stacks.values().fold(0u64, |t, v| t.saturating_add(v.1));
             let distinct_stacks = stacks.len();
@@ -361,6 +373,29 @@ pub fn top_stacks(bundle: &Bundle, a: &Analysis, class: LatencyClass, n: usize) 
         .and_then(|s| s.classes.into_iter().next())
         .map(|c| c.top)
         .unwrap_or_default()
+}
+
+/// The threads that were not idle (the idle rule, `analysis::waits`): the class with the
+/// most of their time among those their stacks have, and its `n` heaviest stacks over
+/// them; `None` without stacks. Idle threads (parked pool workers, a server's
+/// background threads) would otherwise make an idle class look dominant.
+pub fn dominant_busy_stacks(
+    bundle: &Bundle,
+    idle: &crate::analysis::waits::IdleSplit,
+    n: usize,
+) -> Option<(LatencyClass, Vec<HeavyStack>)> {
+    let profile = bundle.stacks.as_ref()?;
+    let leave_out: BTreeSet<(i32, i32)> = idle.idle.iter().map(|t| (t.0, t.1)).collect();
+    let classes = &idle.busy_classes;
+    let class = (profile.samples.iter())
+        .filter(|s| s.time_ns() > 0 && !leave_out.contains(&(s.pid, s.tid)))
+        .filter_map(sample_class)
+        .max_by(|x, y| classes.get(*x).cmp(&classes.get(*y)).then(y.cmp(x)))?;
+    let top = analyze_stacks_of(bundle, classes, Some(class), n, &leave_out)
+        .and_then(|s| s.classes.into_iter().next())
+        .map(|c| c.top)
+        .unwrap_or_default();
+    Some((class, top))
 }
 
 /// The class with the most time in the latency classes among those that have stacks

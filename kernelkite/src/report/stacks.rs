@@ -5,7 +5,7 @@ use kernelkite_common::LatencyClass;
 use serde_json::{json, Value};
 
 use super::{clean, fmt_ns, fmt_share};
-use crate::analysis::stacks::{dominant_stack_class, top_stacks};
+use crate::analysis::stacks::{dominant_busy_stacks, dominant_stack_class, top_stacks};
 use crate::analysis::stacks::{
     ClassStacks, FrameView, HeavyStack, SlowCallStack, StacksAnalysis, ThreadRef, TimeParts,
 };
@@ -143,9 +143,14 @@ pub fn why_no_stacks(s: &StacksAnalysis, c: &ClassStacks) -> Option<String> {
     if c.distinct_stacks > 0 {
         return None;
     }
-    let mut why = if c.class.is_off_cpu() {
+    let mut why = if c.class == LatencyClass::Steal {
+        // Not an off-CPU wait: no switch-out ends it, so nothing captures a stack.
+        return Some(
+            "no stack: steal is time a thread was current but not run (hypervisor steal, interrupt service), which has no stacks".to_string(),
+        );
+    } else if c.class.is_off_cpu() {
         format!(
-            "no stack: its intervals were shorter than {} (--min-block-us) and none was sampled (each is with probability length / {}), or its thread waited since before tracing began (no switch-out seen)",
+            "no stack: its intervals were shorter than {} (--min-block-us) and none was sampled (each is with probability length / {}), or its thread waited since before tracing began and /proc showed no stack for it",
             fmt_ns(s.min_block_ns as f64),
             fmt_ns(s.min_block_ns as f64)
         )
@@ -276,10 +281,38 @@ pub fn top_stacks_text(class: LatencyClass, stacks: &[HeavyStack]) -> String {
 }
 
 /// What `trace` prints at the end of a session with stacks: the `n` heaviest stacks of
-/// the class with the most time among those with stacks; `None` without stacks.
+/// the class with the most time among those with stacks; `None` without stacks. With
+/// waker data, over the threads that were not idle, then a line naming the idle ones
+/// (their stacks are in `kernelkite stacks`).
 pub fn dominant_stacks_text(bundle: &Bundle, a: &Analysis, n: usize) -> Option<String> {
-    let class = dominant_stack_class(bundle, a)?;
-    Some(top_stacks_text(class, &top_stacks(bundle, a, class, n)))
+    let idle = crate::analysis::waits::idle_split(bundle, a).filter(|i| !i.idle.is_empty());
+    let Some(idle) = idle else {
+        let class = dominant_stack_class(bundle, a)?;
+        return Some(top_stacks_text(class, &top_stacks(bundle, a, class, n)));
+    };
+    let Some((class, stacks)) = dominant_busy_stacks(bundle, &idle, n) else {
+        // Every thread with stacks slept through the session (a hung process): where
+        // they wait is the answer.
+        let class = dominant_stack_class(bundle, a)?;
+        let mut out = top_stacks_text(class, &top_stacks(bundle, a, class, n));
+        out.push_str(
+            "(every thread with stacks was asleep through the session: this is where it waits)\n",
+        );
+        return Some(out);
+    };
+    let mut out = top_stacks_text(class, &stacks);
+    const NAMED: usize = 4;
+    let names: Vec<String> = (idle.idle.iter().take(NAMED))
+        .map(|(pid, tid, comm, _)| format!("{pid}/{tid} {}", clean(comm)))
+        .collect();
+    let more = idle.idle.len().saturating_sub(NAMED);
+    out.push_str(&format!(
+        "idle, left out above ({} thread(s) asleep through the session: {}{}; their stacks are in `kernelkite stacks`)\n",
+        idle.idle.len(),
+        names.join(", "),
+        if more > 0 { format!(" and {more} more") } else { String::new() }
+    ));
+    Some(out)
 }
 
 fn frame_json(f: &FrameView) -> Value {

@@ -4,6 +4,7 @@
 //! into bundle frames.
 
 pub mod availability;
+pub mod blocked;
 pub mod btf_layout;
 pub mod loader;
 pub mod map_batch;

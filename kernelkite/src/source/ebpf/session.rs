@@ -109,8 +109,9 @@ pub struct Session {
     /// The syscalls in progress at the latest snapshot (the threads inside one).
     in_progress: Vec<SyscallInProgress>,
     /// `--stacks`: (index into `in_progress`, pid, user stack id) of those with a stack.
-    /// (call index, pid, tid, the thread state's user stack id).
-    in_progress_stack_ids: Vec<(usize, u32, u32, i32)>,
+    /// (call index, pid, tid, the thread state's user stack id, or the stack read from
+    /// /proc for a call blocked since before attach).
+    in_progress_stack_ids: Vec<(usize, u32, u32, i32, Option<UserStack>)>,
     /// `--stacks`: (index into `slow`, pid, user stack id) of slow calls with a stack.
     slow_stack_ids: Vec<(usize, u32, UserStack)>,
     /// What ended the traced threads' sleeps.
@@ -909,10 +910,17 @@ impl Session {
     /// The syscalls and waits the threads are in at `now`: each thread inside a syscall
     /// is one call in progress, and (`--stacks`) each one off the CPU is one wait in
     /// progress, with the stack its switch-out captured.
-    fn note_in_progress(&mut self, by_tgid: &BTreeMap<u32, BTreeMap<u32, ThreadState>>, now: u64) {
+    fn note_in_progress(
+        &mut self,
+        by_tgid: &BTreeMap<u32, BTreeMap<u32, ThreadState>>,
+        now: u64,
+        final_frame: bool,
+    ) {
         self.in_progress.clear();
         self.in_progress_stack_ids.clear();
         let mut waits = Vec::new();
+        // Threads still in the call they were blocked in at attach.
+        let mut blocked = BTreeSet::new();
         for (&tgid, states) in by_tgid {
             for (&tid, s) in states {
                 if s.exit_flags & exit_flags::EXITING != 0 {
@@ -922,15 +930,48 @@ impl Session {
                 let stacks = self.stacks.is_some();
                 if in_syscall {
                     let before_start = s.sys_flags & sys_flags::BEFORE_START != 0;
+                    let nr = s.sys_nr & !SYSCALL_BEFORE_START;
                     if stacks && s.sys_user_stack_id != NO_STACK {
                         self.in_progress_stack_ids.push((
                             self.in_progress.len(),
                             tgid,
                             tid,
                             s.sys_user_stack_id,
+                            None,
                         ));
+                    } else if let (true, Some(collector)) = (
+                        // At the end only (the programs detached): read during the
+                        // session, it held up the ring buffer's reader.
+                        final_frame && before_start && s.run_state == run_state::INITIAL,
+                        self.stacks.as_mut(),
+                    ) {
+                        // Blocked since before attach, no event since: no switch-out
+                        // copied its stack, so it is read from /proc, its wait's time
+                        // (all of the session) going to it. Live views go without.
+                        blocked.insert(tid);
+                        if let Some(from_proc) = collector.blocked_stacks(tgid, tid, nr) {
+                            if from_proc.user.is_some() {
+                                self.in_progress_stack_ids.push((
+                                    self.in_progress.len(),
+                                    tgid,
+                                    tid,
+                                    NO_STACK,
+                                    from_proc.user,
+                                ));
+                            }
+                            waits.push(InProgressWait {
+                                tgid,
+                                tid,
+                                class: s.sleep_class,
+                                sleep_ns: now.saturating_sub(s.since_ns),
+                                runq_ns: 0,
+                                user_stack_id: NO_STACK,
+                                kernel_stack: 0,
+                                sampled: false,
+                                from_proc: Some(from_proc),
+                            });
+                        }
                     }
-                    let nr = s.sys_nr & !SYSCALL_BEFORE_START;
                     self.in_progress.push(SyscallInProgress {
                         pid: tgid as i32,
                         tid: tid as i32,
@@ -972,6 +1013,7 @@ impl Session {
                         user_stack_id,
                         kernel_stack: 0,
                         sampled: false,
+                        from_proc: None,
                     });
                 }
                 if s.pending_class != NO_PENDING {
@@ -986,15 +1028,17 @@ impl Session {
                         user_stack_id: NO_STACK,
                         kernel_stack: s.pending_kernel_stack,
                         sampled: s.pending_sampled != 0,
+                        from_proc: None,
                     });
                 }
             }
         }
         if let Some(stacks) = &mut self.stacks {
-            for &(_, pid, tid, id) in &self.in_progress_stack_ids {
-                let stack = stacks.thread_stack(tid, id);
+            for &(_, pid, tid, id, from_proc) in &self.in_progress_stack_ids {
+                let stack = from_proc.unwrap_or_else(|| stacks.thread_stack(tid, id));
                 stacks.want_user_stack(pid, stack);
             }
+            stacks.keep_blocked(&blocked);
             stacks.set_in_progress(waits);
         }
     }
@@ -1047,7 +1091,7 @@ impl Session {
             let _ = self.threads.remove(&tid);
         }
         self.fold_exited_histograms(&by_tgid);
-        self.note_in_progress(&by_tgid, now);
+        self.note_in_progress(&by_tgid, now, final_frame);
         if let Some(stacks) = &mut self.stacks {
             // Mappings first: a process that exits before the next snapshot is then
             // resolved with the mappings it had at this one.
@@ -1173,10 +1217,10 @@ impl Session {
                         slow.user_stack = collector.user_stack_index(pid, id);
                     }
                 }
-                for &(i, pid, tid, id) in &self.in_progress_stack_ids {
+                for &(i, pid, tid, id, from_proc) in &self.in_progress_stack_ids {
                     if let Some(call) = self.in_progress.get_mut(i) {
-                        call.user_stack =
-                            collector.user_stack_index(pid, collector.thread_stack(tid, id));
+                        let stack = from_proc.unwrap_or_else(|| collector.thread_stack(tid, id));
+                        call.user_stack = collector.user_stack_index(pid, stack);
                     }
                 }
                 Some(collector.finish(
@@ -1275,9 +1319,9 @@ impl Session {
         bundle.syscalls_in_progress = self.in_progress.clone();
         if let Some(collector) = &self.stacks {
             // Live views: the stacks resolved so far.
-            for &(i, pid, tid, id) in &self.in_progress_stack_ids {
+            for &(i, pid, tid, id, from_proc) in &self.in_progress_stack_ids {
                 if let Some(call) = bundle.syscalls_in_progress.get_mut(i) {
-                    let stack = collector.thread_stack(tid, id);
+                    let stack = from_proc.unwrap_or_else(|| collector.thread_stack(tid, id));
                     call.user_stack = call.user_stack.or(collector.user_stack_index(pid, stack));
                 }
             }

@@ -31,7 +31,7 @@ use kernelkite_common::LatencyClass;
 
 use super::loader::StackOptions;
 use super::map_batch::read_all;
-use super::unwind::{CopiedStack, ModuleInfo, ProcessUnwinder, UnwindCache};
+use super::unwind::{CopiedStack, Cut, ModuleInfo, ProcessUnwinder, UnwindCache};
 use crate::model::{SkippedFile, StackFrame, StackModule, StackProfile, StackSample};
 use crate::source::untrusted::{self, Credentials, Door, FileCopy, FileId, Place, Rules, Skip};
 
@@ -88,12 +88,12 @@ pub enum UserStack {
     Unwound(u32),
 }
 
-/// One unwound stack: addresses leaf first, and whether the unwind stopped early.
+/// One unwound stack: addresses leaf first, and why the unwind stopped early.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct Unwound {
     pid: u32,
     addrs: Vec<u64>,
-    truncated: bool,
+    cut: Option<Cut>,
 }
 
 /// The captured stacks of a session and their resolved frames.
@@ -128,6 +128,9 @@ pub struct StackCollector {
     wanted_user: Vec<(u32, UserStack)>,
     /// The waits in progress at the latest snapshot.
     in_progress: Vec<InProgressWait>,
+    /// Threads blocked in one syscall since before attach: tid → (the call, its stacks
+    /// read from /proc once). Kept while the thread stays in that first wait.
+    blocked: BTreeMap<u32, (u32, ProcStacks)>,
     /// Stacks unwound from copies, interned, and the time of each (tgid, tid, class,
     /// unwound index, kernel stack key): the copies' share of `STACK_TIMES`.
     unwound: Vec<Unwound>,
@@ -182,11 +185,25 @@ pub struct InProgressWait {
     pub kernel_stack: u64,
     /// Its times are sampled estimates (pending sampled blocks).
     pub sampled: bool,
+    /// The stacks read from /proc for a wait running since before attach (then
+    /// `user_stack_id` and `kernel_stack` are not used).
+    pub from_proc: Option<ProcStacks>,
+}
+
+/// The stacks of a thread blocked since before attach, read from /proc
+/// ([`StackCollector::blocked_stacks`]): the unwound user stack and the interned kernel
+/// stack, each when it could be had.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProcStacks {
+    pub user: Option<UserStack>,
+    pub kernel: Option<u32>,
 }
 
 /// What a traced process's stacks are resolved with.
 struct TracedProcess {
     maps: Vec<FileMapping>,
+    /// Executable mappings of no file (JIT code), as (start, end).
+    anon_exec: Vec<(u64, u64)>,
     who: Credentials,
     /// Whether the last refresh found it alive (its map_files then lead to its files).
     alive: bool,
@@ -233,6 +250,7 @@ impl StackCollector {
             kernel_resolved: BTreeMap::new(),
             wanted_user: Vec::new(),
             in_progress: Vec::new(),
+            blocked: BTreeMap::new(),
             unwound: Vec::new(),
             unwound_index: StdHashMap::new(),
             copied_times: BTreeMap::new(),
@@ -269,7 +287,7 @@ impl StackCollector {
     /// Read one process's mappings again; its unwinder is rebuilt if they changed.
     fn refresh_process(&mut self, pid: u32) {
         // A zombie's maps are empty: keep what it had while it lived.
-        let Some(maps) = file_mappings(pid).filter(|f| !f.is_empty()) else {
+        let Some((maps, anon_exec)) = file_mappings(pid).filter(|f| !f.0.is_empty()) else {
             return;
         };
         let Some(who) = Credentials::of_process(pid) else {
@@ -288,6 +306,7 @@ impl StackCollector {
             pid,
             TracedProcess {
                 maps,
+                anon_exec,
                 who,
                 alive: true,
             },
@@ -362,15 +381,29 @@ impl StackCollector {
     /// Unwind one copy into an interned stack; `None` when it gives no frame or the
     /// stacks kept are at their bound.
     fn unwind_copy(&mut self, r: &StackCaptureRecord, stack: &[u8]) -> Option<u32> {
-        let pid = r.tgid;
         self.copies_unwound += 1;
         if r.flags & copy_flags::SHORT != 0 {
             self.copies_short += 1;
         }
+        let copy = CopiedStack {
+            ip: r.ip,
+            sp: r.sp,
+            bp: r.bp,
+            stack: &stack[..stack.len().min(r.stack_len as usize)],
+        };
+        let started = Instant::now();
+        let unwound = self.unwind(r.tgid, &copy);
+        self.unwind_ns += started.elapsed().as_nanos() as u64;
+        unwound
+    }
+
+    /// Unwind `copy` of a stack of `pid` into an interned stack; `None` when it gives
+    /// no frame or the stacks kept are at their bound.
+    fn unwind(&mut self, pid: u32, copy: &CopiedStack) -> Option<u32> {
         let known = self
             .processes
             .get(&pid)
-            .is_some_and(|p| locate(&p.maps, r.ip).is_some());
+            .is_some_and(|p| locate(&p.maps, copy.ip).is_some());
         let reread_due = self
             .maps_read_at
             .get(&pid)
@@ -383,23 +416,17 @@ impl StackCollector {
             let unwinder = self.build_unwinder(pid);
             self.unwinders.insert(pid, unwinder);
         }
-        let copy = CopiedStack {
-            ip: r.ip,
-            sp: r.sp,
-            bp: r.bp,
-            stack: &stack[..stack.len().min(r.stack_len as usize)],
-        };
-        let started = Instant::now();
-        let (addrs, truncated) = self.unwinders[&pid].unwind(&mut self.unwind_cache, &copy);
-        self.unwind_ns += started.elapsed().as_nanos() as u64;
+        let (addrs, cut) = self.unwinders[&pid].unwind(&mut self.unwind_cache, copy);
+        self.intern_unwound(pid, addrs, cut)
+    }
+
+    /// Intern an unwound stack; `None` when it has no frame or the stacks kept are at
+    /// their bound.
+    fn intern_unwound(&mut self, pid: u32, addrs: Vec<u64>, cut: Option<Cut>) -> Option<u32> {
         if addrs.is_empty() {
             return None;
         }
-        let unwound = Unwound {
-            pid,
-            addrs,
-            truncated,
-        };
+        let unwound = Unwound { pid, addrs, cut };
         if let Some(&i) = self.unwound_index.get(&unwound) {
             return Some(i);
         }
@@ -457,6 +484,71 @@ impl StackCollector {
         }
     }
 
+    /// The stacks of `tid` of `tgid`, blocked in syscall `nr` since before attach with no
+    /// event since (so no switch-out copied its stack), read from /proc the first time
+    /// it is asked (`source::ebpf::blocked`) and kept while it stays in that wait; call
+    /// [`StackCollector::keep_blocked`] with the threads still in theirs. `None` when
+    /// /proc showed neither stack (it returned in between, or is not in a syscall).
+    pub fn blocked_stacks(&mut self, tgid: u32, tid: u32, nr: u32) -> Option<ProcStacks> {
+        if let Some(&(at, stacks)) = self.blocked.get(&tid) {
+            if at == nr {
+                return Some(stacks).filter(|s| s.user.is_some() || s.kernel.is_some());
+            }
+        }
+        let read = super::blocked::read_blocked(tgid, tid, nr);
+        let mut stacks = ProcStacks {
+            user: None,
+            kernel: None,
+        };
+        if let Some(b) = read {
+            if !b.user.is_empty() {
+                // The frame pointer is not in /proc: 0 makes a frame that needs it end
+                // the unwind (marked truncated), never a guess.
+                let copy = CopiedStack {
+                    ip: b.ip,
+                    sp: b.sp,
+                    bp: 0,
+                    stack: &b.user,
+                };
+                stacks.user = self.unwind_blocked(tgid, &copy).map(UserStack::Unwound);
+            }
+            if !b.kernel.is_empty() {
+                let frames = (b.kernel.into_iter())
+                    .map(|name| StackFrame {
+                        addr: 0,
+                        kernel: true,
+                        module: Some("[kernel]".to_string()),
+                        module_offset: None,
+                        symbol: Some(name),
+                        file: None,
+                        line: None,
+                    })
+                    .collect();
+                stacks.kernel = Some(self.intern(frames, false));
+            }
+        }
+        self.blocked.insert(tid, (nr, stacks));
+        Some(stacks).filter(|s| s.user.is_some() || s.kernel.is_some())
+    }
+
+    /// [`StackCollector::unwind`] of a stack read from /proc, with an unwinder of its
+    /// own: the process's cached one is built by the copies, which may map more (a
+    /// process still starting at attach), and a file read past its deadline here
+    /// would leave it without that module for the rest of the session.
+    fn unwind_blocked(&mut self, pid: u32, copy: &CopiedStack) -> Option<u32> {
+        if (self.processes.get(&pid)).is_none_or(|p| locate(&p.maps, copy.ip).is_none()) {
+            self.refresh_process(pid);
+        }
+        let unwinder = self.build_unwinder(pid);
+        let (addrs, cut) = unwinder.unwind(&mut self.unwind_cache, copy);
+        self.intern_unwound(pid, addrs, cut)
+    }
+
+    /// Forget the /proc stacks of threads no longer in their first wait.
+    pub fn keep_blocked(&mut self, tids: &std::collections::BTreeSet<u32>) {
+        self.blocked.retain(|tid, _| tids.contains(tid));
+    }
+
     /// The waits in progress now (replacing the last snapshot's): their stacks are
     /// resolved with the others, and their time so far is in the profile, marked so.
     pub fn set_in_progress(&mut self, waits: Vec<InProgressWait>) {
@@ -470,7 +562,10 @@ impl StackCollector {
     /// A wait's user stack: its frame-pointer walk, or the copy its switch-out sent
     /// (the thread's latest copy, joined on its tid).
     fn wait_stack(&self, w: &InProgressWait) -> UserStack {
-        self.thread_stack(w.tid, w.user_stack_id)
+        match w.from_proc {
+            Some(p) => p.user.unwrap_or(UserStack::Walked(NO_STACK)),
+            None => self.thread_stack(w.tid, w.user_stack_id),
+        }
     }
 
     /// A thread's user stack as its state names it (`COPIED_STACK`: its latest copy).
@@ -658,7 +753,10 @@ impl StackCollector {
             let Some(class) = LatencyClass::from_id(w.class) else {
                 continue;
             };
-            let kernel_stack = self.kernel_resolved.get(&w.kernel_stack).copied().flatten();
+            let kernel_stack = match w.from_proc {
+                Some(p) => p.kernel,
+                None => self.kernel_resolved.get(&w.kernel_stack).copied().flatten(),
+            };
             for (class, ns) in [(class, w.sleep_ns), (LatencyClass::Runqueue, w.runq_ns)] {
                 if ns == 0 {
                     continue;
@@ -732,7 +830,7 @@ impl StackCollector {
     /// One user stack's frames: `module+0xoffset` from the process's mappings, names
     /// (with `symbols`) from its files and perf map read through the door.
     fn resolve_user(&mut self, pid: u32, stack: UserStack, symbols: bool) -> Option<u32> {
-        let (addrs, truncated) = match stack {
+        let (addrs, truncated, cut) = match stack {
             UserStack::Walked(id) => {
                 let trace = self.user_stacks.get(&(id as u32), 0).ok()?;
                 let addrs: Vec<u64> = (trace.frames().iter())
@@ -741,11 +839,11 @@ impl StackCollector {
                     .collect();
                 // A frame-pointer walk (its copy was not sent) cannot tell whether it
                 // skipped callers: it is marked truncated.
-                (addrs, true)
+                (addrs, true, None)
             }
             UserStack::Unwound(i) => {
                 let u = self.unwound.get(i as usize)?;
-                (u.addrs.clone(), u.truncated)
+                (u.addrs.clone(), u.cut.is_some(), u.cut)
             }
         };
         if addrs.is_empty() {
@@ -808,11 +906,52 @@ impl StackCollector {
                 }
             }
         }
-        // A frame in no mapping the process was known to have (nor its perf map) may
-        // be a wrong return address, or its mapping came and went: the walk past it
-        // cannot be trusted, so the stack is marked truncated.
-        let unknown = symbols && frames.iter().any(|f| f.module.is_none());
-        Some(self.intern(frames, truncated || unknown))
+        // A frame is a frame: a return address in no executable mapping (nor named by
+        // the perf map) is not one, and the walk past it cannot be trusted, so the
+        // stack ends there, with a frame saying why (the leaf is the instruction
+        // pointer itself: kept). Without symbols the perf map was not read: only a
+        // non-executable file mapping is known not to be code.
+        let not_code = |i: usize| -> Option<Cut> {
+            match located[i] {
+                Some((m, _)) if !self.processes[&pid].maps[m].exec => Some(Cut::NotCode),
+                Some(_) => None,
+                None if !symbols || frames[i].module.is_some() => None,
+                None => {
+                    let jit = (self.processes.get(&pid).into_iter())
+                        .flat_map(|p| p.anon_exec.iter())
+                        .any(|&(start, end)| (start..end).contains(&addrs[i]));
+                    Some(if jit {
+                        Cut::JitWithoutPerfMap
+                    } else {
+                        Cut::NotCode
+                    })
+                }
+            }
+        };
+        let bad = (1..frames.len()).find_map(|i| not_code(i).map(|c| (i, c)));
+        let cut = match bad {
+            Some((i, c)) => {
+                frames.truncate(i);
+                Some(c)
+            }
+            None => cut,
+        };
+        if let Some(cut) = cut {
+            frames.push(StackFrame {
+                addr: 0,
+                kernel: false,
+                module: None,
+                module_offset: None,
+                symbol: Some(cut.frame_name().to_string()),
+                file: None,
+                line: None,
+            });
+        }
+        let unknown = symbols
+            && frames
+                .iter()
+                .any(|f| f.module.is_none() && f.symbol.is_none());
+        Some(self.intern(frames, truncated || cut.is_some() || unknown))
     }
 
     /// Names (and DWARF file:line) of the frames that fall in a file mapping, from a
@@ -1128,39 +1267,52 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 /// The file-backed mappings of a live process.
-fn file_mappings(pid: u32) -> Option<Vec<FileMapping>> {
+type AnonExec = Vec<(u64, u64)>;
+
+/// A live process's file-backed mappings, and its executable mappings of no file.
+fn file_mappings(pid: u32) -> Option<(Vec<FileMapping>, AnonExec)> {
     use procfs::process::MMapPath;
     let maps = procfs::process::Process::new(pid as i32)
         .and_then(|p| p.maps())
         .ok()?;
-    Some(
-        maps.into_iter()
-            .filter_map(|m| match m.pathname {
-                // The kernel's code, not the process's: named from our own copy.
-                MMapPath::Vdso => Some(FileMapping {
-                    start: m.address.0,
-                    end: m.address.1,
-                    exec: true,
-                    offset: 0,
-                    path: VDSO.to_string(),
-                    file: VDSO_FILE,
-                }),
-                MMapPath::Path(path) => Some(FileMapping {
-                    start: m.address.0,
-                    end: m.address.1,
-                    exec: m.perms.contains(procfs::process::MMPermissions::EXECUTE),
-                    offset: m.offset,
-                    path: path.to_string_lossy().into_owned(),
-                    file: FileId {
-                        dev_major: m.dev.0 as u32,
-                        dev_minor: m.dev.1 as u32,
-                        inode: m.inode,
-                    },
-                }),
-                _ => None,
-            })
-            .collect(),
-    )
+    let anon_exec = (maps.iter())
+        .filter(|m| m.perms.contains(procfs::process::MMPermissions::EXECUTE))
+        .filter(|m| {
+            matches!(
+                m.pathname,
+                MMapPath::Anonymous | MMapPath::Heap | MMapPath::Other(_)
+            )
+        })
+        .map(|m| m.address)
+        .collect();
+    let files = maps
+        .into_iter()
+        .filter_map(|m| match m.pathname {
+            // The kernel's code, not the process's: named from our own copy.
+            MMapPath::Vdso => Some(FileMapping {
+                start: m.address.0,
+                end: m.address.1,
+                exec: true,
+                offset: 0,
+                path: VDSO.to_string(),
+                file: VDSO_FILE,
+            }),
+            MMapPath::Path(path) => Some(FileMapping {
+                start: m.address.0,
+                end: m.address.1,
+                exec: m.perms.contains(procfs::process::MMPermissions::EXECUTE),
+                offset: m.offset,
+                path: path.to_string_lossy().into_owned(),
+                file: FileId {
+                    dev_major: m.dev.0 as u32,
+                    dev_minor: m.dev.1 as u32,
+                    inode: m.inode,
+                },
+            }),
+            _ => None,
+        })
+        .collect();
+    Some((files, anon_exec))
 }
 
 /// (index of the mapping, file offset) of `addr` in `maps`.
@@ -1186,7 +1338,7 @@ mod tests {
 
     #[test]
     fn an_address_in_our_own_code_is_located_in_our_executable() {
-        let maps = file_mappings(std::process::id()).expect("own maps");
+        let (maps, _) = file_mappings(std::process::id()).expect("own maps");
         let addr = file_mappings as *const () as u64;
         let (i, offset) = locate(&maps, addr).expect("own code is file-backed");
         let exe = std::fs::read_link("/proc/self/exe").unwrap();

@@ -122,6 +122,40 @@ impl ModuleInfo {
     }
 }
 
+/// Why a stack ends before its first frame: the frame put where the stack is cut, so
+/// a short stack says why in every report.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Cut {
+    /// The next frame lies above the bytes copied.
+    CopyEnded,
+    /// The caller could not be found: no unwind information for the code, and no
+    /// frame pointer that leads on.
+    NoUnwindInfo,
+    /// [`MAX_FRAMES`] were reached.
+    TooDeep,
+    /// The next "return address" is in a file mapping that is not executable, or in
+    /// no mapping at all: not a return address.
+    NotCode,
+    /// The next return address is in anonymous executable memory (JIT code) that the
+    /// process's perf map does not name.
+    JitWithoutPerfMap,
+}
+
+impl Cut {
+    /// The name of the frame that marks the cut.
+    pub fn frame_name(self) -> &'static str {
+        match self {
+            Cut::CopyEnded => "[cut: the stack goes on past the 16 KiB copied]",
+            Cut::NoUnwindInfo => {
+                "[cut: no unwind information or frame pointer leads to the caller]"
+            }
+            Cut::TooDeep => "[cut: 128 frames]",
+            Cut::NotCode => "[cut: the next return address is in no executable mapping]",
+            Cut::JitWithoutPerfMap => "[cut: JIT code with no perf map entry]",
+        }
+    }
+}
+
 /// A copied stack: registers at the capture and the bytes from `sp` up.
 pub struct CopiedStack<'a> {
     pub ip: u64,
@@ -131,6 +165,13 @@ pub struct CopiedStack<'a> {
 }
 
 impl CopiedStack<'_> {
+    /// Whether `addr` lies just above the copy (within a MiB): the stack went on
+    /// there, rather than the unwind reading a wild address.
+    fn just_past(&self, addr: u64) -> bool {
+        let end = self.sp.saturating_add(self.stack.len() as u64);
+        addr >= end && addr - end < (1 << 20)
+    }
+
     /// The u64 at `addr`, if the copy holds it.
     fn read(&self, addr: u64) -> Result<u64, ()> {
         let off = addr.checked_sub(self.sp).ok_or(())? as usize;
@@ -199,10 +240,8 @@ impl ProcessUnwinder {
     }
 
     /// The stack's addresses, leaf (the instruction pointer) first, then return
-    /// addresses; and whether it is truncated (the unwinder did not reach the stack's
-    /// end: the copy ended, unwind information and frame pointer both failed, or
-    /// [`MAX_FRAMES`] was reached).
-    pub fn unwind(&self, cache: &mut UnwindCache, stack: &CopiedStack) -> (Vec<u64>, bool) {
+    /// addresses; and why it is cut, when the unwinder did not reach the stack's end.
+    pub fn unwind(&self, cache: &mut UnwindCache, stack: &CopiedStack) -> (Vec<u64>, Option<Cut>) {
         #[cfg(target_arch = "x86_64")]
         {
             use framehop::Unwinder;
@@ -217,22 +256,25 @@ impl ProcessUnwinder {
                     // No code lives in the first page: a "return address" there is
                     // the word above an entry point's frame (ld.so's `_start` has
                     // argc there), so the stack ended.
-                    Ok(Some(frame)) if frame.address() < NULL_PAGE_END => return (addrs, false),
+                    Ok(Some(frame)) if frame.address() < NULL_PAGE_END => return (addrs, None),
                     Ok(Some(frame)) => {
                         if addrs.len() == MAX_FRAMES {
-                            return (addrs, true);
+                            return (addrs, Some(Cut::TooDeep));
                         }
                         addrs.push(frame.address());
                     }
-                    Ok(None) => return (addrs, false),
-                    Err(_) => return (addrs, true),
+                    Ok(None) => return (addrs, None),
+                    Err(framehop::Error::CouldNotReadStack(at)) if stack.just_past(at) => {
+                        return (addrs, Some(Cut::CopyEnded))
+                    }
+                    Err(_) => return (addrs, Some(Cut::NoUnwindInfo)),
                 }
             }
         }
         #[cfg(not(target_arch = "x86_64"))]
         {
             let _ = cache;
-            (vec![stack.ip], true)
+            (vec![stack.ip], Some(Cut::NoUnwindInfo))
         }
     }
 }
