@@ -154,6 +154,7 @@ fn the_path_of_a_make_runs_through_each_stage_in_order() {
         return;
     };
     if Command::new("make").arg("--version").output().is_err() {
+        assert!(std::env::var_os("CI").is_none(), "make is needed under CI");
         eprintln!("skipping: no make");
         return;
     }

@@ -5,7 +5,8 @@
 //! 1. install what the later steps need, when missing (skipped with `KK_CI_NO_INSTALL=1`
 //!    or `--no-install`): `apt-get update` once, then `apt-get install -y` of chromium,
 //!    time, tmux, strace, bpftool, nodejs (a real perf map), gcc and binutils (the --stacks C workload), g++
-//!    (libFuzzer), prometheus (promtool), python3-pip and llvm-22-dev;
+//!    (libFuzzer), redis-server and redis-tools (a real server), make (a real build),
+//!    prometheus (promtool), python3-pip and llvm-22-dev;
 //!    `pip install opentelemetry-proto protobuf`; `rustup component add rust-src`; bpf-linker
 //!    (`cargo install`, built against LLVM 22) when the eBPF crate is present;
 //!    cargo-fuzz (`cargo install`);
@@ -366,6 +367,16 @@ const NEEDS: &[Need] = &[
         what: "C++ compiler (cargo fuzz builds libFuzzer)",
         present: &["c++", "g++", "clang++"],
         packages: &[&["g++"]],
+    },
+    Need {
+        what: "redis-server and redis-benchmark (a real idle and busy server, tests/ebpf_explained.rs)",
+        present: &["/usr/bin/redis-server"],
+        packages: &[&["redis-server", "redis-tools"]],
+    },
+    Need {
+        what: "make (a real two-stage build, tests/ebpf_critical_path.rs)",
+        present: &["make"],
+        packages: &[&["make"]],
     },
     Need {
         what: "promtool (Prometheus export tests)",
