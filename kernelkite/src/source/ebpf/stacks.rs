@@ -107,6 +107,12 @@ pub struct StackCollector {
     /// Private copies of mapped files, by the mapped inode, and their total size.
     copies: StdHashMap<FileId, FileCopy>,
     copied_bytes: u64,
+    /// Copies (and unwind information) of files no traced process maps any more, kept
+    /// while the symbolizer holds them anyway: a new process of the same binary (a
+    /// churn of short processes) reuses the copy when the file's bytes are the same,
+    /// instead of the symbolizer parsing one more copy (an inode freed with its last
+    /// mapping may be reused by another file, hence the comparison).
+    retired: StdHashMap<FileId, (FileCopy, Option<Option<Arc<ModuleInfo>>>)>,
     /// Mapped files the door refused, per process: not asked again.
     refused: BTreeMap<(u32, FileId), Skip>,
     /// (path, reason) → times refused: the profile's `skipped_files`.
@@ -223,6 +229,7 @@ impl StackCollector {
             door: Door::new(READ_DEADLINE),
             copies: StdHashMap::new(),
             copied_bytes: 0,
+            retired: StdHashMap::new(),
             refused: BTreeMap::new(),
             skipped: BTreeMap::new(),
             frames: Vec::new(),
@@ -253,6 +260,34 @@ impl StackCollector {
             final_pass: false,
             read_pending: false,
         }
+    }
+
+    /// Entries of each long-lived structure, for `KERNELKITE_DEBUG_SIZES` (what grows
+    /// over a long session).
+    pub fn sizes(&self) -> Vec<(&'static str, u64)> {
+        vec![
+            ("stack_frames", self.frames.len() as u64),
+            ("stacks", self.stacks.len() as u64),
+            ("user_resolved", self.user_resolved.len() as u64),
+            ("kernel_resolved", self.kernel_resolved.len() as u64),
+            ("file_copies", self.copies.len() as u64),
+            ("file_copies_kib", self.copied_bytes >> 10),
+            ("retired_copies", self.retired.len() as u64),
+            ("refused", self.refused.len() as u64),
+            ("skipped", self.skipped.len() as u64),
+            ("module_build_ids", self.module_build_ids.len() as u64),
+            ("wanted_user", self.wanted_user.len() as u64),
+            ("unwound", self.unwound.len() as u64),
+            ("copied_times", self.copied_times.len() as u64),
+            ("pending_copies", self.pending_copies.len() as u64),
+            ("module_info", self.module_info.len() as u64),
+            ("unwinders", self.unwinders.len() as u64),
+            ("maps_read_at", self.maps_read_at.len() as u64),
+            ("debug_files", self.debug_files.len() as u64),
+            ("stack_processes", self.processes.len() as u64),
+            ("perf_maps", self.perf_maps.len() as u64),
+            ("truncated", self.truncated.len() as u64),
+        ]
     }
 
     /// Remember the file mappings and credentials of these (live, traced) processes;
@@ -560,7 +595,16 @@ impl StackCollector {
             let mapped: std::collections::HashSet<FileId> = (processes.values())
                 .flat_map(|p| p.maps.iter().map(|m| m.file))
                 .collect();
-            self.copies.retain(|file, _| mapped.contains(file));
+            let unmapped: Vec<FileId> = (self.copies.keys())
+                .filter(|file| !mapped.contains(file))
+                .copied()
+                .collect();
+            for file in unmapped {
+                if let Some(copy) = self.copies.remove(&file) {
+                    self.retired
+                        .insert(file, (copy, self.module_info.remove(&file)));
+                }
+            }
             self.module_info.retain(|file, _| mapped.contains(file));
         }
         complete
@@ -946,10 +990,21 @@ impl StackCollector {
         }
         match result {
             Ok(copy) => {
+                if let Some((old, info)) = self.retired.remove(&file) {
+                    if old.same_contents(&copy) {
+                        // The copy the symbolizer has parsed already.
+                        self.copies.insert(file, old);
+                        if let Some(info) = info {
+                            self.module_info.insert(file, info);
+                        }
+                        return Some(file);
+                    }
+                }
                 if self.copied_bytes + copy.size_bytes() > MAX_COPIED_BYTES {
                     // Start afresh: blazesym's caches hold every copy they parsed.
                     self.symbolizer = Symbolizer::new();
                     self.copies.clear();
+                    self.retired.clear();
                     self.copied_bytes = 0;
                 }
                 self.copied_bytes += copy.size_bytes();
