@@ -118,10 +118,9 @@ pub struct StackCollector {
     /// (path, reason) → times refused: the profile's `skipped_files`.
     skipped: BTreeMap<(String, Skip), u64>,
     /// Interned frames and stacks, as they go into the bundle.
-    frames: Vec<StackFrame>,
-    frame_index: StdHashMap<StackFrame, u32>,
-    stacks: Vec<Vec<u32>>,
-    stack_index: StdHashMap<(Vec<u32>, bool), u32>,
+    frames: Interner<StackFrame>,
+    /// (frame indices, truncated).
+    stacks: Interner<(Vec<u32>, bool)>,
     /// (pid, user stack) → stack index, once resolved (`None`: the id held nothing).
     /// Bounded by the kernel's `STACK_TIMES` (one entry per key, never deleted), the
     /// unwound stacks' bound, plus the slow calls' stacks.
@@ -136,8 +135,7 @@ pub struct StackCollector {
     in_progress: Vec<InProgressWait>,
     /// Stacks unwound from copies, interned, and the time of each (tgid, tid, class,
     /// unwound index, kernel stack key): the copies' share of `STACK_TIMES`.
-    unwound: Vec<Unwound>,
-    unwound_index: StdHashMap<Unwound, u32>,
+    unwound: Interner<Unwound>,
     copied_times: BTreeMap<(u32, u32, u32, u32, u64), StackTime>,
     /// Switch-out and slow-call copies waiting for their times: tid → (capture ns,
     /// unwound index).
@@ -232,16 +230,13 @@ impl StackCollector {
             retired: StdHashMap::new(),
             refused: BTreeMap::new(),
             skipped: BTreeMap::new(),
-            frames: Vec::new(),
-            frame_index: StdHashMap::new(),
-            stacks: Vec::new(),
-            stack_index: StdHashMap::new(),
+            frames: Interner::default(),
+            stacks: Interner::default(),
             user_resolved: BTreeMap::new(),
             kernel_resolved: BTreeMap::new(),
             wanted_user: Vec::new(),
             in_progress: Vec::new(),
-            unwound: Vec::new(),
-            unwound_index: StdHashMap::new(),
+            unwound: Interner::default(),
             copied_times: BTreeMap::new(),
             pending_copies: StdHashMap::new(),
             copies_dropped: 0,
@@ -435,16 +430,13 @@ impl StackCollector {
             addrs,
             truncated,
         };
-        if let Some(&i) = self.unwound_index.get(&unwound) {
+        if let Some(i) = self.unwound.get(&unwound) {
             return Some(i);
         }
         if self.unwound.len() >= MAX_UNWOUND_STACKS {
             return None;
         }
-        let i = self.unwound.len() as u32;
-        self.unwound_index.insert(unwound.clone(), i);
-        self.unwound.push(unwound);
-        Some(i)
+        Some(self.unwound.insert(unwound))
     }
 
     /// An unwinder with a module for every executable file mapping of `pid` whose file
@@ -624,8 +616,10 @@ impl StackCollector {
         StackProfile {
             sample_hz: self.options.sample_hz,
             min_block_ns: self.options.min_block_ns,
-            frames: self.frames.clone(),
-            stacks: self.stacks.clone(),
+            frames: self.frames.items().to_vec(),
+            stacks: (self.stacks.items().iter())
+                .map(|(frames, _)| frames.clone())
+                .collect(),
             samples: self.samples(),
             captures_lost: captures_lost + self.copies_dropped,
             skipped_files: self.skipped_files(),
@@ -788,7 +782,7 @@ impl StackCollector {
                 (addrs, true)
             }
             UserStack::Unwound(i) => {
-                let u = self.unwound.get(i as usize)?;
+                let u = self.unwound.items().get(i as usize)?;
                 (u.addrs.clone(), u.truncated)
             }
         };
@@ -1118,26 +1112,74 @@ impl StackCollector {
     }
 
     fn intern_frame(&mut self, frame: StackFrame) -> u32 {
-        if let Some(&i) = self.frame_index.get(&frame) {
-            return i;
+        match self.frames.get(&frame) {
+            Some(i) => i,
+            None => self.frames.insert(frame),
         }
-        let i = self.frames.len() as u32;
-        self.frame_index.insert(frame.clone(), i);
-        self.frames.push(frame);
-        i
     }
 
     fn intern_stack(&mut self, frame_ids: Vec<u32>, truncated: bool) -> u32 {
         let key = (frame_ids, truncated);
-        if let Some(&i) = self.stack_index.get(&key) {
-            return i;
+        match self.stacks.get(&key) {
+            Some(i) => i,
+            None => self.stacks.insert(key),
         }
-        let frame_ids = key.0.clone();
-        let i = self.stacks.len() as u32;
-        self.stack_index.insert(key, i);
-        self.stacks.push(frame_ids);
+    }
+}
+
+/// Items numbered in the order they came, each once. The index by hash holds a second
+/// copy of no item (a churn of processes makes many frames and stacks, each process's
+/// with its own addresses): the first item of each hash is found by its number, the
+/// rare later ones with the same hash by value.
+struct Interner<T> {
+    items: Vec<T>,
+    by_hash: StdHashMap<u64, u32>,
+    collisions: StdHashMap<T, u32>,
+}
+
+impl<T> Default for Interner<T> {
+    fn default() -> Self {
+        Interner {
+            items: Vec::new(),
+            by_hash: StdHashMap::new(),
+            collisions: StdHashMap::new(),
+        }
+    }
+}
+
+impl<T: std::hash::Hash + Eq + Clone> Interner<T> {
+    fn get(&self, item: &T) -> Option<u32> {
+        let first = *self.by_hash.get(&hash_of(item))?;
+        if self.items[first as usize] == *item {
+            return Some(first);
+        }
+        self.collisions.get(item).copied()
+    }
+
+    /// Add an item [`Interner::get`] does not find; its number.
+    fn insert(&mut self, item: T) -> u32 {
+        let i = self.items.len() as u32;
+        if let Some(first) = self.by_hash.insert(hash_of(&item), i) {
+            self.by_hash.insert(hash_of(&item), first);
+            self.collisions.insert(item.clone(), i);
+        }
+        self.items.push(item);
         i
     }
+
+    fn items(&self) -> &[T] {
+        &self.items
+    }
+
+    fn len(&self) -> usize {
+        self.items.len()
+    }
+}
+
+/// A 64-bit hash for the interning indices (equality is checked on the kept item).
+fn hash_of(item: &impl std::hash::Hash) -> u64 {
+    use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+    BuildHasherDefault::<DefaultHasher>::default().hash_one(item)
 }
 
 impl PerfMap {
@@ -1238,6 +1280,36 @@ fn call_sites(addrs: &[u64]) -> Vec<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_interner_numbers_each_item_once_also_when_hashes_collide() {
+        /// Equal by value, every one with the same hash.
+        #[derive(Clone, Debug, PartialEq, Eq)]
+        struct Colliding(u32);
+        impl std::hash::Hash for Colliding {
+            fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+                state.write_u8(0);
+            }
+        }
+        let mut interner = Interner::default();
+        for round in 0..2 {
+            for n in [5, 7, 5, 9] {
+                let item = Colliding(n);
+                let i = match interner.get(&item) {
+                    Some(i) => i,
+                    None => interner.insert(item.clone()),
+                };
+                assert_eq!(interner.items()[i as usize], item, "round {round}");
+            }
+        }
+        assert_eq!(interner.items(), [Colliding(5), Colliding(7), Colliding(9)]);
+        assert_eq!(interner.get(&Colliding(7)), Some(1));
+        assert_eq!(interner.get(&Colliding(8)), None);
+        let mut plain = Interner::default();
+        assert_eq!(plain.insert("a"), 0);
+        assert_eq!(plain.insert("b"), 1);
+        assert_eq!((plain.get(&"b"), plain.len()), (Some(1), 2));
+    }
 
     #[test]
     fn an_address_in_our_own_code_is_located_in_our_executable() {
