@@ -112,7 +112,7 @@ pub struct StackCollector {
     /// churn of short processes) reuses the copy when the file's bytes are the same,
     /// instead of the symbolizer parsing one more copy (an inode freed with its last
     /// mapping may be reused by another file, hence the comparison).
-    retired: StdHashMap<FileId, (FileCopy, Option<Option<Arc<ModuleInfo>>>)>,
+    retired: StdHashMap<FileId, RetiredCopy>,
     /// Mapped files the door refused, per process: not asked again.
     refused: BTreeMap<(u32, FileId), Skip>,
     /// (path, reason) → times refused: the profile's `skipped_files`.
@@ -169,6 +169,10 @@ pub struct StackCollector {
     /// at the next snapshot, when the read may have finished.
     read_pending: bool,
 }
+
+/// A copy no traced process maps, and its unwind information if it was read (`Some(None)`:
+/// read, not an ELF).
+type RetiredCopy = (FileCopy, Option<Option<Arc<ModuleInfo>>>);
 
 /// A wait still in progress at a snapshot (or the blocks of a syscall that has not
 /// returned, still waiting for their user stack), read from the thread's entry.
