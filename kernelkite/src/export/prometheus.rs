@@ -101,7 +101,13 @@ impl Snapshot {
             ..Snapshot::default()
         };
         let exited_comm = || EXITED_COMM.to_string();
-        for p in &analysis.processes {
+        let mut rows: Vec<&crate::analysis::ProcessRow> = analysis.processes.iter().collect();
+        if live.is_some() {
+            // The exited series add up many rows: in one order, so the same rows give
+            // the same sums whatever order the analysis lists them in.
+            rows.sort_by_key(|p| (p.pid, p.start_time_ticks));
+        }
+        for p in rows {
             let (pid, comm) = match &live {
                 Some(live) if !live.contains(&(p.pid, p.start_time_ticks)) => {
                     *s.exited_processes.get_or_insert(0) += 1;
