@@ -124,7 +124,7 @@ fn serve_folds_exited_processes_into_one_series_and_keeps_the_totals() {
     let dir = tempfile::tempdir().unwrap();
     let done = dir.path().join("done");
     let script = format!(
-        "read _go; i=0; while [ $i -lt {RUNS} ]; do /bin/true; i=$((i+1)); done; : > '{}'; read _end",
+        "read _go; i=0; while [ $i -lt {RUNS} ]; do /bin/true; i=$((i+1)); done; : > '{}'; read _end || :",
         done.display()
     );
     let mut sh = Command::new("sh")
@@ -174,7 +174,7 @@ fn serve_folds_exited_processes_into_one_series_and_keeps_the_totals() {
         [sh.id().to_string(), "exited".to_string()].into();
     assert_eq!(pids, want, "{body}");
     assert_eq!(execs, RUNS as f64, "{body}");
-    // The end of input ends the sh, and with it the trace.
+    // The end of input ends the sh (its `read` fails, `:` succeeds), and with it the trace.
     drop(stdin);
     assert!(sh.wait().unwrap().success());
     let traced = trace.finish();
