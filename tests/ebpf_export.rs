@@ -111,6 +111,80 @@ fn serve_exposes_live_metrics_that_promtool_accepts() {
     assert!(scrape(port).is_err());
 }
 
+/// A churny trace: `sh` runs 300 `/bin/true`s, then waits. `--serve` has series of their
+/// own for the live `sh` only; the 300 exited processes add up in `pid="exited"`, and
+/// the execve counts over the series are the 300 execs.
+#[test]
+fn serve_folds_exited_processes_into_one_series_and_keeps_the_totals() {
+    let name = "serve_folds_exited_processes_into_one_series_and_keeps_the_totals";
+    let Some(_serial) = ebpf_ready(name) else {
+        return;
+    };
+    const RUNS: u64 = 300;
+    let dir = tempfile::tempdir().unwrap();
+    let done = dir.path().join("done");
+    let script = format!(
+        "read _go; i=0; while [ $i -lt {RUNS} ]; do /bin/true; i=$((i+1)); done; : > '{}'; read _end || :",
+        done.display()
+    );
+    let mut sh = Command::new("sh")
+        .args(["-c", &script])
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = sh.stdin.take().unwrap();
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let trace = RunningTrace::start(&[sh.id() as i32], &["--follow", "--serve", &addr]);
+    stdin.write_all(b"go\n").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !done.exists() {
+        assert!(Instant::now() < deadline, "the loop did not finish");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Every child has been reaped: once a snapshot has seen them go, all are folded.
+    let body = loop {
+        let r = scrape(port).unwrap_or_default();
+        let exited = (r.lines())
+            .find_map(|l| l.strip_prefix("kernelkite_exited_processes_total "))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or(0);
+        if exited >= RUNS {
+            break r;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not {RUNS} exited processes: {r}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let mut pids = std::collections::BTreeSet::new();
+    let mut execs = 0.0;
+    for line in body.lines().filter(|l| l.starts_with("kernelkite_")) {
+        if let Some((_, rest)) = line.split_once("pid=\"") {
+            pids.insert(rest.split('"').next().unwrap().to_string());
+        }
+        if line.starts_with("kernelkite_syscall_latency_seconds_count{")
+            && line.contains("syscall=\"execve\"")
+        {
+            execs += line.rsplit(' ').next().unwrap().parse::<f64>().unwrap();
+        }
+    }
+    let want: std::collections::BTreeSet<String> =
+        [sh.id().to_string(), "exited".to_string()].into();
+    assert_eq!(pids, want, "{body}");
+    assert_eq!(execs, RUNS as f64, "{body}");
+    // The end of input ends the sh (its `read` fails, `:` succeeds), and with it the trace.
+    drop(stdin);
+    assert!(sh.wait().unwrap().success());
+    let traced = trace.finish();
+    let bundle_execs: u64 = (traced.bundle.syscalls.iter())
+        .filter(|h| h.name == "execve")
+        .map(|h| h.count)
+        .sum();
+    assert_eq!(bundle_execs, RUNS);
+}
+
 /// A real trace with short-lived children and slow syscalls, exported in every format
 /// and checked by the same consumers as the fixtures' exports.
 #[test]

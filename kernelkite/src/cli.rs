@@ -320,7 +320,8 @@ pub struct TraceArgs {
     pub critical_path: bool,
     /// Serve Prometheus metrics of the running session at http://ADDR/metrics; ADDR is
     /// IP:PORT, e.g. 127.0.0.1:9464 (bind a loopback address unless the metrics may
-    /// leave the host; port 0 picks a free port, printed at start).
+    /// leave the host; port 0 picks a free port, printed at start). Only live processes
+    /// have series of their own; exited ones add up in series with pid="exited".
     #[arg(long, value_name = "ADDR")]
     pub serve: Option<std::net::SocketAddr>,
     #[command(flatten)]

@@ -178,6 +178,11 @@ impl Tracer {
             "-o",
         ])
         .arg(&bundle);
+        // What the session keeps, once a minute in its log (KERNELKITE_DEBUG_SIZES may
+        // ask for more often).
+        if std::env::var_os("KERNELKITE_DEBUG_SIZES").is_none() {
+            cmd.env("KERNELKITE_DEBUG_SIZES", "60");
+        }
         // SAFETY: signal() is async-signal-safe, as pre_exec requires. A soak started
         // with nohup or in the background inherits ignored SIGHUP/SIGINT; the tracer
         // gets the default dispositions a terminal session has.
@@ -253,6 +258,11 @@ impl Tracer {
             .lines()
             .find_map(|l| l.split_once("events lost: "))
             .map(|(_, causes)| causes.to_string());
+        let sizes = log
+            .lines()
+            .filter_map(|l| l.strip_prefix("kernelkite: sizes at "))
+            .map(str::to_string)
+            .collect();
         let last_lines = log
             .lines()
             .rev()
@@ -266,6 +276,7 @@ impl Tracer {
             bundle_written: self.bundle.is_file(),
             last_lines,
             lost_by_cause,
+            sizes,
         })
     }
 }
@@ -280,6 +291,8 @@ struct Ended {
     last_lines: Vec<String>,
     /// Its "events lost: …" line (the causes), if it printed one.
     lost_by_cause: Option<String>,
+    /// Its `KERNELKITE_DEBUG_SIZES` lines: "T s: structure entries, …".
+    sizes: Vec<String>,
 }
 
 impl Ended {
@@ -624,6 +637,10 @@ fn render(long: &LongSession, signals: &[SignalSession], minutes: f64) -> String
     }
     if let Some(causes) = &long.ended.lost_by_cause {
         line(format!("  events lost by cause: {causes}"));
+    }
+    // What the session kept (entries; `_kib`: estimated KiB), first and last report.
+    for sizes in (long.ended.sizes.first().into_iter()).chain(long.ended.sizes.last()) {
+        line(format!("  session sizes at {sizes}"));
     }
     line(format!(
         "  ended by SIGINT: {} after {:.1} s; held {}; left loaded: {}",

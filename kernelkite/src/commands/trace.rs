@@ -232,6 +232,14 @@ mod platform {
         let started = Instant::now();
         let live_status = std::io::stderr().is_terminal();
         let mut last_status = Instant::now() - Duration::from_secs(1);
+        // KERNELKITE_DEBUG_SIZES=SECONDS: what the session keeps, every SECONDS (finding
+        // what grows over a long session; docs/TESTING.md, Soak).
+        let sizes_every = std::env::var("KERNELKITE_DEBUG_SIZES")
+            .ok()
+            .and_then(|v| v.parse::<f64>().ok())
+            .filter(|s| s.is_finite() && *s > 0.0)
+            .map(Duration::from_secs_f64);
+        let mut last_sizes = Instant::now();
         let stop = loop {
             let until_deadline = deadline.map(|d| d.saturating_duration_since(Instant::now()));
             tokio::select! {
@@ -263,6 +271,17 @@ mod platform {
                             session.events_lost()
                         );
                         let _ = stderr.flush();
+                    }
+                    if sizes_every.is_some_and(|every| last_sizes.elapsed() >= every) {
+                        last_sizes = Instant::now();
+                        let sizes: Vec<String> = (session.sizes().into_iter())
+                            .map(|(name, n)| format!("{name} {n}"))
+                            .collect();
+                        crate::note!(
+                            "kernelkite: sizes at {:.0} s: {}",
+                            started.elapsed().as_secs_f64(),
+                            sizes.join(", ")
+                        );
                     }
                     if !session.any_target_alive() {
                         break "every traced process exited";

@@ -116,6 +116,11 @@ pub fn syscall_histograms<'a>(bundle: &Bundle, analysis: &'a Analysis) -> Vec<Ex
     let (Some(lo), Some(hi)) = (used().min(), used().max()) else {
         return Vec::new();
     };
+    // The latest row of each pid, looked up once (a churny session has tens of
+    // thousands of processes and histograms).
+    let comms: std::collections::HashMap<i32, &str> = (analysis.processes.iter())
+        .map(|p| (p.pid, p.comm.as_str()))
+        .collect();
     bundle
         .syscalls
         .iter()
@@ -129,7 +134,7 @@ pub fn syscall_histograms<'a>(bundle: &Bundle, analysis: &'a Analysis) -> Vec<Ex
             }
             ExportHistogram {
                 pid: h.pid,
-                comm: process_comm(analysis, h.pid),
+                comm: comms.get(&h.pid).copied().unwrap_or(""),
                 syscall: crate::analysis::histogram_syscall_name(&bundle.host.arch, h),
                 count,
                 sum_ns: h.total_ns,

@@ -7,7 +7,7 @@
 //! their unit (`_seconds`) and counters end in `_total`. Label sets are unique: rows of
 //! a reused pid with the same command name are added up.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use kernelkite_common::LatencyClass;
 use prometheus_client::collector::Collector;
@@ -24,17 +24,41 @@ use crate::model::Bundle;
 /// `Content-Type` of [`render`]'s output.
 pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
 
+/// The `pid` label of the series every exited process is folded into (live views).
+pub const EXITED_PID: &str = "exited";
+/// The `comm` label of that series.
+pub const EXITED_COMM: &str = "(exited)";
+
+/// Which processes have series of their own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProcessSeries {
+    /// Every process of the bundle (`export --format prometheus`: one document, as
+    /// large as the bundle).
+    Every,
+    /// Only the processes alive at the latest frame; every other one is added to one
+    /// series per metric labelled `pid="exited"` (`trace --serve`: the series a
+    /// scraper stores stay as many as the live processes, however many came and went,
+    /// and the sum over the series stays the session's total).
+    LiveOnly,
+}
+
+/// A series' process: a pid, or every exited process ([`ProcessSeries::LiveOnly`]);
+/// the aggregate sorts first.
+type SeriesPid = Option<i32>;
+
 /// The numbers one exposition shows, owned (a registry keeps its collectors).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Snapshot {
     /// `((pid, comm, class), seconds)`.
-    class_seconds: BTreeMap<(i32, String, &'static str), f64>,
+    class_seconds: BTreeMap<(SeriesPid, String, &'static str), f64>,
     /// `((pid, comm), seconds)`.
-    cpu_seconds: BTreeMap<(i32, String), f64>,
+    cpu_seconds: BTreeMap<(SeriesPid, String), f64>,
     /// `((pid, tid, thread comm), seconds)` of the threads with steal.
     thread_steal_seconds: BTreeMap<(i32, i32, String), f64>,
     /// `((pid, comm, syscall), histogram)` with bucket bounds in seconds.
-    syscalls: BTreeMap<(i32, String, String), Hist>,
+    syscalls: BTreeMap<(SeriesPid, String, String), Hist>,
+    /// With [`ProcessSeries::LiveOnly`]: the processes folded into the `exited` series.
+    exited_processes: Option<u64>,
     events_lost: Option<u64>,
     /// `Bundle::events_lost_by_cause`.
     events_lost_by_cause: BTreeMap<String, u64>,
@@ -49,33 +73,77 @@ struct Hist {
     buckets: Vec<(f64, u64)>,
 }
 
+/// The processes alive at the bundle's latest frame: (pid, start time), not zombies.
+fn live_processes(bundle: &Bundle) -> BTreeSet<(i32, u64)> {
+    (bundle.frames.last().into_iter())
+        .flat_map(|f| &f.processes)
+        .filter(|p| !matches!(&*p.state, "Z" | "X" | "x"))
+        .map(|p| (p.pid, p.start_time_ticks))
+        .collect()
+}
+
 impl Snapshot {
+    /// Every process with series of its own ([`ProcessSeries::Every`]).
     pub fn new(bundle: &Bundle, analysis: &Analysis) -> Snapshot {
+        Snapshot::with_series(bundle, analysis, ProcessSeries::Every)
+    }
+
+    pub fn with_series(bundle: &Bundle, analysis: &Analysis, series: ProcessSeries) -> Snapshot {
+        let live = match series {
+            ProcessSeries::Every => None,
+            ProcessSeries::LiveOnly => Some(live_processes(bundle)),
+        };
+        let live_pids: Option<BTreeSet<i32>> =
+            (live.as_ref()).map(|l| l.iter().map(|&(pid, _)| pid).collect());
         let mut s = Snapshot {
             events_lost: analysis.events_lost,
             events_lost_by_cause: analysis.events_lost_by_cause.clone(),
             session_seconds: analysis.duration_ns as f64 / 1e9,
+            exited_processes: live.as_ref().map(|_| 0),
             ..Snapshot::default()
         };
-        for p in &analysis.processes {
+        let exited_comm = || EXITED_COMM.to_string();
+        let mut rows: Vec<&crate::analysis::ProcessRow> = analysis.processes.iter().collect();
+        if live.is_some() {
+            // The exited series add up many rows: in one order, so the same rows give
+            // the same sums whatever order the analysis lists them in.
+            rows.sort_by_key(|p| (p.pid, p.start_time_ticks));
+        }
+        for p in rows {
+            let (pid, comm) = match &live {
+                Some(live) if !live.contains(&(p.pid, p.start_time_ticks)) => {
+                    *s.exited_processes.get_or_insert(0) += 1;
+                    (None, exited_comm())
+                }
+                _ => (Some(p.pid), p.comm.clone()),
+            };
             for class in LatencyClass::ALL {
                 *s.class_seconds
-                    .entry((p.pid, p.comm.clone(), class.name()))
+                    .entry((pid, comm.clone(), class.name()))
                     .or_default() += p.classes.get(class) as f64 / 1e9;
             }
             if let Some(cpu) = p.cpu_seconds {
-                *s.cpu_seconds.entry((p.pid, p.comm.clone())).or_default() += cpu;
+                *s.cpu_seconds.entry((pid, comm)).or_default() += cpu;
             }
         }
-        for t in analysis.steal_threads() {
+        // Live views: threads of live processes only (an exited one's steal is in its
+        // process's steal class, so in the pid="exited" series).
+        let thread_shown = |pid: i32| live_pids.as_ref().is_none_or(|l| l.contains(&pid));
+        for t in (analysis.steal_threads().into_iter()).filter(|t| thread_shown(t.pid)) {
             *s.thread_steal_seconds
                 .entry((t.pid, t.tid, t.comm.clone()))
                 .or_default() += t.classes.steal as f64 / 1e9;
         }
         for h in syscall_histograms(bundle, analysis) {
+            // Histograms are per pid: a live pid's include an earlier process's of the
+            // same pid (reuse), as its label set does without folding.
+            let (pid, comm) = match &live_pids {
+                Some(live) if !live.contains(&h.pid) => (None, exited_comm()),
+                _ => (Some(h.pid), h.comm.to_string()),
+            };
             let e = s
                 .syscalls
-                .entry((h.pid, h.comm.to_string(), h.syscall.clone()))
+                .entry((pid, comm, h.syscall.clone()))
                 .or_default();
             e.sum_seconds += h.sum_ns as f64 / 1e9;
             e.count = e.count.saturating_add(h.count);
@@ -96,6 +164,10 @@ impl Snapshot {
 
 type Labels = Vec<(&'static str, String)>;
 
+fn pid_label(pid: SeriesPid) -> String {
+    pid.map_or_else(|| EXITED_PID.to_string(), |p| p.to_string())
+}
+
 impl Collector for Snapshot {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         if !self.class_seconds.is_empty() {
@@ -107,7 +179,7 @@ impl Collector for Snapshot {
             )?;
             for ((pid, comm, class), secs) in &self.class_seconds {
                 let labels: Labels = vec![
-                    ("pid", pid.to_string()),
+                    ("pid", pid_label(*pid)),
                     ("comm", comm.clone()),
                     ("class", class.to_string()),
                 ];
@@ -138,7 +210,7 @@ impl Collector for Snapshot {
                 MetricType::Counter,
             )?;
             for ((pid, comm), secs) in &self.cpu_seconds {
-                let labels: Labels = vec![("pid", pid.to_string()), ("comm", comm.clone())];
+                let labels: Labels = vec![("pid", pid_label(*pid)), ("comm", comm.clone())];
                 ConstCounter::new(*secs).encode(m.encode_family(&labels)?)?;
             }
         }
@@ -151,7 +223,7 @@ impl Collector for Snapshot {
             )?;
             for ((pid, comm, syscall), h) in &self.syscalls {
                 let labels: Labels = vec![
-                    ("pid", pid.to_string()),
+                    ("pid", pid_label(*pid)),
                     ("comm", comm.clone()),
                     ("syscall", syscall.clone()),
                 ];
@@ -162,6 +234,15 @@ impl Collector for Snapshot {
                     None,
                 )?;
             }
+        }
+        if let Some(exited) = self.exited_processes {
+            let m = encoder.encode_descriptor(
+                "kernelkite_exited_processes",
+                "Processes that exited (not alive at the latest snapshot), whose numbers are in the series labelled pid=\"exited\".",
+                None,
+                MetricType::Counter,
+            )?;
+            ConstCounter::new(exited).encode(m)?;
         }
         if let Some(lost) = self.events_lost {
             let m = encoder.encode_descriptor(
@@ -209,9 +290,19 @@ pub fn render_snapshot(snapshot: Snapshot) -> Result<String, ExportError> {
     Ok(out)
 }
 
-/// The exposition of `bundle`.
+/// The exposition of `bundle`, every process with series of its own.
 pub fn render(bundle: &Bundle, analysis: &Analysis) -> Result<String, ExportError> {
     render_snapshot(Snapshot::new(bundle, analysis))
+}
+
+/// The exposition of a live session's `bundle`: series of their own for the live
+/// processes only ([`ProcessSeries::LiveOnly`]).
+pub fn render_live(bundle: &Bundle, analysis: &Analysis) -> Result<String, ExportError> {
+    render_snapshot(Snapshot::with_series(
+        bundle,
+        analysis,
+        ProcessSeries::LiveOnly,
+    ))
 }
 
 #[cfg(test)]

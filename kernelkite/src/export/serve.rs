@@ -43,7 +43,7 @@ pub fn bind(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
 /// The exposition of a live session's bundle.
 pub fn exposition(bundle: &Bundle) -> String {
     let analysis = analyze(bundle);
-    super::prometheus::render(bundle, &analysis)
+    super::prometheus::render_live(bundle, &analysis)
         .unwrap_or_else(|e| format!("# kernelkite: cannot render metrics: {e}\n"))
 }
 
@@ -411,5 +411,101 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// Values of the series of `metric` in `text`: (its labels, value).
+    fn series<'a>(text: &'a str, metric: &str) -> Vec<(&'a str, f64)> {
+        (text.lines())
+            .filter_map(|l| l.strip_prefix(metric)?.strip_prefix('{'))
+            .filter_map(|l| l.rsplit_once("} "))
+            .map(|(labels, v)| (labels, v.parse().unwrap()))
+            .collect()
+    }
+
+    fn pid_of(labels: &str) -> &str {
+        let rest = labels.strip_prefix("pid=\"").unwrap();
+        &rest[..rest.find('"').unwrap()]
+    }
+
+    #[test]
+    fn a_churny_session_has_series_for_its_live_processes_and_the_totals_add_up() {
+        use crate::analysis::analyze;
+        use crate::model::{FrameRecorder, SyscallHistogram};
+        use kernelkite_common::LatencyClass;
+        use std::collections::BTreeSet;
+        let (mut template, frames) = churning_session();
+        // read() histograms for the server and every short process's pid.
+        for pid in std::iter::once(100).chain(1000..1040) {
+            template.syscalls.push(SyscallHistogram {
+                pid,
+                nr: 0,
+                name: "read".into(),
+                count: 5 + pid as u64 % 3,
+                total_ns: 9_000,
+                max_ns: 4_000,
+                buckets: vec![(10, 3), (20 + pid as u32 % 5, 2 + pid as u64 % 3)],
+                before_start: false,
+            });
+        }
+        let calls: u64 = template.syscalls.iter().map(|h| h.count).sum();
+        let mut recorder = FrameRecorder::new(100_000);
+        recorder.keep_digest();
+        let mut last_checked = None;
+        for (n, f) in frames.iter().enumerate() {
+            recorder.push(f.clone());
+            if n % 50 != 49 {
+                continue;
+            }
+            let mut bundle = template.clone();
+            bundle.frames = recorder.digest_frames();
+            let analysis = analyze(&bundle);
+            let text = exposition(&bundle);
+            let live: BTreeSet<String> = (f.processes.iter())
+                .map(|p| p.pid.to_string())
+                .chain([crate::export::prometheus::EXITED_PID.to_string()])
+                .collect();
+            // Series of their own for the live processes only, the rest in `exited`.
+            let classes = series(&text, "kernelkite_process_latency_class_seconds_total");
+            let counts = series(&text, "kernelkite_syscall_latency_seconds_count");
+            for (labels, _) in classes.iter().chain(&counts) {
+                assert!(live.contains(pid_of(labels)), "{labels} after {n} frames");
+            }
+            // The totals are the session's.
+            let class_sum: f64 = classes.iter().map(|s| s.1).sum();
+            let want: f64 = (analysis.processes.iter())
+                .flat_map(|p| LatencyClass::ALL.map(|c| p.classes.get(c) as f64 / 1e9))
+                .sum();
+            assert!(
+                (class_sum - want).abs() < 1e-9 * want.max(1.0),
+                "{class_sum} {want}"
+            );
+            let count_sum: f64 = counts.iter().map(|s| s.1).sum();
+            assert_eq!(count_sum as u64, calls);
+            let exited: usize = (text.lines())
+                .find_map(|l| l.strip_prefix("kernelkite_exited_processes_total "))
+                .unwrap()
+                .parse()
+                .unwrap();
+            let live_rows = (analysis.processes.iter())
+                .filter(|p| {
+                    (f.processes.iter())
+                        .any(|q| (q.pid, q.start_time_ticks) == (p.pid, p.start_time_ticks))
+                })
+                .count();
+            assert_eq!(exited + live_rows, analysis.processes.len());
+            last_checked = Some((analysis.processes.len(), text));
+        }
+        // Hundreds of processes seen, a handful of series: what --serve exposes does
+        // not grow with them, where the export of the same bundle does.
+        let (seen, text) = last_checked.unwrap();
+        assert!(seen > 200, "{seen}");
+        let pids: BTreeSet<&str> = (series(&text, "kernelkite_process_cpu_seconds_total").iter())
+            .map(|(labels, _)| pid_of(labels))
+            .collect();
+        assert!(pids.len() <= 5, "{pids:?}");
+        let mut bundle = template.clone();
+        bundle.frames = recorder.frames().to_vec();
+        let full = crate::export::prometheus::render(&bundle, &analyze(&bundle)).unwrap();
+        assert!(full.len() > 5 * text.len(), "{} {}", full.len(), text.len());
     }
 }

@@ -77,8 +77,9 @@ pub struct Bundle {
     /// `events_lost` by what was lost (eBPF backend), the causes with a count only:
     /// `lifecycle_records`, `slow_call_records`, `stack_captures`, `histogram_updates`,
     /// `untracked_threads`, `missed_exits`, `undecodable_records`, `events_past_caps`,
-    /// `syscalls_past_caps`, `waker_updates`. Absent in bundles written before kernelkite
-    /// named them.
+    /// `waker_updates` (and `syscalls_past_caps` in bundles from before exited
+    /// processes' histograms past their cap were folded into pid 0). Absent in bundles
+    /// written before kernelkite named them.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub events_lost_by_cause: BTreeMap<String, u64>,
     /// What ended each sleep of the traced threads (eBPF backend), summed in the kernel

@@ -177,6 +177,11 @@ impl FrameRecorder {
         }
     }
 
+    /// Estimated bytes of the kept frames ([`frame_bytes`]).
+    pub fn kept_bytes(&self) -> u64 {
+        self.kept_bytes
+    }
+
     pub fn frames(&self) -> &[Frame] {
         &self.frames
     }

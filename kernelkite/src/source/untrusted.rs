@@ -285,6 +285,11 @@ impl FileCopy {
         self.len
     }
 
+    /// Whether `other` holds the same bytes (both read back from our sealed copies).
+    pub fn same_contents(&self, other: &FileCopy) -> bool {
+        self.len == other.len && self.bytes().is_some_and(|a| other.bytes() == Some(a))
+    }
+
     /// The copy's bytes (read back from our sealed copy, never from the target's file).
     pub fn bytes(&self) -> Option<Vec<u8>> {
         use std::os::unix::fs::FileExt;
@@ -453,6 +458,14 @@ mod tests {
 
     fn root() -> Credentials {
         Credentials { uid: 0, gid: 0 }
+    }
+
+    #[test]
+    fn copies_with_the_same_bytes_are_the_same_contents() {
+        let copy = |b: &[u8]| FileCopy::of(b).unwrap();
+        assert!(copy(b"\x7fELF one").same_contents(&copy(b"\x7fELF one")));
+        assert!(!copy(b"\x7fELF one").same_contents(&copy(b"\x7fELF two")));
+        assert!(!copy(b"\x7fELF one").same_contents(&copy(b"\x7fELF on")));
     }
 
     fn rules(max_bytes: u64) -> Rules {

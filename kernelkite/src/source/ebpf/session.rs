@@ -142,9 +142,6 @@ struct Dropped {
     untracked_threads: u64,
     /// Lifecycle events and slow syscalls past [`MAX_EVENTS`].
     events: u64,
-    /// Syscalls of exited processes whose histograms found no room under
-    /// [`MAX_FOLDED_HISTOGRAMS`].
-    syscalls: u64,
     /// `--critical-path`: wakeups past [`MAX_WAKEUPS`].
     wakeups: u64,
 }
@@ -154,9 +151,13 @@ struct Dropped {
 /// makes about 30,000 (docs/PERFORMANCE.md).
 pub const MAX_WAKEUPS: usize = 1_000_000;
 
-/// (process, syscall) histograms of exited processes a session keeps (a few hundred
-/// bytes each); the calls of later ones are dropped and counted as lost.
+/// (process, syscall) histograms of exited processes a session keeps (about a hundred
+/// bytes each); later ones are added to their syscall's histogram of pid
+/// [`FOLDED_PID`], so the session keeps at most this many plus one per syscall.
 pub const MAX_FOLDED_HISTOGRAMS: usize = 100_000;
+/// The pid of the histograms of exited processes past [`MAX_FOLDED_HISTOGRAMS`] (no
+/// user-space process has it: pid 0 is the kernel's idle task).
+pub const FOLDED_PID: u32 = 0;
 
 /// How often (session time) a recorded session also records its histograms and lost
 /// event count: they cost a walk of the kernel maps, and only a killed session's
@@ -820,6 +821,30 @@ impl Session {
         syscalls
     }
 
+    /// Entries (and estimated bytes) of every structure the session keeps that could
+    /// grow with its length: `KERNELKITE_DEBUG_SIZES` prints them, to find what grows
+    /// over a long session (`cargo xtask soak`).
+    pub fn sizes(&self) -> Vec<(&'static str, u64)> {
+        let buckets: usize = self.folded_hists.values().map(|h| h.buckets.len()).sum();
+        let mut sizes = vec![
+            ("frames", self.recorder.frames().len() as u64),
+            ("frames_kib", self.recorder.kept_bytes() >> 10),
+            ("lifecycle", self.lifecycle.len() as u64),
+            ("slow", self.slow.len() as u64),
+            ("slow_stack_ids", self.slow_stack_ids.len() as u64),
+            ("folded_hists", self.folded_hists.len() as u64),
+            ("folded_hist_buckets", buckets as u64),
+            ("live_hists", self.live_hists.len() as u64),
+            ("parent_of", self.parent_of.len() as u64),
+            ("in_progress", self.in_progress.len() as u64),
+        ];
+        sizes.extend(self.tracked.sizes());
+        if let Some(stacks) = &self.stacks {
+            sizes.extend(stacks.sizes());
+        }
+        sizes
+    }
+
     /// Hand over the lifecycle events collected so far (a long-running live view drops
     /// them instead of letting them grow without bound).
     pub fn take_lifecycle(&mut self) -> Vec<LifecycleEvent> {
@@ -869,7 +894,6 @@ impl Session {
             ("missed_exits", self.lost_count(lost::MISSED)),
             ("undecodable_records", self.undecodable_records),
             ("events_past_caps", self.dropped.events),
-            ("syscalls_past_caps", self.dropped.syscalls),
             ("waker_updates", self.wakers.lost()),
             ("wakeup_records", self.wakeups_lost()),
         ];
@@ -888,7 +912,6 @@ impl Session {
         self.undecodable_records
             + self.dropped.untracked_threads
             + self.dropped.events
-            + self.dropped.syscalls
             // A copy not sent still leaves a (frame-pointer) stack, marked truncated and
             // counted in the profile's `stack_copies_lost`: nothing is lost.
             + (0..lost::COUNT)
@@ -1053,12 +1076,7 @@ impl Session {
         self.live_hists = alive;
         for (key, value) in dead {
             // No thread of the process is left to update the entry: the copy is final.
-            let room = self.folded_hists.len() < MAX_FOLDED_HISTOGRAMS;
-            match self.folded_hists.get_mut(&key) {
-                Some(acc) => acc.add(&value),
-                None if room => self.folded_hists.entry(key).or_default().add(&value),
-                None => self.dropped.syscalls += value.buckets.iter().sum::<u64>(),
-            }
+            fold_histogram(&mut self.folded_hists, key, &value, MAX_FOLDED_HISTOGRAMS);
             let _ = self.hists.remove(&key);
         }
     }
@@ -1398,6 +1416,26 @@ fn already_exists(e: &aya::maps::MapError) -> bool {
     matches!(e, aya::maps::MapError::SyscallError(s) if s.io_error.raw_os_error() == Some(libc::EEXIST))
 }
 
+/// Add an exited process's histogram to `folded`; with `cap` histograms there already,
+/// to its syscall's histogram of [`FOLDED_PID`]: the calls stay counted, only not per
+/// process.
+fn fold_histogram(
+    folded: &mut BTreeMap<SyscallKey, HistAccumulator>,
+    key: SyscallKey,
+    value: &SyscallHist,
+    cap: usize,
+) {
+    let key = if folded.len() < cap || folded.contains_key(&key) {
+        key
+    } else {
+        SyscallKey {
+            tgid: FOLDED_PID,
+            ..key
+        }
+    };
+    folded.entry(key).or_default().add(value);
+}
+
 /// Sum of one (process, syscall) histogram across map generations. Compact: a session
 /// keeps up to [`MAX_FOLDED_HISTOGRAMS`] of them (exited processes'), so the buckets are
 /// the non-zero ones only, `(bucket, count)` sorted, in an exactly sized vector.
@@ -1474,6 +1512,49 @@ mod tests {
         assert_eq!(class_times_final(&initial, 170).syscall_blocked, 70);
         // A clock a little behind since_ns never underflows.
         assert_eq!(class_times_at(&on, 140).on_cpu, 50);
+    }
+
+    #[test]
+    fn past_the_cap_exited_histograms_fold_into_pid_0_and_keep_every_call() {
+        let hist = |bucket: usize, n: u64| {
+            let mut h = SyscallHist::default();
+            h.buckets[bucket] = n;
+            h.total_ns = 10 * n;
+            h.max_ns = 7;
+            h
+        };
+        let mut folded = BTreeMap::new();
+        let mut calls = 0;
+        // 50 processes × 2 syscalls (one of them before the session's start), cap 10.
+        for tgid in 100..150 {
+            for nr in [1, 3 | SYSCALL_BEFORE_START] {
+                let n = tgid as u64 % 7 + 1;
+                calls += n;
+                fold_histogram(&mut folded, SyscallKey { tgid, nr }, &hist(4, n), 10);
+            }
+        }
+        // The first 10 (process, syscall) kept, the rest one per syscall under pid 0.
+        assert_eq!(folded.len(), 12);
+        let pids: BTreeSet<u32> = folded.keys().map(|k| k.tgid).collect();
+        assert_eq!(pids, [0, 100, 101, 102, 103, 104].into());
+        let histograms: Vec<SyscallHistogram> =
+            folded.iter().map(|(k, acc)| acc.histogram(*k)).collect();
+        assert_eq!(histograms.iter().map(|h| h.count).sum::<u64>(), calls);
+        let pid0: Vec<_> = histograms.iter().filter(|h| h.pid == 0).collect();
+        assert_eq!(pid0.len(), 2);
+        assert!(pid0.iter().any(|h| h.before_start && h.nr == 3));
+        // A kept process's histogram still adds to its own past the cap.
+        fold_histogram(
+            &mut folded,
+            SyscallKey { tgid: 100, nr: 1 },
+            &hist(5, 2),
+            10,
+        );
+        assert_eq!(folded.len(), 12);
+        assert_eq!(
+            folded[&SyscallKey { tgid: 100, nr: 1 }].buckets,
+            [(4, 3), (5, 2)]
+        );
     }
 
     #[test]

@@ -107,15 +107,20 @@ pub struct StackCollector {
     /// Private copies of mapped files, by the mapped inode, and their total size.
     copies: StdHashMap<FileId, FileCopy>,
     copied_bytes: u64,
+    /// Copies (and unwind information) of files no traced process maps any more, kept
+    /// while the symbolizer holds them anyway: a new process of the same binary (a
+    /// churn of short processes) reuses the copy when the file's bytes are the same,
+    /// instead of the symbolizer parsing one more copy (an inode freed with its last
+    /// mapping may be reused by another file, hence the comparison).
+    retired: StdHashMap<FileId, RetiredCopy>,
     /// Mapped files the door refused, per process: not asked again.
     refused: BTreeMap<(u32, FileId), Skip>,
     /// (path, reason) → times refused: the profile's `skipped_files`.
     skipped: BTreeMap<(String, Skip), u64>,
     /// Interned frames and stacks, as they go into the bundle.
-    frames: Vec<StackFrame>,
-    frame_index: StdHashMap<StackFrame, u32>,
-    stacks: Vec<Vec<u32>>,
-    stack_index: StdHashMap<(Vec<u32>, bool), u32>,
+    frames: Interner<StackFrame>,
+    /// (frame indices, truncated).
+    stacks: Interner<(Vec<u32>, bool)>,
     /// (pid, user stack) → stack index, once resolved (`None`: the id held nothing).
     /// Bounded by the kernel's `STACK_TIMES` (one entry per key, never deleted), the
     /// unwound stacks' bound, plus the slow calls' stacks.
@@ -133,8 +138,7 @@ pub struct StackCollector {
     blocked: BTreeMap<u32, (u32, ProcStacks)>,
     /// Stacks unwound from copies, interned, and the time of each (tgid, tid, class,
     /// unwound index, kernel stack key): the copies' share of `STACK_TIMES`.
-    unwound: Vec<Unwound>,
-    unwound_index: StdHashMap<Unwound, u32>,
+    unwound: Interner<Unwound>,
     copied_times: BTreeMap<(u32, u32, u32, u32, u64), StackTime>,
     /// Switch-out and slow-call copies waiting for their times: tid → (capture ns,
     /// unwound index).
@@ -168,6 +172,10 @@ pub struct StackCollector {
     /// at the next snapshot, when the read may have finished.
     read_pending: bool,
 }
+
+/// A copy no traced process maps, and its unwind information if it was read (`Some(None)`:
+/// read, not an ELF).
+type RetiredCopy = (FileCopy, Option<Option<Arc<ModuleInfo>>>);
 
 /// A wait still in progress at a snapshot (or the blocks of a syscall that has not
 /// returned, still waiting for their user stack), read from the thread's entry.
@@ -240,19 +248,17 @@ impl StackCollector {
             door: Door::new(READ_DEADLINE),
             copies: StdHashMap::new(),
             copied_bytes: 0,
+            retired: StdHashMap::new(),
             refused: BTreeMap::new(),
             skipped: BTreeMap::new(),
-            frames: Vec::new(),
-            frame_index: StdHashMap::new(),
-            stacks: Vec::new(),
-            stack_index: StdHashMap::new(),
+            frames: Interner::default(),
+            stacks: Interner::default(),
             user_resolved: BTreeMap::new(),
             kernel_resolved: BTreeMap::new(),
             wanted_user: Vec::new(),
             in_progress: Vec::new(),
             blocked: BTreeMap::new(),
-            unwound: Vec::new(),
-            unwound_index: StdHashMap::new(),
+            unwound: Interner::default(),
             copied_times: BTreeMap::new(),
             pending_copies: StdHashMap::new(),
             copies_dropped: 0,
@@ -271,6 +277,34 @@ impl StackCollector {
             final_pass: false,
             read_pending: false,
         }
+    }
+
+    /// Entries of each long-lived structure, for `KERNELKITE_DEBUG_SIZES` (what grows
+    /// over a long session).
+    pub fn sizes(&self) -> Vec<(&'static str, u64)> {
+        vec![
+            ("stack_frames", self.frames.len() as u64),
+            ("stacks", self.stacks.len() as u64),
+            ("user_resolved", self.user_resolved.len() as u64),
+            ("kernel_resolved", self.kernel_resolved.len() as u64),
+            ("file_copies", self.copies.len() as u64),
+            ("file_copies_kib", self.copied_bytes >> 10),
+            ("retired_copies", self.retired.len() as u64),
+            ("refused", self.refused.len() as u64),
+            ("skipped", self.skipped.len() as u64),
+            ("module_build_ids", self.module_build_ids.len() as u64),
+            ("wanted_user", self.wanted_user.len() as u64),
+            ("unwound", self.unwound.len() as u64),
+            ("copied_times", self.copied_times.len() as u64),
+            ("pending_copies", self.pending_copies.len() as u64),
+            ("module_info", self.module_info.len() as u64),
+            ("unwinders", self.unwinders.len() as u64),
+            ("maps_read_at", self.maps_read_at.len() as u64),
+            ("debug_files", self.debug_files.len() as u64),
+            ("stack_processes", self.processes.len() as u64),
+            ("perf_maps", self.perf_maps.len() as u64),
+            ("truncated", self.truncated.len() as u64),
+        ]
     }
 
     /// Remember the file mappings and credentials of these (live, traced) processes;
@@ -427,16 +461,13 @@ impl StackCollector {
             return None;
         }
         let unwound = Unwound { pid, addrs, cut };
-        if let Some(&i) = self.unwound_index.get(&unwound) {
+        if let Some(i) = self.unwound.get(&unwound) {
             return Some(i);
         }
         if self.unwound.len() >= MAX_UNWOUND_STACKS {
             return None;
         }
-        let i = self.unwound.len() as u32;
-        self.unwound_index.insert(unwound.clone(), i);
-        self.unwound.push(unwound);
-        Some(i)
+        Some(self.unwound.insert(unwound))
     }
 
     /// An unwinder with a module for every executable file mapping of `pid` whose file
@@ -655,7 +686,16 @@ impl StackCollector {
             let mapped: std::collections::HashSet<FileId> = (processes.values())
                 .flat_map(|p| p.maps.iter().map(|m| m.file))
                 .collect();
-            self.copies.retain(|file, _| mapped.contains(file));
+            let unmapped: Vec<FileId> = (self.copies.keys())
+                .filter(|file| !mapped.contains(file))
+                .copied()
+                .collect();
+            for file in unmapped {
+                if let Some(copy) = self.copies.remove(&file) {
+                    self.retired
+                        .insert(file, (copy, self.module_info.remove(&file)));
+                }
+            }
             self.module_info.retain(|file, _| mapped.contains(file));
         }
         complete
@@ -675,8 +715,10 @@ impl StackCollector {
         StackProfile {
             sample_hz: self.options.sample_hz,
             min_block_ns: self.options.min_block_ns,
-            frames: self.frames.clone(),
-            stacks: self.stacks.clone(),
+            frames: self.frames.items().to_vec(),
+            stacks: (self.stacks.items().iter())
+                .map(|(frames, _)| frames.clone())
+                .collect(),
             samples: self.samples(),
             captures_lost: captures_lost + self.copies_dropped,
             skipped_files: self.skipped_files(),
@@ -842,7 +884,7 @@ impl StackCollector {
                 (addrs, true, None)
             }
             UserStack::Unwound(i) => {
-                let u = self.unwound.get(i as usize)?;
+                let u = self.unwound.items().get(i as usize)?;
                 (u.addrs.clone(), u.cut.is_some(), u.cut)
             }
         };
@@ -1085,10 +1127,21 @@ impl StackCollector {
         }
         match result {
             Ok(copy) => {
+                if let Some((old, info)) = self.retired.remove(&file) {
+                    if old.same_contents(&copy) {
+                        // The copy the symbolizer has parsed already.
+                        self.copies.insert(file, old);
+                        if let Some(info) = info {
+                            self.module_info.insert(file, info);
+                        }
+                        return Some(file);
+                    }
+                }
                 if self.copied_bytes + copy.size_bytes() > MAX_COPIED_BYTES {
                     // Start afresh: blazesym's caches hold every copy they parsed.
                     self.symbolizer = Symbolizer::new();
                     self.copies.clear();
+                    self.retired.clear();
                     self.copied_bytes = 0;
                 }
                 self.copied_bytes += copy.size_bytes();
@@ -1202,26 +1255,74 @@ impl StackCollector {
     }
 
     fn intern_frame(&mut self, frame: StackFrame) -> u32 {
-        if let Some(&i) = self.frame_index.get(&frame) {
-            return i;
+        match self.frames.get(&frame) {
+            Some(i) => i,
+            None => self.frames.insert(frame),
         }
-        let i = self.frames.len() as u32;
-        self.frame_index.insert(frame.clone(), i);
-        self.frames.push(frame);
-        i
     }
 
     fn intern_stack(&mut self, frame_ids: Vec<u32>, truncated: bool) -> u32 {
         let key = (frame_ids, truncated);
-        if let Some(&i) = self.stack_index.get(&key) {
-            return i;
+        match self.stacks.get(&key) {
+            Some(i) => i,
+            None => self.stacks.insert(key),
         }
-        let frame_ids = key.0.clone();
-        let i = self.stacks.len() as u32;
-        self.stack_index.insert(key, i);
-        self.stacks.push(frame_ids);
+    }
+}
+
+/// Items numbered in the order they came, each once. The index by hash holds a second
+/// copy of no item (a churn of processes makes many frames and stacks, each process's
+/// with its own addresses): the first item of each hash is found by its number, the
+/// rare later ones with the same hash by value.
+struct Interner<T> {
+    items: Vec<T>,
+    by_hash: StdHashMap<u64, u32>,
+    collisions: StdHashMap<T, u32>,
+}
+
+impl<T> Default for Interner<T> {
+    fn default() -> Self {
+        Interner {
+            items: Vec::new(),
+            by_hash: StdHashMap::new(),
+            collisions: StdHashMap::new(),
+        }
+    }
+}
+
+impl<T: std::hash::Hash + Eq + Clone> Interner<T> {
+    fn get(&self, item: &T) -> Option<u32> {
+        let first = *self.by_hash.get(&hash_of(item))?;
+        if self.items[first as usize] == *item {
+            return Some(first);
+        }
+        self.collisions.get(item).copied()
+    }
+
+    /// Add an item [`Interner::get`] does not find; its number.
+    fn insert(&mut self, item: T) -> u32 {
+        let i = self.items.len() as u32;
+        if let Some(first) = self.by_hash.insert(hash_of(&item), i) {
+            self.by_hash.insert(hash_of(&item), first);
+            self.collisions.insert(item.clone(), i);
+        }
+        self.items.push(item);
         i
     }
+
+    fn items(&self) -> &[T] {
+        &self.items
+    }
+
+    fn len(&self) -> usize {
+        self.items.len()
+    }
+}
+
+/// A 64-bit hash for the interning indices (equality is checked on the kept item).
+fn hash_of(item: &impl std::hash::Hash) -> u64 {
+    use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+    BuildHasherDefault::<DefaultHasher>::default().hash_one(item)
 }
 
 impl PerfMap {
@@ -1335,6 +1436,36 @@ fn call_sites(addrs: &[u64]) -> Vec<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_interner_numbers_each_item_once_also_when_hashes_collide() {
+        /// Equal by value, every one with the same hash.
+        #[derive(Clone, Debug, PartialEq, Eq)]
+        struct Colliding(u32);
+        impl std::hash::Hash for Colliding {
+            fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+                state.write_u8(0);
+            }
+        }
+        let mut interner = Interner::default();
+        for round in 0..2 {
+            for n in [5, 7, 5, 9] {
+                let item = Colliding(n);
+                let i = match interner.get(&item) {
+                    Some(i) => i,
+                    None => interner.insert(item.clone()),
+                };
+                assert_eq!(interner.items()[i as usize], item, "round {round}");
+            }
+        }
+        assert_eq!(interner.items(), [Colliding(5), Colliding(7), Colliding(9)]);
+        assert_eq!(interner.get(&Colliding(7)), Some(1));
+        assert_eq!(interner.get(&Colliding(8)), None);
+        let mut plain = Interner::default();
+        assert_eq!(plain.insert("a"), 0);
+        assert_eq!(plain.insert("b"), 1);
+        assert_eq!((plain.get(&"b"), plain.len()), (Some(1), 2));
+    }
 
     #[test]
     fn an_address_in_our_own_code_is_located_in_our_executable() {

@@ -114,6 +114,15 @@ impl Tracked {
         processes.retain(|pid, _| live.contains(pid) || shown.contains(pid));
     }
 
+    /// Entries of each structure, for `KERNELKITE_DEBUG_SIZES`.
+    pub fn sizes(&self) -> [(&'static str, u64); 3] {
+        [
+            ("exited_threads", self.exited.len() as u64),
+            ("last_emitted", self.last_emitted.len() as u64),
+            ("tracked_processes", self.processes.len() as u64),
+        ]
+    }
+
     /// Entries held, for tests of the bound.
     #[cfg(test)]
     fn len(&self) -> usize {
