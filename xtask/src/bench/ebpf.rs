@@ -418,6 +418,22 @@ pub(super) fn pipe_run(ctx: &Ctx, config: PipeConfig) -> Result<(f64, Option<Vec
     Ok((usecs.context("perf bench printed no usecs/op")?, programs))
 }
 
+/// One [`pipe_run`] of each configuration, printed as it goes, its µs/op pushed to the
+/// configuration's samples.
+pub(super) fn pipe_round(
+    ctx: &Ctx,
+    configs: &[PipeConfig],
+    samples: &mut [Vec<f64>],
+) -> Result<()> {
+    for (i, &c) in configs.iter().enumerate() {
+        let (us, _) = pipe_run(ctx, c)?;
+        print!(" {us:.2}");
+        let _ = std::io::stdout().flush();
+        samples[i].push(us);
+    }
+    Ok(())
+}
+
 pub(super) fn benchmarks(ctx: &Ctx) -> Result<Vec<Row>> {
     // SAFETY: geteuid cannot fail.
     if unsafe { libc::geteuid() } != 0 {
@@ -625,12 +641,7 @@ pub(super) fn benchmarks(ctx: &Ctx) -> Result<Vec<Row>> {
         let mut pipe: Vec<Vec<f64>> = vec![Vec::new(); pipe_configs.len()];
         for round in 0..runs {
             print!("    sched pipe round {}/{runs}:", round + 1);
-            for (i, &c) in pipe_configs.iter().enumerate() {
-                let (us, _) = pipe_run(ctx, c)?;
-                print!(" {us:.2}");
-                let _ = std::io::stdout().flush();
-                pipe[i].push(us);
-            }
+            pipe_round(ctx, &pipe_configs, &mut pipe)?;
             println!(" usecs/op");
         }
         let pmed: Vec<f64> = pipe

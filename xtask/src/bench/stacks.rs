@@ -4,13 +4,15 @@
 //!   `perf bench sched pipe` (µs/op, as in the `ebpf` group) and on a mutex-contention
 //!   workload through glibc (tests/workloads/c/libcwork.c `mutex`, built
 //!   `-O2 -g -fomit-frame-pointer` as tests/ebpf_stacks.rs builds it): the workload's
-//!   own CPU (wait4 rusage, user + system, all its threads) per context switch. The
-//!   tracers' BPF programs run in the switching task's context, so their cost is in it.
+//!   own CPU (wait4 rusage, user + system, all its threads) per context switch, also
+//!   under `perf record -e sched:sched_switch --call-graph dwarf -p PID`. The tracers'
+//!   BPF programs (and perf's copy of the user stack) run in the switching task's
+//!   context, so their cost is in it.
 //! - Against `perf record -e sched:sched_switch --call-graph dwarf` + `perf report
 //!   --stdio` on the same mutex workload, against `kernelkite run --stacks` +
 //!   `kernelkite stacks`: the tool's total CPU (kernelkite: its rusage plus its BPF
 //!   programs' `run_time_ns` with kernel.bpf_stats_enabled; perf: perf record's and perf
-//!   report's rusage), the traced workload's CPU, the time from the workload's exit to
+//!   report's rusage), the time from the workload's exit to
 //!   the stacks report printed, and how many of the stacks through glibc's mutex wait
 //!   name the function that called pthread_mutex_lock.
 //! - The unwinding cost per captured stack: the profile's own counters
@@ -24,7 +26,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{bail, Context, Result};
 
 use super::ebpf::{
-    have, mount_tracefs, pipe_run, BpfStats, PipeConfig, ProgramTimePoller, Tracer, PIPE_LOOPS,
+    have, mount_tracefs, pipe_round, BpfStats, PipeConfig, ProgramTimePoller, Tracer, PIPE_LOOPS,
     STACKS_VS_OFFCPUTIME_TARGET,
 };
 use super::{median, run_measured, wait_measured, Ctx, Row};
@@ -41,6 +43,7 @@ enum MutexConfig {
     Untraced,
     KernelkiteStacks,
     Offcputime,
+    PerfRecord,
     /// `offcputime -p PID`, its report to a file: for completeness, not timed.
     OffcputimeReport,
 }
@@ -51,6 +54,9 @@ impl MutexConfig {
             MutexConfig::Untraced => "glibc mutex: untraced",
             MutexConfig::KernelkiteStacks => "glibc mutex: kernelkite trace --follow --stacks",
             MutexConfig::Offcputime => "glibc mutex: libbpf-tools offcputime",
+            MutexConfig::PerfRecord => {
+                "glibc mutex: perf record -e sched:sched_switch --call-graph dwarf -p PID"
+            }
             MutexConfig::OffcputimeReport => "glibc mutex: libbpf-tools offcputime -p PID 1",
         }
     }
@@ -96,6 +102,21 @@ fn mutex_run(ctx: &Ctx, libcwork: &Path, config: MutexConfig) -> Result<(f64, f6
             Some(Tracer::start(c)?)
         }
         MutexConfig::Offcputime => Some(Tracer::start(Command::new("offcputime"))?),
+        MutexConfig::PerfRecord => {
+            let mut c = Command::new("perf");
+            c.args([
+                "record",
+                "-q",
+                "-e",
+                "sched:sched_switch",
+                "--call-graph",
+                "dwarf",
+            ])
+            .arg("-o")
+            .arg(ctx.work.join("stacks-bench.perf-p.data"))
+            .args(["-p", &pid.to_string()]);
+            Some(Tracer::start(c)?)
+        }
         MutexConfig::OffcputimeReport => {
             let mut c = Command::new("offcputime");
             // For 1 s of the 2: it names user frames when it prints, from the live
@@ -133,8 +154,6 @@ struct Session {
     tool_cpu_s: f64,
     /// Of it, kernelkite's BPF programs' run time (kernel.bpf_stats_enabled).
     bpf_s: Option<f64>,
-    /// The traced workload's CPU (the tool's reaped children), seconds.
-    workload_cpu_s: f64,
     /// From the workload's exit to the report printed, seconds.
     end_to_report_s: f64,
     /// Stacks through glibc's mutex wait, and those of them naming a LOCK_CALLERS frame.
@@ -212,7 +231,6 @@ fn kernelkite_session(ctx: &Ctx, libcwork: &Path) -> Result<Session> {
             + report.self_cpu_s
             + report.children_cpu_s,
         bpf_s,
-        workload_cpu_s: run.children_cpu_s,
         end_to_report_s,
         lock_stacks,
         named_caller,
@@ -318,7 +336,6 @@ fn perf_session(ctx: &Ctx, libcwork: &Path) -> Result<Session> {
     Ok(Session {
         tool_cpu_s: record.self_cpu_s + report.self_cpu_s + report.children_cpu_s,
         bpf_s: None,
-        workload_cpu_s: record.children_cpu_s,
         end_to_report_s,
         lock_stacks,
         named_caller,
@@ -385,26 +402,20 @@ pub(super) fn benchmarks(ctx: &Ctx) -> Result<Vec<Row>> {
         MutexConfig::Untraced,
         MutexConfig::KernelkiteStacks,
         MutexConfig::Offcputime,
+        MutexConfig::PerfRecord,
     ];
     let mut pipe = vec![Vec::new(); pipe_configs.len()];
     let mut mutex_per_switch = vec![Vec::new(); mutex_configs.len()];
-    let mut mutex_cpu = vec![Vec::new(); mutex_configs.len()];
     let mut sessions: [Vec<Session>; 2] = [Vec::new(), Vec::new()];
     for round in 0..runs {
         print!("    round {}/{runs}: sched pipe", round + 1);
-        for (i, &c) in pipe_configs.iter().enumerate() {
-            let (us, _) = pipe_run(ctx, c)?;
-            print!(" {us:.2}");
-            let _ = std::io::stdout().flush();
-            pipe[i].push(us);
-        }
+        pipe_round(ctx, &pipe_configs, &mut pipe)?;
         print!(" µs/op; mutex");
         for (i, &c) in mutex_configs.iter().enumerate() {
             let (cpu_ns, switches) = mutex_run(ctx, &libcwork, c)?;
             print!(" {:.0}", cpu_ns / switches);
             let _ = std::io::stdout().flush();
             mutex_per_switch[i].push(cpu_ns / switches);
-            mutex_cpu[i].push(cpu_ns / 1e6);
         }
         print!(" ns/switch; sessions");
         for (i, session) in [kernelkite_session, perf_session].iter().enumerate() {
@@ -435,7 +446,6 @@ pub(super) fn benchmarks(ctx: &Ctx) -> Result<Vec<Row>> {
         "libcwork mutex DIR {MUTEX_SECONDS} (gcc -O2 -g -fomit-frame-pointer): its rusage CPU / its context switches"
     );
     let mmed: Vec<f64> = mutex_per_switch.into_iter().map(sorted_median).collect();
-    let cpu_med: Vec<f64> = mutex_cpu.into_iter().map(sorted_median).collect();
     for (i, c) in mutex_configs.iter().enumerate() {
         rows.push(Row::new(
             format!("{}, workload CPU per context switch", c.label()),
@@ -452,6 +462,15 @@ pub(super) fn benchmarks(ctx: &Ctx) -> Result<Vec<Row>> {
             &mutex_shown,
         )
         .target(STACKS_VS_OFFCPUTIME_TARGET),
+    );
+    rows.push(
+        Row::new(
+            "glibc mutex: kernelkite --stacks added cost / perf record --call-graph dwarf added cost",
+            (mmed[1] - mmed[0]) / (mmed[3] - mmed[0]),
+            "×",
+            &mutex_shown,
+        )
+        .target(1.0),
     );
 
     let session_shown = [
@@ -487,15 +506,6 @@ pub(super) fn benchmarks(ctx: &Ctx) -> Result<Vec<Row>> {
         }
         rows.push(Row::new(
             format!(
-                "glibc mutex: {}, traced workload's CPU (untraced: {:.1} ms)",
-                names[i], cpu_med[0]
-            ),
-            m(&|s| s.workload_cpu_s) * 1e3,
-            "ms",
-            &session_shown[i],
-        ));
-        rows.push(Row::new(
-            format!(
                 "glibc mutex: {}, workload exit to stacks report printed",
                 names[i]
             ),
@@ -503,16 +513,18 @@ pub(super) fn benchmarks(ctx: &Ctx) -> Result<Vec<Row>> {
             "ms",
             &session_shown[i],
         ));
-        let last = s.last().context("no session")?;
+        let lock: u64 = s.iter().map(|s| s.lock_stacks).sum();
+        let named: u64 = s.iter().map(|s| s.named_caller).sum();
+        let rounds_named = s.iter().filter(|s| s.named_caller > 0).count();
         rows.push(Row::new(
             format!(
-                "glibc mutex: {}, stacks through pthread_mutex_lock naming its caller (last round: {} of {})",
-                names[i], last.named_caller, last.lock_stacks
+                "glibc mutex: {}, stacks through pthread_mutex_lock naming its caller ({named} of {lock}; in {rounds_named} of {runs} rounds)",
+                names[i]
             ),
-            if last.lock_stacks == 0 {
+            if lock == 0 {
                 0.0
             } else {
-                100.0 * last.named_caller as f64 / last.lock_stacks as f64
+                100.0 * named as f64 / lock as f64
             },
             "%",
             &session_shown[i],
