@@ -44,6 +44,8 @@ enum MutexConfig {
     KernelkiteStacks,
     Offcputime,
     PerfRecord,
+    /// `trace --follow` without `--stacks`: what the stacks add on top of it.
+    Kernelkite,
     /// `offcputime -p PID`, its report to a file: for completeness, not timed.
     OffcputimeReport,
 }
@@ -53,6 +55,7 @@ impl MutexConfig {
         match self {
             MutexConfig::Untraced => "glibc mutex: untraced",
             MutexConfig::KernelkiteStacks => "glibc mutex: kernelkite trace --follow --stacks",
+            MutexConfig::Kernelkite => "glibc mutex: kernelkite trace --follow",
             MutexConfig::Offcputime => "glibc mutex: libbpf-tools offcputime",
             MutexConfig::PerfRecord => {
                 "glibc mutex: perf record -e sched:sched_switch --call-graph dwarf -p PID"
@@ -96,9 +99,12 @@ fn mutex_run(ctx: &Ctx, libcwork: &Path, config: MutexConfig) -> Result<(f64, f6
     let pid = shell.id();
     let tracer = match config {
         MutexConfig::Untraced => None,
-        MutexConfig::KernelkiteStacks => {
+        MutexConfig::KernelkiteStacks | MutexConfig::Kernelkite => {
             let mut c = Command::new(&ctx.kernelkite);
-            c.args(["trace", "--follow", "--stacks", "--pid", &pid.to_string()]);
+            c.args(["trace", "--follow", "--pid", &pid.to_string()]);
+            if config == MutexConfig::KernelkiteStacks {
+                c.arg("--stacks");
+            }
             Some(Tracer::start(c)?)
         }
         MutexConfig::Offcputime => Some(Tracer::start(Command::new("offcputime"))?),
@@ -397,12 +403,14 @@ pub(super) fn benchmarks(ctx: &Ctx) -> Result<Vec<Row>> {
         PipeConfig::Untraced,
         PipeConfig::KernelkiteStacks,
         PipeConfig::Offcputime,
+        PipeConfig::Kernelkite,
     ];
     let mutex_configs = [
         MutexConfig::Untraced,
         MutexConfig::KernelkiteStacks,
         MutexConfig::Offcputime,
         MutexConfig::PerfRecord,
+        MutexConfig::Kernelkite,
     ];
     let mut pipe = vec![Vec::new(); pipe_configs.len()];
     let mut mutex_per_switch = vec![Vec::new(); mutex_configs.len()];
@@ -442,6 +450,12 @@ pub(super) fn benchmarks(ctx: &Ctx) -> Result<Vec<Row>> {
         )
         .target(STACKS_VS_OFFCPUTIME_TARGET),
     );
+    rows.push(Row::new(
+        "sched pipe: what --stacks adds to trace --follow / offcputime added cost",
+        (pmed[1] - pmed[3]) / (pmed[2] - pmed[0]),
+        "×",
+        &pipe_shown,
+    ));
     let mutex_shown = format!(
         "libcwork mutex DIR {MUTEX_SECONDS} (gcc -O2 -g -fomit-frame-pointer): its rusage CPU / its context switches"
     );
@@ -463,6 +477,12 @@ pub(super) fn benchmarks(ctx: &Ctx) -> Result<Vec<Row>> {
         )
         .target(STACKS_VS_OFFCPUTIME_TARGET),
     );
+    rows.push(Row::new(
+        "glibc mutex: what --stacks adds to trace --follow / offcputime added cost",
+        (mmed[1] - mmed[4]) / (mmed[2] - mmed[0]),
+        "×",
+        &mutex_shown,
+    ));
     rows.push(
         Row::new(
             "glibc mutex: kernelkite --stacks added cost / perf record --call-graph dwarf added cost",
