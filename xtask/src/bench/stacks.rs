@@ -33,6 +33,15 @@ use super::{median, run_measured, wait_measured, Ctx, Row};
 
 /// Length of each mutex-workload run.
 const MUTEX_SECONDS: &str = "2";
+/// perf's off-CPU stacks: every switch-out, its user stack unwound with DWARF.
+const PERF_RECORD: [&str; 6] = [
+    "record",
+    "-q",
+    "-e",
+    "sched:sched_switch",
+    "--call-graph",
+    "dwarf",
+];
 /// Where the untimed `offcputime -p` run writes its report (in the scratch directory).
 const OFFCPUTIME_REPORT: &str = "stacks-bench.offcputime.txt";
 /// Frames that call pthread_mutex_lock in libcwork (the waiter's and the holder's).
@@ -110,17 +119,10 @@ fn mutex_run(ctx: &Ctx, libcwork: &Path, config: MutexConfig) -> Result<(f64, f6
         MutexConfig::Offcputime => Some(Tracer::start(Command::new("offcputime"))?),
         MutexConfig::PerfRecord => {
             let mut c = Command::new("perf");
-            c.args([
-                "record",
-                "-q",
-                "-e",
-                "sched:sched_switch",
-                "--call-graph",
-                "dwarf",
-            ])
-            .arg("-o")
-            .arg(ctx.work.join("stacks-bench.perf-p.data"))
-            .args(["-p", &pid.to_string()]);
+            c.args(PERF_RECORD)
+                .arg("-o")
+                .arg(ctx.work.join("stacks-bench.perf-p.data"))
+                .args(["-p", &pid.to_string()]);
             Some(Tracer::start(c)?)
         }
         MutexConfig::OffcputimeReport => {
@@ -287,15 +289,8 @@ fn perf_session(ctx: &Ctx, libcwork: &Path) -> Result<Session> {
     let _ = std::fs::remove_file(&marker);
     let record = run_measured(
         Command::new("perf")
-            .args([
-                "record",
-                "-q",
-                "-e",
-                "sched:sched_switch",
-                "--call-graph",
-                "dwarf",
-                "-o",
-            ])
+            .args(PERF_RECORD)
+            .arg("-o")
             .arg(&data)
             .arg("--")
             .args(marked_workload(ctx, libcwork, &marker))
@@ -373,6 +368,28 @@ fn offcputime_lock_stacks(report: &str) -> (u64, u64) {
     (lock, named)
 }
 
+/// `--stacks`'s added cost against offcputime's, in all and on top of `trace --follow`,
+/// from the medians `m` of the configurations at `[untraced, stacks, offcputime, follow]`.
+fn against_offcputime(workload: &str, m: &[f64], at: [usize; 4], shown: &str) -> [Row; 2] {
+    let [untraced, stacks, offcputime, follow] = at.map(|i| m[i]);
+    let peer = offcputime - untraced;
+    [
+        Row::new(
+            format!("{workload}: kernelkite --stacks added cost / offcputime added cost"),
+            (stacks - untraced) / peer,
+            "×",
+            shown,
+        )
+        .target(STACKS_VS_OFFCPUTIME_TARGET),
+        Row::new(
+            format!("{workload}: what --stacks adds to trace --follow / offcputime added cost"),
+            (stacks - follow) / peer,
+            "×",
+            shown,
+        ),
+    ]
+}
+
 fn sorted_median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     median(&v)
@@ -441,19 +458,10 @@ pub(super) fn benchmarks(ctx: &Ctx) -> Result<Vec<Row>> {
     for (i, c) in pipe_configs.iter().enumerate() {
         rows.push(Row::new(c.label(), pmed[i], "µs/op", &pipe_shown));
     }
-    rows.push(
-        Row::new(
-            "sched pipe: kernelkite --stacks added cost / offcputime added cost",
-            (pmed[1] - pmed[0]) / (pmed[2] - pmed[0]),
-            "×",
-            &pipe_shown,
-        )
-        .target(STACKS_VS_OFFCPUTIME_TARGET),
-    );
-    rows.push(Row::new(
-        "sched pipe: what --stacks adds to trace --follow / offcputime added cost",
-        (pmed[1] - pmed[3]) / (pmed[2] - pmed[0]),
-        "×",
+    rows.extend(against_offcputime(
+        "sched pipe",
+        &pmed,
+        [0, 1, 2, 3],
         &pipe_shown,
     ));
     let mutex_shown = format!(
@@ -468,19 +476,10 @@ pub(super) fn benchmarks(ctx: &Ctx) -> Result<Vec<Row>> {
             &mutex_shown,
         ));
     }
-    rows.push(
-        Row::new(
-            "glibc mutex: kernelkite --stacks added cost / offcputime added cost",
-            (mmed[1] - mmed[0]) / (mmed[2] - mmed[0]),
-            "×",
-            &mutex_shown,
-        )
-        .target(STACKS_VS_OFFCPUTIME_TARGET),
-    );
-    rows.push(Row::new(
-        "glibc mutex: what --stacks adds to trace --follow / offcputime added cost",
-        (mmed[1] - mmed[4]) / (mmed[2] - mmed[0]),
-        "×",
+    rows.extend(against_offcputime(
+        "glibc mutex",
+        &mmed,
+        [0, 1, 2, 4],
         &mutex_shown,
     ));
     rows.push(
