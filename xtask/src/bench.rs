@@ -17,6 +17,10 @@
 //!
 //! - `top`: `kernelkite top` system-wide at 1 Hz in tmux with 500 extra idle processes,
 //!   both backends: its steady-state CPU (see `bench/top.rs`; needs tmux).
+//! - `stacks`: `--stacks` against libbpf-tools offcputime (sched pipe and a glibc mutex
+//!   workload) and against `perf record --call-graph dwarf` + `perf report` (total CPU,
+//!   session end to stacks report, completeness), and the unwinding cost per stack (see
+//!   `bench/stacks.rs`; needs root, gcc and the peers).
 //!
 //! Everything runs the release build (`cargo build --release` first); the sampler and
 //! command benchmarks need nothing beyond the workspace.
@@ -31,10 +35,11 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 
 mod ebpf;
+mod stacks;
 mod top;
 
 const USAGE: &str = "usage: cargo xtask bench [options]
-  --only GROUPS      comma-separated: sampler, commands, ebpf, top (default: all)
+  --only GROUPS      comma-separated: sampler, commands, ebpf, top, stacks (default: all)
   --runs N           timed runs per command benchmark; the median is reported (default 5)
   --seconds S        length of each sampler run (default 10)
   --procs N          idle processes profiled by the sampler benchmark (default 100)
@@ -64,6 +69,7 @@ fn parse_opts(args: &[String]) -> Result<Opts> {
             "commands".into(),
             "ebpf".into(),
             "top".into(),
+            "stacks".into(),
         ],
         runs: 5,
         seconds: 10.0,
@@ -83,7 +89,7 @@ fn parse_opts(args: &[String]) -> Result<Opts> {
             "--only" => {
                 o.groups = value("--only")?.split(',').map(str::to_string).collect();
                 for g in &o.groups {
-                    if !["sampler", "commands", "ebpf", "top"].contains(&g.as_str()) {
+                    if !["sampler", "commands", "ebpf", "top", "stacks"].contains(&g.as_str()) {
                         bail!("unknown group {g:?}\n{USAGE}");
                     }
                 }
@@ -226,6 +232,13 @@ pub fn run(args: &[String]) -> Result<()> {
         rows.extend(ebpf_benchmarks(&ctx)?);
     }
 
+    if wants("stacks") {
+        println!(
+            "==> stacks: trace --stacks against offcputime and perf record --call-graph dwarf"
+        );
+        rows.extend(stacks::benchmarks(&ctx)?);
+    }
+
     if wants("top") {
         // The eBPF row needs root; without it the row says why.
         for backend in ["proc", "ebpf"] {
@@ -304,7 +317,7 @@ impl Ctx {
     fn opts_text(&self) -> String {
         let o = &self.opts;
         let mut s = String::new();
-        if o.groups.len() != 4 {
+        if o.groups.len() != 5 {
             let _ = write!(s, " --only {}", o.groups.join(","));
         }
         let _ = write!(
@@ -348,9 +361,14 @@ struct Measured {
 /// then reap it. Resolution: one clock tick (10 ms at 100 Hz) over the whole run.
 fn run_measured(cmd: &mut Command) -> Result<Measured> {
     let t0 = Instant::now();
-    let mut child = cmd
+    let child = cmd
         .spawn()
         .with_context(|| format!("cannot start {cmd:?}"))?;
+    wait_measured(child, t0)
+}
+
+/// [`run_measured`] of a child already spawned (at `t0`).
+fn wait_measured(mut child: Child, t0: Instant) -> Result<Measured> {
     let pid = child.id();
     // SAFETY: siginfo_t is plain data; waitid fills it. WNOWAIT leaves the zombie.
     let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };

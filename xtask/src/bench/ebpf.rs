@@ -23,29 +23,34 @@ use anyhow::{bail, Context, Result};
 use super::{json_f64, median, release, spawn_gated, vm_rss_kb, Ctx, Row};
 
 const READS: u64 = 2_000_000;
-const PIPE_LOOPS: u64 = 200_000;
+pub(super) const PIPE_LOOPS: u64 = 200_000;
 /// kernelkite's added cost per syscall may be at most this multiple of the floor's.
 const FLOOR_RATIO_TARGET: f64 = 1.3;
 /// An untargeted process may pay at most the floor plus this share.
 const UNTARGETED_RATIO_TARGET: f64 = 1.15;
 /// `trace --stacks` may add at most this share of what offcputime adds to sched pipe.
-const STACKS_VS_OFFCPUTIME_TARGET: f64 = 0.5;
+pub(super) const STACKS_VS_OFFCPUTIME_TARGET: f64 = 0.5;
 const START_TARGET_MS: f64 = 300.0;
 const RSS_TARGET_MB: f64 = 20.0;
 
 /// A tracer running in the background until [`Tracer::stop`].
-struct Tracer {
-    child: Child,
+pub(super) struct Tracer {
+    pub(super) child: Child,
 }
 
 impl Tracer {
     /// Start `cmd` and wait until it has attached its programs (BPF links and perf
     /// events in its fd table, stable for 300 ms), so measurement starts with the probes live.
-    fn start(mut cmd: Command) -> Result<Tracer> {
+    pub(super) fn start(cmd: Command) -> Result<Tracer> {
+        Tracer::start_to(cmd, Stdio::null())
+    }
+
+    /// [`Tracer::start`] with the tracer's output to `stdout`.
+    pub(super) fn start_to(mut cmd: Command, stdout: Stdio) -> Result<Tracer> {
         let shown = format!("{cmd:?}");
         let child = cmd
             .stdin(Stdio::piped())
-            .stdout(Stdio::null())
+            .stdout(stdout)
             .stderr(Stdio::null())
             .spawn()
             .with_context(|| format!("cannot start {shown}"))?;
@@ -71,7 +76,7 @@ impl Tracer {
     }
 
     /// SIGINT (what a user's Ctrl-C sends), then wait.
-    fn stop(mut self) {
+    pub(super) fn stop(mut self) {
         drop(self.child.stdin.take());
         // SAFETY: kill has no memory-safety preconditions; the pid is our child.
         unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
@@ -107,7 +112,7 @@ fn bpf_links(pid: u32) -> usize {
         .count()
 }
 
-fn mount_tracefs() {
+pub(super) fn mount_tracefs() {
     if Path::new("/sys/kernel/tracing/events").exists() {
         return;
     }
@@ -121,7 +126,7 @@ fn mount_tracefs() {
     );
 }
 
-fn have(tool: &str) -> bool {
+pub(super) fn have(tool: &str) -> bool {
     Command::new("sh")
         .args(["-c", &format!("command -v {tool}")])
         .stdout(Stdio::null())
@@ -252,22 +257,22 @@ fn bpf_program_name(id: u32) -> Option<String> {
 }
 
 /// `run_time_ns` of one BPF program of a tracer.
-struct ProgramTime {
+pub(super) struct ProgramTime {
     /// Its name (empty when bpftool could not say).
     name: String,
-    run_time_ns: u64,
+    pub(super) run_time_ns: u64,
 }
 
 /// Polls a tracer's program statistics while a workload runs and keeps the last reading
 /// (tracers that stop with their target take their programs with them), naming each
 /// program while it is still loaded.
-struct ProgramTimePoller {
+pub(super) struct ProgramTimePoller {
     done: std::sync::Arc<std::sync::atomic::AtomicBool>,
     thread: std::thread::JoinHandle<Option<Vec<ProgramTime>>>,
 }
 
 impl ProgramTimePoller {
-    fn start(pid: u32) -> ProgramTimePoller {
+    pub(super) fn start(pid: u32) -> ProgramTimePoller {
         let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let flag = done.clone();
         let thread = std::thread::spawn(move || {
@@ -297,21 +302,21 @@ impl ProgramTimePoller {
         ProgramTimePoller { done, thread }
     }
 
-    fn finish(self) -> Option<Vec<ProgramTime>> {
+    pub(super) fn finish(self) -> Option<Vec<ProgramTime>> {
         self.done.store(true, std::sync::atomic::Ordering::Relaxed);
         self.thread.join().ok().flatten()
     }
 }
 
 /// Turns kernel BPF run-time statistics on, and back to what they were when dropped.
-struct BpfStats {
+pub(super) struct BpfStats {
     before: String,
 }
 
 impl BpfStats {
     const PATH: &'static str = "/proc/sys/kernel/bpf_stats_enabled";
 
-    fn enable() -> Option<BpfStats> {
+    pub(super) fn enable() -> Option<BpfStats> {
         let before = std::fs::read_to_string(Self::PATH).ok()?;
         std::fs::write(Self::PATH, "1").ok()?;
         Some(BpfStats { before })
@@ -325,7 +330,7 @@ impl Drop for BpfStats {
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum PipeConfig {
+pub(super) enum PipeConfig {
     Untraced,
     ClockFloor,
     Kernelkite,
@@ -336,7 +341,7 @@ enum PipeConfig {
 }
 
 impl PipeConfig {
-    fn label(self) -> &'static str {
+    pub(super) fn label(self) -> &'static str {
         match self {
             PipeConfig::Untraced => "sched pipe: untraced",
             PipeConfig::ClockFloor => {
@@ -355,7 +360,7 @@ impl PipeConfig {
 
 /// One `perf bench sched pipe` run pinned to CPU 0: microseconds per operation, and the
 /// tracer's programs' run times (when kernel BPF stats are on).
-fn pipe_run(ctx: &Ctx, config: PipeConfig) -> Result<(f64, Option<Vec<ProgramTime>>)> {
+pub(super) fn pipe_run(ctx: &Ctx, config: PipeConfig) -> Result<(f64, Option<Vec<ProgramTime>>)> {
     // A shell that waits for a line, then execs perf: kernelkite can attach to it (and
     // follow the two perf processes) before the benchmark starts.
     // Threads (-T), so the clock floor, which targets one process, covers both ends.
@@ -411,6 +416,22 @@ fn pipe_run(ctx: &Ctx, config: PipeConfig) -> Result<(f64, Option<Vec<ProgramTim
         bail!("perf bench sched pipe failed ({status})");
     }
     Ok((usecs.context("perf bench printed no usecs/op")?, programs))
+}
+
+/// One [`pipe_run`] of each configuration, printed as it goes, its µs/op pushed to the
+/// configuration's samples.
+pub(super) fn pipe_round(
+    ctx: &Ctx,
+    configs: &[PipeConfig],
+    samples: &mut [Vec<f64>],
+) -> Result<()> {
+    for (i, &c) in configs.iter().enumerate() {
+        let (us, _) = pipe_run(ctx, c)?;
+        print!(" {us:.2}");
+        let _ = std::io::stdout().flush();
+        samples[i].push(us);
+    }
+    Ok(())
 }
 
 pub(super) fn benchmarks(ctx: &Ctx) -> Result<Vec<Row>> {
@@ -620,12 +641,7 @@ pub(super) fn benchmarks(ctx: &Ctx) -> Result<Vec<Row>> {
         let mut pipe: Vec<Vec<f64>> = vec![Vec::new(); pipe_configs.len()];
         for round in 0..runs {
             print!("    sched pipe round {}/{runs}:", round + 1);
-            for (i, &c) in pipe_configs.iter().enumerate() {
-                let (us, _) = pipe_run(ctx, c)?;
-                print!(" {us:.2}");
-                let _ = std::io::stdout().flush();
-                pipe[i].push(us);
-            }
+            pipe_round(ctx, &pipe_configs, &mut pipe)?;
             println!(" usecs/op");
         }
         let pmed: Vec<f64> = pipe
