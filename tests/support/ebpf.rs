@@ -237,6 +237,15 @@ impl RunningTrace {
             .args(extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
+        // As from a terminal: SIGHUP at its default, even when the tests themselves run
+        // under nohup (which a trace honours by ignoring hangups).
+        // SAFETY: signal() is async-signal-safe; it only changes this child's disposition.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+                libc::signal(libc::SIGHUP, libc::SIG_DFL);
+                Ok(())
+            });
+        }
         let mut child = cmd.spawn().expect("spawn kernelkite trace");
         let stderr = child.stderr.take().unwrap();
         let (tx, rx) = mpsc::channel();
