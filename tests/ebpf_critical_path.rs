@@ -19,43 +19,30 @@ fn path_of(hooks: Option<&str>, cwd: &Path, command: &[&str]) -> (Value, Value, 
     if let Some(h) = hooks {
         run.env("KERNELKITE_HOOKS", h);
     }
-    let out = run
-        .current_dir(cwd)
-        .args(["run", "--critical-path", "--record"])
-        .arg(cwd.join("r.kkr"))
-        .arg(&bundle)
-        .arg("--")
-        .args(command)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    output_ok(
+        "run --critical-path",
+        run.current_dir(cwd)
+            .args(["run", "--critical-path", "--record"])
+            .arg(cwd.join("r.kkr"))
+            .arg(&bundle)
+            .arg("--")
+            .args(command),
     );
-    let out = Command::new(kernelkite_bin())
-        .args(["--json", "critical-path"])
-        .arg(&bundle)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "critical-path: {}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = output_ok(
+        "critical-path",
+        Command::new(kernelkite_bin())
+            .args(["--json", "critical-path"])
+            .arg(&bundle),
     );
     let path: Value = serde_json::from_slice(&out.stdout).unwrap();
     // The recording carries the stream: its replay is the bundle, byte for byte.
     let replayed = cwd.join("replayed.json");
-    let out = Command::new(kernelkite_bin())
-        .arg("replay")
-        .arg(cwd.join("r.kkr"))
-        .arg(&replayed)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    output_ok(
+        "replay",
+        Command::new(kernelkite_bin())
+            .arg("replay")
+            .arg(cwd.join("r.kkr"))
+            .arg(&replayed),
     );
     assert!(
         std::fs::read(&replayed).unwrap() == std::fs::read(&bundle).unwrap(),
@@ -220,16 +207,12 @@ fn bundles_without_the_stream_say_why_and_exit_2() {
     let dir = tempfile::tempdir().unwrap();
     for backend in ["ebpf", "proc"] {
         let bundle = dir.path().join(format!("{backend}.json"));
-        let out = Command::new(kernelkite_bin())
-            .args(["--backend", backend, "run"])
-            .arg(&bundle)
-            .args(["--", "true"])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
+        output_ok(
+            "run",
+            Command::new(kernelkite_bin())
+                .args(["--backend", backend, "run"])
+                .arg(&bundle)
+                .args(["--", "true"]),
         );
         let out = Command::new(kernelkite_bin())
             .arg("critical-path")

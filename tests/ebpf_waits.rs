@@ -15,17 +15,13 @@ use support::*;
 fn kk_run(command: &[&str]) -> (Output, PathBuf, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let bundle = dir.path().join("b.json");
-    let out = Command::new(kernelkite_bin())
-        .arg("run")
-        .arg(&bundle)
-        .arg("--")
-        .args(command)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = output_ok(
+        "run",
+        Command::new(kernelkite_bin())
+            .arg("run")
+            .arg(&bundle)
+            .arg("--")
+            .args(command),
     );
     (out, bundle, dir)
 }

@@ -69,6 +69,18 @@ pub fn workload_bin() -> PathBuf {
     bin
 }
 
+/// Run `cmd` to its end; its output, after asserting it succeeded (its stderr and `what`
+/// in the message when not).
+pub fn output_ok(what: &str, cmd: &mut Command) -> std::process::Output {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert!(
+        out.status.success(),
+        "{what}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
 /// A workload that printed `ready <pid>` and waits for the go line.
 pub struct GatedWorkload {
     pub child: Child,
