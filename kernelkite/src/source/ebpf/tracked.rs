@@ -83,6 +83,9 @@ impl Tracked {
     /// that /proc shows for the first time or with a new start time: an entry the map
     /// held when it was read can be a thread whose exit was missed, removed by the fork
     /// hook when an untraced task took its tid since (pid reuse between the two reads).
+    /// A traced process that /proc shows for the first time and whose every thread
+    /// exited in that window is left out of this frame too, like a process shorter than
+    /// one interval: its exit records still carry its times.
     pub fn keep_ours(
         &mut self,
         frame: &mut Frame,
