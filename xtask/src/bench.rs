@@ -436,7 +436,7 @@ pub(crate) fn stat_fields(stat: &str) -> Option<[u64; 4]> {
     Some([get(14)?, get(15)?, get(16)?, get(17)?])
 }
 
-fn last_line(path: &Path) -> String {
+pub fn last_line(path: &Path) -> String {
     std::fs::read_to_string(path)
         .ok()
         .and_then(|s| {

@@ -6,6 +6,7 @@ mod ci;
 mod fuzz;
 mod samples;
 mod soak;
+mod stress_ci;
 
 use std::path::PathBuf;
 
@@ -22,7 +23,8 @@ fn main() -> Result<()> {
         "bench" => bench::run(&rest),
         "fuzz" => fuzz::run(&rest),
         "soak" => soak::run(&rest),
-        _ => bail!("usage: cargo xtask <ci|build-ebpf|samples|bench|fuzz|soak> [args]"),
+        "stress-ci" => stress_ci::run(&rest),
+        _ => bail!("usage: cargo xtask <ci|build-ebpf|samples|bench|fuzz|soak|stress-ci> [args]"),
     }
 }
 
