@@ -344,3 +344,22 @@ fn critical_path_reads_a_recorded_stream_and_says_why_older_bundles_have_none() 
         );
     }
 }
+
+/// `kernelkite man` is kernelkite(1), whose SEE ALSO names kernelkite-NAME(1) for each
+/// subcommand; `kernelkite man NAME` prints that page (the Debian package installs them
+/// all); a hidden or unknown name is a one-line error.
+#[test]
+fn man_pages_for_the_top_and_every_subcommand() {
+    let top = stdout_of(kk().arg("man"));
+    assert!(top.contains(".TH kernelkite 1"), "{top}");
+    assert!(top.contains("kernelkite\\-run(1)"), "{top}");
+    let run = stdout_of(kk().args(["man", "run"]));
+    assert!(run.contains(".TH kernelkite-run 1"), "{run}");
+    assert!(run.contains("\\fBkernelkite run\\fR"), "{run}");
+    assert!(run.contains("\\-\\-max\\-frames"), "{run}");
+    for bad in ["no-such-command", "bench-floor"] {
+        let out = kk().args(["man", bad]).output().unwrap();
+        assert_eq!(out.status.code(), Some(2));
+        assert_one_line_error(&out.stderr);
+    }
+}

@@ -162,8 +162,9 @@ pub enum Command {
     Doctor,
     /// Print shell completions.
     Completions(CompletionsArgs),
-    /// Print the man page (roff).
-    Man,
+    /// Print the man page (roff): kernelkite(1), or with a subcommand's name its own
+    /// page, kernelkite-NAME(1).
+    Man(ManArgs),
     /// Benchmark helper: attach empty sys_enter/sys_exit programs until stdin closes.
     #[command(hide = true)]
     BenchFloor(BenchFloorArgs),
@@ -469,6 +470,12 @@ pub struct FlamegraphArgs {
     /// Add each process's command name as a frame under the class.
     #[arg(long)]
     pub per_process: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ManArgs {
+    /// The subcommand whose page to print (e.g. `run`); without it, the top page.
+    pub subcommand: Option<String>,
 }
 
 #[derive(Debug, Args)]

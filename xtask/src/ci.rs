@@ -6,10 +6,10 @@
 //!    or `--no-install`): `apt-get update` once, then `apt-get install -y` of chromium,
 //!    time, tmux, strace, bpftool, nodejs (a real perf map), gcc and binutils (the --stacks C workload), g++
 //!    (libFuzzer), redis-server and redis-tools (a real server), make (a real build),
-//!    prometheus (promtool), python3-pip and llvm-22-dev;
+//!    prometheus (promtool), man-db, python3-pip and llvm-22-dev;
 //!    `pip install opentelemetry-proto protobuf`; `rustup component add rust-src`; bpf-linker
 //!    (`cargo install`, built against LLVM 22) when the eBPF crate is present;
-//!    cargo-fuzz (`cargo install`);
+//!    cargo-fuzz and cargo-deb (`cargo install`);
 //! 2. `cargo fmt --all -- --check`;
 //! 3. `cargo clippy --workspace --all-targets -- -D warnings`;
 //! 4. the eBPF object check (`cargo xtask build-ebpf --check`);
@@ -18,7 +18,10 @@
 //! 6. the real-kernel eBPF tests again with `KERNELKITE_HOOKS=classic` (the
 //!    classic-tracepoint fallback of kernels without BTF);
 //! 7. `cargo xtask samples --check`;
-//! 8. a short pass of every fuzz target, 10 s each (`cargo xtask fuzz --seconds 10`).
+//! 8. a short pass of every fuzz target, 10 s each (`cargo xtask fuzz --seconds 10`);
+//! 9. the Debian package: built with `cargo deb`, installed with `dpkg -i`, its
+//!    `kernelkite --version`, `doctor` and `man kernelkite` run, and purged again with
+//!    nothing left behind (`cargo xtask package --check`).
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -31,7 +34,8 @@ const USAGE: &str = "usage: cargo xtask ci [--no-install] [--from N]
   Runs, failing fast: dependency install, cargo fmt --check, clippy -D warnings,
   the eBPF object check, cargo test --workspace (CI=true), the eBPF tests again on
   classic tracepoints (KERNELKITE_HOOKS=classic), cargo xtask samples --check,
-  a 10 s pass of every fuzz target (cargo xtask fuzz --seconds 10).
+  a 10 s pass of every fuzz target (cargo xtask fuzz --seconds 10), and the Debian
+  package round trip (cargo xtask package --check).
   --no-install (or KK_CI_NO_INSTALL=1): do not install system packages or tools.
   --from N: start at step N (to re-run locally after a fix; CI always runs them all).";
 
@@ -114,6 +118,10 @@ pub fn run(args: &[String]) -> Result<()> {
             "fuzz every target briefly (cargo xtask fuzz --seconds 10)",
             Box::new(|| crate::fuzz::run(&["--seconds".into(), "10".into()])),
         ),
+        (
+            "Debian package round trip (cargo xtask package --check)",
+            Box::new(|| crate::package::run(&["--check".into()])),
+        ),
     ];
 
     let total = steps.len();
@@ -166,7 +174,7 @@ fn print_timings(timings: &[(&str, Duration)]) {
 }
 
 /// The cargo that runs us (set by `cargo run`), so nested calls use the same toolchain.
-fn cargo_bin() -> String {
+pub(crate) fn cargo_bin() -> String {
     std::env::var("CARGO").unwrap_or_else(|_| "cargo".into())
 }
 
@@ -192,7 +200,7 @@ fn show(cmd: &Command) -> String {
     s
 }
 
-fn run_cmd(cmd: &mut Command) -> Result<()> {
+pub(crate) fn run_cmd(cmd: &mut Command) -> Result<()> {
     let line = show(cmd);
     let status = cmd
         .status()
@@ -389,6 +397,11 @@ const NEEDS: &[Need] = &[
         packages: &[&["python3", "python3-pip"]],
     },
     Need {
+        what: "man (the installed package's man page)",
+        present: &["man"],
+        packages: &[&["man-db"]],
+    },
+    Need {
         what: "LLVM 22 development files (bpf-linker)",
         present: &["/usr/lib/llvm-22/bin/llvm-config"],
         packages: &[&["llvm-22-dev"]],
@@ -466,6 +479,7 @@ fn install_dependencies() -> Result<()> {
 
     ensure_python_packages()?;
     crate::fuzz::ensure_cargo_fuzz()?;
+    crate::package::ensure_cargo_deb()?;
     // rust-src and bpf-linker, for building the BPF programs (one place knows how).
     crate::build_ebpf::ensure_tools()
 }

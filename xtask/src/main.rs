@@ -4,6 +4,7 @@ mod bench;
 mod build_ebpf;
 mod ci;
 mod fuzz;
+mod package;
 mod samples;
 mod soak;
 mod stress_ci;
@@ -23,8 +24,11 @@ fn main() -> Result<()> {
         "bench" => bench::run(&rest),
         "fuzz" => fuzz::run(&rest),
         "soak" => soak::run(&rest),
+        "package" => package::run(&rest),
         "stress-ci" => stress_ci::run(&rest),
-        _ => bail!("usage: cargo xtask <ci|build-ebpf|samples|bench|fuzz|soak|stress-ci> [args]"),
+        _ => bail!(
+            "usage: cargo xtask <ci|build-ebpf|samples|bench|fuzz|soak|package|stress-ci> [args]"
+        ),
     }
 }
 

@@ -99,9 +99,25 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode> {
             crate::report::write_stdout(&String::from_utf8_lossy(&out))?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Man => {
+        Command::Man(args) => {
+            let top = Cli::command();
+            let man = match &args.subcommand {
+                None => clap_mangen::Man::new(top),
+                // The top page's SEE ALSO names kernelkite-NAME(1) for each subcommand.
+                Some(name) => match top.find_subcommand(name).filter(|c| !c.is_hide_set()) {
+                    Some(sub) => {
+                        let name = sub.get_name().to_string();
+                        clap_mangen::Man::new(
+                            sub.clone()
+                                .name(format!("kernelkite-{name}"))
+                                .bin_name(format!("kernelkite {name}")),
+                        )
+                    }
+                    None => anyhow::bail!("man: no subcommand {name:?} (see kernelkite help)"),
+                },
+            };
             let mut out = Vec::new();
-            clap_mangen::Man::new(Cli::command()).render(&mut out)?;
+            man.render(&mut out)?;
             crate::report::write_stdout(&String::from_utf8_lossy(&out))?;
             Ok(ExitCode::SUCCESS)
         }
