@@ -260,6 +260,37 @@ fn bundle_cpu_us(path: &Path) -> u64 {
     ru.user_us + ru.system_us
 }
 
+/// kernelkite exec'd by a process that had reaped a CPU-heavy child before (as `cargo
+/// run -- run ...` does after compiling): the bundle's rusage is the command tree's only.
+/// `getrusage(RUSAGE_CHILDREN)` survives exec, so it once reported the compile's CPU too.
+#[test]
+fn rusage_leaves_out_what_the_exec_ing_parent_had_reaped() {
+    let dir = tempfile::tempdir().unwrap();
+    let bundle_path = dir.path().join("after-exec.json");
+    // The subshell burns CPU and is reaped by sh, which then becomes kernelkite.
+    let script = format!(
+        "(i=0; while [ $i -lt 400000 ]; do i=$((i+1)); done); exec {} {} run {} -- true",
+        kk_path().display(),
+        PROC.join(" "),
+        bundle_path.display()
+    );
+    let out = StdCommand::new("sh")
+        .args(["-c", &script])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let ours_us = bundle_cpu_us(&bundle_path);
+    // `true` takes well under 50 ms; the subshell's loop takes several hundred.
+    assert!(
+        ours_us < 50_000,
+        "the bundle's rusage holds {ours_us} µs of CPU for `true`: the parent's reaped child leaked in"
+    );
+}
+
 #[test]
 fn rusage_matches_usr_bin_time() {
     let time = Path::new("/usr/bin/time");

@@ -175,7 +175,8 @@ pub struct ReapFold {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum CpuSource {
-    /// `getrusage(RUSAGE_CHILDREN)`: exact, including processes shorter than a frame.
+    /// The rusage of every reaped process of the tree (`wait4`): exact, including
+    /// processes shorter than a frame.
     Rusage,
     /// Per-process utime+stime samples: misses CPU of processes never sampled and CPU
     /// after a process's last sample.

@@ -78,8 +78,7 @@ mod linux {
     use crate::source::ebpf::session::{self as ebpf, TraceOptions};
     use crate::source::host::current_host;
     use crate::source::launch::{
-        children_rusage, find_program, raise_open_file_limit, signal_child, CommandUsers, Exit,
-        Launcher,
+        find_program, raise_open_file_limit, signal_child, CommandUsers, Exit, Launcher,
     };
     use crate::source::procfs::{
         FrameRecorder, Sampler, SamplerOptions, Schedule, Scope, PROC_ROOT,
@@ -256,8 +255,8 @@ mod linux {
             }
             Ok(())
         })?;
-        // Everything is reaped: RUSAGE_CHILDREN now covers the whole tree exactly.
-        let rusage = children_rusage();
+        // Everything is reaped: the reaped processes' rusage covers the whole tree exactly.
+        let rusage = launcher.reaped_rusage();
         if recorder.frames().is_empty() {
             // Only if /proc failed on every tick; a bundle needs a frame.
             let t_ns = schedule.t_ns(Instant::now());
@@ -428,8 +427,8 @@ mod linux {
             std::thread::sleep(Duration::from_millis(1));
         }
         drop(ring);
-        // Everything is reaped: RUSAGE_CHILDREN now covers the whole tree exactly.
-        let rusage = children_rusage();
+        // Everything is reaped: the reaped processes' rusage covers the whole tree exactly.
+        let rusage = launcher.reaped_rusage();
         let exit = launcher.exit();
         session.detach();
         crate::commands::note_lost_events(&session);

@@ -837,8 +837,10 @@ pub struct LaunchedCommand {
     pub exit_code: Option<i32>,
     /// Signal number when a signal killed it.
     pub signal: Option<i32>,
-    /// `getrusage(RUSAGE_CHILDREN)` after the command and every descendant (kernelkite is
-    /// their subreaper) were reaped: exact CPU of the whole tree, however short-lived.
+    /// The rusage `wait4` returned for the command and for every descendant kernelkite
+    /// reaped as their subreaper, summed (max RSS: the largest): exact CPU of the whole
+    /// tree, however short-lived. Not `getrusage(RUSAGE_CHILDREN)`, which survives exec
+    /// and would add what the process that exec'd kernelkite had reaped before.
     pub rusage: Option<Rusage>,
     /// eBPF: CPU the command's process had used when tracing began
     /// (`/proc/<pid>/schedstat` field 1 while it waited at the start gate): kernelkite's
@@ -866,6 +868,24 @@ pub struct Rusage {
     pub voluntary_switches: u64,
     /// `ru_nivcsw`.
     pub involuntary_switches: u64,
+}
+
+impl Rusage {
+    /// Add a reaped process's rusage (as `wait4` gives it) to a tree's: times, faults and
+    /// switches add up, the largest resident set is the larger one.
+    pub fn add_reaped(&mut self, other: &Rusage) {
+        self.user_us = self.user_us.saturating_add(other.user_us);
+        self.system_us = self.system_us.saturating_add(other.system_us);
+        self.max_rss_kib = self.max_rss_kib.max(other.max_rss_kib);
+        self.minor_faults = self.minor_faults.saturating_add(other.minor_faults);
+        self.major_faults = self.major_faults.saturating_add(other.major_faults);
+        self.voluntary_switches = self
+            .voluntary_switches
+            .saturating_add(other.voluntary_switches);
+        self.involuntary_switches = self
+            .involuntary_switches
+            .saturating_add(other.involuntary_switches);
+    }
 }
 
 /// Whether frames were dropped because the session hit `max_frames` (`--max-frames`,

@@ -3,8 +3,10 @@
 //! forwards SIGINT, SIGTERM and SIGHUP to the command instead of dying from them, runs the
 //! command as the user who started kernelkite as root (sudo, doas, pkexec) or whom
 //! `--user` names, without kernelkite's ambient capabilities or raised memlock limit,
-//! reaps every descendant it inherits, and reads the tree's exact CPU from
-//! `getrusage(RUSAGE_CHILDREN)` once all are reaped.
+//! reaps every descendant it inherits, and sums the tree's exact CPU from the rusage
+//! `wait4` returns for each process it reaps (not `getrusage(RUSAGE_CHILDREN)`, which
+//! survives exec and so also holds whatever the process kernelkite was exec'd from had
+//! reaped: `cargo run -- run ...` once reported the compile's CPU as the command's).
 //!
 //! Process-wide state: signal handlers and a blocked SIGCHLD. Only one [`Launcher`] may
 //! exist per process.
@@ -349,6 +351,9 @@ pub struct Launcher {
     /// gets it back (std's spawn passes the parent's mask on, and a command started with
     /// SIGCHLD blocked hangs in sigsuspend, as dash's `wait` does).
     inherited_mask: libc::sigset_t,
+    /// The rusage of every process reaped so far (each includes the descendants it
+    /// waited for itself): CPU, faults and switches summed, max RSS the largest.
+    reaped: Rusage,
 }
 
 impl Launcher {
@@ -404,6 +409,7 @@ impl Launcher {
             users,
             chld,
             inherited_mask,
+            reaped: Rusage::default(),
         })
     }
 
@@ -559,6 +565,11 @@ impl Launcher {
         self.exit
     }
 
+    /// The tree's rusage: every process reaped so far, summed (exact once all are).
+    pub fn reaped_rusage(&self) -> Rusage {
+        self.reaped
+    }
+
     /// Sleep until `deadline`, or less when a child changed state or a signal arrived.
     pub fn wait_until(&self, deadline: Instant) {
         let left = deadline.saturating_duration_since(Instant::now());
@@ -599,17 +610,22 @@ impl Launcher {
                 COMMAND_PID.store(0, Ordering::SeqCst);
                 let mut status = 0;
                 // SAFETY: status is a valid out pointer; a null rusage is allowed.
-                let rc = unsafe { libc::wait4(pid, &mut status, 0, std::ptr::null_mut()) };
+                // SAFETY: ru is a valid out pointer.
+                let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+                let rc = unsafe { libc::wait4(pid, &mut status, 0, &mut ru) };
                 if rc == pid {
                     self.exit = Some(Exit::from_wait_status(status));
+                    self.reaped.add_reaped(&rusage_of(&ru));
                 }
             }
         }
         loop {
             let mut status = 0;
             // SAFETY: as above.
-            let rc = unsafe { libc::wait4(-1, &mut status, libc::WNOHANG, std::ptr::null_mut()) };
+            let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+            let rc = unsafe { libc::wait4(-1, &mut status, libc::WNOHANG, &mut ru) };
             if rc > 0 {
+                self.reaped.add_reaped(&rusage_of(&ru));
                 continue;
             }
             if rc == 0 {
@@ -916,11 +932,8 @@ extern "C" fn forward_signal(
     }
 }
 
-/// `getrusage(RUSAGE_CHILDREN)`: every reaped descendant whose parent waited for it.
-pub fn children_rusage() -> Rusage {
-    // SAFETY: getrusage fills the zeroed struct.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru) };
+/// The fields kernelkite keeps of a `struct rusage`.
+fn rusage_of(ru: &libc::rusage) -> Rusage {
     let us = |tv: libc::timeval| (tv.tv_sec.max(0) as u64) * 1_000_000 + tv.tv_usec.max(0) as u64;
     let n = |v: libc::c_long| v.max(0) as u64;
     Rusage {
