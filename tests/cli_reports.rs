@@ -363,3 +363,26 @@ fn man_pages_for_the_top_and_every_subcommand() {
         assert_one_line_error(&out.stderr);
     }
 }
+
+/// `kernelkite --version` says the version, the commit it was built from and whether the
+/// embedded BPF object was built from the BPF sources beside it (CI's object check keeps
+/// the stamp current, so in a checkout it must say it was).
+#[test]
+fn version_names_the_commit_and_the_bpf_objects_sources() {
+    let long = stdout_of(kk().arg("--version"));
+    let lines: Vec<&str> = long.lines().collect();
+    assert_eq!(lines.len(), 3, "{long}");
+    assert_eq!(lines[0], concat!("kernelkite ", env!("CARGO_PKG_VERSION")));
+    let commit = lines[1].strip_prefix("commit:     ").expect(&long);
+    let hash = commit.split_whitespace().next().unwrap_or_default();
+    assert!(
+        hash.len() == 12 && hash.chars().all(|c| c.is_ascii_hexdigit()),
+        "{long}"
+    );
+    assert!(
+        lines[2].starts_with("BPF object: built from these sources (fnv1a64 "),
+        "{long}"
+    );
+    let short = stdout_of(kk().arg("-V"));
+    assert_eq!(short.trim_end(), lines[0]);
+}

@@ -7,6 +7,8 @@
 pub mod bpf;
 pub mod class;
 pub mod hist;
+#[cfg(feature = "sources")]
+pub mod sources;
 pub mod wake;
 
 pub use class::{LatencyClass, NUM_CLASSES};

@@ -5,11 +5,26 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+/// `kernelkite --version`: the version, the commit it was built from, and whether the
+/// BPF object it embeds was built from the BPF sources it was built with (build.rs).
+const LONG_VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    "\ncommit:     ",
+    env!("KK_BUILD_COMMIT"),
+    "\nBPF object: ",
+    env!("KK_BUILD_BPF"),
+);
+
 /// Where does my program's time go? kernelkite explains a process tree's time as latency
 /// classes (on_cpu, runqueue, io_wait, lock_wait, syscall_blocked, unknown_wait) with eBPF
 /// when it may, or by sampling /proc without privileges.
 #[derive(Debug, Parser)]
-#[command(name = "kernelkite", version, propagate_version = true)]
+#[command(
+    name = "kernelkite",
+    version,
+    long_version = LONG_VERSION,
+    propagate_version = true
+)]
 pub struct Cli {
     #[command(flatten)]
     pub global: GlobalArgs,

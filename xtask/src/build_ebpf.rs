@@ -2,7 +2,12 @@
 //! and install the object at `kernelkite/bpf/kernelkite.bpf.o`, where the kernelkite
 //! crate embeds it (so users build kernelkite with stable Rust alone).
 //!
-//! `--check` rebuilds and fails if the result differs from the committed bytes: the
+//! It also writes the digest of the sources it was built from to
+//! `kernelkite/bpf/kernelkite.bpf.sources` (kernelkite_common::sources), which
+//! `kernelkite --version` compares with the sources it is built with.
+//!
+//! `--check` fails when that digest is not the sources' now, and rebuilds and fails if
+//! the result differs from the committed bytes: the
 //! build is byte-reproducible (no paths end up in the object; `Cargo.lock` pins the
 //! crates; bpf-linker is pinned below).
 //!
@@ -14,6 +19,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{bail, Context, Result};
+use kernelkite_common::sources::{bpf_sources_stamp, BPF_SOURCES_STAMP};
 
 /// The bpf-linker release known to work with rustc 1.95 and LLVM 22.
 const BPF_LINKER_VERSION: &str = "0.13.0";
@@ -30,7 +36,17 @@ pub fn run(args: &[String]) -> Result<()> {
     let built = build(&root)?;
     let committed = root.join("kernelkite").join("bpf").join("kernelkite.bpf.o");
     let new = std::fs::read(&built).with_context(|| format!("reading {}", built.display()))?;
+    let stamp_path = root.join(BPF_SOURCES_STAMP);
+    let stamp = bpf_sources_stamp(&root).context("reading the BPF sources")?;
     if check {
+        let recorded = std::fs::read_to_string(&stamp_path).unwrap_or_default();
+        if recorded.trim() != stamp {
+            bail!(
+                "{} says {:?}, the BPF sources now {stamp:?}: run `cargo xtask build-ebpf` and commit it (kernelkite --version reports it)",
+                stamp_path.display(),
+                recorded.trim()
+            );
+        }
         let old = std::fs::read(&committed)
             .with_context(|| format!("reading {}", committed.display()))?;
         if old != new {
@@ -50,6 +66,9 @@ pub fn run(args: &[String]) -> Result<()> {
         std::fs::write(&committed, &new)
             .with_context(|| format!("writing {}", committed.display()))?;
         println!("wrote {} ({} bytes)", committed.display(), new.len());
+        std::fs::write(&stamp_path, format!("{stamp}\n"))
+            .with_context(|| format!("writing {}", stamp_path.display()))?;
+        println!("wrote {} ({stamp})", stamp_path.display());
     }
     Ok(())
 }
