@@ -335,6 +335,7 @@ pub(super) enum PipeConfig {
     ClockFloor,
     Kernelkite,
     KernelkiteNoWakers,
+    KernelkiteNoRuntime,
     KernelkiteStacks,
     Runqlat,
     Offcputime,
@@ -350,6 +351,9 @@ impl PipeConfig {
             PipeConfig::Kernelkite => "sched pipe: kernelkite trace --follow",
             PipeConfig::KernelkiteNoWakers => {
                 "sched pipe: kernelkite trace --follow, waker aggregation off (KERNELKITE_WAKERS=off)"
+            }
+            PipeConfig::KernelkiteNoRuntime => {
+                "sched pipe: kernelkite trace --follow, no sum_exec_runtime read (KERNELKITE_TASK_RUNTIME=off)"
             }
             PipeConfig::KernelkiteStacks => "sched pipe: kernelkite trace --follow --stacks",
             PipeConfig::Runqlat => "sched pipe: libbpf-tools runqlat",
@@ -379,10 +383,16 @@ pub(super) fn pipe_run(ctx: &Ctx, config: PipeConfig) -> Result<(f64, Option<Vec
             c.args(["bench-floor", "--clock", "--pid", &shell.id().to_string()]);
             Some(Tracer::start(c)?)
         }
-        PipeConfig::Kernelkite | PipeConfig::KernelkiteStacks | PipeConfig::KernelkiteNoWakers => {
+        PipeConfig::Kernelkite
+        | PipeConfig::KernelkiteStacks
+        | PipeConfig::KernelkiteNoWakers
+        | PipeConfig::KernelkiteNoRuntime => {
             let mut c = Command::new(&ctx.kernelkite);
             if config == PipeConfig::KernelkiteNoWakers {
                 c.env("KERNELKITE_WAKERS", "off");
+            }
+            if config == PipeConfig::KernelkiteNoRuntime {
+                c.env("KERNELKITE_TASK_RUNTIME", "off");
             }
             c.args(["trace", "--follow", "--pid", &shell.id().to_string()]);
             if config == PipeConfig::KernelkiteStacks {
@@ -630,6 +640,7 @@ pub(super) fn benchmarks(ctx: &Ctx) -> Result<Vec<Row>> {
             PipeConfig::ClockFloor,
             PipeConfig::Kernelkite,
             PipeConfig::KernelkiteNoWakers,
+            PipeConfig::KernelkiteNoRuntime,
             PipeConfig::KernelkiteStacks,
         ];
         if have("runqlat") {
@@ -664,6 +675,17 @@ pub(super) fn benchmarks(ctx: &Ctx) -> Result<Vec<Row>> {
         ) {
             rows.push(Row::new(
                 "sched pipe: waker aggregation's cost (kernelkite − kernelkite with KERNELKITE_WAKERS=off)",
+                on - off,
+                "µs/op",
+                &shown,
+            ));
+        }
+        if let (Some(on), Some(off)) = (
+            med(PipeConfig::Kernelkite),
+            med(PipeConfig::KernelkiteNoRuntime),
+        ) {
+            rows.push(Row::new(
+                "sched pipe: reading sum_exec_runtime's cost (kernelkite − kernelkite with KERNELKITE_TASK_RUNTIME=off)",
                 on - off,
                 "µs/op",
                 &shown,
@@ -731,6 +753,7 @@ fn pipe_program_times(ctx: &Ctx, configs: &[PipeConfig]) -> Result<Vec<Row>> {
         "taskset -c 0 perf bench sched pipe -T -l {PIPE_LOOPS}, kernel.bpf_stats_enabled=1: run_time_ns of the tracer's programs / operations"
     );
     let (_, ours) = pipe_run(ctx, PipeConfig::Kernelkite)?;
+    let (_, no_runtime) = pipe_run(ctx, PipeConfig::KernelkiteNoRuntime)?;
     let (_, runqlat) = pipe_run(ctx, PipeConfig::Runqlat)?;
     let (Some(ours), Some(runqlat)) = (ours, runqlat) else {
         return Ok(rows);
@@ -751,6 +774,24 @@ fn pipe_program_times(ctx: &Ctx, configs: &[PipeConfig]) -> Result<Vec<Row>> {
         "ns/op",
         &shown,
     ));
+    if let Some(no_runtime) = &no_runtime {
+        // Issue 21: the switch hook's read of the outgoing task's se.sum_exec_runtime
+        // (and the on_cpu/steal split it feeds), against the same hooks timing on_cpu by
+        // the clock.
+        let sched_without = per_op(no_runtime, &|n| !is_syscall_hook(n));
+        rows.push(Row::new(
+            "BPF program time per sched-pipe op: kernelkite scheduler hooks without the sum_exec_runtime read (KERNELKITE_TASK_RUNTIME=off)",
+            sched_without,
+            "ns/op",
+            &shown,
+        ));
+        rows.push(Row::new(
+            "BPF program time per sched-pipe op: the sum_exec_runtime read and split (scheduler hooks − without)",
+            sched - sched_without,
+            "ns/op",
+            &shown,
+        ));
+    }
     rows.push(Row::new(
         "BPF program time per sched-pipe op: kernelkite, sys_enter/sys_exit",
         all - sched,

@@ -30,6 +30,18 @@ pub const HOOKS_ENV: &str = "KERNELKITE_HOOKS";
 /// (`cargo xtask bench`); bundles then have no waker data.
 pub const WAKERS_ENV: &str = "KERNELKITE_WAKERS";
 
+/// Environment variable that turns the switch hook's read of `se.sum_exec_runtime` off
+/// (`off`): on_cpu is then timed by the clock, as on classic tracepoints, and steal is
+/// not measured. Only for measuring that read's cost per context switch (`cargo xtask
+/// bench --only ebpf`); bundles say `on_cpu_source: clock`.
+pub const TASK_RUNTIME_ENV: &str = "KERNELKITE_TASK_RUNTIME";
+
+/// Whether the switch hook reads the kernel's runtime (`KERNELKITE_TASK_RUNTIME` is not
+/// `off`).
+pub fn task_runtime_on() -> bool {
+    std::env::var(TASK_RUNTIME_ENV).ok().as_deref() != Some("off")
+}
+
 /// Whether waker aggregation is on (`KERNELKITE_WAKERS` is not `off`).
 pub fn wakers_on() -> bool {
     std::env::var(WAKERS_ENV).ok().as_deref() != Some("off")
@@ -258,6 +270,13 @@ fn load_programs(
 
     let (iowait_byte, iowait_mask) = layout.task_in_iowait.map_or((0, 0), |(b, m)| (b, m as u32));
     let exit_has_group_dead = u32::from(layout.exit_has_group_dead);
+    // 0 tells the switch hook there is no runtime to read (the clock times on_cpu).
+    let runtime_on = task_runtime_on();
+    let sum_exec_runtime_offset = if runtime_on {
+        layout.task_sum_exec_runtime_offset
+    } else {
+        0
+    };
     let follow = u32::from(options.follow);
     let min_block_ns = options.stacks.map_or(0, |s| s.min_block_ns.max(1));
     let sample_period_ns = options
@@ -296,7 +315,7 @@ fn load_programs(
         .override_global("SIGNAL_LIVE_OFFSET", &layout.signal_live_offset, true)
         .override_global(
             "TASK_SUM_EXEC_RUNTIME_OFFSET",
-            &layout.task_sum_exec_runtime_offset,
+            &sum_exec_runtime_offset,
             true,
         )
         .override_global("MIN_LATENCY_NS", &options.min_latency_ns, true)
@@ -342,7 +361,11 @@ fn load_programs(
         hooks,
         notes: Vec::new(),
         attach_ms,
-        on_cpu_source: OnCpuSource::SumExecRuntime,
+        on_cpu_source: if runtime_on {
+            OnCpuSource::SumExecRuntime
+        } else {
+            OnCpuSource::Clock
+        },
     })
 }
 
