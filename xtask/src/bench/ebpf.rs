@@ -669,27 +669,20 @@ pub(super) fn benchmarks(ctx: &Ctx) -> Result<Vec<Row>> {
         }
         let untraced = pmed[0];
         let added = |c: PipeConfig| med(c).map(|v| v - untraced);
-        if let (Some(on), Some(off)) = (
-            med(PipeConfig::Kernelkite),
-            med(PipeConfig::KernelkiteNoWakers),
-        ) {
-            rows.push(Row::new(
+        // What one part of kernelkite costs: kernelkite against itself without it.
+        for (what, without) in [
+            (
                 "sched pipe: waker aggregation's cost (kernelkite − kernelkite with KERNELKITE_WAKERS=off)",
-                on - off,
-                "µs/op",
-                &shown,
-            ));
-        }
-        if let (Some(on), Some(off)) = (
-            med(PipeConfig::Kernelkite),
-            med(PipeConfig::KernelkiteNoRuntime),
-        ) {
-            rows.push(Row::new(
+                PipeConfig::KernelkiteNoWakers,
+            ),
+            (
                 "sched pipe: reading sum_exec_runtime's cost (kernelkite − kernelkite with KERNELKITE_TASK_RUNTIME=off)",
-                on - off,
-                "µs/op",
-                &shown,
-            ));
+                PipeConfig::KernelkiteNoRuntime,
+            ),
+        ] {
+            if let (Some(on), Some(off)) = (med(PipeConfig::Kernelkite), med(without)) {
+                rows.push(Row::new(what, on - off, "µs/op", &shown));
+            }
         }
         for (what, ours, peer, target) in [
             (
