@@ -26,6 +26,16 @@ fn kk_run(command: &[&str]) -> (Output, PathBuf, tempfile::TempDir) {
     (out, bundle, dir)
 }
 
+/// N of kernelkite's "the kernel skipped N runs of the programs" line, or 0.
+fn skipped_program_runs(stderr: &str) -> u64 {
+    stderr
+        .lines()
+        .find_map(|l| l.split("the kernel skipped ").nth(1))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
 fn kk_json(command: &str, bundle: &Path) -> Value {
     let out = Command::new(kernelkite_bin())
         .args(["--json", command])
@@ -187,7 +197,15 @@ fn sleep_and_poll_timeouts_are_woken_by_a_timer() {
     // The command's wait in `run`'s gate, until kernelkite releases it to exec once the
     // hooks are live, is woken by kernelkite: as long as attach took, not a timeout.
     let (all_ns, _) = woken(t, "syscall_blocked", |w| w["comm"] != "kernelkite");
-    assert!(timer_count >= 40, "20 sleeps and 20 poll timeouts: {t:#}");
+    // A wakeup from an interrupt that arrives while the wakeup hook already runs on that
+    // CPU is skipped by the kernel's recursion guard (a busy machine has many wakeups):
+    // its sleep then has no waker. kernelkite counts such runs and says so.
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let skipped = skipped_program_runs(&stderr);
+    assert!(
+        timer_count + skipped >= 40,
+        "20 sleeps and 20 poll timeouts ({skipped} program runs skipped by the kernel): {t:#}\n{stderr}"
+    );
     assert!(timer_ns as f64 >= 0.8 * all_ns as f64, "{t:#}");
 }
 

@@ -272,6 +272,7 @@ impl Session {
         let wakers = WakerReader {
             map: take_map(&mut probes, "WAKERS")?,
             lost: take_map(&mut probes, "WAKERS_LOST")?,
+            folded: BTreeMap::new(),
         };
         let wakeups = if options.critical_path {
             Some((Vec::new(), take_map(&mut probes, "CRITICAL_PATH_LOST")?))
@@ -835,6 +836,7 @@ impl Session {
             ("folded_hists", self.folded_hists.len() as u64),
             ("folded_hist_buckets", buckets as u64),
             ("live_hists", self.live_hists.len() as u64),
+            ("folded_wakers", self.wakers.folded.len() as u64),
             ("parent_of", self.parent_of.len() as u64),
             ("in_progress", self.in_progress.len() as u64),
         ];
@@ -1109,6 +1111,13 @@ impl Session {
             let _ = self.threads.remove(&tid);
         }
         self.fold_exited_histograms(&by_tgid);
+        if loader::wakers_on() {
+            // A process with no thread in the map has exited, unless it was forked after
+            // the map was read: /proc says which (an entry moved while still updated
+            // would lose the update between the copy and the delete).
+            self.wakers
+                .fold_exited(|k| !by_tgid.contains_key(&k.tgid) && !thread_alive(k.tgid, k.tid));
+        }
         self.note_in_progress(&by_tgid, now, final_frame);
         if let Some(stacks) = &mut self.stacks {
             // Mappings first: a process that exits before the next snapshot is then

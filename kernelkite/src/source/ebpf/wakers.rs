@@ -2,6 +2,8 @@
 //! [`WakerProfile`], with the sleeps still open at the end of the session as
 //! `not_woken`.
 
+use std::collections::BTreeMap;
+
 use aya::maps::{HashMap, MapData, PerCpuArray};
 use kernelkite_common::bpf::{run_state, ThreadState};
 use kernelkite_common::wake::{waker_kind, WakerKey, WakerTime};
@@ -15,7 +17,18 @@ use crate::model::{WakerProfile, WakerSample};
 pub struct WakerReader {
     pub map: HashMap<MapData, WakerKey, WakerTime>,
     pub lost: PerCpuArray<MapData, u64>,
+    /// Entries of wakees whose process has exited, moved out of the kernel map (which
+    /// would otherwise fill under process churn and drop the live threads' wakers).
+    pub folded: BTreeMap<WakerKey, WakerTime>,
 }
+
+/// (wakee, class, waker) entries of exited processes a session keeps (about 64 bytes
+/// each); later ones are added to the same (class, waker) of wakee pid and tid
+/// [`FOLDED_WAKEE`], so their time and count stay in the profile, only not per wakee.
+pub const MAX_FOLDED_WAKERS: usize = 200_000;
+/// The wakee pid and tid of folded entries past [`MAX_FOLDED_WAKERS`] (pid 0 is the
+/// kernel's idle task, never a traced thread).
+pub const FOLDED_WAKEE: u32 = 0;
 
 /// Softirq vector names (include/linux/interrupt.h, `softirq_to_name`), lowercase.
 const SOFTIRQ_NAMES: [&str; 10] = [
@@ -39,14 +52,29 @@ impl WakerReader {
         self.lost.get(&0, 0).map_or(0, |v| v.iter().sum())
     }
 
+    /// Move the entries whose wakee has exited (`exited(key)`) out of the kernel map into
+    /// [`WakerReader::folded`]: the wakee will not sleep again, so the copy is final.
+    pub fn fold_exited(&mut self, exited: impl Fn(&WakerKey) -> bool) -> usize {
+        let dead: Vec<(WakerKey, WakerTime)> = read_all(&self.map)
+            .into_iter()
+            .filter(|(k, _)| exited(k))
+            .collect();
+        for (key, value) in &dead {
+            fold_waker(&mut self.folded, *key, value, MAX_FOLDED_WAKERS);
+            let _ = self.map.remove(key);
+        }
+        dead.len()
+    }
+
     /// The profile now. `open_sleeps` are the traced threads' entries at the end of the
     /// session, `now` the clock then: a thread asleep then was not woken for
     /// `now - since_ns` of its sleep's class.
     pub fn profile(&self, open_sleeps: &[(u32, ThreadState)], now: u64) -> WakerProfile {
-        let mut wakeups: Vec<WakerSample> = read_all(&self.map)
-            .into_iter()
-            .filter_map(|(k, v)| sample(&k, &v))
-            .collect();
+        let mut all = self.folded.clone();
+        for (key, value) in read_all(&self.map) {
+            add_waker(all.entry(key).or_default(), &value);
+        }
+        let mut wakeups: Vec<WakerSample> = all.iter().filter_map(|(k, v)| sample(k, v)).collect();
         for (tid, state) in open_sleeps {
             if let Some((class, ns)) = open_sleep(state, now) {
                 wakeups.push(WakerSample {
@@ -69,6 +97,36 @@ impl WakerReader {
             wakeups,
             lost: self.lost(),
         }
+    }
+}
+
+/// Add an exited wakee's entry to `folded`; with `cap` entries there already, to the same
+/// (class, waker) of wakee [`FOLDED_WAKEE`].
+fn fold_waker(
+    folded: &mut BTreeMap<WakerKey, WakerTime>,
+    key: WakerKey,
+    value: &WakerTime,
+    cap: usize,
+) {
+    let key = if folded.len() < cap || folded.contains_key(&key) {
+        key
+    } else {
+        WakerKey {
+            tgid: FOLDED_WAKEE,
+            tid: FOLDED_WAKEE,
+            ..key
+        }
+    };
+    add_waker(folded.entry(key).or_default(), value);
+}
+
+/// Sum two entries of one key: time and count add up; the waker's comm is the latest
+/// one known.
+fn add_waker(sum: &mut WakerTime, more: &WakerTime) {
+    sum.total_ns = sum.total_ns.saturating_add(more.total_ns);
+    sum.count = sum.count.saturating_add(more.count);
+    if more.comm[0] != 0 {
+        sum.comm = more.comm;
     }
 }
 
@@ -161,6 +219,45 @@ mod tests {
             (s.kind.as_str(), s.source.as_deref(), s.waker_pid),
             ("interrupt", Some("softirq:net_rx"), None)
         );
+    }
+
+    #[test]
+    fn past_the_cap_exited_wakees_fold_into_wakee_0_and_keep_their_time() {
+        let key = |tid: u32, waker_tid: u32| WakerKey {
+            tgid: tid,
+            tid,
+            class: LatencyClass::LockWait as u32,
+            kind: waker_kind::THREAD,
+            waker_tgid: 1,
+            waker_tid,
+            ..WakerKey::default()
+        };
+        let time = |ns: u64| WakerTime {
+            total_ns: ns,
+            count: 1,
+            comm: [0; 16],
+        };
+        let mut folded = BTreeMap::new();
+        fold_waker(&mut folded, key(10, 1), &time(5), 2);
+        fold_waker(&mut folded, key(11, 1), &time(7), 2);
+        // A known key still adds to itself at the cap.
+        fold_waker(&mut folded, key(10, 1), &time(1), 2);
+        // New wakees past the cap go to wakee 0, per (class, waker).
+        fold_waker(&mut folded, key(12, 1), &time(3), 2);
+        fold_waker(&mut folded, key(13, 1), &time(4), 2);
+        fold_waker(&mut folded, key(14, 2), &time(9), 2);
+        assert_eq!(folded.len(), 4);
+        assert_eq!(folded[&key(10, 1)].total_ns, 6);
+        assert_eq!(folded[&key(10, 1)].count, 2);
+        let zero = |waker_tid| WakerKey {
+            tgid: FOLDED_WAKEE,
+            tid: FOLDED_WAKEE,
+            ..key(0, waker_tid)
+        };
+        assert_eq!((folded[&zero(1)].total_ns, folded[&zero(1)].count), (7, 2));
+        assert_eq!(folded[&zero(2)].total_ns, 9);
+        let total: u64 = folded.values().map(|v| v.total_ns).sum();
+        assert_eq!(total, 5 + 7 + 1 + 3 + 4 + 9, "nothing dropped");
     }
 
     #[test]
