@@ -14,6 +14,12 @@
 //!   slices of their thread, which complete events on one track could not.
 //! * Process lifetimes as `X` slices on the tracks of a synthetic process (pid 0,
 //!   "process lifetimes"), one track per traced pid.
+//! * With a `--critical-path` stream, every wakeup one thread ran for another as a flow
+//!   (`s` on the waker's track, `f` with `bp: "e"` on the woken thread's, category
+//!   `wakeup`, one id per wakeup), each end bound to a zero-length `X` slice of the same
+//!   category and time ("wakes …", "woken by …"), so Perfetto and chrome://tracing draw
+//!   an arrow from waker to wakee. A waker outside the traced set gets a track of its
+//!   own, named by its comm when the stream's wakee side knows it.
 //!
 //! Times are microseconds since the session start (`ts`, `dur`), fractional.
 
@@ -196,6 +202,10 @@ pub fn document(bundle: &Bundle, analysis: &Analysis) -> Value {
         }
     }
 
+    if let Some(stream) = &bundle.wakeups {
+        wakeup_flows(&mut events, &mut thread_names, &mut process_names, stream);
+    }
+
     let lifetimes = timeline::extract(bundle, Some(analysis)).processes;
     if !lifetimes.is_empty() {
         process_names.insert(LIFETIMES_PID, "process lifetimes".to_string());
@@ -224,6 +234,9 @@ pub fn document(bundle: &Bundle, analysis: &Analysis) -> Value {
     for (pid, name) in &process_names {
         let name = if *pid == LIFETIMES_PID {
             name.clone()
+        } else if name.is_empty() {
+            // A waker outside the traced set: only its pid is known.
+            format!("pid {pid}")
         } else {
             format!("{name} ({pid})")
         };
@@ -250,6 +263,59 @@ pub fn document(bundle: &Bundle, analysis: &Analysis) -> Value {
     })
 }
 
+/// Flow arrows from waker to wakee for the stream's thread wakeups (module docs).
+fn wakeup_flows(
+    events: &mut Vec<Value>,
+    thread_names: &mut BTreeMap<(i32, i32), String>,
+    process_names: &mut BTreeMap<i32, String>,
+    stream: &crate::model::WakeupStream,
+) {
+    let name_of = |names: &BTreeMap<(i32, i32), String>, pid: i32, tid: i32| {
+        names
+            .get(&(pid, tid))
+            .filter(|n| !n.is_empty())
+            .cloned()
+            .unwrap_or_else(|| format!("tid {tid}"))
+    };
+    for (id, w) in stream.wakeups.iter().enumerate() {
+        if w.waker_kind.as_str() != "thread" || w.waker_tid <= 0 || w.tid <= 0 {
+            continue;
+        }
+        let ts = us(w.t_ns);
+        let (waker, wakee) = ((w.waker_pid, w.waker_tid), (w.pid, w.tid));
+        thread_names.entry(waker).or_default();
+        thread_names.entry(wakee).or_default();
+        process_names.entry(w.waker_pid).or_default();
+        process_names.entry(w.pid).or_default();
+        let waker_name = name_of(thread_names, waker.0, waker.1);
+        let wakee_name = name_of(thread_names, wakee.0, wakee.1);
+        let args = json!({
+            "class": w.class.as_str(),
+            "sleep_ns": w.sleep_ns,
+            "waker_tid": w.waker_tid,
+            "wakee_tid": w.tid,
+        });
+        for ((pid, tid), ph, name) in [
+            (waker, "s", format!("wakes {wakee_name}")),
+            (wakee, "f", format!("woken by {waker_name}")),
+        ] {
+            events.push(json!({
+                "name": name, "cat": "wakeup", "ph": "X", "ts": ts, "dur": 0.0,
+                "pid": pid, "tid": tid, "args": args,
+            }));
+            let mut flow = json!({
+                "name": "wakeup", "cat": "wakeup", "ph": ph, "id": id, "ts": ts,
+                "pid": pid, "tid": tid,
+            });
+            if ph == "f" {
+                // Bind to the enclosing slice (the zero-length one at the same time).
+                flow["bp"] = json!("e");
+            }
+            events.push(flow);
+        }
+    }
+}
+
 /// The reserved colour names (catapult's `color_scheme.js`) this exporter uses.
 const CLASS_CNAMES: &[&str] = &[
     "thread_state_uninterruptible",
@@ -264,7 +330,8 @@ const CLASS_CNAMES: &[&str] = &[
 /// ("Trace Event Format", Google, 2016): object form with `traceEvents`; every event
 /// has `name`, `ph`, integer `pid` and `tid`; all but metadata have a numeric
 /// `ts` (µs); `X` has a non-negative `dur`; `b`/`e` (async) carry `cat` and `id`
-/// and pair up; `M` events are `process_name`/`thread_name` with `args.name`. On
+/// and pair up; `s`/`f` (flows) carry `cat` and `id`, pair up, and do not end before
+/// they start; `M` events are `process_name`/`thread_name` with `args.name`. On
 /// top, what viewers need to draw it well: complete events on one track nest, and
 /// every track used is named. Returns the violations (empty: the document is fine);
 /// the tests run it on every export.
@@ -277,6 +344,8 @@ pub fn rule_violations(doc: &Value) -> Vec<String> {
     let mut named_tracks = BTreeSet::new();
     let mut used_tracks = BTreeSet::new();
     let mut open_async: BTreeMap<(String, i64, i64), f64> = BTreeMap::new();
+    // Flow ids are global (not per process): the arrow crosses tracks.
+    let mut open_flows: BTreeMap<(String, i64), f64> = BTreeMap::new();
     let mut complete: BTreeMap<(i64, i64), Vec<(f64, f64)>> = BTreeMap::new();
     for (i, e) in events.iter().enumerate() {
         let (Some(pid), Some(tid)) = (e["pid"].as_i64(), e["tid"].as_i64()) else {
@@ -340,8 +409,30 @@ pub fn rule_violations(doc: &Value) -> Vec<String> {
                     }
                 }
             }
+            "s" | "f" => {
+                let (Some(cat), Some(id)) = (e["cat"].as_str(), e["id"].as_i64()) else {
+                    errors.push(format!("event {i}: flow event without cat/id"));
+                    continue;
+                };
+                let ts = e["ts"].as_f64().unwrap_or(0.0);
+                let key = (cat.to_string(), id);
+                if ph == "s" {
+                    if open_flows.insert(key, ts).is_some() {
+                        errors.push(format!("event {i}: flow id {id} started twice"));
+                    }
+                } else {
+                    match open_flows.remove(&key) {
+                        Some(start) if start <= ts => {}
+                        Some(_) => errors.push(format!("event {i}: flow ends before it starts")),
+                        None => errors.push(format!("event {i}: flow end without start")),
+                    }
+                }
+            }
             other => errors.push(format!("event {i}: unexpected ph {other:?}")),
         }
+    }
+    if !open_flows.is_empty() {
+        errors.push(format!("unfinished flows: {open_flows:?}"));
     }
     if !open_async.is_empty() {
         errors.push(format!("unbalanced async events: {open_async:?}"));
@@ -411,6 +502,62 @@ mod tests {
             let errors = rule_violations(&doc);
             assert!(errors.is_empty(), "{name}: {errors:#?}");
         }
+    }
+
+    /// The `--critical-path` recording (sh with a background loop): every wakeup one
+    /// thread ran for another is one flow, from the waker's track to the wakee's, each end
+    /// on a zero-length slice of its own; the document still follows the rules, and a
+    /// flow without its end breaks them.
+    #[test]
+    fn wakeups_are_flows_from_waker_to_wakee() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../fixtures/recordings/run-ebpf-critical-path.bundle.json");
+        let b = crate::model::load_bundle(&path).unwrap();
+        let a = analyze(&b);
+        let doc: Value = serde_json::from_slice(&super::render(&b, &a)).unwrap();
+        assert_eq!(rule_violations(&doc), Vec::<String>::new());
+        let stream = b.wakeups.as_ref().expect("a critical-path stream");
+        let expected: Vec<_> = stream
+            .wakeups
+            .iter()
+            .filter(|w| w.waker_kind.as_str() == "thread" && w.waker_tid > 0 && w.tid > 0)
+            .collect();
+        assert!(!expected.is_empty());
+        let events = doc["traceEvents"].as_array().unwrap();
+        let flows = |ph: &str| -> Vec<&Value> {
+            events
+                .iter()
+                .filter(|e| e["cat"] == "wakeup" && e["ph"] == ph)
+                .collect()
+        };
+        let (starts, ends) = (flows("s"), flows("f"));
+        assert_eq!(starts.len(), expected.len());
+        assert_eq!(ends.len(), expected.len());
+        for ((s, f), w) in starts.iter().zip(&ends).zip(&expected) {
+            assert_eq!(s["id"], f["id"]);
+            assert_eq!(
+                (s["pid"].as_i64(), s["tid"].as_i64()),
+                (Some(w.waker_pid.into()), Some(w.waker_tid.into()))
+            );
+            assert_eq!(
+                (f["pid"].as_i64(), f["tid"].as_i64()),
+                (Some(w.pid.into()), Some(w.tid.into()))
+            );
+            assert_eq!(f["bp"], "e");
+            // Each end has a zero-length slice to bind to, at the same time.
+            for end in [s, f] {
+                assert!(events.iter().any(|e| e["ph"] == "X"
+                    && e["cat"] == "wakeup"
+                    && e["dur"] == 0.0
+                    && e["ts"] == end["ts"]
+                    && e["tid"] == end["tid"]));
+            }
+        }
+        let mut broken = doc.clone();
+        let list = broken["traceEvents"].as_array_mut().unwrap();
+        let f = list.iter().position(|e| e["ph"] == "f").unwrap();
+        list.remove(f);
+        assert!(!rule_violations(&broken).is_empty());
     }
 
     #[test]
