@@ -960,7 +960,7 @@ fn a_process_in_one_long_sleep_is_labelled_truthfully() {
         .unwrap_or_else(|| panic!("no call in progress: {stdout}"));
     assert!(row.contains("nanosleep"), "{row}");
     assert!(
-        stdout.contains("100.0% of the time in syscall sleep classes"),
+        stdout.contains("100.0% of every thread's time in syscall sleep classes"),
         "{stdout}"
     );
     let text = kk_ok(&["stacks", b]);

@@ -197,6 +197,9 @@ pub fn summary_text(a: &Analysis) -> String {
 /// then over the threads that were not idle, and the idle ones get their own line.
 pub fn summary_text_with(a: &Analysis, idle: Option<&IdleSplit>) -> String {
     let idle = idle.filter(|i| !i.idle.is_empty());
+    // The syscall histograms are per process, idle threads' calls included: what they
+    // explain is measured against every thread's classes, not the busy ones'.
+    let all_threads = a;
     let busy;
     let a = match idle {
         Some(i) => {
@@ -386,7 +389,7 @@ pub fn summary_text_with(a: &Analysis, idle: Option<&IdleSplit>) -> String {
     out.push_str(&steal_text(a));
 
     out.push('\n');
-    out.push_str(&syscalls_text(a, TOP_SYSCALLS));
+    out.push_str(&syscalls_text(all_threads, TOP_SYSCALLS));
 
     out.push('\n');
     // Every process when there are few; otherwise the busiest ones.
@@ -517,7 +520,8 @@ fn steal_text(a: &Analysis) -> String {
 
 /// How much of the sleep classes the syscall table's time explains: one line, or
 /// `None` when they had no time. The histograms are per syscall, not per class, so the
-/// share is of the three classes together (a call's time also holds its on-CPU part).
+/// share is of the three classes together (a call's time also holds its on-CPU part),
+/// summed over every thread, idle ones included, as the histograms are.
 fn explained_text(a: &Analysis) -> Option<String> {
     use kernelkite_common::LatencyClass::{IoWait, LockWait, SyscallBlocked};
     let classes: Vec<(LatencyClass, u64)> = [SyscallBlocked, IoWait, LockWait]
@@ -538,7 +542,7 @@ fn explained_text(a: &Analysis) -> Option<String> {
         .map(|(c, ns)| format!("{} {}", c.name(), fmt_ns(*ns as f64)))
         .collect();
     Some(format!(
-        "  all the calls in the table take {} = {:.1}% of the time in syscall sleep classes ({}); a call's time includes its on-CPU part\n",
+        "  all the calls in the table take {} = {:.1}% of every thread's time in syscall sleep classes ({}); a call's time includes its on-CPU part\n",
         fmt_ns(calls_ns as f64),
         calls_ns as f64 / sleep_ns as f64 * 100.0,
         names.join(", ")
@@ -623,6 +627,46 @@ fn idle_line(i: &IdleSplit) -> String {
 mod tests {
     use super::*;
     use crate::model::{Backend, Bundle, Frame, HostConstants, ProcessSample};
+
+    /// With idle threads split off, the class table is the busy threads', but the
+    /// syscall histograms hold every thread's calls: the explained share is of every
+    /// thread's sleep classes (it once read 338.9% on a cargo build).
+    #[test]
+    fn the_explained_share_is_of_every_threads_classes_with_an_idle_split() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../fixtures/recordings/run-ebpf-critical-path.bundle.json");
+        let b = crate::model::load_bundle(&path).unwrap();
+        let a = crate::analysis::analyze(&b);
+        let calls_ns: u64 = a.syscalls.iter().map(|s| s.total_ns).sum();
+        let sleep = |c: &crate::model::ClassTimes| {
+            [
+                LatencyClass::SyscallBlocked,
+                LatencyClass::IoWait,
+                LatencyClass::LockWait,
+            ]
+            .iter()
+            .map(|k| c.get(*k))
+            .sum::<u64>()
+        };
+        let all_sleep_ns = sleep(&a.latency_classes);
+        assert!(calls_ns > 0 && all_sleep_ns > 0);
+        // An idle split whose busy threads slept a tenth as long.
+        let mut busy = a.latency_classes;
+        busy.syscall_blocked /= 10;
+        busy.io_wait /= 10;
+        busy.lock_wait /= 10;
+        let split = IdleSplit {
+            idle: vec![(1, 1, "idle".into(), 1)],
+            idle_classes: crate::model::ClassTimes::default(),
+            busy_classes: busy,
+        };
+        let text = summary_text_with(&a, Some(&split));
+        let want = format!(
+            "= {:.1}% of every thread's time in syscall sleep classes",
+            calls_ns as f64 / all_sleep_ns as f64 * 100.0
+        );
+        assert!(text.contains(&want), "{want}\n{text}");
+    }
 
     #[test]
     fn long_process_lists_show_the_busiest() {
