@@ -129,13 +129,7 @@ fn round_trip(deb: &Path) -> Result<()> {
     }
     run_cmd(Command::new("dpkg").arg("-i").arg(deb))?;
     let checked = (|| -> Result<()> {
-        let listed = String::from_utf8(
-            Command::new("dpkg")
-                .args(["-L", "kernelkite"])
-                .output()
-                .context("dpkg -L")?
-                .stdout,
-        )?;
+        let listed = installed_files()?;
         for path in INSTALLED {
             if !listed.lines().any(|l| l == *path) || !Path::new(path).is_file() {
                 bail!("the installed package has no {path}");
@@ -157,13 +151,7 @@ fn round_trip(deb: &Path) -> Result<()> {
         Ok(())
     })();
     // Removed whatever the checks said, so a failed check leaves no package behind.
-    let listed = String::from_utf8(
-        Command::new("dpkg")
-            .args(["-L", "kernelkite"])
-            .output()
-            .context("dpkg -L")?
-            .stdout,
-    )?;
+    let listed = installed_files()?;
     run_cmd(Command::new("dpkg").args(["--purge", "kernelkite"]))?;
     checked?;
     let left: Vec<&str> = listed
@@ -175,6 +163,15 @@ fn round_trip(deb: &Path) -> Result<()> {
     }
     println!("package round trip: installed, used and removed; nothing left");
     Ok(())
+}
+
+/// `dpkg -L kernelkite`: every path the installed package owns, one a line.
+fn installed_files() -> Result<String> {
+    let out = Command::new("dpkg")
+        .args(["-L", "kernelkite"])
+        .output()
+        .context("dpkg -L")?;
+    Ok(String::from_utf8(out.stdout)?)
 }
 
 pub(crate) fn ensure_cargo_deb() -> Result<()> {
