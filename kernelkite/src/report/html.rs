@@ -47,6 +47,9 @@ pub fn render_with(bundle: &Bundle, a: &Analysis, tl: &Timeline) -> String {
     if bundle.stacks.is_some() {
         h.push_str(super::html_stacks::CSS);
     }
+    if bundle.wakers.is_some() {
+        h.push_str(super::html_waits::CSS);
+    }
     h.push_str("</style>\n</head>\n<body>\n<main>\n");
 
     header(&mut h, bundle, a, &title);
@@ -56,6 +59,7 @@ pub fn render_with(bundle: &Bundle, a: &Analysis, tl: &Timeline) -> String {
     lanes_section(&mut h, bundle, a, tl);
     classes_section(&mut h, a);
     super::html_stacks::stacks_section(&mut h, bundle, a);
+    super::html_waits::waits_sections(&mut h, bundle, a);
     processes_section(&mut h, a);
     threads_section(&mut h, a);
     syscalls_section(&mut h, a);
