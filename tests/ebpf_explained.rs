@@ -411,3 +411,447 @@ fn analyze_on_cpu_stacks(t: &Traced) -> String {
         "100000",
     ])
 }
+
+/// `kernelkite run --stacks -o B -- COMMAND`: the bundle, after asserting it succeeded.
+fn run_with_stacks(dir: &Path, command: &[&str]) -> (Bundle, std::path::PathBuf) {
+    let bundle = dir.join("run.bundle.json");
+    let mut args = vec!["run", "--stacks", bundle.to_str().unwrap(), "--"];
+    args.extend_from_slice(command);
+    kk(&args);
+    (load_bundle(&bundle).unwrap(), bundle)
+}
+
+/// `summary --json`'s busy threads' lock_wait share and its idle thread count.
+fn busy_lock_wait_share(bundle: &Path) -> (f64, u64, serde_json::Value) {
+    let summary: serde_json::Value =
+        serde_json::from_str(&kk(&["summary", bundle.to_str().unwrap(), "--json"])).unwrap();
+    let busy = &summary["busy_latency_classes"];
+    let total: u64 = (busy.as_object())
+        .unwrap_or_else(|| panic!("no busy_latency_classes: {summary:#}"))
+        .values()
+        .map(|v| v.as_u64().unwrap())
+        .sum();
+    let share = busy["lock_wait"].as_u64().unwrap() as f64 / total.max(1) as f64;
+    let idle = summary["idle_threads"].as_u64().unwrap();
+    (share, idle, summary)
+}
+
+/// The functions at which a Go thread's system stack (g0) begins.
+const GO_G0_ROOTS: [&str; 3] = ["runtime.mcall", "runtime.systemstack", "runtime.mstart"];
+
+/// A Go program (Debian's golang-go, Go's own runtime: frame pointers, no .eh_frame)
+/// whose extra Ms park in `runtime.stopm` while one goroutine computes, after goroutines
+/// contended for a `sync.Mutex`. Every stack that reaches the g0 boundary
+/// (`runtime.mcall`, `runtime.systemstack`, `runtime.mstart`) ends there, marked as
+/// the scheduler's, with no goroutine frames under it (a parked M is not inside the
+/// last goroutine's `Mutex.Lock`); and the parked Ms, woken only to die when the
+/// program exits, are idle, so lock_wait does not lead the summary.
+#[test]
+fn a_go_programs_idle_ms_are_idle_and_their_stacks_end_at_the_g0_boundary() {
+    let Some(_serial) =
+        stacks_ready("a_go_programs_idle_ms_are_idle_and_their_stacks_end_at_the_g0_boundary")
+    else {
+        return;
+    };
+    if Command::new("go").arg("version").output().is_err() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "go is not installed (apt-get install golang-go)"
+        );
+        eprintln!("skipped: go is not installed");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/workloads/go/idlems.go");
+    let bin = dir.path().join("idlems");
+    let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("go-cache");
+    let built = Command::new("go")
+        .args(["build", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .env("GOCACHE", &cache)
+        .env("GOPATH", cache.join("gopath"))
+        .env("GO111MODULE", "off")
+        .output()
+        .expect("go build");
+    assert!(
+        built.status.success(),
+        "go build: {}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let (bundle, path) = run_with_stacks(dir.path(), &[bin.to_str().unwrap(), "1.5"]);
+
+    let profile = bundle.stacks.as_ref().expect("stacks");
+    let mut reached_mcall = 0;
+    for s in profile.samples.iter().filter(|s| s.class == "lock_wait") {
+        let frames = frames_of(&bundle, s.user_stack);
+        let symbols: Vec<&str> = frames
+            .iter()
+            .map(|f| f.symbol.as_deref().unwrap_or("?"))
+            .collect();
+        let Some(root) = symbols.iter().position(|s| GO_G0_ROOTS.contains(s)) else {
+            continue;
+        };
+        reached_mcall += u32::from(symbols[root] == "runtime.mcall");
+        assert_eq!(
+            symbols.len(),
+            root + 2,
+            "frames past the g0 boundary: {symbols:?}"
+        );
+        assert!(
+            symbols[root + 1].starts_with("[go scheduler"),
+            "not marked as the scheduler's: {symbols:?}"
+        );
+        assert!(
+            !profile.is_truncated(s.user_stack.unwrap()),
+            "a stack ending at the g0 boundary is complete: {symbols:?}"
+        );
+    }
+    assert!(
+        reached_mcall > 0,
+        "no lock_wait stack through runtime.mcall: {}",
+        kk(&["stacks", path.to_str().unwrap(), "--class", "lock_wait"])
+    );
+    let (share, idle, summary) = busy_lock_wait_share(&path);
+    assert!(idle >= 1, "{summary:#}");
+    assert!(share < 0.2, "lock_wait leads: {share:.3} {summary:#}");
+}
+
+/// A single-threaded Node script: libuv's and V8's worker threads sit parked on
+/// condition variables, so they are idle and lock_wait does not lead the summary; and
+/// `stacks` lists lock_wait with its time, nearly all of it with stacks (the workers'
+/// `pthread_cond_wait`).
+#[test]
+fn a_node_scripts_idle_workers_are_idle_and_their_lock_wait_has_stacks() {
+    let Some(_serial) =
+        stacks_ready("a_node_scripts_idle_workers_are_idle_and_their_lock_wait_has_stacks")
+    else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("work.js");
+    std::fs::write(
+        &script,
+        "const fs = require('fs');\n\
+         let s = 0;\n\
+         const end = Date.now() + 1000;\n\
+         while (Date.now() < end) { for (let i = 0; i < 100000; i++) s += i % 7; }\n\
+         fs.writeFileSync(process.argv[2], String(s));\n\
+         setTimeout(() => console.log('done'), 300);\n",
+    )
+    .unwrap();
+    let out = dir.path().join("out.txt");
+    let node = if Command::new("node").arg("--version").output().is_ok() {
+        "node"
+    } else {
+        "nodejs"
+    };
+    let (_, path) = run_with_stacks(
+        dir.path(),
+        &[node, script.to_str().unwrap(), out.to_str().unwrap()],
+    );
+    let (share, idle, summary) = busy_lock_wait_share(&path);
+    assert!(idle >= 2, "{summary:#}");
+    assert!(share < 0.2, "lock_wait leads: {share:.3} {summary:#}");
+
+    let text = kk(&["stacks", path.to_str().unwrap(), "--class", "lock_wait"]);
+    let line = (text.lines())
+        .find(|l| l.starts_with("lock_wait: "))
+        .unwrap_or_else(|| panic!("no lock_wait line: {text}"));
+    let covered: f64 = line
+        .split(" with stacks = ")
+        .nth(1)
+        .and_then(|s| s.split('%').next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no coverage in {line:?}"));
+    assert!(covered >= 90.0, "{text}");
+    assert!(text.contains("pthread_cond_wait"), "{text}");
+}
+
+/// nginx (Debian's: master and workers, stripped) serving a file on loopback.
+struct Nginx {
+    master: Child,
+    workers: Vec<i32>,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Nginx {
+    fn start() -> Option<Nginx> {
+        if !Path::new("/usr/sbin/nginx").exists() {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "nginx is not installed (apt-get install nginx)"
+            );
+            eprintln!("skipped: nginx is not installed");
+            return None;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        // The workers run as nobody: they must read the files.
+        std::fs::set_permissions(root, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        std::fs::create_dir(root.join("html")).unwrap();
+        std::fs::create_dir(root.join("logs")).unwrap();
+        std::fs::write(root.join("html/index.html"), "x".repeat(4096)).unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let conf = root.join("nginx.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "worker_processes 2;\n\
+                 error_log {r}/logs/error.log;\n\
+                 pid {r}/nginx.pid;\n\
+                 events {{ worker_connections 256; }}\n\
+                 http {{\n\
+                   access_log {r}/logs/access.log;\n\
+                   server {{ listen 127.0.0.1:{port}; root {r}/html; }}\n\
+                 }}\n",
+                r = root.display()
+            ),
+        )
+        .unwrap();
+        let master = Command::new("/usr/sbin/nginx")
+            .arg("-p")
+            .arg(root)
+            .arg("-c")
+            .arg(&conf)
+            .args(["-g", "daemon off;"])
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut server = Nginx {
+            master,
+            workers: Vec::new(),
+            port,
+            _dir: dir,
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let children =
+                std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", server.master.id()))
+                    .unwrap_or_default();
+            server.workers = children
+                .split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect();
+            if server.workers.len() == 2 && server.get() {
+                return Some(server);
+            }
+            assert!(Instant::now() < deadline, "nginx did not start");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn pids(&self) -> Vec<i32> {
+        let mut pids = vec![self.master.id() as i32];
+        pids.extend(&self.workers);
+        pids
+    }
+
+    /// One GET of the file.
+    fn get(&self) -> bool {
+        use std::io::{Read, Write};
+        let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", self.port)) else {
+            return false;
+        };
+        let _ = s.write_all(b"GET / HTTP/1.0\r\n\r\n");
+        let mut reply = String::new();
+        let _ = s.read_to_string(&mut reply);
+        reply.starts_with("HTTP/1.1 200")
+    }
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        // SIGTERM: the master stops its workers (SIGKILL would leave them running).
+        // SAFETY: our child's pid.
+        unsafe { libc::kill(self.master.id() as i32, libc::SIGTERM) };
+        let _ = self.master.wait();
+        for w in &self.workers {
+            // SAFETY: plain kill of a pid we saw as the master's child.
+            unsafe { libc::kill(*w, libc::SIGKILL) };
+        }
+    }
+}
+
+/// bpftrace counting the syscalls `pids` enter (sys_enter), by number: another tracer
+/// on the same tracepoint, as an independent count.
+struct BpftraceCount {
+    child: Child,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl BpftraceCount {
+    fn start(pids: &[i32]) -> Option<BpftraceCount> {
+        use std::io::BufRead;
+        if Command::new("bpftrace").arg("--version").output().is_err() {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "bpftrace is not installed (apt-get install bpftrace)"
+            );
+            eprintln!("skipped: bpftrace is not installed");
+            return None;
+        }
+        // bpftrace reads tracepoint formats from tracefs, which may not be mounted.
+        if !Path::new("/sys/kernel/tracing/events").exists() {
+            let _ = Command::new("mount")
+                .args(["-t", "tracefs", "nodev", "/sys/kernel/tracing"])
+                .status();
+        }
+        let filter = (pids.iter())
+            .map(|p| format!("pid == {p}"))
+            .collect::<Vec<_>>()
+            .join(" || ");
+        let program =
+            format!("tracepoint:raw_syscalls:sys_enter /{filter}/ {{ @[args->id] = count(); }}");
+        let mut child = Command::new("bpftrace")
+            .args(["-e", &program])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+            {
+                let _ = tx.send(line);
+            }
+        });
+        let attached = rx
+            .recv_timeout(Duration::from_secs(60))
+            .unwrap_or_else(|_| panic!("bpftrace did not attach"));
+        assert!(attached.starts_with("Attaching"), "{attached}");
+        Some(BpftraceCount { child, lines: rx })
+    }
+
+    /// Stop it (SIGINT) and read its counts: syscall number → calls entered.
+    fn finish(mut self) -> std::collections::BTreeMap<i64, u64> {
+        // SAFETY: our child's pid.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+        let _ = self.child.wait();
+        let mut counts = std::collections::BTreeMap::new();
+        while let Ok(line) = self.lines.recv_timeout(Duration::from_secs(5)) {
+            // "@[232]: 32175"
+            let parsed = line
+                .strip_prefix("@[")
+                .and_then(|l| l.split_once("]: "))
+                .and_then(|(nr, n)| Some((nr.parse().ok()?, n.trim().parse().ok()?)));
+            if let Some((nr, n)) = parsed {
+                counts.insert(nr, n);
+            }
+        }
+        counts
+    }
+}
+
+/// nginx under `ab` on loopback, traced with `--follow --stacks` beside a bpftrace
+/// syscall counter. The syscall table explains at least 95% of syscall_blocked (the
+/// master's `rt_sigsuspend`, in progress through the whole trace, and the workers'
+/// `epoll_wait`, begun before it, are rows of their own); the per-syscall counts of calls that started
+/// inside the window (completed and in progress at the end) equal bpftrace's; and no
+/// user frame lies outside an executable mapping (stripped nginx: every frame is in a
+/// mapped file's code or the vDSO, or is the frame that says why the stack was cut).
+#[test]
+fn nginx_under_ab_is_explained_by_its_calls_and_counted_as_bpftrace_counts() {
+    let Some(_serial) =
+        stacks_ready("nginx_under_ab_is_explained_by_its_calls_and_counted_as_bpftrace_counts")
+    else {
+        return;
+    };
+    let Some(nginx) = Nginx::start() else {
+        return;
+    };
+    // Quiet before either tracer starts: the workers sit in epoll_wait, the master in
+    // rt_sigsuspend.
+    std::thread::sleep(Duration::from_millis(300));
+    let Some(bpftrace) = BpftraceCount::start(&nginx.pids()) else {
+        return;
+    };
+    let master = nginx.master.id() as i32;
+    let trace = RunningTrace::start(&[master], &["--follow", "--stacks"]);
+    let ab = Command::new("ab")
+        .args(["-q", "-n", "4000", "-c", "4"])
+        .arg(format!("http://127.0.0.1:{}/", nginx.port))
+        .output()
+        .expect("ab (apt-get install apache2-utils)");
+    assert!(
+        ab.status.success(),
+        "ab: {}",
+        String::from_utf8_lossy(&ab.stderr)
+    );
+    let ab_out = String::from_utf8_lossy(&ab.stdout).into_owned();
+    assert!(ab_out.contains("Complete requests:      4000"), "{ab_out}");
+    // Let the workers settle back into epoll_wait before both tracers stop.
+    std::thread::sleep(Duration::from_millis(300));
+    // SAFETY: the trace's pid.
+    unsafe { libc::kill(trace.child.id() as i32, libc::SIGINT) };
+    let t = trace.finish();
+    let counted = bpftrace.finish();
+
+    // The syscall table explains syscall_blocked.
+    let blocked: u64 = (t.analysis.threads.iter())
+        .map(|th| {
+            th.classes
+                .get(kernelkite_common::LatencyClass::SyscallBlocked)
+        })
+        .sum();
+    let calls: u64 = t.analysis.syscalls.iter().map(|s| s.total_ns).sum();
+    assert!(
+        calls as f64 >= 0.95 * blocked as f64,
+        "calls {calls} ns of syscall_blocked {blocked} ns: {}",
+        t.stdout
+    );
+    // The master's wait spans the session; each worker's first epoll_wait began before it.
+    for (call, state) in [
+        ("rt_sigsuspend", SyscallState::InProgressSinceStart),
+        ("epoll_wait", SyscallState::BeganBeforeStart),
+    ] {
+        assert!(
+            (t.analysis.syscalls.iter()).any(|s| s.name == call && s.state == state),
+            "no {call} {state:?}: {}",
+            t.stdout
+        );
+    }
+
+    // Counts of calls that started inside the window, against bpftrace's.
+    let mut ours = std::collections::BTreeMap::<i64, u64>::new();
+    for s in &t.analysis.syscalls {
+        if matches!(
+            s.state,
+            SyscallState::BeganBeforeStart | SyscallState::InProgressSinceStart
+        ) {
+            continue;
+        }
+        let nr = kernelkite::analysis::syscall_number(std::env::consts::ARCH, &s.name)
+            .unwrap_or_else(|| panic!("no number for {}", s.name));
+        *ours.entry(i64::from(nr)).or_default() += s.count;
+    }
+    assert!(ours.values().sum::<u64>() >= 4000 * 5, "{ours:?}");
+    assert_eq!(ours, counted, "kernelkite's counts vs bpftrace's");
+    t.assert_no_events_lost();
+
+    // A frame is a frame.
+    let profile = t.bundle.stacks.as_ref().expect("stacks");
+    for s in &profile.samples {
+        for f in frames_of(&t.bundle, s.user_stack) {
+            let marker = f.symbol.as_deref().is_some_and(|s| s.starts_with('['));
+            // Code: a mapped file's, the vDSO's, or JIT code the perf map names.
+            let in_file = (f.module.as_deref())
+                .is_some_and(|m| m.starts_with('/') || m == "[vdso]" || m == "[perf-map]");
+            assert!(
+                marker || in_file,
+                "a user frame outside any file's code: {f:?} (pid {}, class {})",
+                s.pid,
+                s.class
+            );
+        }
+    }
+}

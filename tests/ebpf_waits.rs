@@ -178,6 +178,45 @@ fn a_pool_with_idle_workers_leads_with_the_busy_one() {
     assert!(ns("on_cpu") > ns("lock_wait"), "{busy:#}");
 }
 
+/// Workers still parked when their process exits are woken by the kernel to die, not
+/// by work: that last sleep is `not_woken` with source `group_exit`, never a wakeup
+/// by the thread that called exit, so the workers are idle, not waiting on main.
+#[test]
+fn workers_parked_until_their_process_exits_are_not_woken_by_the_exit() {
+    let Some(_serial) =
+        ebpf_ready("workers_parked_until_their_process_exits_are_not_woken_by_the_exit")
+    else {
+        return;
+    };
+    let w = workload();
+    let (_, bundle, _dir) = kk_run(&[
+        &w,
+        "pool",
+        "--idle",
+        "3",
+        "--seconds",
+        "0.5",
+        "--leave-parked",
+    ]);
+    let waits = kk_json("waits", &bundle);
+    for i in 0..3 {
+        let name = format!("idle-{i}");
+        let t = (threads(&waits).iter())
+            .find(|t| t["comm"] == name.as_str())
+            .unwrap_or_else(|| panic!("no {name}: {waits:#}"));
+        assert_eq!(t["idle"], true, "{t:#}");
+        let (exit_ns, exits) = woken(t, "lock_wait", |w| {
+            w["kind"] == "not_woken" && w["source"] == "group_exit"
+        });
+        assert_eq!(exits, 1, "{t:#}");
+        let (by_threads, _) = woken(t, "lock_wait", |w| w["kind"] == "thread");
+        // The parked sleep is the worker's whole life after it started (the gate and the
+        // 0.5 s of work); whatever a thread woke is the startup's brief lock hand-off.
+        assert!(exit_ns >= 400_000_000, "{t:#}");
+        assert!(by_threads < exit_ns / 10, "{t:#}");
+    }
+}
+
 #[test]
 fn sleep_and_poll_timeouts_are_woken_by_a_timer() {
     let Some(_serial) = ebpf_ready("sleep_and_poll_timeouts_are_woken_by_a_timer") else {

@@ -16,6 +16,9 @@ pub mod waker_kind {
     pub const SOFTIRQ: u32 = 3;
     /// Interrupt context whose source no hook saw: a wakeup run by the idle task.
     pub const INTERRUPT: u32 = 4;
+    /// No wakeup by work: the sleeper's thread group was exiting (exit_group, or a
+    /// fatal signal), and the kernel woke the thread to die.
+    pub const GROUP_EXIT: u32 = 5;
 }
 
 /// Softirq vectors (include/linux/interrupt.h) that run timers.

@@ -53,6 +53,15 @@ static NR_EXIT: u32 = u32::MAX;
 #[unsafe(no_mangle)]
 static NR_EXIT_GROUP: u32 = u32::MAX;
 
+/// Whether traced thread `tid` is inside exit_group (classic hooks only: elsewhere
+/// NR_EXIT_GROUP is unset and this is false). Without BTF no task field says that a
+/// thread group is exiting; the syscall it is in does.
+#[inline(always)]
+pub fn in_exit_group(tid: u32) -> bool {
+    let nr = global(&NR_EXIT_GROUP);
+    nr != u32::MAX && thread(tid).is_some_and(|t| t.sys_nr == nr)
+}
+
 const CLONE_THREAD: u64 = 0x10000;
 /// sched_switch's `prev_state` at or above this (TASK_REPORT_MAX, or TASK_STATE_MAX
 /// before 4.14) means the task was preempted.

@@ -22,6 +22,9 @@ static TASK_IN_IOWAIT_MASK: u32 = 0;
 static TASK_SIGNAL_OFFSET: u32 = 0;
 #[unsafe(no_mangle)]
 static SIGNAL_LIVE_OFFSET: u32 = 0;
+/// `signal_struct.flags` (0: not set, and nothing is taken for a group exit).
+#[unsafe(no_mangle)]
+static SIGNAL_FLAGS_OFFSET: u32 = 0;
 /// `task->se.sum_exec_runtime` (0: not set, classic tracepoints).
 #[unsafe(no_mangle)]
 static TASK_SUM_EXEC_RUNTIME_OFFSET: u32 = 0;
@@ -117,4 +120,23 @@ pub unsafe fn group_dead(task: *const u8) -> bool {
         return false;
     }
     unsafe { read_at::<i32>(signal, global(&SIGNAL_LIVE_OFFSET)) == 0 }
+}
+
+/// `SIGNAL_GROUP_EXIT` (include/linux/sched/signal.h): exit_group or a fatal signal is
+/// taking the whole thread group down.
+const SIGNAL_GROUP_EXIT: u32 = 0x4;
+
+/// Whether `task`'s thread group is exiting (exit_group, or a fatal signal): the
+/// kernel wakes each of its sleeping threads to die, which is not a wakeup by work.
+#[inline(always)]
+pub unsafe fn group_exiting(task: *const u8) -> bool {
+    let flags_offset = global(&SIGNAL_FLAGS_OFFSET);
+    if task.is_null() || flags_offset == 0 {
+        return false;
+    }
+    let signal = unsafe { read_at::<u64>(task, global(&TASK_SIGNAL_OFFSET)) } as *const u8;
+    if signal.is_null() {
+        return false;
+    }
+    unsafe { read_at::<u32>(signal, flags_offset) & SIGNAL_GROUP_EXIT != 0 }
 }

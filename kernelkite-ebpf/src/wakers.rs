@@ -13,7 +13,9 @@
 //! BPF program sees the record before the kernel fills its common fields, whose first
 //! 8 bytes then hold a pt_regs pointer.)
 
-use aya_ebpf::helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns};
+use aya_ebpf::helpers::{
+    bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_task, bpf_ktime_get_ns,
+};
 use aya_ebpf::macros::{btf_tracepoint, map, tracepoint};
 use aya_ebpf::maps::{HashMap, LruHashMap, PerCpuArray};
 use aya_ebpf::programs::{BtfTracePointContext, TracePointContext};
@@ -86,9 +88,36 @@ fn current_waker() -> (u32, u32, u32, u32) {
     (waker_kind::THREAD, 0, tgid, tid)
 }
 
-/// sched_waking of thread `tid` (`tgid` 0: unknown, its entry says).
+/// [`current_waker`], or [`waker_kind::GROUP_EXIT`] when the woken thread (of process
+/// `wakee_tgid`, task `wakee`) is woken to die with its process (exit_group, a fatal
+/// signal): that is no wakeup by work, and an idle pool thread must not read as waiting
+/// on the thread that exited. Without the wakee's task (classic tracepoints) only the
+/// waker is at hand: its own group's exit, which covers exit_group (its task's flag
+/// where the BTF offsets are set, else the syscall it is in).
 #[inline(always)]
-fn on_waking(tid: u32, tgid: u32) -> i32 {
+fn waker_of(wakee_tgid: u32, wakee: *const u8) -> (u32, u32, u32, u32) {
+    let waker = current_waker();
+    let exiting = if !wakee.is_null() {
+        // SAFETY: the tracepoint's task_struct.
+        unsafe { task::group_exiting(wakee) }
+    } else {
+        waker.0 == waker_kind::THREAD
+            && waker.2 == wakee_tgid
+            // SAFETY: the current task, read with probe reads.
+            && (unsafe { task::group_exiting(bpf_get_current_task() as *const u8) }
+                || crate::classic::in_exit_group(waker.3))
+    };
+    if exiting {
+        (waker_kind::GROUP_EXIT, 0, 0, 0)
+    } else {
+        waker
+    }
+}
+
+/// sched_waking of thread `tid` (`tgid` 0: unknown, its entry says), whose task_struct
+/// is `wakee` (null on classic tracepoints, whose record has no task pointer).
+#[inline(always)]
+fn on_waking(tid: u32, tgid: u32, wakee: *const u8) -> i32 {
     if tgid != 0 && !is_target(tgid) {
         return 0;
     }
@@ -98,7 +127,7 @@ fn on_waking(tid: u32, tgid: u32) -> i32 {
     if t.run_state != run_state::SLEEPING && t.run_state != run_state::INITIAL {
         return 0;
     }
-    let (kind, source, waker_tgid, waker_tid) = current_waker();
+    let (kind, source, waker_tgid, waker_tid) = waker_of(t.tgid, wakee);
     let comm = if kind == waker_kind::THREAD {
         bpf_get_current_comm().unwrap_or_default()
     } else {
@@ -146,7 +175,7 @@ pub fn on_woken(tid: u32, t: &ThreadState, class: u32, sleep_ns: u64) {
             comm = p.comm;
         }
         _ => {
-            let (kind, source, waker_tgid, waker_tid) = current_waker();
+            let (kind, source, waker_tgid, waker_tid) = waker_of(t.tgid, core::ptr::null());
             key.kind = kind;
             key.source = source;
             key.waker_tgid = waker_tgid;
@@ -194,12 +223,12 @@ pub fn sched_waking(ctx: BtfTracePointContext) -> i32 {
     let p: *const u8 = ctx.arg(0);
     // SAFETY: p is the tracepoint's task_struct.
     let (tid, tgid) = unsafe { task::ids(p) };
-    on_waking(tid, tgid)
+    on_waking(tid, tgid, p)
 }
 
 #[tracepoint]
 pub fn classic_sched_waking(ctx: TracePointContext) -> u32 {
-    on_waking(crate::classic::wakeup_pid(&ctx), 0) as u32
+    on_waking(crate::classic::wakeup_pid(&ctx), 0, core::ptr::null()) as u32
 }
 
 #[inline(always)]

@@ -5,7 +5,8 @@
 //! 1. install what the later steps need, when missing (skipped with `KK_CI_NO_INSTALL=1`
 //!    or `--no-install`): `apt-get update` once, then `apt-get install -y` of chromium,
 //!    time, tmux, strace, bpftool, nodejs (a real perf map), gcc and binutils (the --stacks C workload), g++
-//!    (libFuzzer), redis-server and redis-tools (a real server), make (a real build),
+//!    (libFuzzer), redis-server and redis-tools (a real server), golang-go, nginx,
+//!    apache2-utils and bpftrace (real runtimes and servers, another tracer), make (a real build),
 //!    prometheus (promtool), man-db, python3-pip and llvm-22-dev;
 //!    `pip install opentelemetry-proto protobuf`; `rustup component add rust-src`; bpf-linker
 //!    (`cargo install`, built against LLVM 22) when the eBPF crate is present;
@@ -380,6 +381,26 @@ const NEEDS: &[Need] = &[
         what: "redis-server and redis-benchmark (a real idle and busy server, tests/ebpf_explained.rs)",
         present: &["/usr/bin/redis-server"],
         packages: &[&["redis-server", "redis-tools"]],
+    },
+    Need {
+        what: "go (a real Go runtime's idle Ms and g0 stacks, tests/ebpf_explained.rs)",
+        present: &["go"],
+        packages: &[&["golang-go"]],
+    },
+    Need {
+        what: "nginx (a real server under load, tests/ebpf_explained.rs)",
+        present: &["/usr/sbin/nginx"],
+        packages: &[&["nginx"], &["nginx-light"]],
+    },
+    Need {
+        what: "ab (the load on nginx)",
+        present: &["ab"],
+        packages: &[&["apache2-utils"]],
+    },
+    Need {
+        what: "bpftrace (another tracer's syscall counts beside kernelkite's, tests/ebpf_explained.rs)",
+        present: &["bpftrace"],
+        packages: &[&["bpftrace"]],
     },
     Need {
         what: "make (a real two-stage build, tests/ebpf_critical_path.rs)",

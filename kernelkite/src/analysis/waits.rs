@@ -1,9 +1,11 @@
 //! Who ended each thread's waits (the bundle's `wakers`), and which threads were idle.
 //!
 //! Idle rule (docs/PROFILE.md): a thread is idle when
-//! - it spent most of its sleep time in sleeps nothing ended before the session did
-//!   (`not_woken`): at least half of its sleep time (io_wait + lock_wait +
-//!   syscall_blocked + unknown_wait), and more than its on-CPU time; or
+//! - it spent most of its sleep time in sleeps no wakeup by work ended (`not_woken`:
+//!   still open when the session ended, or ended only because its process exited, when
+//!   the kernel wakes every thread to die: source `group_exit`): at least half of its
+//!   sleep time (io_wait + lock_wait + syscall_blocked + unknown_wait), and more than
+//!   its on-CPU time; or
 //! - it slept through its whole traced life: its sleeps add up to at least 90% of its
 //!   wall time and last a tenth of it on average, so there were at most ten (under `run`,
 //!   a parked pool worker is woken once, by the exiting process, so its sleep does end;

@@ -40,6 +40,7 @@ fn waker_label(w: &WokenBy) -> String {
             Some("unknown") | None => "interrupt".to_string(),
             Some(s) => s.to_string(),
         },
+        _ if w.source.as_deref() == Some("group_exit") => "not woken (process exited)".to_string(),
         _ => "not woken (asleep at the end)".to_string(),
     }
 }

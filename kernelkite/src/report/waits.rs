@@ -37,6 +37,9 @@ fn waker_name(w: &WokenBy) -> String {
             Some("unknown") | None => "an interrupt".to_string(),
             Some(s) => format!("an interrupt ({s})"),
         },
+        _ if w.source.as_deref() == Some("group_exit") => {
+            "nothing (its process exited while it slept)".to_string()
+        }
         _ => "nothing (still asleep at the end)".to_string(),
     }
 }

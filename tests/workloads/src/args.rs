@@ -16,6 +16,7 @@ const FLAGS: &[&str] = &[
     "wait-stdin",
     "direct",
     "self-exec",
+    "leave-parked",
     "processes",
     "leader-exits",
     "linger",

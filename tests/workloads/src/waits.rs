@@ -1,6 +1,7 @@
 //! Workloads whose wakers are known (`kernelkite waits`):
 //! - pool: one busy thread and `--idle N` workers parked on a condition variable until
-//!   the end;
+//!   the end, then woken and joined (or, with `--leave-parked`, left parked when the
+//!   process exits, as a program with a detached pool does);
 //! - produce / consume: the two ends of a shell pipeline, `produce | consume`: the
 //!   consumer blocks in read(2) until the producer writes;
 //! - timeouts: sleeps and poll(2) timeouts on a pipe nobody writes, each ended by a timer.
@@ -15,6 +16,7 @@ use crate::report::Report;
 pub fn run_pool(args: &mut Args) -> Result<(), crate::Fail> {
     let idle = args.usize("idle", 3)?;
     let seconds = args.f64("seconds", 1.0)?;
+    let leave_parked = args.flag("leave-parked")?;
     let start = crate::gate(args)?;
     let parked = Arc::new((Mutex::new(false), Condvar::new()));
     let workers: Vec<_> = (0..idle)
@@ -47,11 +49,16 @@ pub fn run_pool(args: &mut Args) -> Result<(), crate::Fail> {
         .map_err(|e| format!("spawning thread: {e}"))?;
     let t0 = Instant::now();
     let _ = busy.join();
-    let (done, cv) = &*parked;
-    *done.lock().unwrap_or_else(|p| p.into_inner()) = true;
-    cv.notify_all();
-    for w in workers {
-        let _ = w.join();
+    if leave_parked {
+        // The workers are still parked when main returns: exit_group wakes them to die.
+        drop(workers);
+    } else {
+        let (done, cv) = &*parked;
+        *done.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        cv.notify_all();
+        for w in workers {
+            let _ = w.join();
+        }
     }
     Report::new("pool")
         .u64("idle", idle as u64)

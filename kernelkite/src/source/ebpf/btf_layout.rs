@@ -28,6 +28,8 @@ pub struct KernelLayout {
     pub exit_has_group_dead: bool,
     pub task_signal_offset: u32,
     pub signal_live_offset: u32,
+    /// `signal_struct.flags`: whether a thread group is exiting (a wakeup to die).
+    pub signal_flags_offset: u32,
     /// `task_struct.se.sum_exec_runtime`: the kernel's accounted runtime, on_cpu's source.
     pub task_sum_exec_runtime_offset: u32,
 }
@@ -91,6 +93,7 @@ pub fn read_layout(path: &Path) -> Result<KernelLayout, LayoutError> {
         exit_has_group_dead: tracepoint_arg_count(&btf, "sched_process_exit")? >= 3,
         task_signal_offset: byte("task_struct", "signal")?,
         signal_live_offset: byte("signal_struct", "live")?,
+        signal_flags_offset: byte("signal_struct", "flags")?,
         task_sum_exec_runtime_offset: byte("task_struct", "se")?
             + byte("sched_entity", "sum_exec_runtime")?,
     })

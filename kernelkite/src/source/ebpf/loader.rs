@@ -313,6 +313,7 @@ fn load_programs(
         .override_global("EXIT_HAS_GROUP_DEAD", &exit_has_group_dead, true)
         .override_global("TASK_SIGNAL_OFFSET", &layout.task_signal_offset, true)
         .override_global("SIGNAL_LIVE_OFFSET", &layout.signal_live_offset, true)
+        .override_global("SIGNAL_FLAGS_OFFSET", &layout.signal_flags_offset, true)
         .override_global(
             "TASK_SUM_EXEC_RUNTIME_OFFSET",
             &sum_exec_runtime_offset,

@@ -39,8 +39,11 @@ use crate::source::untrusted::{self, Credentials, Door, FileCopy, FileId, Place,
 /// the next one. Keeps a signal's answer (trace's loop runs the snapshot) prompt.
 const RESOLVE_BUDGET: Duration = Duration::from_millis(300);
 /// At the end of a session: after this long, the stacks left keep their addresses and
-/// `module+0xoffset` only, so a signal ends the session within a second.
-const FINAL_BUDGET: Duration = Duration::from_millis(300);
+/// `module+0xoffset` only, so a signal ends the session within seconds. (300 ms left
+/// a short Node run's stacks nameless on a loaded machine: its waits that ended at
+/// the exit are resolved only here, and naming them in node's 90 MB binary takes
+/// longer there.)
+const FINAL_BUDGET: Duration = Duration::from_millis(2000);
 /// One read through the door waits at most this long.
 const READ_DEADLINE: Duration = Duration::from_millis(250);
 /// The largest binary or library read (it is copied into memory).
@@ -978,6 +981,18 @@ impl StackCollector {
             }
             None => cut,
         };
+        // A Go thread on its system stack (g0) ends at the switch from the goroutine,
+        // whatever the unwinder found past it (issue 22).
+        let go_g0 = frames
+            .iter()
+            .position(|f| f.symbol.as_deref().is_some_and(is_go_system_stack_root));
+        let (truncated, cut) = match go_g0 {
+            Some(i) => {
+                frames.truncate(i + 1);
+                (false, Some(Cut::GoSystemStack))
+            }
+            None => (truncated, cut),
+        };
         if let Some(cut) = cut {
             frames.push(StackFrame {
                 addr: 0,
@@ -993,7 +1008,8 @@ impl StackCollector {
             && frames
                 .iter()
                 .any(|f| f.module.is_none() && f.symbol.is_none());
-        Some(self.intern(frames, truncated || cut.is_some() || unknown))
+        let cut_truncates = cut.is_some_and(|c| c != Cut::GoSystemStack);
+        Some(self.intern(frames, truncated || cut_truncates || unknown))
     }
 
     /// Names (and DWARF file:line) of the frames that fall in a file mapping, from a
@@ -1425,6 +1441,16 @@ fn locate(maps: &[FileMapping], addr: u64) -> Option<(usize, u64)> {
 /// Addresses to look up: every frame but the leaf holds a return address, the
 /// instruction after the call; one byte back is inside the call, so its line is the
 /// call's line (and a call that ends a function still resolves to that function).
+/// The functions at which Go's traceback stops on a thread's system stack (g0): the
+/// switches from a goroutine's stack (`runtime.mcall`, `runtime.systemstack`) and the
+/// thread's start (`runtime.mstart`; `mstart0`/`mstart1` are called by it).
+fn is_go_system_stack_root(symbol: &str) -> bool {
+    matches!(
+        symbol,
+        "runtime.mcall" | "runtime.systemstack" | "runtime.mstart"
+    )
+}
+
 fn call_sites(addrs: &[u64]) -> Vec<u64> {
     addrs
         .iter()

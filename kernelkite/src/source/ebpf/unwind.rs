@@ -139,6 +139,12 @@ pub enum Cut {
     /// The next return address is in anonymous executable memory (JIT code) that the
     /// process's perf map does not name.
     JitWithoutPerfMap,
+    /// A Go thread's frames reached the boundary of its system stack (g0:
+    /// `runtime.mcall`, `runtime.systemstack`, `runtime.mstart`). Go's own traceback
+    /// stops there: what lies past it is a goroutine's stack the thread left (a parked
+    /// M is not inside the last goroutine's lock), or the thread's start. The stack is
+    /// complete as Go defines it, so this cut does not mark it truncated.
+    GoSystemStack,
 }
 
 impl Cut {
@@ -152,6 +158,7 @@ impl Cut {
             Cut::TooDeep => "[cut: 128 frames]",
             Cut::NotCode => "[cut: the next return address is in no executable mapping]",
             Cut::JitWithoutPerfMap => "[cut: JIT code with no perf map entry]",
+            Cut::GoSystemStack => "[go scheduler: the thread's system stack (g0) ends here]",
         }
     }
 }

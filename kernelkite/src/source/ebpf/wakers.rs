@@ -42,6 +42,7 @@ pub fn waker_kind_name(kind: u32) -> &'static str {
         waker_kind::TIMER => "timer",
         waker_kind::HARDIRQ => "hardirq",
         waker_kind::SOFTIRQ => "softirq",
+        waker_kind::GROUP_EXIT => "group_exit",
         _ => "interrupt",
     }
 }
@@ -160,6 +161,8 @@ fn sample(k: &WakerKey, v: &WakerTime) -> Option<WakerSample> {
                 .unwrap_or("softirq");
             ("interrupt", Some(format!("softirq:{name}")), Some(k.source))
         }
+        // Woken to die with its process: no wakeup by work ended the sleep.
+        waker_kind::GROUP_EXIT => ("not_woken", Some("group_exit".to_string()), None),
         _ => ("interrupt", Some("unknown".to_string()), None),
     };
     let thread = k.kind == waker_kind::THREAD;
@@ -218,6 +221,16 @@ mod tests {
         assert_eq!(
             (s.kind.as_str(), s.source.as_deref(), s.waker_pid),
             ("interrupt", Some("softirq:net_rx"), None)
+        );
+        // Woken to die with its process: not woken, and no waker thread.
+        let exit = WakerKey {
+            kind: waker_kind::GROUP_EXIT,
+            ..key
+        };
+        let s = sample(&exit, &WakerTime::default()).unwrap();
+        assert_eq!(
+            (s.kind.as_str(), s.source.as_deref(), s.waker_tid),
+            ("not_woken", Some("group_exit"), None)
         );
     }
 
