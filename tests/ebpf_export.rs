@@ -428,3 +428,54 @@ fn a_slow_client_does_not_block_other_scrapes() {
         b.frames[0].t_ns
     );
 }
+
+/// A process stuck in one call since before tracing began (`sleep` in
+/// `clock_nanosleep`): a live scrape shows its syscall_blocked time growing as it
+/// passes, and the call itself, still running, with how long it has run so far
+/// (issue 22: "in every live snapshot").
+#[test]
+fn serve_shows_a_process_stuck_in_one_call_while_it_is_stuck() {
+    let Some(_serial) = ebpf_ready("serve_shows_a_process_stuck_in_one_call_while_it_is_stuck")
+    else {
+        return;
+    };
+    let mut sleeper = Command::new("sleep").arg("30").spawn().unwrap();
+    let pid = sleeper.id() as i32;
+    // Let it block before the trace attaches.
+    std::thread::sleep(Duration::from_millis(200));
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let trace = RunningTrace::start(&[pid], &["--serve", &addr]);
+    let value = |body: &str, prefix: &str| -> f64 {
+        (body.lines())
+            .find(|l| l.starts_with(prefix))
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+            .unwrap_or(0.0)
+    };
+    let blocked = format!(
+        "kernelkite_process_latency_class_seconds_total{{pid=\"{pid}\",comm=\"sleep\",class=\"syscall_blocked\"}}"
+    );
+    let calls = format!(
+        "kernelkite_syscalls_in_progress{{pid=\"{pid}\",comm=\"sleep\",syscall=\"clock_nanosleep\"}}"
+    );
+    let longest = format!(
+        "kernelkite_syscall_in_progress_longest_seconds{{pid=\"{pid}\",comm=\"sleep\",syscall=\"clock_nanosleep\"}}"
+    );
+    // Two scrapes at least a second apart, both while it sleeps.
+    std::thread::sleep(Duration::from_millis(500));
+    let first = scrape(port).unwrap();
+    std::thread::sleep(Duration::from_millis(1200));
+    let second = scrape(port).unwrap();
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
+    let _ = trace.finish();
+    for body in [&first, &second] {
+        assert_eq!(value(body, &calls), 1.0, "{body}");
+        assert!(value(body, &blocked) > 0.3, "{body}");
+        // The call's time so far is the sleep class's time so far (both since attach).
+        let (b, l) = (value(body, &blocked), value(body, &longest));
+        assert!((b - l).abs() < 0.1, "blocked {b} s, call {l} s: {body}");
+    }
+    let grew = value(&second, &blocked) - value(&first, &blocked);
+    assert!(grew > 1.0, "syscall_blocked grew {grew} s between scrapes");
+}

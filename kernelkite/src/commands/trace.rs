@@ -114,6 +114,8 @@ mod platform {
         };
         if listener.is_some() {
             session.keep_frame_digest();
+            // A scrape shows a thread blocked since attach as its time passes.
+            session.count_initial_in_frames(true);
         }
         for note in session.notes() {
             crate::note!("kernelkite: {note}");

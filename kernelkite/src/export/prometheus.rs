@@ -57,6 +57,10 @@ pub struct Snapshot {
     thread_steal_seconds: BTreeMap<(i32, i32, String), f64>,
     /// `((pid, comm, syscall), histogram)` with bucket bounds in seconds.
     syscalls: BTreeMap<(SeriesPid, String, String), Hist>,
+    /// `((pid, comm, syscall), (calls, longest seconds so far))` of the calls still
+    /// running at the latest snapshot (`Bundle::syscalls_in_progress`): a process
+    /// stuck in one call shows it while it is stuck, not when the call returns.
+    in_progress: BTreeMap<(i32, String, String), (u64, f64)>,
     /// With [`ProcessSeries::LiveOnly`]: the processes folded into the `exited` series.
     exited_processes: Option<u64>,
     events_lost: Option<u64>,
@@ -133,6 +137,17 @@ impl Snapshot {
             *s.thread_steal_seconds
                 .entry((t.pid, t.tid, t.comm.clone()))
                 .or_default() += t.classes.steal as f64 / 1e9;
+        }
+        let comms: BTreeMap<i32, &str> = (analysis.processes.iter())
+            .map(|p| (p.pid, p.comm.as_str()))
+            .collect();
+        for call in &bundle.syscalls_in_progress {
+            let comm = comms.get(&call.pid).copied().unwrap_or("?").to_string();
+            let e = (s.in_progress)
+                .entry((call.pid, comm, call.name.clone()))
+                .or_default();
+            e.0 += 1;
+            e.1 = e.1.max(call.elapsed_ns as f64 / 1e9);
         }
         for h in syscall_histograms(bundle, analysis) {
             // Histograms are per pid: a live pid's include an earlier process's of the
@@ -233,6 +248,36 @@ impl Collector for Snapshot {
                     &h.buckets,
                     None,
                 )?;
+            }
+        }
+        if !self.in_progress.is_empty() {
+            let mut m = encoder.encode_descriptor(
+                "kernelkite_syscalls_in_progress",
+                "Calls still running at the latest snapshot, per process and syscall (not yet in kernelkite_syscall_latency, which counts calls that returned).",
+                None,
+                MetricType::Gauge,
+            )?;
+            for ((pid, comm, syscall), (calls, _)) in &self.in_progress {
+                let labels: Labels = vec![
+                    ("pid", pid.to_string()),
+                    ("comm", comm.clone()),
+                    ("syscall", syscall.clone()),
+                ];
+                ConstGauge::new(*calls as i64).encode(m.encode_family(&labels)?)?;
+            }
+            let mut m = encoder.encode_descriptor(
+                "kernelkite_syscall_in_progress_longest",
+                "How long the longest call still running has run inside the session, per process and syscall.",
+                Some(&Unit::Seconds),
+                MetricType::Gauge,
+            )?;
+            for ((pid, comm, syscall), (_, longest)) in &self.in_progress {
+                let labels: Labels = vec![
+                    ("pid", pid.to_string()),
+                    ("comm", comm.clone()),
+                    ("syscall", syscall.clone()),
+                ];
+                ConstGauge::new(*longest).encode(m.encode_family(&labels)?)?;
             }
         }
         if let Some(exited) = self.exited_processes {
