@@ -267,11 +267,30 @@ fn the_path_of_a_cargo_build_runs_through_the_rustc_invocations() {
     let target = root.join("target");
     let target = target.to_str().unwrap();
     let app = root.join("app");
-    let (path, bundle, _) = path_of(
+    let (path, bundle, bundle_path) = path_of(
         None,
         &app,
         &[&cargo, "build", "--offline", "-q", "--target-dir", target],
     );
+    // The path names each rustc by the crate it builds (its argv, read at exec), in
+    // --json and in the text.
+    for krate in ["dep", "app"] {
+        let named = (path["by_thread"].as_array().unwrap().iter()).any(|t| {
+            (t["argv"].as_array().into_iter().flatten())
+                .collect::<Vec<_>>()
+                .windows(2)
+                .any(|w| w[0] == "--crate-name" && w[1] == krate)
+        });
+        assert!(named, "no rustc --crate-name {krate} on the path: {path:#}");
+    }
+    let text = output_ok(
+        "critical-path",
+        Command::new(kernelkite_bin())
+            .arg("critical-path")
+            .arg(&bundle_path),
+    );
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("rustc --crate-name dep"), "{text}");
     // The rustc processes: those that exec'd rustc.
     let rustc: Vec<i64> = (bundle["lifecycle"].as_array().unwrap().iter())
         .filter(|e| e["kind"] == "exec" && e["comm"] == "rustc")

@@ -470,3 +470,46 @@ fn assert_on_cpu_equals_rusage_beside_cpu_hogs(args: &[&str], min_threads: usize
     }
     assert!(checked >= min_threads, "threads checked: {checked}");
 }
+
+/// Each program's command line is kept: read at exec by the BPF programs, so a process
+/// that exits at once (`true`) is named too; under classic tracepoints (no BTF, no
+/// mm offsets) from /proc/PID/cmdline at the next snapshot, so only a process alive
+/// then. The recording carries them (its replay equals the bundle, checked by the
+/// recording tests), and the summary names processes by them.
+#[test]
+fn run_keeps_each_programs_command_line() {
+    let Some(_serial) = ebpf_ready("run_keeps_each_programs_command_line") else {
+        return;
+    };
+    let (out, bundle_path, _dir) = kk_run(
+        &[],
+        &strings(&["sh", "-c", "/bin/true one two; sleep 0.3 && exec sleep 0.2"]),
+    );
+    assert!(out.status.success());
+    let bundle = load_bundle(&bundle_path).unwrap();
+    let has = |argv: &[&str]| (bundle.command_lines.iter()).any(|c| c.argv == strings(argv));
+    let all: Vec<&Vec<String>> = bundle.command_lines.iter().map(|c| &c.argv).collect();
+    assert!(
+        has(&["sh", "-c", "/bin/true one two; sleep 0.3 && exec sleep 0.2"]),
+        "{all:?}"
+    );
+    assert!(has(&["sleep", "0.3"]), "{all:?}");
+    if !classic_hooks() {
+        assert!(has(&["/bin/true", "one", "two"]), "{all:?}");
+        // The shell's exec into sleep: a new program of the same pid, its argv too.
+        assert!(has(&["sleep", "0.2"]), "{all:?}");
+    }
+    // Never kernelkite's own command line (the launched process before its exec).
+    assert!(
+        !all.iter()
+            .any(|a| a.iter().any(|s| s.contains("kernelkite"))),
+        "{all:?}"
+    );
+    let summary = Command::new(kernelkite_bin())
+        .arg("summary")
+        .arg(&bundle_path)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&summary.stdout);
+    assert!(text.contains("sleep 0.3"), "{text}");
+}

@@ -319,6 +319,8 @@ pub mod record_kind {
     /// A [`StackCaptureRecord`] without stack: the times of the copy with the same
     /// (tid, `capture_ns`) sent at switch-out.
     pub const STACK_PERIOD: u32 = 6;
+    /// An [`ArgvRecord`] followed by `len` bytes of the new program's argv.
+    pub const ARGV: u32 = 7;
     /// `--critical-path`: a [`crate::wake::WakeupRecord`]. Numbered apart from the
     /// kinds above so kinds added next to them cannot collide with it.
     pub const WAKEUP: u32 = 16;
@@ -419,6 +421,25 @@ pub struct LifecycleRecord {
     pub comm: [u8; COMM_LEN],
 }
 
+/// Bytes of a new program's argv read at exec (its first 4 KiB, less one byte for the
+/// verifier's bound): enough for `rustc --crate-name serde ...`.
+pub const ARGV_BYTES: usize = 4096;
+
+/// An exec's argv (NUL-separated, as the kernel lays it out between `mm->arg_start`
+/// and `mm->arg_end`), read in the exec tracepoint; `len` bytes follow the record.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ArgvRecord {
+    /// [`record_kind::ARGV`].
+    pub kind: u32,
+    pub tgid: u32,
+    pub tid: u32,
+    /// Bytes following the record.
+    pub len: u32,
+    /// CLOCK_MONOTONIC ns: the exec's (its EXEC record's `ts_ns`).
+    pub ts_ns: u64,
+}
+
 /// One syscall slower than the `MIN_LATENCY_NS` global.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -456,6 +477,7 @@ mod pod {
     unsafe impl aya::Pod for super::SyscallKey {}
     unsafe impl aya::Pod for super::SyscallHist {}
     unsafe impl aya::Pod for super::LifecycleRecord {}
+    unsafe impl aya::Pod for super::ArgvRecord {}
     unsafe impl aya::Pod for super::SlowSyscallRecord {}
     unsafe impl aya::Pod for super::StackCaptureRecord {}
     unsafe impl aya::Pod for super::StackKey {}

@@ -2,12 +2,14 @@
 //! and exit (send the thread's final class times, then forget it).
 
 use aya_ebpf::bindings::BPF_NOEXIST;
+use aya_ebpf::helpers::generated::bpf_probe_read_user;
 use aya_ebpf::helpers::{bpf_get_current_comm, bpf_get_current_task, bpf_ktime_get_ns};
-use aya_ebpf::macros::btf_tracepoint;
+use aya_ebpf::macros::{btf_tracepoint, map};
+use aya_ebpf::maps::PerCpuArray;
 use aya_ebpf::programs::BtfTracePointContext;
 use kernelkite_common::bpf::{
-    exit_flags, lost, record_flags, record_kind, run_state, LifecycleRecord, ThreadState,
-    COMM_LEN, NO_SYSCALL,
+    exit_flags, lost, record_flags, record_kind, run_state, ArgvRecord, LifecycleRecord,
+    ThreadState, ARGV_BYTES, COMM_LEN, NO_SYSCALL,
 };
 use kernelkite_common::LatencyClass;
 
@@ -17,6 +19,17 @@ use crate::maps::{
 };
 use crate::sched::close_interval;
 use crate::{stacks, task};
+
+/// An argv record and its bytes, assembled before it is sent (too large for the BPF
+/// stack).
+#[repr(C)]
+pub struct ArgvScratch {
+    record: ArgvRecord,
+    bytes: [u8; ARGV_BYTES],
+}
+
+#[map]
+static ARGV_SCRATCH: PerCpuArray<ArgvScratch> = PerCpuArray::with_max_entries(1, 0);
 
 /// 1 when `--follow`: new processes forked by targets become targets.
 #[unsafe(no_mangle)]
@@ -135,16 +148,73 @@ pub fn on_exec() -> i32 {
             unsafe { *gate = 0 };
         }
     }
-    send(LifecycleRecord {
+    // SAFETY: helper call without preconditions.
+    let ts_ns = unsafe { bpf_ktime_get_ns() };
+    if send(LifecycleRecord {
         kind: record_kind::EXEC,
         tgid,
         tid,
-        // SAFETY: helper call without preconditions.
-        ts_ns: unsafe { bpf_ktime_get_ns() },
+        ts_ns,
         comm: comm(),
         ..Default::default()
-    });
+    }) {
+        send_argv(tgid, tid, ts_ns);
+    }
     0
+}
+
+/// The new program's argv, read where the kernel just laid it out (so a process that
+/// exits at once is still named by its command line). Without the mm offsets (classic
+/// tracepoints) nothing is sent, and userspace reads /proc/PID/cmdline instead.
+#[inline(always)]
+fn send_argv(tgid: u32, tid: u32, ts_ns: u64) {
+    // SAFETY: the current task, read with probe reads.
+    let Some((start, end)) = (unsafe { task::arg_range(bpf_get_current_task() as *const u8) })
+    else {
+        return;
+    };
+    let Some(scratch) = ARGV_SCRATCH.get_ptr_mut(0) else {
+        return;
+    };
+    // SAFETY: this CPU's scratch value.
+    let scratch = unsafe { &mut *scratch };
+    let want = end - start;
+    // At most ARGV_BYTES - 1, as the verifier can bound it.
+    let len = (if want >= ARGV_BYTES as u64 {
+        ARGV_BYTES as u64 - 1
+    } else {
+        want
+    }) as usize
+        & (ARGV_BYTES - 1);
+    // SAFETY: `len` < ARGV_BYTES fits the scratch bytes; the source is the current
+    // task's user memory, read without faulting.
+    let read = unsafe {
+        bpf_probe_read_user(
+            scratch.bytes.as_mut_ptr() as *mut _,
+            len as u32,
+            start as *const _,
+        )
+    };
+    if read != 0 {
+        return;
+    }
+    scratch.record = ArgvRecord {
+        kind: record_kind::ARGV,
+        tgid,
+        tid,
+        len: len as u32,
+        ts_ns,
+    };
+    let total = core::mem::size_of::<ArgvRecord>() + len;
+    if total > core::mem::size_of::<ArgvScratch>() {
+        return;
+    }
+    // SAFETY: the first `total` bytes of the scratch value.
+    let bytes =
+        unsafe { core::slice::from_raw_parts(scratch as *const ArgvScratch as *const u8, total) };
+    if EVENTS.output::<[u8]>(bytes, 0).is_err() {
+        count_lost(lost::RINGBUF_FULL);
+    }
 }
 
 /// 1 when sched_process_exit passes `group_dead` (recent kernels).

@@ -22,6 +22,13 @@ static TASK_IN_IOWAIT_MASK: u32 = 0;
 static TASK_SIGNAL_OFFSET: u32 = 0;
 #[unsafe(no_mangle)]
 static SIGNAL_LIVE_OFFSET: u32 = 0;
+/// `task->mm`, `mm_struct.arg_start` and `arg_end` (0: not set, no argv is read).
+#[unsafe(no_mangle)]
+static TASK_MM_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+static MM_ARG_START_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+static MM_ARG_END_OFFSET: u32 = 0;
 /// `signal_struct.flags` (0: not set, and nothing is taken for a group exit).
 #[unsafe(no_mangle)]
 static SIGNAL_FLAGS_OFFSET: u32 = 0;
@@ -139,4 +146,21 @@ pub unsafe fn group_exiting(task: *const u8) -> bool {
         return false;
     }
     unsafe { read_at::<u32>(signal, flags_offset) & SIGNAL_GROUP_EXIT != 0 }
+}
+
+/// Where `task`'s argv lies in its user memory: (`mm->arg_start`, `mm->arg_end`), or
+/// None (no offsets, no mm: a kernel thread).
+#[inline(always)]
+pub unsafe fn arg_range(task: *const u8) -> Option<(u64, u64)> {
+    let mm_offset = global(&TASK_MM_OFFSET);
+    if task.is_null() || mm_offset == 0 {
+        return None;
+    }
+    let mm = unsafe { read_at::<u64>(task, mm_offset) } as *const u8;
+    if mm.is_null() {
+        return None;
+    }
+    let start = unsafe { read_at::<u64>(mm, global(&MM_ARG_START_OFFSET)) };
+    let end = unsafe { read_at::<u64>(mm, global(&MM_ARG_END_OFFSET)) };
+    (start != 0 && end > start).then_some((start, end))
 }

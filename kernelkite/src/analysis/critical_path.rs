@@ -51,6 +51,8 @@ pub struct PathThread {
     pub comm: String,
     /// The comm of its process's main thread (a rustc worker thread's is `rustc`).
     pub process_comm: String,
+    /// Its process's command line (`Bundle::command_lines`), when known.
+    pub argv: Option<Vec<String>>,
     pub ns: u64,
     pub classes: ClassTimes,
 }
@@ -388,6 +390,7 @@ pub fn critical_path(bundle: &Bundle, a: &Analysis) -> Result<CriticalPath, NoPa
     }
     backwards.reverse();
     let segments = backwards;
+    let commands = super::commands::latest_by_pid(bundle);
     let mut by: BTreeMap<i32, PathThread> = BTreeMap::new();
     for s in &segments {
         let e = by.entry(s.tid).or_insert_with(|| PathThread {
@@ -395,6 +398,7 @@ pub fn critical_path(bundle: &Bundle, a: &Analysis) -> Result<CriticalPath, NoPa
             tid: s.tid,
             comm: s.comm.clone(),
             process_comm: threads.get(&s.pid).map_or(&s.comm, |m| &m.comm).clone(),
+            argv: commands.get(&s.pid).map(|c| c.argv.clone()),
             ns: 0,
             classes: ClassTimes::default(),
         });

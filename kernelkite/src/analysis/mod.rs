@@ -20,6 +20,7 @@
 //!   sample. A counter's session total is `(first − baseline) + Σ max(0, next − prev)`,
 //!   which is `last − baseline` for well-formed data and never underflows.
 
+pub mod commands;
 pub mod compare;
 pub mod critical_path;
 pub mod stacks;
@@ -305,6 +306,10 @@ pub struct ProcessRow {
     pub classes: ClassTimes,
     /// Distinct threads observed.
     pub threads: u64,
+    /// Its command line (`Bundle::command_lines`, the program it ran last); absent when
+    /// not known (bundles without command lines: it keeps its comm).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub argv: Option<Vec<String>>,
 }
 
 /// One thread over its window in the session.
@@ -787,6 +792,7 @@ pub fn analyze(bundle: &Bundle) -> Analysis {
             io_visible: a.io_visible,
             classes: proc_classes.get(&(pid, start)).copied().unwrap_or_default(),
             threads: a.threads.len() as u64,
+            argv: None,
         })
         .collect();
     for (&pid, (ppid, comm, first, last)) in &lifecycle_only {
@@ -809,7 +815,12 @@ pub fn analyze(bundle: &Bundle) -> Analysis {
             io_visible: false,
             classes: proc_classes.get(&(pid, 0)).copied().unwrap_or_default(),
             threads: threads_seen,
+            argv: None,
         });
+    }
+    let commands = commands::latest_by_pid(bundle);
+    for p in &mut processes {
+        p.argv = commands.get(&p.pid).map(|c| c.argv.clone());
     }
     // The eBPF backend measured every process's on-CPU time exactly (switch-in to
     // switch-out, including processes that lived between two snapshots): use it

@@ -488,6 +488,7 @@ fn row(pid: i32, ppid: i32, first_seen_ns: u64) -> ProcessRow {
         io_visible: false,
         classes: ClassTimes::default(),
         threads: 0,
+        argv: None,
     }
 }
 

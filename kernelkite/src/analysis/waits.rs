@@ -52,6 +52,8 @@ pub struct ThreadWaits {
     pub pid: i32,
     pub tid: i32,
     pub comm: String,
+    /// Its process's command line (`Bundle::command_lines`), when known.
+    pub argv: Option<Vec<String>>,
     pub idle: bool,
     /// The thread's wall time and its sleep time (the four sleep classes).
     pub wall_ns: u64,
@@ -125,6 +127,7 @@ pub fn thread_waits(bundle: &Bundle, a: &Analysis) -> Option<Vec<ThreadWaits>> {
         .filter(|e| e.kind == LifecycleKind::Exit && !e.comm.is_empty())
         .map(|e| ((e.pid, e.tid), e.comm.as_str()))
         .collect();
+    let commands = super::commands::latest_by_pid(bundle);
     let mut out = Vec::new();
     for ((pid, tid), mut list) in by_thread {
         list.sort_by(|x, y| y.ns.cmp(&x.ns).then_with(|| x.class.cmp(&y.class)));
@@ -144,6 +147,7 @@ pub fn thread_waits(bundle: &Bundle, a: &Analysis) -> Option<Vec<ThreadWaits>> {
             pid,
             tid,
             comm,
+            argv: commands.get(&pid).map(|c| c.argv.clone()),
             idle: is_idle(&classes, not_woken_ns, list.iter().map(|w| w.count).sum()),
             wall_ns: classes.total_ns(),
             sleep_ns: sleep_ns(&classes),

@@ -92,6 +92,43 @@ pub struct Bundle {
     /// otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wakeups: Option<WakeupStream>,
+    /// Each process's command line, as its users name it (`rustc --crate-name serde
+    /// ...`): read at exec by the BPF programs, or from /proc/PID/cmdline for a
+    /// process found running (and under classic tracepoints); at most
+    /// [`MAX_ARGV_BYTES`] of it. Empty (and absent from the file) for bundles written
+    /// before kernelkite kept them; a process with none keeps its comm.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub command_lines: Vec<CommandLine>,
+}
+
+/// The most of one command line a bundle keeps (its argv joined, bytes).
+pub const MAX_ARGV_BYTES: usize = 4096;
+
+/// One process's argv: after its exec at `t_ns`, or (`t_ns` 0) as found at the start.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CommandLine {
+    /// Nanoseconds since the session's start of the exec (0: read from /proc).
+    pub t_ns: u64,
+    pub pid: i32,
+    /// The arguments, `argv[0]` first; the last may be cut at [`MAX_ARGV_BYTES`].
+    pub argv: Vec<String>,
+}
+
+impl CommandLine {
+    /// Split the kernel's NUL-separated argv bytes (lossy UTF-8; a trailing NUL ends
+    /// the last argument, not an empty one after it).
+    pub fn from_nul_separated(t_ns: u64, pid: i32, bytes: &[u8]) -> Option<CommandLine> {
+        let bytes = &bytes[..bytes.len().min(MAX_ARGV_BYTES)];
+        let bytes = bytes.strip_suffix(&[0]).unwrap_or(bytes);
+        if bytes.is_empty() {
+            return None;
+        }
+        let argv = (bytes.split(|b| *b == 0))
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        Some(CommandLine { t_ns, pid, argv })
+    }
 }
 
 /// `--critical-path`: the wakeups of the traced threads, in the order they arrived.
@@ -1070,6 +1107,7 @@ impl Bundle {
             events_lost_by_cause: BTreeMap::new(),
             wakers: None,
             wakeups: None,
+            command_lines: Vec::new(),
         }
     }
 }

@@ -18,9 +18,9 @@ use super::{
     FORMAT_VERSION, MAGIC, MAX_RAW_LEN, MAX_STORED_LEN,
 };
 use crate::model::{
-    Backend, ClassTimes, Frame, HostConstants, IoCounters, LaunchedCommand, LifecycleEvent,
-    LifecycleKind, NetDevCounters, OnCpuSource, ProcessSample, Rusage, Schedstat, SkippedFile,
-    SlowSyscall, StackFrame, StackModule, StackProfile, StackSample, SyscallHistogram,
+    Backend, ClassTimes, CommandLine, Frame, HostConstants, IoCounters, LaunchedCommand,
+    LifecycleEvent, LifecycleKind, NetDevCounters, OnCpuSource, ProcessSample, Rusage, Schedstat,
+    SkippedFile, SlowSyscall, StackFrame, StackModule, StackProfile, StackSample, SyscallHistogram,
     SyscallInProgress, ThreadSample, TimeAccounting, WakerProfile, WakerSample, Wakeup,
     WakeupStream,
 };
@@ -416,6 +416,11 @@ fn decode_body(kind: RecordType, t: &mut Take<'_>) -> FieldResult<Record> {
         },
         RecordType::Wakers => Record::Wakers(wakers(t)?),
         RecordType::Wakeups => Record::Wakeups(wakeups(t)?),
+        RecordType::CommandLine => Record::CommandLine(CommandLine {
+            t_ns: t.u64("t_ns")?,
+            pid: t.i32("pid")?,
+            argv: t.vec("argv", 4, |t| t.str("argument"))?,
+        }),
         RecordType::End => Record::End {
             t_ns: t.u64("t_ns")?,
         },

@@ -96,6 +96,11 @@ pub fn encode_record(record: RecordRef<'_>, out: &mut Vec<u8>) {
         }
         RecordRef::Wakers(w) => wakers(&mut p, w),
         RecordRef::Wakeups(w) => wakeups(&mut p, w),
+        RecordRef::CommandLine(c) => {
+            p.u64(c.t_ns);
+            p.i32(c.pid);
+            p.vec(&c.argv, |p, a| p.str(a));
+        }
         RecordRef::End { t_ns } => p.u64(t_ns),
     }
     let body_len = (out.len() - at - 5) as u32;
@@ -115,6 +120,7 @@ fn record_type(record: RecordRef<'_>) -> RecordType {
         RecordRef::Stacks { .. } => RecordType::Stacks,
         RecordRef::Wakers(_) => RecordType::Wakers,
         RecordRef::Wakeups(_) => RecordType::Wakeups,
+        RecordRef::CommandLine(_) => RecordType::CommandLine,
         RecordRef::End { .. } => RecordType::End,
     }
 }

@@ -2,14 +2,14 @@
 //! to a compact binary file while it runs, and replayed later (without root, on any OS)
 //! into the very bundle the live session wrote.
 //!
-//! # Format, version 5 (docs/FORMAT.md has the same, with examples)
+//! # Format, version 6 (docs/FORMAT.md has the same, with examples)
 //!
 //! Every integer is little-endian, fixed width. A file is a header and then chunks:
 //!
 //! ```text
 //! header (16 bytes)
 //!   0  magic        8 bytes  89 4B 4B 52 0D 0A 1A 0A  ("\x89KKR\r\n\x1a\n")
-//!   8  version      u16      5 (4: no time accounting; 3: no stack profile extras
+//!   8  version      u16      6 (5: no command line records; 4: no time accounting; 3: no stack profile extras
 //!                            or wakers; 2: no in-progress calls, sampled stack
 //!                            estimates or lost causes; 1: also class rows without steal)
 //!  10  flags        u16      0 (reserved; a reader rejects other values)
@@ -41,6 +41,7 @@
 //! | 7 | launched | argv vec<str>, pid i32, exit_code opt<i32>, signal opt<i32>, rusage opt<(user_us, system_us, max_rss_kib, minor_faults, major_faults, voluntary_switches, involuntary_switches: u64)>, untraced_cpu_ns opt<u64> (version 2 on) |
 //! | 10 | in progress | version 3 on: t_ns u64, vec<(pid i32, tid i32, nr u32, name str, t_ns u64, elapsed_ns u64, before_start u8, user_stack opt<u32>)>: the syscalls still running at a snapshot; the last one wins |
 //! | 11 | wakers | the bundle's waker profile: vec<(pid i32, tid i32, class str, kind str, source opt<str>, source_id opt<u32>, waker_pid opt<i32>, waker_tid opt<i32>, waker_comm opt<str>, total_ns u64, count u64)>, lost u64; written when the session ends |
+//! | 13 | command line | version 6 on: t_ns u64, pid i32, argv vec<str>: a process's command line, when kernelkite learnt it (an exec's, or read from /proc) |
 //! | 12 | wakeups | `--critical-path`: the bundle's wakeup stream: vec<(t_ns u64, sleep_ns u64, pid i32, tid i32, class str, waker_kind str, waker_pid i32, waker_tid i32, on_cpu_ns u64, runqueue_ns u64, steal_ns u64)>, lost u64; written when the session ends |
 //! | 8 | end | t_ns u64: the session ended and every record was written |
 //! | 9 | stacks | the bundle's stack profile (`--stacks`): sample_hz u64, min_block_ns u64, frames vec<(addr u64, kernel u8, module opt<str>, module_offset opt<u64>, symbol opt<str>, file opt<str>, line opt<u32>)>, stacks vec<vec<u32>>, samples vec<(pid i32, tid i32, class str, user_stack opt<u32>, kernel_stack opt<u32>, total_ns u64, count u64, version 3 on: estimated_ns u64, sampled_count u64, in_progress u8)>, captures_lost u64, slow_stacks vec<(slow syscall arrival index u32, user stack index u32)>; written when the session ends |
@@ -69,8 +70,8 @@ pub use encode::{Compression, RecordingWriter, SharedRecording};
 pub use rebuild::{replay_recording, replay_recording_file, BundleBuilder, Replayed};
 
 use crate::model::{
-    Backend, Frame, HostConstants, LaunchedCommand, LifecycleEvent, SlowSyscall, StackProfile,
-    SyscallHistogram, SyscallInProgress, WakerProfile, WakeupStream,
+    Backend, CommandLine, Frame, HostConstants, LaunchedCommand, LifecycleEvent, SlowSyscall,
+    StackProfile, SyscallHistogram, SyscallInProgress, WakerProfile, WakeupStream,
 };
 use std::collections::BTreeMap;
 
@@ -78,7 +79,7 @@ use std::collections::BTreeMap;
 /// ^Z and LF, which text-mode transfers and line-ending conversions visibly break.
 pub const MAGIC: [u8; 8] = [0x89, b'K', b'K', b'R', b'\r', b'\n', 0x1a, b'\n'];
 /// The version this build writes (and the newest it reads).
-pub const FORMAT_VERSION: u16 = 5;
+pub const FORMAT_VERSION: u16 = 6;
 /// Length of the file header.
 pub const FILE_HEADER_LEN: usize = 16;
 /// Length of a chunk header.
@@ -111,6 +112,8 @@ pub enum RecordType {
     Wakers = 11,
     /// The wakeup stream (`Bundle::wakeups`, `--critical-path`), once at the end.
     Wakeups = 12,
+    /// A process's command line (`Bundle::command_lines`), version 6 on.
+    CommandLine = 13,
 }
 
 impl RecordType {
@@ -128,6 +131,7 @@ impl RecordType {
             10 => RecordType::InProgress,
             11 => RecordType::Wakers,
             12 => RecordType::Wakeups,
+            13 => RecordType::CommandLine,
             _ => return None,
         })
     }
@@ -214,6 +218,8 @@ pub enum Record {
     },
     Wakers(WakerProfile),
     Wakeups(WakeupStream),
+    /// Version 6 on: a process's command line, as it was learnt.
+    CommandLine(CommandLine),
     End {
         t_ns: u64,
     },
@@ -226,6 +232,7 @@ impl Record {
             Record::SessionStart(_) => Some(0),
             Record::Frame(f) => Some(f.t_ns),
             Record::Lifecycle(e) => Some(e.t_ns),
+            Record::CommandLine(c) => Some(c.t_ns),
             Record::SlowSyscall(s) => Some(s.t_ns),
             Record::Histograms { t_ns, .. }
             | Record::EventsLost { t_ns, .. }
@@ -268,6 +275,7 @@ impl Record {
             },
             Record::Wakers(w) => RecordRef::Wakers(w),
             Record::Wakeups(w) => RecordRef::Wakeups(w),
+            Record::CommandLine(c) => RecordRef::CommandLine(c),
             Record::End { t_ns } => RecordRef::End { t_ns: *t_ns },
         }
     }
@@ -295,6 +303,8 @@ pub enum RecordRef<'a> {
         calls: &'a [SyscallInProgress],
     },
     Launched(&'a LaunchedCommand),
+    /// A process's command line (version 6 on).
+    CommandLine(&'a CommandLine),
     Stacks {
         profile: &'a StackProfile,
         slow_stacks: &'a [(u32, u32)],

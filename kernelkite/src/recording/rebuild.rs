@@ -81,6 +81,9 @@ impl BundleBuilder {
             }
             Record::Wakers(w) => bundle.wakers = Some(w),
             Record::Wakeups(w) => bundle.wakeups = Some(w),
+            Record::CommandLine(c) => {
+                keep_capped(&mut bundle.command_lines, c);
+            }
             Record::End { .. } => {}
         }
     }

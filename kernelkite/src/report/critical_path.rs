@@ -5,7 +5,8 @@ use kernelkite_common::LatencyClass;
 use serde_json::{json, Map, Value};
 
 use super::{clean, columns, fmt_ns, fmt_share};
-use crate::analysis::critical_path::{CriticalPath, Segment};
+use crate::analysis::commands::short_command;
+use crate::analysis::critical_path::{CriticalPath, PathThread, Segment};
 use crate::model::ClassTimes;
 
 /// Version of the critical-path JSON document.
@@ -65,6 +66,21 @@ fn segment_text(s: &Segment, start_ns: u64) -> Vec<String> {
     ]
 }
 
+/// A thread as its users name it: its comm, with its process's distinguishing command
+/// (`rustc --crate-name serde`) when that says more.
+fn thread_name(t: &PathThread) -> String {
+    match t.argv.as_deref().map(short_command) {
+        Some(short) if !short.is_empty() && short != t.comm => {
+            if t.comm == t.process_comm {
+                short
+            } else {
+                format!("{} of {short}", t.comm)
+            }
+        }
+        _ => t.comm.clone(),
+    }
+}
+
 pub fn critical_path_text(p: &CriticalPath, max_segments: usize) -> String {
     let mut out = String::new();
     let wall = p.wall_ns;
@@ -77,7 +93,7 @@ pub fn critical_path_text(p: &CriticalPath, max_segments: usize) -> String {
             format!(
                 "{} in {} (pid {}) {top}",
                 fmt_ns(t.ns as f64),
-                clean(&t.comm),
+                clean(&thread_name(t)),
                 t.pid
             )
         })
@@ -127,7 +143,7 @@ pub fn critical_path_text(p: &CriticalPath, max_segments: usize) -> String {
         rows.push(vec![
             fmt_ns(t.ns as f64),
             fmt_share(share(t.ns, wall)),
-            format!("{} (pid {}, tid {})", clean(&t.comm), t.pid, t.tid),
+            format!("{} (pid {}, tid {})", clean(&thread_name(t)), t.pid, t.tid),
             classes_text(&t.classes),
         ]);
     }
@@ -176,6 +192,7 @@ pub fn critical_path_json(p: &CriticalPath) -> Value {
             "tid": t.tid,
             "comm": t.comm,
             "process_comm": t.process_comm,
+            "argv": t.argv,
             "ns": t.ns,
             "classes": classes_json(&t.classes),
         })).collect::<Vec<_>>(),

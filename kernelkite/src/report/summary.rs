@@ -97,6 +97,7 @@ fn summary_json_base(a: &Analysis) -> Value {
                 "pid": p.pid,
                 "ppid": p.ppid,
                 "comm": p.comm,
+                "argv": p.argv,
                 "start_time_ticks": p.start_time_ticks,
                 "started_in_session": p.started_in_session,
                 "first_seen_ms": ns_to_ms(p.first_seen_ns),
@@ -419,7 +420,14 @@ pub fn summary_text_with(a: &Analysis, idle: Option<&IdleSplit>) -> String {
         rows.push(vec![
             p.pid.to_string(),
             p.ppid.to_string(),
-            super::clean(&p.comm),
+            // The distinguishing part of its command line (`rustc --crate-name
+            // serde`), else its comm.
+            super::clean(
+                &(p.argv.as_deref())
+                    .map(crate::analysis::commands::short_command)
+                    .filter(|c| !c.is_empty())
+                    .unwrap_or_else(|| p.comm.clone()),
+            ),
             format!(
                 "{}-{}",
                 fmt_ms(ns_to_ms(p.first_seen_ns)).trim_end_matches(" ms"),

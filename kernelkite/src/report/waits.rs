@@ -4,6 +4,7 @@
 use serde_json::{json, Value};
 
 use super::{fmt_ns, fmt_share};
+use crate::analysis::commands::short_command;
 use crate::analysis::waits::{ThreadWaits, WokenBy};
 
 /// Version of the waits JSON document.
@@ -71,10 +72,11 @@ pub fn waits_text(threads: &[ThreadWaits]) -> String {
         ));
         for t in idle {
             out.push_str(&format!(
-                "  {} (pid {}, tid {}): asleep {} of {}\n",
+                "  {} (pid {}, tid {}{}): asleep {} of {}\n",
                 name(t),
                 t.pid,
                 t.tid,
+                command_suffix(t),
                 fmt_ns(t.sleep_ns as f64),
                 fmt_ns(t.wall_ns as f64)
             ));
@@ -91,12 +93,22 @@ fn name(t: &ThreadWaits) -> &str {
     }
 }
 
+/// `, COMMAND` after the ids: the distinguishing part of its process's command line,
+/// when known and saying more than the comm.
+fn command_suffix(t: &ThreadWaits) -> String {
+    match t.argv.as_deref().map(short_command) {
+        Some(short) if !short.is_empty() && short != t.comm => format!(", {short}"),
+        _ => String::new(),
+    }
+}
+
 fn thread_text(t: &ThreadWaits) -> String {
     let mut out = format!(
-        "{} (pid {}, tid {}): {} asleep of {}\n",
+        "{} (pid {}, tid {}{}): {} asleep of {}\n",
         name(t),
         t.pid,
         t.tid,
+        command_suffix(t),
         fmt_ns(t.sleep_ns as f64),
         fmt_ns(t.wall_ns as f64)
     );
@@ -155,6 +167,7 @@ pub fn waits_json(threads: &[ThreadWaits]) -> Value {
                 "pid": t.pid,
                 "tid": t.tid,
                 "comm": t.comm,
+                "argv": t.argv,
                 "idle": t.idle,
                 "wall_ns": t.wall_ns,
                 "sleep_ns": t.sleep_ns,

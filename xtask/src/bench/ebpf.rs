@@ -747,6 +747,7 @@ fn pipe_program_times(ctx: &Ctx, configs: &[PipeConfig]) -> Result<Vec<Row>> {
     );
     let (_, ours) = pipe_run(ctx, PipeConfig::Kernelkite)?;
     let (_, no_runtime) = pipe_run(ctx, PipeConfig::KernelkiteNoRuntime)?;
+    let (_, no_wakers) = pipe_run(ctx, PipeConfig::KernelkiteNoWakers)?;
     let (_, runqlat) = pipe_run(ctx, PipeConfig::Runqlat)?;
     let (Some(ours), Some(runqlat)) = (ours, runqlat) else {
         return Ok(rows);
@@ -781,6 +782,23 @@ fn pipe_program_times(ctx: &Ctx, configs: &[PipeConfig]) -> Result<Vec<Row>> {
         rows.push(Row::new(
             "BPF program time per sched-pipe op: the sum_exec_runtime read and split (scheduler hooks − without)",
             sched - sched_without,
+            "ns/op",
+            &shown,
+        ));
+    }
+    if let Some(no_wakers) = &no_wakers {
+        // Issue 12: waker aggregation (sched_waking, the WAKERS update at sched_wakeup,
+        // the irq/softirq/hrtimer notes), against the same hooks with it off.
+        let without = per_op(no_wakers, &|_| true);
+        rows.push(Row::new(
+            "BPF program time per sched-pipe op: kernelkite, every hook, waker aggregation off (KERNELKITE_WAKERS=off)",
+            without,
+            "ns/op",
+            &shown,
+        ));
+        rows.push(Row::new(
+            "BPF program time per sched-pipe op: waker aggregation (every hook − with it off)",
+            all - without,
             "ns/op",
             &shown,
         ));

@@ -30,6 +30,10 @@ pub struct KernelLayout {
     pub signal_live_offset: u32,
     /// `signal_struct.flags`: whether a thread group is exiting (a wakeup to die).
     pub signal_flags_offset: u32,
+    /// `task_struct.mm`, `mm_struct.arg_start` and `arg_end`: the argv read at exec.
+    pub task_mm_offset: u32,
+    pub mm_arg_start_offset: u32,
+    pub mm_arg_end_offset: u32,
     /// `task_struct.se.sum_exec_runtime`: the kernel's accounted runtime, on_cpu's source.
     pub task_sum_exec_runtime_offset: u32,
 }
@@ -94,6 +98,9 @@ pub fn read_layout(path: &Path) -> Result<KernelLayout, LayoutError> {
         task_signal_offset: byte("task_struct", "signal")?,
         signal_live_offset: byte("signal_struct", "live")?,
         signal_flags_offset: byte("signal_struct", "flags")?,
+        task_mm_offset: byte("task_struct", "mm")?,
+        mm_arg_start_offset: byte("mm_struct", "arg_start")?,
+        mm_arg_end_offset: byte("mm_struct", "arg_end")?,
         task_sum_exec_runtime_offset: byte("task_struct", "se")?
             + byte("sched_entity", "sum_exec_runtime")?,
     })

@@ -314,6 +314,9 @@ fn load_programs(
         .override_global("TASK_SIGNAL_OFFSET", &layout.task_signal_offset, true)
         .override_global("SIGNAL_LIVE_OFFSET", &layout.signal_live_offset, true)
         .override_global("SIGNAL_FLAGS_OFFSET", &layout.signal_flags_offset, true)
+        .override_global("TASK_MM_OFFSET", &layout.task_mm_offset, true)
+        .override_global("MM_ARG_START_OFFSET", &layout.mm_arg_start_offset, true)
+        .override_global("MM_ARG_END_OFFSET", &layout.mm_arg_end_offset, true)
         .override_global(
             "TASK_SUM_EXEC_RUNTIME_OFFSET",
             &sum_exec_runtime_offset,

@@ -1,6 +1,8 @@
 //! Decoding ring-buffer records (pure: bytes in, records out; tested without a kernel).
 
-use kernelkite_common::bpf::{record_kind, LifecycleRecord, SlowSyscallRecord, StackCaptureRecord};
+use kernelkite_common::bpf::{
+    record_kind, ArgvRecord, LifecycleRecord, SlowSyscallRecord, StackCaptureRecord,
+};
 use kernelkite_common::wake::WakeupRecord;
 
 /// One decoded ring-buffer record.
@@ -13,6 +15,16 @@ pub enum Record {
     StackCapture(StackCaptureRecord),
     /// `--critical-path`: one wakeup of a traced thread.
     Wakeup(WakeupRecord),
+    /// An exec's argv; the bytes follow it in the record ([`argv_bytes`]).
+    Argv(ArgvRecord),
+}
+
+/// The argv bytes after an ARGV record (what its `len` says, or less if the record is
+/// shorter).
+pub fn argv_bytes<'a>(bytes: &'a [u8], r: &ArgvRecord) -> &'a [u8] {
+    let start = std::mem::size_of::<ArgvRecord>();
+    let end = start.saturating_add(r.len as usize).min(bytes.len());
+    bytes.get(start..end).unwrap_or_default()
 }
 
 /// The stack bytes after a STACK_COPY record (what the record's `stack_len` says, or
@@ -56,6 +68,7 @@ pub fn decode(bytes: &[u8]) -> Result<Record, RecordError> {
             read_pod(bytes).map(Record::StackCapture)
         }
         record_kind::WAKEUP => read_pod(bytes).map(Record::Wakeup),
+        record_kind::ARGV => read_pod(bytes).map(Record::Argv),
         other => Err(RecordError::UnknownKind(other)),
     }
 }

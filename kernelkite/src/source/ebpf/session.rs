@@ -15,7 +15,7 @@ use kernelkite_common::LatencyClass;
 
 use super::loader::{self, ProbeError, ProbeOptions, Probes, StackOptions};
 use super::map_batch::read_all;
-use super::records::{comm_string, decode, stack_bytes, Record};
+use super::records::{argv_bytes, comm_string, decode, stack_bytes, Record};
 use super::stacks::{InProgressWait, StackCollector, UserStack};
 use super::syscall_table;
 use super::tracked::{ThreadKey, Tracked};
@@ -23,9 +23,9 @@ use super::wakers::{waker_kind_name, WakerReader};
 use crate::analysis::sample_class;
 use crate::model::frame_recorder::{keep_capped, MAX_EVENTS};
 use crate::model::{
-    Backend, Bundle, ClassTimes, Frame, HostConstants, LifecycleEvent, LifecycleKind, OnCpuSource,
-    SlowSyscall, SyscallHistogram, SyscallInProgress, ThreadSample, Wakeup, WakeupStream,
-    NEW_TASK_CLASS,
+    Backend, Bundle, ClassTimes, CommandLine, Frame, HostConstants, LifecycleEvent, LifecycleKind,
+    OnCpuSource, SlowSyscall, SyscallHistogram, SyscallInProgress, ThreadSample, Wakeup,
+    WakeupStream, MAX_ARGV_BYTES, NEW_TASK_CLASS,
 };
 use crate::recording::{ClockAnchor, RecordRef, RecordSink, SessionStart};
 use crate::source::host::current_host;
@@ -76,6 +76,11 @@ const PARENTS_KEPT: usize = 100_000;
 pub struct Session {
     /// The attached programs; `None` once detached (at the end, before the final read).
     probes: Option<Probes>,
+    /// The command lines kept (at most [`MAX_EVENTS`]), and the processes whose
+    /// current program's is known (the live ones: the others are read from /proc at
+    /// the next snapshot).
+    command_lines: Vec<CommandLine>,
+    argv_known: BTreeSet<i32>,
     hooks: Vec<String>,
     attach_ms: f64,
     /// Where the attached programs take on_cpu from (the bundle's time accounting).
@@ -292,6 +297,8 @@ impl Session {
             on_cpu_source: probes.on_cpu_source,
             host: current_host(probes.on_cpu_source),
             probes: Some(probes),
+            command_lines: Vec::new(),
+            argv_known: BTreeSet::new(),
             targets,
             tracked: Tracked::default(),
             threads,
@@ -356,6 +363,8 @@ impl Session {
             }));
         }
         if gated {
+            // Still kernelkite until its exec: its command line is the exec's.
+            self.argv_known.insert(pids[0]);
             let mut gate: Array<&mut MapData, u32> = self
                 .probes
                 .as_mut()
@@ -669,6 +678,11 @@ impl Session {
                 if exit {
                     self.tracked.exit_seen((r.tid, r.start_ns));
                 }
+                if kind == LifecycleKind::Exec {
+                    // A new program: its ARGV record follows, or the next snapshot reads
+                    // /proc.
+                    self.argv_known.remove(&(r.tgid as i32));
+                }
                 if kind == LifecycleKind::Fork && r.tgid != r.parent_tgid {
                     self.parent_of.insert(r.tgid, r.parent_tgid as i32);
                 }
@@ -747,6 +761,17 @@ impl Session {
                 });
                 false
             }
+            Record::Argv(r) => {
+                let line = CommandLine::from_nul_separated(
+                    self.t_ns(r.ts_ns),
+                    r.tgid as i32,
+                    argv_bytes(bytes, &r),
+                );
+                if let Some(line) = line {
+                    self.keep_command_line(line);
+                }
+                false
+            }
             Record::StackCapture(r) => {
                 if let Some(stacks) = self.stacks.as_mut() {
                     stacks.take_capture(&r, stack_bytes(bytes, &r));
@@ -754,6 +779,50 @@ impl Session {
                 false
             }
         }
+    }
+
+    /// Keep a process's command line (once per program: a /proc read that raced its
+    /// ARGV record is not kept twice), and send it to the recording.
+    fn keep_command_line(&mut self, line: CommandLine) {
+        self.argv_known.insert(line.pid);
+        let same = (self.command_lines.iter().rev())
+            .find(|l| l.pid == line.pid)
+            .is_some_and(|l| l.argv == line.argv);
+        if same {
+            return;
+        }
+        if let Some(sink) = self.sink.as_mut() {
+            sink.record(RecordRef::CommandLine(&line));
+        }
+        if !keep_capped(&mut self.command_lines, line) {
+            self.dropped.events += 1;
+        }
+    }
+
+    /// Read /proc/PID/cmdline of the processes in `frame` whose program's command line
+    /// is not known (found running at attach, or exec'd with no ARGV record: classic
+    /// tracepoints), and forget the processes no longer in it.
+    fn read_command_lines(&mut self, t_ns: u64, frame: &Frame) {
+        for p in &frame.processes {
+            if self.argv_known.contains(&p.pid) {
+                continue;
+            }
+            self.argv_known.insert(p.pid);
+            let path = Path::new(PROC_ROOT).join(p.pid.to_string()).join("cmdline");
+            let Ok(file) = std::fs::File::open(path) else {
+                continue;
+            };
+            let mut bytes = Vec::new();
+            let _ = std::io::Read::read_to_end(
+                &mut std::io::Read::take(file, MAX_ARGV_BYTES as u64),
+                &mut bytes,
+            );
+            if let Some(line) = CommandLine::from_nul_separated(t_ns, p.pid, &bytes) {
+                self.keep_command_line(line);
+            }
+        }
+        let live: BTreeSet<i32> = frame.processes.iter().map(|p| p.pid).collect();
+        self.argv_known.retain(|pid| live.contains(pid));
     }
 
     /// Take a snapshot frame and keep it.
@@ -1199,6 +1268,7 @@ impl Session {
                 })
                 .collect();
         }
+        self.read_command_lines(t_ns, &frame);
         Ok(frame)
     }
 
@@ -1354,6 +1424,7 @@ impl Session {
             }
         }
         bundle.lifecycle = lifecycle;
+        bundle.command_lines = self.command_lines.clone();
         bundle.syscalls = syscalls;
         bundle.slow_syscalls = slow;
         bundle.stacks = stacks;

@@ -1,0 +1,115 @@
+//! Processes named the way their users name them: from each process's command line
+//! (`Bundle::command_lines`), the part that tells one `rustc` or `python3` from the
+//! next (`rustc --crate-name serde`, `python3 manage.py runserver`).
+
+use std::collections::BTreeMap;
+
+use crate::model::{Bundle, CommandLine};
+
+/// The most characters of a short command.
+const MAX_SHORT_CHARS: usize = 60;
+/// Arguments after the program name a short command keeps (options are skipped).
+const MAX_SHORT_ARGS: usize = 2;
+
+/// Each pid's latest command line (the program it ran last).
+pub fn latest_by_pid(bundle: &Bundle) -> BTreeMap<i32, &CommandLine> {
+    let mut out: BTreeMap<i32, &CommandLine> = BTreeMap::new();
+    for line in &bundle.command_lines {
+        let later = out.get(&line.pid).is_none_or(|l| l.t_ns <= line.t_ns);
+        if later {
+            out.insert(line.pid, line);
+        }
+    }
+    out
+}
+
+/// The distinguishing part of a command line: the program's file name, then the crate
+/// a `rustc` builds (`--crate-name NAME`), or else the first arguments that are not
+/// options (`python3 manage.py runserver`, `cc foo.c`; a path by its file name); at
+/// most 60 characters.
+pub fn short_command(argv: &[String]) -> String {
+    let Some(program) = argv.first() else {
+        return String::new();
+    };
+    let name = program.rsplit('/').next().unwrap_or(program);
+    let mut out = name.to_string();
+    let args = &argv[1..];
+    if let Some(i) = args.iter().position(|a| a == "--crate-name") {
+        if let Some(krate) = args.get(i + 1) {
+            out.push_str(" --crate-name ");
+            out.push_str(krate);
+        }
+    } else {
+        for a in args
+            .iter()
+            .filter(|a| !a.starts_with('-'))
+            .take(MAX_SHORT_ARGS)
+        {
+            // A path by its file name: `cc symbols.o`, not the build directory.
+            let a = match a.rsplit_once('/') {
+                Some((_, file)) if !file.is_empty() && !a.contains(' ') => file,
+                _ => a,
+            };
+            out.push(' ');
+            out.push_str(a);
+        }
+    }
+    if out.chars().count() > MAX_SHORT_CHARS {
+        out = out.chars().take(MAX_SHORT_CHARS - 1).collect();
+        out.push('…');
+    }
+    // One line, whatever the arguments held.
+    out.replace(['\n', '\r', '\t'], " ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn argv(s: &[&str]) -> Vec<String> {
+        s.iter().map(|a| a.to_string()).collect()
+    }
+
+    #[test]
+    fn short_commands_name_what_tells_runs_apart() {
+        let rustc = argv(&[
+            "/root/.rustup/toolchains/stable/bin/rustc",
+            "--edition=2021",
+            "--crate-name",
+            "serde",
+            "src/lib.rs",
+        ]);
+        assert_eq!(short_command(&rustc), "rustc --crate-name serde");
+        let py = argv(&["python3", "-u", "manage.py", "runserver", "0:8000"]);
+        assert_eq!(short_command(&py), "python3 manage.py runserver");
+        assert_eq!(short_command(&argv(&["/bin/sleep", "5"])), "sleep 5");
+        let cc = argv(&["cc", "/tmp/b/deps/x/symbols.o", "-o", "/tmp/b/app"]);
+        assert_eq!(short_command(&cc), "cc symbols.o app");
+        assert_eq!(short_command(&argv(&["cc", "-c", "-O2"])), "cc");
+        assert_eq!(short_command(&[]), "");
+        let long = argv(&["sh", "-c", &"x".repeat(200)]);
+        assert_eq!(short_command(&long).chars().count(), MAX_SHORT_CHARS);
+        assert_eq!(short_command(&argv(&["sh", "-c", "a\nb"])), "sh a b");
+    }
+
+    #[test]
+    fn the_latest_command_line_of_a_pid_wins() {
+        let host = crate::model::HostConstants {
+            clock_ticks_per_sec: 100,
+            page_size_bytes: 4096,
+            num_cpus: 1,
+            kernel_release: None,
+            arch: "x86_64".into(),
+            time_accounting: None,
+        };
+        let mut bundle = Bundle::new(crate::model::Backend::Ebpf, host, 100);
+        for (t_ns, a) in [(5, "sh"), (9, "make"), (1, "kernelkite")] {
+            bundle.command_lines.push(CommandLine {
+                t_ns,
+                pid: 7,
+                argv: argv(&[a]),
+            });
+        }
+        assert_eq!(latest_by_pid(&bundle)[&7].argv, argv(&["make"]));
+    }
+}
