@@ -64,6 +64,10 @@ fn watch_futex_workload(test: &str, top_args: &str, filter_by_pid: bool) {
     t.keys(&["Down", "Enter"]);
     let s = t.wait_for(WAIT, |s| s.matches("└ ").count() >= 5);
     assert!(s.matches("└ ").count() >= 5, "{s}");
+    // A contender's row names its main waker: another of the workload's threads (each
+    // releases the lock the others wait for).
+    let s = t.wait_for(WAIT, |s| woken_by_a_sibling(s).is_some());
+    assert!(woken_by_a_sibling(&s).is_some(), "{s}");
     t.keys(&["q"]);
     let s = t.wait_for(WAIT, |s| s.contains("EXIT="));
     assert!(s.contains("EXIT=0"), "{s}");
@@ -71,6 +75,27 @@ fn watch_futex_workload(test: &str, top_args: &str, filter_by_pid: bool) {
     let result = workload.finish();
     assert!(result.is_object(), "{result}");
     eprintln!("{test}: {row}");
+}
+
+/// A thread row in lock_wait whose main waker (`← COMM (TID)`) is another thread row
+/// of the screen: (waiter tid, waker tid).
+fn woken_by_a_sibling(screen: &str) -> Option<(i32, i32)> {
+    let rows: Vec<(i32, &str)> = (screen.lines())
+        .filter(|l| l.contains("└ "))
+        .filter_map(|l| Some((l.split_whitespace().next()?.parse().ok()?, l)))
+        .collect();
+    rows.iter().find_map(|&(tid, line)| {
+        let (_, waker) = line.rsplit_once(" ← ")?;
+        let waker_tid: i32 = waker
+            .trim()
+            .rsplit_once('(')?
+            .1
+            .strip_suffix(')')?
+            .parse()
+            .ok()?;
+        (line.contains("lock_wait") && waker_tid != tid && rows.iter().any(|r| r.0 == waker_tid))
+            .then_some((tid, waker_tid))
+    })
 }
 
 #[test]

@@ -12,6 +12,7 @@ use anyhow::{Context, Result};
 
 use crate::model::{
     Backend, Bundle, Frame, HostConstants, OnCpuSource, StackProfile, SyscallHistogram,
+    WakerProfile,
 };
 use crate::recording::{ClockAnchor, Record, RecordRef, RecordSink, RecordingReader, SessionStart};
 use crate::source::host::current_host;
@@ -30,6 +31,9 @@ pub struct Snapshot {
     /// tables only grow, so the latest snapshot's tables resolve every earlier one's
     /// samples.
     pub stacks: Option<StackProfile>,
+    /// What ended the traced threads' sleeps so far, cumulative (live eBPF; `None`
+    /// for /proc and replays, whose recording holds it only at the end).
+    pub wakers: Option<WakerProfile>,
 }
 
 /// What a feed is, for the header and status line.
@@ -219,6 +223,7 @@ impl TopFeed for ProcFeed {
             syscalls: Vec::new(),
             events_lost: None,
             stacks: None,
+            wakers: None,
         }))
     }
 
@@ -278,6 +283,11 @@ impl TopFeed for BundleReplayFeed {
             events_lost: self.bundle.events_lost,
             stacks: if last {
                 self.bundle.stacks.clone()
+            } else {
+                None
+            },
+            wakers: if last {
+                self.bundle.wakers.clone()
             } else {
                 None
             },
@@ -349,6 +359,7 @@ impl RecordingReplayFeed {
             syscalls: self.histograms.clone(),
             events_lost: self.events_lost,
             stacks: self.stacks.clone(),
+            wakers: None,
         }
     }
 }
@@ -494,6 +505,7 @@ mod ebpf_feed {
                 syscalls: session.syscall_histograms(),
                 events_lost: Some(session.events_lost()),
                 stacks: session.stack_profile_so_far(),
+                wakers: session.wakers_so_far(),
             }))
         }
 

@@ -89,6 +89,8 @@ pub struct Row {
     pub off_cpu_ns: u64,
     /// Process rows only: whether its threads are shown.
     pub expanded: bool,
+    /// Thread rows (live eBPF): who ended most of its sleep time in the window.
+    pub main_waker: Option<String>,
 }
 
 impl Row {
@@ -312,6 +314,7 @@ impl App {
                         cpu_percent: percent(t.classes.on_cpu as f64 / 1e9),
                         off_cpu_ns: t.classes.off_cpu_ns(),
                         expanded: false,
+                        main_waker: data.main_wakers.get(&(p.pid, t.tid)).cloned(),
                     })
                     .collect()
             } else {
@@ -326,6 +329,7 @@ impl App {
                 cpu_percent: percent(p.cpu_seconds.unwrap_or(0.0)),
                 off_cpu_ns: p.classes.off_cpu_ns(),
                 expanded,
+                main_waker: None,
             };
             procs.push((row, threads));
         }

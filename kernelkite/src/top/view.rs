@@ -251,10 +251,14 @@ fn draw_table(f: &mut Frame<'_>, app: &mut App, area: Rect) {
                     (r.pid.to_string(), format!("{marker}{}", clean(&r.comm)))
                 }
             };
-            let dominant = match r.dominant() {
+            let mut dominant = match r.dominant() {
                 Some((class, share)) => format!("{} {:.0}%", class.name(), share * 100.0),
                 None => "-".to_string(),
             };
+            // A thread row names who ended most of its sleeps in the window.
+            if let Some(waker) = &r.main_waker {
+                dominant.push_str(&format!(" ← {}", clean(waker)));
+            }
             let mut cells = vec![
                 Cell::from(id),
                 Cell::from(name),

@@ -9,7 +9,10 @@ use kernelkite_common::hist::bucket_upper;
 
 use super::feed::{FeedInfo, Snapshot};
 use crate::analysis::{analyze, Analysis};
-use crate::model::{Backend, Bundle, ClassTimes, StackProfile, StackSample, SyscallHistogram};
+use crate::model::{
+    Backend, Bundle, ClassTimes, StackProfile, StackSample, SyscallHistogram, WakerProfile,
+    WakerSample,
+};
 
 /// Which span the view shows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -143,6 +146,66 @@ pub struct WindowData {
     /// stack profile (the latest profile's tables, its samples minus the baseline's), for
     /// `analysis::stacks`; `None` when the feed has no stacks (yet).
     pub stacks: Option<Bundle>,
+    /// Each thread's main waker in the window (`(pid, tid)` -> who ended most of its
+    /// sleep time there: `comm (tid)`, `timer`, `softirq:net_rx`...), live eBPF only.
+    pub main_wakers: BTreeMap<(i32, i32), String>,
+}
+
+/// Per thread, the waker that ended the most sleep time in `wakers` (a window's
+/// deltas); sleeps nothing ended (`not_woken`) name no waker.
+fn main_wakers(wakers: Option<&WakerProfile>) -> BTreeMap<(i32, i32), String> {
+    let mut best: BTreeMap<(i32, i32), (u64, String)> = BTreeMap::new();
+    for w in wakers.into_iter().flat_map(|p| &p.wakeups) {
+        if w.kind == "not_woken" || w.total_ns == 0 {
+            continue;
+        }
+        let label = match (w.kind.as_str(), w.source.as_deref()) {
+            ("thread", _) => format!(
+                "{} ({})",
+                w.waker_comm.as_deref().unwrap_or("?"),
+                w.waker_tid.unwrap_or(0)
+            ),
+            (_, Some(source)) => source.to_string(),
+            _ => "interrupt".to_string(),
+        };
+        let e = best.entry((w.pid, w.tid)).or_insert((0, String::new()));
+        if w.total_ns > e.0 {
+            *e = (w.total_ns, label);
+        }
+    }
+    best.into_iter().map(|(k, (_, label))| (k, label)).collect()
+}
+
+/// `latest` minus `base`, per (thread, class, waker): the window's sleeps.
+fn waker_deltas(latest: &WakerProfile, base: Option<&WakerProfile>) -> WakerProfile {
+    let before: BTreeMap<_, (u64, u64)> = (base.into_iter())
+        .flat_map(|b| &b.wakeups)
+        .map(|w| (waker_key(w), (w.total_ns, w.count)))
+        .collect();
+    let wakeups = (latest.wakeups.iter())
+        .filter_map(|w| {
+            let (ns, n) = before.get(&waker_key(w)).copied().unwrap_or_default();
+            let mut d = w.clone();
+            d.total_ns = w.total_ns.saturating_sub(ns);
+            d.count = w.count.saturating_sub(n);
+            (d.total_ns > 0).then_some(d)
+        })
+        .collect();
+    WakerProfile {
+        wakeups,
+        lost: latest.lost,
+    }
+}
+
+fn waker_key(w: &WakerSample) -> (i32, i32, &str, &str, Option<&str>, Option<i32>) {
+    (
+        w.pid,
+        w.tid,
+        w.class.as_str(),
+        w.kind.as_str(),
+        w.source.as_deref(),
+        w.waker_tid,
+    )
 }
 
 /// The window bundle of `snapshots` (baseline first) and its analysis.
@@ -173,6 +236,7 @@ pub fn window_data(info: &FeedInfo, interval_ms: u64, snapshots: &[&Snapshot]) -
             stacks.stacks = Some(profile);
             stacks
         }),
+        main_wakers: main_wakers(bundle.wakers.as_ref()),
         histograms: bundle.syscalls,
         alive,
         events_lost: latest.and_then(|s| s.events_lost),
@@ -224,6 +288,9 @@ pub fn window_bundle(info: &FeedInfo, interval_ms: u64, snapshots: &[&Snapshot])
         .stacks
         .as_ref()
         .map(|p| stack_deltas(p, base.stacks.as_ref()));
+    bundle.wakers = (latest.wakers.as_ref())
+        .filter(|_| snapshots.len() > 1)
+        .map(|w| waker_deltas(w, base.wakers.as_ref()));
     bundle
 }
 
@@ -396,7 +463,50 @@ mod tests {
             syscalls: Vec::new(),
             events_lost: None,
             stacks: None,
+            wakers: None,
         }
+    }
+
+    fn woken(tid: i32, kind: &str, waker_tid: Option<i32>, ns: u64) -> WakerSample {
+        WakerSample {
+            pid: 1,
+            tid,
+            class: "lock_wait".into(),
+            kind: kind.into(),
+            source: (kind == "interrupt").then(|| "timer".to_string()),
+            source_id: None,
+            waker_pid: waker_tid.map(|_| 1),
+            waker_tid,
+            waker_comm: waker_tid.map(|t| format!("w{t}")),
+            total_ns: ns,
+            count: 1,
+        }
+    }
+
+    #[test]
+    fn a_threads_main_waker_is_the_one_that_ended_most_of_its_sleep_in_the_window() {
+        let profile = |samples: Vec<WakerSample>| WakerProfile {
+            wakeups: samples,
+            lost: 0,
+        };
+        let base = profile(vec![
+            woken(2, "thread", Some(3), 900),
+            woken(2, "interrupt", None, 10),
+        ]);
+        // In the window: thread 3 ended 100 ns more, the timer 500 ns more, and thread
+        // 4's sleep no one ended.
+        let latest = profile(vec![
+            woken(2, "thread", Some(3), 1_000),
+            woken(2, "interrupt", None, 510),
+            woken(4, "not_woken", None, 7_000),
+        ]);
+        let window = waker_deltas(&latest, Some(&base));
+        let main = main_wakers(Some(&window));
+        assert_eq!(main.get(&(1, 2)).map(String::as_str), Some("timer"));
+        assert_eq!(main.get(&(1, 4)), None);
+        // Since the start (no baseline), thread 3 leads.
+        let main = main_wakers(Some(&waker_deltas(&latest, None)));
+        assert_eq!(main.get(&(1, 2)).map(String::as_str), Some("w3 (3)"));
     }
 
     #[test]

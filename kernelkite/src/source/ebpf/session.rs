@@ -871,6 +871,12 @@ impl Session {
         ))
     }
 
+    /// The waker profile so far (cumulative time per thread, class and waker, of the
+    /// sleeps that ended), for live views; `None` with waker aggregation off.
+    pub fn wakers_so_far(&self) -> Option<crate::model::WakerProfile> {
+        loader::wakers_on().then(|| self.wakers.profile(&[], monotonic_ns()))
+    }
+
     /// The cumulative syscall histograms as of the last snapshot: exited processes'
     /// (folded out of the kernel map) plus the live map's entries read with it (at the
     /// end, after the programs were detached), one per (process, syscall), sorted.
