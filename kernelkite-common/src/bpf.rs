@@ -118,6 +118,11 @@ pub struct ThreadState {
     pub pending_sampled: u32,
     /// Explicit padding; always 0.
     pub _pad: u32,
+    /// Who ran `try_to_wake_up` for the thread's current sleep (sched_waking, in the
+    /// waker's context), kept until the wakeup ends the sleep (sched_wakeup, which may
+    /// run later on the wakee's CPU). In the thread's own entry, which both hooks look
+    /// up anyway: a map of its own cost an LRU update per wakeup.
+    pub waker: crate::wake::PendingWaker,
 }
 
 /// `ThreadState::sys_flags`.
@@ -163,6 +168,14 @@ impl Default for ThreadState {
             last_capture_ns: 0,
             pending_sampled: 0,
             _pad: 0,
+            waker: crate::wake::PendingWaker {
+                kind: 0,
+                source: 0,
+                waker_tgid: 0,
+                waker_tid: 0,
+                comm: [0; COMM_LEN],
+                waking_ns: 0,
+            },
         }
     }
 }
@@ -460,7 +473,7 @@ pub struct SlowSyscallRecord {
     pub _pad: u32,
 }
 
-const _: () = assert!(core::mem::size_of::<ThreadState>() == 200);
+const _: () = assert!(core::mem::size_of::<ThreadState>() == 240);
 const _: () = assert!(core::mem::size_of::<StackKey>() == 24);
 const _: () = assert!(core::mem::size_of::<StackTime>() == 32);
 const _: () = assert!(core::mem::size_of::<SyscallKey>() == 8);

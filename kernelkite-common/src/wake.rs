@@ -57,9 +57,9 @@ pub struct WakerTime {
     pub comm: [u8; COMM_LEN],
 }
 
-/// Value of the `PENDING_WAKERS` map (key: the woken tid): who ran `try_to_wake_up`
-/// (sched_waking, in the waker's context), kept until the wakeup ends the sleep
-/// (sched_wakeup, which may run later on the wakee's CPU, from an IPI).
+/// `ThreadState::waker`: who ran `try_to_wake_up` (sched_waking, in the waker's
+/// context), kept until the wakeup ends the sleep (sched_wakeup, which may run later on
+/// the wakee's CPU, from an IPI).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PendingWaker {

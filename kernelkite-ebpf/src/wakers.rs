@@ -17,7 +17,7 @@ use aya_ebpf::helpers::{
     bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_task, bpf_ktime_get_ns,
 };
 use aya_ebpf::macros::{btf_tracepoint, map, tracepoint};
-use aya_ebpf::maps::{HashMap, LruHashMap, PerCpuArray};
+use aya_ebpf::maps::{HashMap, PerCpuArray};
 use aya_ebpf::programs::{BtfTracePointContext, TracePointContext};
 use kernelkite_common::bpf::{run_state, ThreadState};
 use kernelkite_common::wake::{
@@ -31,10 +31,6 @@ use crate::task;
 /// attribution (counted in `WAKERS_LOST`), never its class time.
 #[map]
 pub static WAKERS: HashMap<WakerKey, WakerTime> = HashMap::with_max_entries(16_384, 0);
-
-/// The waker of each traced thread's current sleep, by the woken tid.
-#[map]
-static PENDING_WAKERS: LruHashMap<u32, PendingWaker> = LruHashMap::with_max_entries(16_384, 0);
 
 /// Which interrupt each CPU is in.
 #[map]
@@ -142,7 +138,7 @@ fn on_waking(tid: u32, tgid: u32, wakee: *const u8) -> i32 {
         // SAFETY: helper call without preconditions.
         waking_ns: unsafe { bpf_ktime_get_ns() },
     };
-    let _ = PENDING_WAKERS.insert(tid, pending, 0);
+    t.waker = pending;
     0
 }
 
@@ -165,9 +161,8 @@ pub fn on_woken(tid: u32, t: &ThreadState, class: u32, sleep_ns: u64) {
         ..WakerKey::default()
     };
     let mut comm = [0u8; 16];
-    // SAFETY: the entry is copied out before anything else can change it.
-    match unsafe { PENDING_WAKERS.get(tid) } {
-        Some(p) if p.waking_ns >= since => {
+    match &t.waker {
+        p if p.waking_ns >= since && p.waking_ns != 0 => {
             key.kind = p.kind;
             key.source = p.source;
             key.waker_tgid = p.waker_tgid;

@@ -331,6 +331,22 @@ pub fn critical_path(bundle: &Bundle, a: &Analysis) -> Result<CriticalPath, NoPa
                         && jumps < MAX_JUMPS_AT_ONE_TIME
                 });
                 if let Some(w) = waker {
+                    // The wakeup's time is sched_wakeup's, which can run after the
+                    // waker's try_to_wake_up (on the wakee's CPU, from an IPI); by then
+                    // the waker may have gone to sleep itself. It woke us before that
+                    // sleep: the gap is the wakee's wait for the wakeup to land, and the
+                    // path goes on in the waker from where it was last running.
+                    let j = w.sleeps.partition_point(|x| x.start_ns < t);
+                    let asleep_since = (j.checked_sub(1).map(|j| &w.sleeps[j]))
+                        .filter(|x| x.wake_ns >= t && x.start_ns > s.start_ns.max(floor))
+                        .map(|x| x.start_ns);
+                    if let Some(lo) = asleep_since {
+                        let mut c = ClassTimes::default();
+                        c.add(s.class, t - lo);
+                        let why = format!("{} (pid {}, tid {})", w.comm, s.waker_pid, w.tid);
+                        push(&mut backwards, seg(th, lo, t, false, c, Some(why)));
+                        t = lo;
+                    }
                     cur = w.tid;
                     jumps += 1;
                     continue;
