@@ -283,6 +283,12 @@ fn the_path_of_a_cargo_build_runs_through_the_rustc_invocations() {
         });
         assert!(named, "no rustc --crate-name {krate} on the path: {path:#}");
     }
+    // A thread woken to die when its rustc exited waited for the thread that ran the
+    // exit: the path follows it there instead of charging that wait to the build.
+    let stuck: Vec<&Value> = (path["segments"].as_array().unwrap().iter())
+        .filter(|s| s["woken_by"] == "group_exit")
+        .collect();
+    assert!(stuck.is_empty(), "{stuck:#?}");
     let text = output_ok(
         "critical-path",
         Command::new(kernelkite_bin())

@@ -17,7 +17,9 @@ pub mod waker_kind {
     /// Interrupt context whose source no hook saw: a wakeup run by the idle task.
     pub const INTERRUPT: u32 = 4;
     /// No wakeup by work: the sleeper's thread group was exiting (exit_group, or a
-    /// fatal signal), and the kernel woke the thread to die.
+    /// fatal signal), and the kernel woke the thread to die. The `--critical-path`
+    /// stream keeps the thread that ran it (`waker_tgid`, `waker_tid`); the WAKERS
+    /// totals do not.
     pub const GROUP_EXIT: u32 = 5;
 }
 

@@ -103,10 +103,12 @@ fn waker_of(wakee_tgid: u32, wakee: *const u8) -> (u32, u32, u32, u32) {
             && (unsafe { task::group_exiting(bpf_get_current_task() as *const u8) }
                 || crate::classic::in_exit_group(waker.3))
     };
-    if exiting {
-        (waker_kind::GROUP_EXIT, 0, 0, 0)
-    } else {
-        waker
+    match (exiting, waker.0) {
+        // The thread that ran the exit (exit_group's caller, or a killer) is kept for
+        // the critical path, which goes on through it; the WAKERS totals drop it.
+        (true, waker_kind::THREAD) => (waker_kind::GROUP_EXIT, 0, waker.2, waker.3),
+        (true, _) => (waker_kind::GROUP_EXIT, 0, 0, 0),
+        (false, _) => waker,
     }
 }
 
@@ -184,6 +186,12 @@ pub fn on_woken(tid: u32, t: &ThreadState, class: u32, sleep_ns: u64) {
         crate::critical_path::on_woken(tid, t, &key, since + sleep_ns);
     }
     if aggregate {
+        if key.kind == waker_kind::GROUP_EXIT {
+            // One entry per thread and class, whoever ran the exit.
+            key.waker_tgid = 0;
+            key.waker_tid = 0;
+            comm = [0; 16];
+        }
         add(&key, sleep_ns, comm);
     }
 }

@@ -25,8 +25,8 @@ pub fn latest_by_pid(bundle: &Bundle) -> BTreeMap<i32, &CommandLine> {
 
 /// The distinguishing part of a command line: the program's file name, then the crate
 /// a `rustc` builds (`--crate-name NAME`), or else the first arguments that are not
-/// options (`python3 manage.py runserver`, `cc foo.c`; a path by its file name); at
-/// most 60 characters.
+/// options (`python3 manage.py runserver`, `cc foo.c`; an absolute path by its file
+/// name); at most 60 characters.
 pub fn short_command(argv: &[String]) -> String {
     let Some(program) = argv.first() else {
         return String::new();
@@ -45,9 +45,12 @@ pub fn short_command(argv: &[String]) -> String {
             .filter(|a| !a.starts_with('-'))
             .take(MAX_SHORT_ARGS)
         {
-            // A path by its file name: `cc symbols.o`, not the build directory.
+            // An absolute path by its file name: `cc symbols.o`, not the build
+            // directory (`if=/dev/zero` and `src/lib.rs` stay as they are).
             let a = match a.rsplit_once('/') {
-                Some((_, file)) if !file.is_empty() && !a.contains(' ') => file,
+                Some((_, file)) if a.starts_with('/') && !file.is_empty() && !a.contains(' ') => {
+                    file
+                }
                 _ => a,
             };
             out.push(' ');
@@ -85,6 +88,8 @@ mod tests {
         assert_eq!(short_command(&argv(&["/bin/sleep", "5"])), "sleep 5");
         let cc = argv(&["cc", "/tmp/b/deps/x/symbols.o", "-o", "/tmp/b/app"]);
         assert_eq!(short_command(&cc), "cc symbols.o app");
+        let dd = argv(&["dd", "if=/dev/zero", "bs=64k"]);
+        assert_eq!(short_command(&dd), "dd if=/dev/zero bs=64k");
         assert_eq!(short_command(&argv(&["cc", "-c", "-O2"])), "cc");
         assert_eq!(short_command(&[]), "");
         let long = argv(&["sh", "-c", &"x".repeat(200)]);

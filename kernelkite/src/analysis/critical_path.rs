@@ -324,8 +324,10 @@ pub fn critical_path(bundle: &Bundle, a: &Analysis) -> Result<CriticalPath, NoPa
             }
             Some((_, s)) => {
                 // Asleep at t: follow the waker if it can be followed.
+                // A thread woken to die (`group_exit`) waited for the thread that ran
+                // the exit: the path goes on there too.
                 let waker = threads.get(&s.waker_tid).filter(|w| {
-                    s.waker_kind == "thread"
+                    (s.waker_kind == "thread" || s.waker_kind == "group_exit")
                         && w.tid != cur
                         && w.start_ns < t
                         && jumps < MAX_JUMPS_AT_ONE_TIME
