@@ -72,6 +72,13 @@ const MAX_PERF_MAP_BYTES: u64 = 64 << 20;
 /// Distinct unwound stacks kept, and distinct (thread, class, stack) times of copies:
 /// past either, a copy's time is dropped and counted in `captures_lost`.
 const MAX_UNWOUND_STACKS: usize = 65_536;
+/// Distinct frames a session interns (about 250 bytes each with their strings): past
+/// it, a stack that needs a new frame is kept as [`FRAMES_PAST_CAP`] alone, with its
+/// time, and counted (a process churn makes new frames for every process, each with
+/// its own addresses: bounded otherwise only through the stacks that name them).
+const MAX_INTERNED_FRAMES: usize = 500_000;
+/// The one frame of a stack that would have gone past [`MAX_INTERNED_FRAMES`].
+pub const FRAMES_PAST_CAP: &str = "[stack not kept: past the 500,000 frames a session keeps]";
 const MAX_COPIED_TIMES: usize = 65_536;
 /// Copies waiting for their times (one per thread at most): past this, forgotten.
 const MAX_PENDING_COPIES: usize = 65_536;
@@ -122,6 +129,9 @@ pub struct StackCollector {
     skipped: BTreeMap<(String, Skip), u64>,
     /// Interned frames and stacks, as they go into the bundle.
     frames: Interner<StackFrame>,
+    /// Stacks kept as [`FRAMES_PAST_CAP`] because their frames would have gone past
+    /// [`MAX_INTERNED_FRAMES`].
+    stacks_past_frame_cap: u64,
     /// (frame indices, truncated).
     stacks: Interner<(Vec<u32>, bool)>,
     /// (pid, user stack) → stack index, once resolved (`None`: the id held nothing).
@@ -255,6 +265,7 @@ impl StackCollector {
             refused: BTreeMap::new(),
             skipped: BTreeMap::new(),
             frames: Interner::default(),
+            stacks_past_frame_cap: 0,
             stacks: Interner::default(),
             user_resolved: BTreeMap::new(),
             kernel_resolved: BTreeMap::new(),
@@ -307,6 +318,7 @@ impl StackCollector {
             ("stack_processes", self.processes.len() as u64),
             ("perf_maps", self.perf_maps.len() as u64),
             ("truncated", self.truncated.len() as u64),
+            ("stacks_past_frame_cap", self.stacks_past_frame_cap),
         ]
     }
 
@@ -1262,7 +1274,13 @@ impl StackCollector {
     /// Intern a stack's frames, then the stack (a truncated one apart from the same
     /// frames complete); returns the stack's index.
     fn intern(&mut self, frames: Vec<StackFrame>, truncated: bool) -> u32 {
-        let ids: Vec<u32> = frames.into_iter().map(|f| self.intern_frame(f)).collect();
+        let (ids, truncated) = match intern_frames(&mut self.frames, frames, MAX_INTERNED_FRAMES) {
+            Some(ids) => (ids, truncated),
+            None => {
+                self.stacks_past_frame_cap += 1;
+                (vec![self.intern_frame(past_cap_frame())], true)
+            }
+        };
         let i = self.intern_stack(ids, truncated);
         if truncated {
             self.truncated.insert(i);
@@ -1283,6 +1301,40 @@ impl StackCollector {
             Some(i) => i,
             None => self.stacks.insert(key),
         }
+    }
+}
+
+/// The frames' numbers in `interner`, adding the new ones; `None` (nothing added) when
+/// the new ones would take it past `cap` items (one is left for [`past_cap_frame`]).
+fn intern_frames(
+    interner: &mut Interner<StackFrame>,
+    frames: Vec<StackFrame>,
+    cap: usize,
+) -> Option<Vec<u32>> {
+    let new = frames.iter().filter(|f| interner.get(f).is_none()).count();
+    if new > 0 && interner.items().len() + new >= cap {
+        return None;
+    }
+    Some(
+        (frames.into_iter())
+            .map(|f| match interner.get(&f) {
+                Some(i) => i,
+                None => interner.insert(f),
+            })
+            .collect(),
+    )
+}
+
+/// The frame a stack past [`MAX_INTERNED_FRAMES`] is kept as.
+fn past_cap_frame() -> StackFrame {
+    StackFrame {
+        addr: 0,
+        kernel: false,
+        module: None,
+        module_offset: None,
+        symbol: Some(FRAMES_PAST_CAP.to_string()),
+        file: None,
+        line: None,
     }
 }
 
@@ -1462,6 +1514,39 @@ fn call_sites(addrs: &[u64]) -> Vec<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn past_the_frame_cap_a_stack_adds_no_frame() {
+        let frame = |addr: u64| StackFrame {
+            addr,
+            kernel: false,
+            module: None,
+            module_offset: None,
+            symbol: None,
+            file: None,
+            line: None,
+        };
+        let mut interner = Interner::default();
+        assert_eq!(
+            intern_frames(&mut interner, vec![frame(1), frame(2)], 4),
+            Some(vec![0, 1])
+        );
+        // Known frames still intern at the cap; two new ones would reach it.
+        assert_eq!(
+            intern_frames(&mut interner, vec![frame(3), frame(4)], 4),
+            None
+        );
+        assert_eq!(interner.items().len(), 2);
+        assert_eq!(
+            intern_frames(&mut interner, vec![frame(2), frame(3), frame(1)], 4),
+            Some(vec![1, 2, 0])
+        );
+        assert_eq!(intern_frames(&mut interner, vec![frame(5)], 4), None);
+        assert_eq!(
+            intern_frames(&mut interner, vec![frame(1)], 4),
+            Some(vec![0])
+        );
+    }
 
     #[test]
     fn the_interner_numbers_each_item_once_also_when_hashes_collide() {
