@@ -142,14 +142,25 @@ fn serve_folds_exited_processes_into_one_series_and_keeps_the_totals() {
         assert!(Instant::now() < deadline, "the loop did not finish");
         std::thread::sleep(Duration::from_millis(50));
     }
-    // Every child has been reaped: once a snapshot has seen them go, all are folded.
+    // Every child has been reaped: once a snapshot has seen them go, all are folded. The
+    // exit events arrive with the ring buffer, the histograms with the next snapshot's
+    // map read: a scrape in between counts the processes before their execs.
+    let execs_of = |body: &str| -> f64 {
+        (body.lines())
+            .filter(|l| {
+                l.starts_with("kernelkite_syscall_latency_seconds_count{")
+                    && l.contains("syscall=\"execve\"")
+            })
+            .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+            .sum()
+    };
     let body = loop {
         let r = scrape(port).unwrap_or_default();
         let exited = (r.lines())
             .find_map(|l| l.strip_prefix("kernelkite_exited_processes_total "))
             .and_then(|v| v.trim().parse::<u64>().ok())
             .unwrap_or(0);
-        if exited >= RUNS {
+        if exited >= RUNS && execs_of(&r) >= RUNS as f64 {
             break r;
         }
         assert!(
@@ -159,17 +170,12 @@ fn serve_folds_exited_processes_into_one_series_and_keeps_the_totals() {
         std::thread::sleep(Duration::from_millis(100));
     };
     let mut pids = std::collections::BTreeSet::new();
-    let mut execs = 0.0;
     for line in body.lines().filter(|l| l.starts_with("kernelkite_")) {
         if let Some((_, rest)) = line.split_once("pid=\"") {
             pids.insert(rest.split('"').next().unwrap().to_string());
         }
-        if line.starts_with("kernelkite_syscall_latency_seconds_count{")
-            && line.contains("syscall=\"execve\"")
-        {
-            execs += line.rsplit(' ').next().unwrap().parse::<f64>().unwrap();
-        }
     }
+    let execs = execs_of(&body);
     let want: std::collections::BTreeSet<String> =
         [sh.id().to_string(), "exited".to_string()].into();
     assert_eq!(pids, want, "{body}");
