@@ -520,7 +520,7 @@ fn a_go_programs_idle_ms_are_idle_and_their_stacks_end_at_the_g0_boundary() {
 /// A single-threaded Node script: libuv's and V8's worker threads sit parked on
 /// condition variables, so they are idle and lock_wait does not lead the summary; and
 /// `stacks` lists lock_wait with its time, nearly all of it with stacks (the workers'
-/// `pthread_cond_wait`).
+/// wait in glibc, `pthread_cond_wait`).
 #[test]
 fn a_node_scripts_idle_workers_are_idle_and_their_lock_wait_has_stacks() {
     let Some(_serial) =
@@ -565,7 +565,12 @@ fn a_node_scripts_idle_workers_are_idle_and_their_lock_wait_has_stacks() {
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| panic!("no coverage in {line:?}"));
     assert!(covered >= 90.0, "{text}");
-    assert!(text.contains("pthread_cond_wait"), "{text}");
+    // The workers' wait in glibc: named, or (when the end-of-session symbol budget ran
+    // out in node's 90 MB binary first, docs/STACKS.md) glibc's module+offset.
+    assert!(
+        text.contains("pthread_cond_wait") || text.contains("libc.so.6+0x"),
+        "{text}"
+    );
 }
 
 /// nginx (Debian's: master and workers, stripped) serving a file on loopback.
