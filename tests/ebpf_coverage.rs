@@ -194,6 +194,23 @@ fn calls_still_blocked_at_the_end_are_in_the_syscall_table_and_stacks() {
             ][..],
             "nanosleep",
         ),
+        // A short block first: the long call's one switch-out comes within the stack
+        // capture's rate bound of the thread's last capture, so its stack is taken from
+        // /proc at the end.
+        (
+            &[
+                "sleep_stress",
+                "--first-sleep-us",
+                "100",
+                "--nanosleeps",
+                "1",
+                "--sleep-ms",
+                "60000",
+                "--reads",
+                "0",
+            ][..],
+            "nanosleep",
+        ),
         (
             &[
                 "sleep_stress",
@@ -228,6 +245,15 @@ fn calls_still_blocked_at_the_end_are_in_the_syscall_table_and_stacks() {
         let stack = c
             .user_stack
             .unwrap_or_else(|| panic!("{call} in progress has no stack"));
+        // Unwound through glibc or the workload's own syscall wrapper to its caller.
+        let profile = t.bundle.stacks.as_ref().unwrap();
+        let symbols: Vec<&str> = (profile.stacks[stack as usize].iter())
+            .filter_map(|&f| profile.frames[f as usize].symbol.as_deref())
+            .collect();
+        assert!(
+            symbols.iter().any(|s| s.contains("sleep::run")),
+            "{call}: {symbols:?}"
+        );
         let row = (t.analysis.syscalls.iter())
             .find(|s| s.name == call && s.state == SyscallState::InProgress)
             .unwrap_or_else(|| panic!("no {call} in progress row: {:?}", t.analysis.syscalls));

@@ -1,6 +1,7 @@
 //! sleep_stress: the main thread blocks in syscalls that wait for time or for another
 //! thread, never for a device or a lock (syscall_blocked):
-//! 1. `--nanosleeps N` × `nanosleep(--sleep-ms)`;
+//! 1. `--nanosleeps N` × `nanosleep(--sleep-ms)`, after one short
+//!    `nanosleep(--first-sleep-us)` when that is given;
 //! 2. `--reads R` × a blocking 1-byte `read` on a pipe whose writer thread (started
 //!    after step 1) sleeps `--delay-ms` before each 1-byte `write`.
 //!
@@ -17,6 +18,7 @@ pub fn run(args: &mut Args) -> Result<(), crate::Fail> {
     let sleep_ms = args.u64("sleep-ms", 10)?;
     let reads = args.u64("reads", 20)?;
     let delay_ms = args.u64("delay-ms", 10)?;
+    let first_sleep_us = args.u64("first-sleep-us", 0)?;
     let start = crate::gate(args)?;
 
     let mut fds = [0 as libc::c_int; 2];
@@ -28,6 +30,11 @@ pub fn run(args: &mut Args) -> Result<(), crate::Fail> {
 
     start.wait()?;
     let t0 = Instant::now();
+    if first_sleep_us > 0 {
+        // A block just before the long ones: a tracer that copies a thread's stack at
+        // most once per interval has just used this thread's copy.
+        nanosleep_us(first_sleep_us);
+    }
     for _ in 0..nanosleeps {
         nanosleep_ms(sleep_ms);
     }
@@ -81,9 +88,14 @@ pub fn run(args: &mut Args) -> Result<(), crate::Fail> {
 /// interrupts it). Made with `syscall(SYS_nanosleep)`: glibc's `nanosleep()` wrapper
 /// issues `clock_nanosleep`, and tests count the `nanosleep` syscall by name.
 pub fn nanosleep_ms(ms: u64) {
+    nanosleep_us(ms.saturating_mul(1000));
+}
+
+/// [`nanosleep_ms`] in microseconds.
+pub fn nanosleep_us(us: u64) {
     let mut req = libc::timespec {
-        tv_sec: (ms / 1000) as libc::time_t,
-        tv_nsec: ((ms % 1000) * 1_000_000) as libc::c_long,
+        tv_sec: (us / 1_000_000) as libc::time_t,
+        tv_nsec: ((us % 1_000_000) * 1000) as libc::c_long,
     };
     loop {
         let mut rem = libc::timespec {

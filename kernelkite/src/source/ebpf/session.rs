@@ -1028,10 +1028,15 @@ impl Session {
                 }
                 let in_syscall = s.sys_nr != NO_SYSCALL;
                 let stacks = self.stacks.is_some();
+                // The stacks /proc gave a call in progress whose switch-out copied none.
+                let mut wait_from_proc = None;
                 if in_syscall {
                     let before_start = s.sys_flags & sys_flags::BEFORE_START != 0;
                     let nr = s.sys_nr & !SYSCALL_BEFORE_START;
-                    if stacks && s.sys_user_stack_id != NO_STACK {
+                    let blocked_at_attach = before_start && s.run_state == run_state::INITIAL;
+                    let copied = (self.stacks.as_ref())
+                        .is_some_and(|c| c.has_thread_stack(tid, s.sys_user_stack_id));
+                    if stacks && copied && !blocked_at_attach {
                         self.in_progress_stack_ids.push((
                             self.in_progress.len(),
                             tgid,
@@ -1042,14 +1047,16 @@ impl Session {
                     } else if let (true, Some(collector)) = (
                         // At the end only (the programs detached): read during the
                         // session, it held up the ring buffer's reader.
-                        final_frame && before_start && s.run_state == run_state::INITIAL,
+                        final_frame,
                         self.stacks.as_mut(),
                     ) {
-                        // Blocked since before attach, no event since: no switch-out
-                        // copied its stack, so it is read from /proc, its wait's time
-                        // (all of the session) going to it. Live views go without.
-                        blocked.insert(tid);
-                        if let Some(from_proc) = collector.blocked_stacks(tgid, tid, nr) {
+                        // No switch-out copied its stack: blocked since before attach
+                        // with no event since, or its one switch-out came within the
+                        // capture rate bound of the thread's last capture (or its copy
+                        // was lost). It is still in the call, so /proc has the stack.
+                        // Live views go without.
+                        let from_proc = collector.blocked_stacks(tgid, tid, nr);
+                        if let Some(from_proc) = from_proc {
                             if from_proc.user.is_some() {
                                 self.in_progress_stack_ids.push((
                                     self.in_progress.len(),
@@ -1059,17 +1066,25 @@ impl Session {
                                     from_proc.user,
                                 ));
                             }
-                            waits.push(InProgressWait {
-                                tgid,
-                                tid,
-                                class: s.sleep_class,
-                                sleep_ns: now.saturating_sub(s.since_ns),
-                                runq_ns: 0,
-                                user_stack_id: NO_STACK,
-                                kernel_stack: 0,
-                                sampled: false,
-                                from_proc: Some(from_proc),
-                            });
+                        }
+                        if blocked_at_attach {
+                            // Its wait's time (all of the session) goes to that stack.
+                            blocked.insert(tid);
+                            if let Some(from_proc) = from_proc {
+                                waits.push(InProgressWait {
+                                    tgid,
+                                    tid,
+                                    class: s.sleep_class,
+                                    sleep_ns: now.saturating_sub(s.since_ns),
+                                    runq_ns: 0,
+                                    user_stack_id: NO_STACK,
+                                    kernel_stack: 0,
+                                    sampled: false,
+                                    from_proc: Some(from_proc),
+                                });
+                            }
+                        } else {
+                            wait_from_proc = from_proc;
                         }
                     }
                     self.in_progress.push(SyscallInProgress {
@@ -1113,7 +1128,7 @@ impl Session {
                         user_stack_id,
                         kernel_stack: 0,
                         sampled: false,
-                        from_proc: None,
+                        from_proc: wait_from_proc,
                     });
                 }
                 if s.pending_class != NO_PENDING {
