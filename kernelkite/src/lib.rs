@@ -18,6 +18,7 @@ pub mod analysis;
 pub mod cli;
 pub mod commands;
 pub mod export;
+pub mod format;
 pub mod model;
 #[cfg(unix)]
 pub mod output;

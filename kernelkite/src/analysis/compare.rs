@@ -343,7 +343,7 @@ impl FailRule {
 /// A metric value in its unit, human-readable (`943.00 MiB`, `2.790 s`, `1500 ms`);
 /// `signed` adds a `+` to positive values (for changes).
 pub fn format_value(unit: MetricUnit, v: f64, signed: bool) -> String {
-    use crate::report::{fmt_bytes_f, fmt_ms, fmt_ns};
+    use crate::format::{fmt_bytes_f, fmt_ms, fmt_ns};
     let sign = if signed && v > 0.0 { "+" } else { "" };
     let body = match unit {
         MetricUnit::Milliseconds => fmt_ms(v),

@@ -24,7 +24,7 @@ pub mod commands;
 pub mod compare;
 pub mod critical_path;
 pub mod stacks;
-pub mod syscall_names;
+pub mod timeline;
 pub mod waits;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -38,7 +38,9 @@ use crate::model::{
     Backend, Bundle, ClassTimes, FrameCap, InlineStr, LifecycleKind, OnCpuSource, TimeAccounting,
 };
 
-pub use syscall_names::{sample_class, syscall_name, syscall_number, IO_SYSCALLS, LOCK_SYSCALLS};
+pub use crate::model::syscalls::{
+    sample_class, syscall_name, syscall_number, IO_SYSCALLS, LOCK_SYSCALLS,
+};
 
 /// Identity of a process across pid reuse: `(pid, start_time_ticks)`.
 pub type ProcessKey = (i32, u64);
@@ -50,7 +52,7 @@ pub struct Analysis {
     /// `Bundle::label`.
     pub label: Option<String>,
     /// `Bundle::backend`.
-    #[schemars(with = "crate::export::json::model_schema::Backend")]
+    #[schemars(with = "crate::model::schema::Backend")]
     pub backend: Backend,
     /// `Bundle::replayed_from`.
     pub replayed_from: Option<String>,
@@ -65,7 +67,7 @@ pub struct Analysis {
     /// Number of frames in the bundle.
     pub frames: u64,
     /// `Bundle::frame_cap`: whether frames were dropped.
-    #[schemars(with = "crate::export::json::model_schema::FrameCap")]
+    #[schemars(with = "crate::model::schema::FrameCap")]
     pub frame_cap: FrameCap,
     /// Distinct `(pid, start_time_ticks)` processes in the frames, plus (eBPF) pids that
     /// only appear in lifecycle events.
@@ -96,7 +98,7 @@ pub struct Analysis {
     /// Processes whose /proc/<pid>/io was never readable (their I/O is not counted).
     pub processes_without_io: u64,
     /// Σ over threads of their latency classes within the window (ns).
-    #[schemars(with = "crate::export::json::model_schema::ClassTimes")]
+    #[schemars(with = "crate::model::schema::ClassTimes")]
     #[serde(serialize_with = "crate::model::class_times_by_name")]
     pub latency_classes: ClassTimes,
     /// `backend.latency_classes_exact()`: false means io_wait, lock_wait,
@@ -131,7 +133,7 @@ pub struct Analysis {
     pub skipped_files: Vec<SkippedFileRow>,
     /// `Bundle::host.time_accounting`: where on_cpu came from and what the kernel
     /// leaves out of it (`None` for bundles written before it was recorded).
-    #[schemars(with = "Option<crate::export::json::model_schema::TimeAccounting>")]
+    #[schemars(with = "Option<crate::model::schema::TimeAccounting>")]
     pub time_accounting: Option<TimeAccounting>,
     /// **Host-wide** hypervisor steal over the window, every CPU summed: the move of
     /// /proc/stat's steal column from the first frame that has it to the last, in ns
@@ -301,7 +303,7 @@ pub struct ProcessRow {
     /// Whether /proc/<pid>/io was readable in at least one sample.
     pub io_visible: bool,
     /// Σ of its threads' classes.
-    #[schemars(with = "crate::export::json::model_schema::ClassTimes")]
+    #[schemars(with = "crate::model::schema::ClassTimes")]
     #[serde(serialize_with = "crate::model::class_times_by_name")]
     pub classes: ClassTimes,
     /// Distinct threads observed.
@@ -328,7 +330,7 @@ pub struct ThreadRow {
     /// `max(window_end − window_start, on_cpu + runqueue)` from /proc, or the sum of
     /// the exact classes from eBPF.
     pub wall_ns: u64,
-    #[schemars(with = "crate::export::json::model_schema::ClassTimes")]
+    #[schemars(with = "crate::model::schema::ClassTimes")]
     #[serde(serialize_with = "crate::model::class_times_by_name")]
     pub classes: ClassTimes,
     /// True when the classes came from the kernel (`class_ns`), false when the sleep
@@ -1398,4 +1400,4 @@ pub fn build_tree(processes: &[ProcessRow]) -> Vec<TreeNode> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

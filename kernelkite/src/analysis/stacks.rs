@@ -63,7 +63,7 @@ impl FrameView {
     /// as `:` and control characters escaped; kernel frames end in `_[k]` (Brendan
     /// Gregg's annotation, which flame graph tools colour and strip for display).
     pub fn folded_name(&self) -> String {
-        let mut name = crate::report::clean(&self.name).replace(';', ":");
+        let mut name = crate::format::clean(&self.name).replace(';', ":");
         if name.is_empty() {
             name.push_str("[unknown]");
         }
@@ -548,7 +548,7 @@ pub fn folded_lines(bundle: &Bundle, opts: &FoldOptions) -> Vec<String> {
         if opts.per_process {
             let comm = process_names
                 .get(&s.pid)
-                .map(|c| crate::report::clean(c).replace(';', ":"))
+                .map(|c| crate::format::clean(c).replace(';', ":"))
                 .filter(|c| !c.is_empty())
                 .unwrap_or_else(|| format!("pid {}", s.pid));
             roots.push(comm);

@@ -28,9 +28,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use kernelkite_common::LatencyClass;
 use serde_json::{json, Value};
 
+use crate::analysis::timeline;
 use crate::analysis::Analysis;
 use crate::model::{Bundle, ClassTimes, LifecycleKind};
-use crate::report::timeline;
 
 /// The synthetic process whose tracks show process lifetimes.
 pub const LIFETIMES_PID: i32 = 0;

@@ -37,9 +37,9 @@ use prost::Message;
 use kernelkite_common::LatencyClass;
 
 use super::{syscall_histograms, ExportHistogram, ExportOptions};
+use crate::analysis::timeline::{self, ProcessSpan};
 use crate::analysis::Analysis;
 use crate::model::Bundle;
-use crate::report::timeline::{self, ProcessSpan};
 
 const SCOPE_NAME: &str = "kernelkite";
 

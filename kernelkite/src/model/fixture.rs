@@ -90,7 +90,7 @@ use serde::Deserialize;
 
 use super::bundle::*;
 use super::io::LoadError;
-use crate::analysis::syscall_number;
+use crate::model::syscalls::syscall_number;
 
 /// The value of the fixture's `format` key.
 pub const FIXTURE_FORMAT: &str = "kernelkite-fixture";

@@ -9,6 +9,8 @@ pub mod bundle;
 pub mod fixture;
 pub mod frame_recorder;
 pub mod io;
+pub mod schema;
+pub mod syscalls;
 pub mod validate;
 
 pub use bundle::*;

@@ -14,7 +14,7 @@ use kernelkite_common::LatencyClass;
 use crate::analysis::{analyze, Analysis, CpuSource, RssSource};
 use crate::model::{Backend, Bundle, ClassTimes, SlowSyscall};
 
-use super::timeline::{extract, InstantSeries, IntervalSeries, Timeline};
+use crate::analysis::timeline::{extract, InstantSeries, IntervalSeries, Timeline};
 
 /// At most this many process lanes are drawn; the rest are counted in a note.
 pub const MAX_LANES: usize = 120;

@@ -1,7 +1,8 @@
 //! Renderers: pure functions from analyses to bytes (text, JSON, HTML), one file per format.
 //!
 //! `summary`, `compare` and `tree` render text and the versioned `--json` documents
-//! described in `docs/JSON.md`; the helpers below format numbers the same way everywhere.
+//! described in `docs/JSON.md`; numbers are formatted by `crate::format`, the same way
+//! everywhere.
 
 pub mod compare;
 pub mod critical_path;
@@ -11,11 +12,15 @@ pub mod html_stacks;
 pub mod html_waits;
 pub mod stacks;
 pub mod summary;
-pub mod timeline;
 pub mod trace;
 pub mod tree;
 pub mod viewer;
 pub mod waits;
+
+pub use crate::format::{
+    clean, columns, display_argv, fmt_bytes, fmt_bytes_f, fmt_ms, fmt_ns, fmt_secs, fmt_share,
+    or_na,
+};
 
 /// Write a rendered document to standard output. A closed pipe (`kernelkite summary x
 /// | head`) is not an error: the reader has what it wanted.
@@ -35,87 +40,6 @@ pub fn json_text(value: &serde_json::Value) -> String {
     s
 }
 
-/// A name from the kernel (comm, argv element) made safe for one line of text: control
-/// characters are shown escaped (`\n`, `\u{1b}`).
-pub fn clean(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        if c.is_control() {
-            out.extend(c.escape_default());
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
-/// A command line for one line of text: arguments with spaces or quotes are quoted
-/// (shell style), control characters escaped, and the result cut at `max` characters.
-pub fn display_argv(argv: &[String], max: usize) -> String {
-    let quoted: Vec<String> = argv
-        .iter()
-        .map(|a| {
-            let a = clean(a);
-            if a.is_empty() || a.contains(|c: char| c.is_whitespace() || c == '\'' || c == '"') {
-                format!("'{}'", a.replace('\'', "'\\''"))
-            } else {
-                a
-            }
-        })
-        .collect();
-    let line = quoted.join(" ");
-    if line.chars().count() > max {
-        let cut: String = line.chars().take(max.saturating_sub(1)).collect();
-        format!("{cut}…")
-    } else {
-        line
-    }
-}
-
-/// Bytes with a binary unit and two decimals (`943.00 MiB`); below 1 KiB, `512 B`.
-pub fn fmt_bytes(bytes: u64) -> String {
-    fmt_bytes_f(bytes as f64)
-}
-
-/// [`fmt_bytes`] for a possibly negative or fractional amount (deltas).
-pub fn fmt_bytes_f(bytes: f64) -> String {
-    let units = ["KiB", "MiB", "GiB", "TiB"];
-    let abs = bytes.abs();
-    if abs < 1024.0 {
-        return format!("{bytes:.0} B");
-    }
-    let mut v = bytes / 1024.0;
-    let mut unit = 0;
-    while v.abs() >= 1024.0 && unit + 1 < units.len() {
-        v /= 1024.0;
-        unit += 1;
-    }
-    format!("{v:.2} {}", units[unit])
-}
-
-/// A nanosecond duration in a readable unit: `812 ns`, `41.3 µs`, `12.50 ms`, `2.790 s`.
-pub fn fmt_ns(ns: f64) -> String {
-    let abs = ns.abs();
-    if abs < 1e3 {
-        format!("{ns:.0} ns")
-    } else if abs < 1e6 {
-        format!("{:.1} µs", ns / 1e3)
-    } else if abs < 1e9 {
-        format!("{:.2} ms", ns / 1e6)
-    } else {
-        format!("{:.3} s", ns / 1e9)
-    }
-}
-
-/// Milliseconds without decimals when whole (`1500 ms`), else three (`0.250 ms`).
-pub fn fmt_ms(ms: f64) -> String {
-    if ms.fract() == 0.0 && ms.abs() < 1e15 {
-        format!("{ms:.0} ms")
-    } else {
-        format!("{ms:.3} ms")
-    }
-}
-
 /// What the duration measures, as `analyze` computes it: the eBPF backend counts from
 /// the session start (t = 0, when tracking began), a sampler from its first frame.
 pub fn window_label(a: &crate::analysis::Analysis) -> &'static str {
@@ -125,88 +49,17 @@ pub fn window_label(a: &crate::analysis::Analysis) -> &'static str {
     }
 }
 
-/// A value formatted with `f`, or `n/a` when it was not measured.
-pub fn or_na<T>(value: Option<T>, f: impl FnOnce(T) -> String) -> String {
-    value.map_or_else(|| "n/a".to_string(), f)
-}
-
-/// Seconds with millisecond precision: `2.790 s`.
-pub fn fmt_secs(s: f64) -> String {
-    format!("{s:.3} s")
-}
-
-/// A fraction 0..=1 as a percentage with one decimal: `97.5%`.
-pub fn fmt_share(fraction: f64) -> String {
-    format!("{:.1}%", fraction * 100.0)
-}
-
-/// Lay out rows as left-aligned columns separated by two spaces (the last column is
-/// not padded). Columns whose index is in `right` are right-aligned.
-pub fn columns(rows: &[Vec<String>], right: &[usize]) -> String {
-    let ncol = rows.iter().map(Vec::len).max().unwrap_or(0);
-    let mut widths = vec![0usize; ncol];
-    for row in rows {
-        for (i, cell) in row.iter().enumerate() {
-            widths[i] = widths[i].max(cell.chars().count());
-        }
-    }
-    let mut out = String::new();
-    for row in rows {
-        let mut line = String::new();
-        for (i, cell) in row.iter().enumerate() {
-            if i > 0 {
-                line.push_str("  ");
-            }
-            let pad = widths[i] - cell.chars().count();
-            let last = i + 1 == row.len();
-            if right.contains(&i) {
-                line.push_str(&" ".repeat(pad));
-                line.push_str(cell);
-            } else {
-                line.push_str(cell);
-                if !last {
-                    line.push_str(&" ".repeat(pad));
-                }
-            }
-        }
-        out.push_str(line.trim_end());
-        out.push('\n');
-    }
-    out
-}
-
+/// The text and JSON reports render any analysis, however odd its bundle.
+#[test]
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn formats() {
-        assert_eq!(fmt_bytes(943 * 1024 * 1024), "943.00 MiB");
-        assert_eq!(fmt_bytes(3_502_080), "3.34 MiB");
-        assert_eq!(fmt_bytes(512), "512 B");
-        assert_eq!(fmt_bytes_f(-569.5 * 1024.0 * 1024.0), "-569.50 MiB");
-        assert_eq!(fmt_ns(812.0), "812 ns");
-        assert_eq!(fmt_ns(2.79e9), "2.790 s");
-        assert_eq!(fmt_ms(1500.0), "1500 ms");
-        assert_eq!(fmt_ms(0.25), "0.250 ms");
-        assert_eq!(fmt_share(0.975), "97.5%");
-        assert_eq!(clean("a\nb"), "a\\nb");
-        let argv: Vec<String> = ["sh", "-c", "echo 'hi'\nls"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
-        assert_eq!(display_argv(&argv, 100), "sh -c 'echo '\\''hi'\\''\\nls'");
-        assert_eq!(display_argv(&argv, 8), "sh -c '…");
-        assert_eq!(
-            columns(
-                &[
-                    vec!["a".into(), "1".into()],
-                    vec!["bbb".into(), "22".into()]
-                ],
-                &[1]
-            ),
-            "a     1\nbbb  22\n"
-        );
+fn reports_never_panic_on_arbitrary_bundles() {
+    for b in crate::analysis::tests::arbitrary_bundles() {
+        let a = crate::analysis::analyze(&b);
+        let _ = summary::summary_text(&a);
+        let _ = summary::summary_json(&a);
+        let _ = tree::tree_text(&a);
+        let cmp = crate::analysis::compare::compare(&a, &a);
+        let _ = compare::compare_text(&cmp, &[]);
     }
 }
 

@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use crate::analysis::{analyze, Analysis};
 use crate::model::Bundle;
 
-use super::timeline::{extract, InstantSeries, IntervalSeries, ProcessSpan, Timeline};
+use crate::analysis::timeline::{extract, InstantSeries, IntervalSeries, ProcessSpan, Timeline};
 
 /// The value of the document's `schema` field.
 pub const SCHEMA: &str = "kernelkite-viewer";

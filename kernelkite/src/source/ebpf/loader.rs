@@ -397,7 +397,7 @@ fn load_classic(options: ProbeOptions) -> Result<Probes, ProbeError> {
     let layout = ClassicLayout::read(&fs)?;
     crate::source::limits::raise_memlock_limit();
     let nr = |name: &str| {
-        crate::analysis::syscall_number(std::env::consts::ARCH, name).unwrap_or(u32::MAX)
+        crate::model::syscalls::syscall_number(std::env::consts::ARCH, name).unwrap_or(u32::MAX)
     };
     let (nr_clone, nr_clone3, nr_fork, nr_vfork, nr_exit, nr_exit_group) = (
         nr("clone"),

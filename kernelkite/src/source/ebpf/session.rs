@@ -20,8 +20,8 @@ use super::stacks::{InProgressWait, StackCollector, UserStack};
 use super::syscall_table;
 use super::tracked::{ThreadKey, Tracked};
 use super::wakers::{waker_kind_name, WakerReader};
-use crate::analysis::sample_class;
 use crate::model::frame_recorder::{keep_capped, MAX_EVENTS};
+use crate::model::syscalls::sample_class;
 use crate::model::{
     Backend, Bundle, ClassTimes, CommandLine, Frame, HostConstants, LifecycleEvent, LifecycleKind,
     OnCpuSource, SlowSyscall, SyscallHistogram, SyscallInProgress, ThreadSample, Wakeup,
@@ -1581,7 +1581,7 @@ impl HistAccumulator {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analysis::syscall_number;
+    use crate::model::syscalls::syscall_number;
     use kernelkite_common::NUM_CLASSES;
 
     fn state(run_state: u32, since_ns: u64, class_ns: [u64; NUM_CLASSES]) -> ThreadState {

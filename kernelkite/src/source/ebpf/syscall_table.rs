@@ -5,7 +5,7 @@ use kernelkite_common::bpf::{syscall_kind, MAX_SYSCALL_NR};
 use kernelkite_common::class::{IO_SYSCALLS, LOCK_SYSCALLS};
 use syscalls::Sysno;
 
-use crate::analysis::syscall_name;
+use crate::model::syscalls::syscall_name;
 
 /// The `SYSCALL_KIND` map contents: one entry per syscall number below MAX_SYSCALL_NR.
 pub fn kind_table() -> Vec<(u32, u8)> {
@@ -45,7 +45,7 @@ mod tests {
     #[test]
     fn futex_read_and_fsync_are_classified() {
         let table = kind_table();
-        let number = |n: &str| crate::analysis::syscall_number(std::env::consts::ARCH, n);
+        let number = |n: &str| crate::model::syscalls::syscall_number(std::env::consts::ARCH, n);
         let kind_of = |n: &str| {
             table
                 .iter()

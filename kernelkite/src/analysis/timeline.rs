@@ -14,7 +14,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::analysis::{Analysis, ReapFold};
+use super::{Analysis, ReapFold};
 use crate::model::{Bundle, Frame, IoCounters, LifecycleKind, ProcessSample};
 
 /// Values sampled at instants (one per distinct frame time).
