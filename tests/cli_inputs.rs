@@ -50,8 +50,10 @@ fn run(args: &[&std::ffi::OsStr]) -> Ran {
             Ok(())
         });
     }
-    // Reaped below with wait4, for its rusage.
-    #[allow(clippy::zombie_processes)]
+    #[allow(
+        clippy::zombie_processes,
+        reason = "reaped below with wait4, for its rusage"
+    )]
     let pid = cmd.spawn().unwrap().id() as i32;
     let started = Instant::now();
     let mut status = 0;

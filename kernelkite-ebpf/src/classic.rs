@@ -10,6 +10,7 @@
 //!   a file or block I/O syscall);
 //! - the exit code: known from the status passed to exit or exit_group, unknown for a
 //!   thread killed by a signal.
+//!
 //! `--stacks` needs tp_btf (the kernel stack of the task switched in).
 
 use aya_ebpf::helpers::{bpf_get_current_pid_tgid, bpf_probe_read_user};

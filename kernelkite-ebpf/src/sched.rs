@@ -94,10 +94,8 @@ fn sleep_class(t: &ThreadState, prev: *const u8, prev_state: u32) -> LatencyClas
         }
         // Classic tracepoints: an uninterruptible sleep in a file syscall stands in
         // for the flag.
-        if prev_state & TASK_UNINTERRUPTIBLE != 0 {
-            if is_io_syscall(t.sys_nr) {
-                return LatencyClass::IoWait;
-            }
+        if prev_state & TASK_UNINTERRUPTIBLE != 0 && is_io_syscall(t.sys_nr) {
+            return LatencyClass::IoWait;
         }
         return LatencyClass::SyscallBlocked;
     }

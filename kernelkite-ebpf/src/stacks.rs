@@ -12,6 +12,7 @@
 //!   outside a syscall (preemption, page fault) it is taken at switch-out, which
 //!   happens at most once per scheduler slice or fault. Inside a syscall it may also be
 //!   taken at a switch-out, once per call, rate-limited per thread (`on_switch_out`).
+//!
 //! On-CPU time is sampled by a perf event at `--sample-hz`.
 //! Every stack that could not be captured or stored is counted in `LOST[STACK]`.
 //!
@@ -334,7 +335,7 @@ fn store_kernel_stack(buf: *mut KernelStack, len_bytes: i64) -> u64 {
     match KERNEL_STACKS.insert(&key, unsafe { &*buf }, BPF_NOEXIST as u64) {
         Ok(()) => key,
         // Already stored (the same stack seen before).
-        Err(e) if e == -17 => key,
+        Err(-17) => key,
         Err(_) => {
             count_lost(lost::STACK);
             0

@@ -9,7 +9,8 @@
 //! `--check` fails when that digest is not the sources' now, and rebuilds and fails if
 //! the result differs from the committed bytes: the
 //! build is byte-reproducible (no paths end up in the object; `Cargo.lock` pins the
-//! crates; bpf-linker is pinned below).
+//! crates; bpf-linker is pinned below). It then runs `cargo clippy -D warnings` on the
+//! BPF crate, which the workspace clippy does not reach.
 //!
 //! What the build needs, installed here when missing: the `rust-src` component
 //! (`-Z build-std=core`, allowed on stable with `RUSTC_BOOTSTRAP=1`), Debian's
@@ -62,6 +63,7 @@ pub fn run(args: &[String]) -> Result<()> {
             committed.display(),
             new.len()
         );
+        clippy(&root)?;
     } else {
         std::fs::write(&committed, &new)
             .with_context(|| format!("writing {}", committed.display()))?;
@@ -76,10 +78,35 @@ pub fn run(args: &[String]) -> Result<()> {
 /// Build the BPF object and return its path.
 fn build(root: &Path) -> Result<PathBuf> {
     let dir = root.join("kernelkite-ebpf");
-    let status = Command::new(cargo())
-        .current_dir(&dir)
+    let status = bpf_cargo(&dir, "build", &[])
+        .status()
+        .context("cannot run cargo for kernelkite-ebpf")?;
+    if !status.success() {
+        bail!("building kernelkite-ebpf failed ({status})");
+    }
+    Ok(dir.join("target/bpfel-unknown-none/release/kernelkite"))
+}
+
+/// `cargo clippy -D warnings` of the BPF crate, for its own target: it is outside the
+/// workspace (built for `bpfel-unknown-none`), so the workspace clippy never reads it.
+fn clippy(root: &Path) -> Result<()> {
+    let dir = root.join("kernelkite-ebpf");
+    let status = bpf_cargo(&dir, "clippy", &["--", "-D", "warnings"])
+        .status()
+        .context("cannot run cargo clippy for kernelkite-ebpf")?;
+    if !status.success() {
+        bail!("clippy found warnings in kernelkite-ebpf ({status})");
+    }
+    println!("kernelkite-ebpf: clippy -D warnings clean");
+    Ok(())
+}
+
+/// `cargo SUBCOMMAND` in the BPF crate for `bpfel-unknown-none`, with `extra` after.
+fn bpf_cargo(dir: &Path, subcommand: &str, extra: &[&str]) -> Command {
+    let mut cmd = Command::new(cargo());
+    cmd.current_dir(dir)
         .args([
-            "build",
+            subcommand,
             "--release",
             "--locked",
             "--target",
@@ -87,18 +114,14 @@ fn build(root: &Path) -> Result<PathBuf> {
             "-Z",
             "build-std=core",
         ])
+        .args(extra)
         .env("RUSTC_BOOTSTRAP", "1")
         // The outer `cargo xtask` sets these for the host build; they must not leak in.
         .env_remove("RUSTFLAGS")
         .env_remove("CARGO_TARGET_DIR")
         .env_remove("CARGO_BUILD_TARGET")
-        .env("PATH", path_with_cargo_bin())
-        .status()
-        .context("cannot run cargo for kernelkite-ebpf")?;
-    if !status.success() {
-        bail!("building kernelkite-ebpf failed ({status})");
-    }
-    Ok(dir.join("target/bpfel-unknown-none/release/kernelkite"))
+        .env("PATH", path_with_cargo_bin());
+    cmd
 }
 
 /// Install rust-src, llvm-22-dev and bpf-linker when they are missing.

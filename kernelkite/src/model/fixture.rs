@@ -100,9 +100,9 @@ pub const FIXTURE_VERSION: u64 = 1;
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Fixture {
-    #[allow(dead_code)]
+    #[allow(dead_code, reason = "checked by serde's shape; the value is not used")]
     format: String,
-    #[allow(dead_code)]
+    #[allow(dead_code, reason = "checked by serde's shape; the value is not used")]
     version: u64,
     #[serde(default)]
     label: Option<String>,

@@ -8,7 +8,7 @@ use schemars::JsonSchema;
 /// Nanoseconds per latency class (`model::ClassTimes`).
 #[derive(JsonSchema)]
 #[schemars(deny_unknown_fields)]
-#[allow(dead_code)] // schema only: never constructed
+#[allow(dead_code, reason = "a schema only: never constructed")]
 pub struct ClassTimes {
     pub on_cpu: u64,
     pub runqueue: u64,
@@ -24,7 +24,7 @@ pub struct ClassTimes {
 /// How the kernel accounted time (`model::TimeAccounting`).
 #[derive(JsonSchema)]
 #[schemars(deny_unknown_fields)]
-#[allow(dead_code)] // schema only: never constructed
+#[allow(dead_code, reason = "a schema only: never constructed")]
 pub struct TimeAccounting {
     /// Where on_cpu came from: `sum_exec_runtime` (tp_btf hooks: the kernel's
     /// accounted runtime), `clock` (classic tracepoints: switch to switch, steal and
@@ -43,7 +43,7 @@ pub struct TimeAccounting {
 /// The source of on_cpu (`model::OnCpuSource`).
 #[derive(JsonSchema)]
 #[serde(rename_all = "snake_case")]
-#[allow(dead_code)] // schema only: never constructed
+#[allow(dead_code, reason = "a schema only: never constructed")]
 pub enum OnCpuSource {
     SumExecRuntime,
     Clock,
@@ -53,7 +53,7 @@ pub enum OnCpuSource {
 /// The frame cap (`model::FrameCap`).
 #[derive(JsonSchema)]
 #[schemars(deny_unknown_fields)]
-#[allow(dead_code)] // schema only: never constructed
+#[allow(dead_code, reason = "a schema only: never constructed")]
 pub struct FrameCap {
     pub max_frames: u64,
     pub frames_dropped: u64,
@@ -62,7 +62,7 @@ pub struct FrameCap {
 /// The collector (`model::Backend`).
 #[derive(JsonSchema)]
 #[serde(rename_all = "snake_case")]
-#[allow(dead_code)] // schema only: never constructed
+#[allow(dead_code, reason = "a schema only: never constructed")]
 pub enum Backend {
     Proc,
     Ebpf,

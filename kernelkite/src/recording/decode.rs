@@ -188,11 +188,6 @@ impl<R: Read> RecordingReader<R> {
         self.chunks
     }
 
-    /// Bytes read so far that belong to complete chunks (the header included).
-    pub fn complete_bytes(&self) -> u64 {
-        self.offset
-    }
-
     /// Whether the end record was read: the session ended and wrote everything.
     pub fn ended(&self) -> bool {
         self.ended

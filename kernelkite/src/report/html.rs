@@ -751,7 +751,10 @@ fn legend(h: &mut String, y: f64, items: &[(&str, &str)]) {
 }
 
 /// A step chart: each interval `start[i]..end[i]` is a flat segment at `values[i]`.
-#[allow(clippy::too_many_arguments)]
+#[allow(
+    clippy::too_many_arguments,
+    reason = "a chart's geometry: origin, size, scales and series"
+)]
 fn step_path(
     h: &mut String,
     xs: &XScale,
@@ -800,7 +803,10 @@ fn rates(s: &IntervalSeries<u64>) -> Vec<f64> {
 }
 
 /// Invisible full-height rectangles per interval carrying a `<title>` tooltip.
-#[allow(clippy::too_many_arguments)]
+#[allow(
+    clippy::too_many_arguments,
+    reason = "a chart's geometry: origin, size, scales and series"
+)]
 fn hover_bars(
     h: &mut String,
     xs: &XScale,

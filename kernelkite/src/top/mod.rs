@@ -195,10 +195,6 @@ impl App {
         &self.rows
     }
 
-    pub fn snapshots_seen(&self) -> usize {
-        self.history.len()
-    }
-
     /// Index of the selected row in [`App::rows`].
     pub fn selected_index(&self) -> Option<usize> {
         let key = self.selected?;

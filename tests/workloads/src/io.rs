@@ -123,7 +123,10 @@ fn fs_type(fd: libc::c_int) -> i64 {
     if unsafe { libc::fstatfs(fd, &mut st) } != 0 {
         return 0;
     }
-    #[allow(clippy::unnecessary_cast)] // f_type's width differs between architectures
+    #[allow(
+        clippy::unnecessary_cast,
+        reason = "f_type's width differs between architectures"
+    )]
     {
         st.f_type as i64
     }

@@ -227,12 +227,8 @@ where
 
 impl Session {
     /// Check the targets exist, load and attach the programs, and start tracking every
-    /// thread of the targets (with `follow`, of their existing descendants too).
-    pub fn start(options: TraceOptions) -> Result<Session, SessionError> {
-        Session::start_recorded(options, None)
-    }
-
-    /// [`Session::start`], sending everything the session keeps to `sink` as well.
+    /// thread of the targets (with `follow`, of their existing descendants too),
+    /// sending everything the session keeps to `sink` as well, if given.
     pub fn start_recorded(
         options: TraceOptions,
         sink: Option<Box<dyn RecordSink>>,

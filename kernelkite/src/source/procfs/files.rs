@@ -281,8 +281,10 @@ impl ProcDir {
                 };
             }
             // SAFETY: readdir returned a valid entry that stays valid until the next call.
-            // ino_t is u32 on some 32-bit targets.
-            #[allow(clippy::useless_conversion)]
+            #[allow(
+                clippy::useless_conversion,
+                reason = "ino_t is u32 on some 32-bit targets"
+            )]
             let (name, ino) = unsafe {
                 let e = &*entry;
                 (
