@@ -7,22 +7,18 @@
 //! Without promtool or the Python package a test prints why and passes, except under
 //! CI (`CI` set), where that is a failure (`cargo xtask ci` installs both).
 
+#[path = "support/cli.rs"]
+mod cli_support;
+use cli_support::kk;
+
 use std::path::{Path, PathBuf};
 use std::process::Command as StdCommand;
-
-use assert_cmd::Command;
 
 const FIXTURES: &[&str] = &[
     "api-server-ebpf.json",
     "cargo-build-before.json",
     "cargo-build-after.json",
 ];
-
-fn kk() -> Command {
-    let mut c = Command::cargo_bin("kernelkite").unwrap();
-    c.env_remove("RUST_BACKTRACE");
-    c
-}
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")

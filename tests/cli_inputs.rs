@@ -5,17 +5,13 @@
 
 #![cfg(target_os = "linux")]
 
-use std::path::{Path, PathBuf};
+#[path = "support/cli.rs"]
+mod cli_support;
+use cli_support::{fixtures, kk_path};
+
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-fn kk_bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_kernelkite"))
-}
-
-fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures")
-}
 
 /// Far above what decoding these small inputs needs, far below what they decoded to.
 const PEAK_RSS_LIMIT_KIB: i64 = 200 * 1024;
@@ -33,7 +29,7 @@ fn run(args: &[&std::ffi::OsStr]) -> Ran {
     use std::os::unix::process::CommandExt;
     let dir = tempfile::tempdir().unwrap();
     let err_path = dir.path().join("stderr");
-    let mut cmd = Command::new(kk_bin());
+    let mut cmd = Command::new(kk_path());
     cmd.args(args)
         .current_dir(dir.path())
         .stdin(Stdio::null())
@@ -125,7 +121,7 @@ fn devices_fifos_and_directories_are_refused_not_read() {
     let c = std::ffi::CString::new(fifo_kkr.to_str().unwrap()).unwrap();
     assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
     let good = dir.path().join("good.json");
-    let made = Command::new(kk_bin())
+    let made = Command::new(kk_path())
         .arg("replay")
         .arg(fixtures().join("api-server-ebpf.json"))
         .arg(&good)

@@ -6,16 +6,12 @@
 
 #![cfg(target_os = "linux")]
 
+#[path = "support/cli.rs"]
+mod cli_support;
+use cli_support::{fixtures, kk_path};
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-
-fn kk_path() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_kernelkite"))
-}
-
-fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures")
-}
 
 fn run_ok(cmd: &mut Command) {
     let out = cmd.env_remove("RUST_BACKTRACE").output().unwrap();

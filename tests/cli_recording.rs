@@ -5,6 +5,10 @@
 
 #![cfg(target_os = "linux")]
 
+#[path = "support/cli.rs"]
+mod cli_support;
+use cli_support::{kk, replay};
+
 #[path = "support/ebpf.rs"]
 mod support;
 
@@ -12,16 +16,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command as StdCommand, Stdio};
 use std::time::{Duration, Instant};
 
-use assert_cmd::Command;
 use kernelkite::model::{load_bundle, Backend};
 use kernelkite::recording::{RecordingReader, FORMAT_VERSION};
 use support::workload_bin;
-
-fn kk() -> Command {
-    let mut c = Command::cargo_bin("kernelkite").unwrap();
-    c.env_remove("RUST_BACKTRACE");
-    c
-}
 
 fn recordings_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -38,15 +35,6 @@ fn committed_recordings() -> Vec<PathBuf> {
         .collect();
     out.sort();
     out
-}
-
-/// `kernelkite replay IN OUT`; (success, stderr).
-fn replay(input: &Path, out: &Path) -> (bool, String) {
-    let o = kk().arg("replay").arg(input).arg(out).output().unwrap();
-    (
-        o.status.success(),
-        String::from_utf8_lossy(&o.stderr).into_owned(),
-    )
 }
 
 #[test]

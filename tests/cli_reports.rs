@@ -1,20 +1,14 @@
 //! End-to-end tests of `replay`, `summary`, `compare` and `tree` on the shipped fixtures:
 //! exact numbers, `--fail-on` exit codes, and every bad-input case.
 
-use std::path::{Path, PathBuf};
+#[path = "support/cli.rs"]
+mod cli_support;
+use cli_support::{fixtures, kk};
+
+use std::path::PathBuf;
 
 use assert_cmd::Command;
 use predicates::prelude::*;
-
-fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures")
-}
-
-fn kk() -> Command {
-    let mut c = Command::cargo_bin("kernelkite").unwrap();
-    c.env_remove("RUST_BACKTRACE");
-    c
-}
 
 /// Replay both cargo-build fixtures into a temp dir.
 fn bundles() -> (tempfile::TempDir, PathBuf, PathBuf) {

@@ -4,6 +4,10 @@
 
 #![cfg(target_os = "linux")]
 
+#[path = "support/cli.rs"]
+mod cli_support;
+use cli_support::kk_path;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::{Command as StdCommand, Stdio};
@@ -15,8 +19,7 @@ use kernelkite::model::{load_bundle, Backend, Bundle};
 /// kernelkite pinned to the /proc sampler (these tests are about it; as root `auto`
 /// would pick eBPF, which tests/ebpf_run.rs covers).
 fn kk() -> Command {
-    let mut c = Command::cargo_bin("kernelkite").unwrap();
-    c.env_remove("RUST_BACKTRACE");
+    let mut c = cli_support::kk();
     c.args(PROC);
     c
 }
@@ -30,10 +33,6 @@ fn kk_under_sudo_by_nobody() -> Command {
         .env("SUDO_GID", "65534")
         .env("SUDO_USER", "nobody");
     c
-}
-
-fn kk_path() -> PathBuf {
-    assert_cmd::cargo::cargo_bin("kernelkite")
 }
 
 /// Every (pid -> ppid) the bundle saw; a pid whose ppid changed (reparenting) keeps the

@@ -2,30 +2,11 @@
 //! the numbers, `--class`/`--top`, the JSON contract, atomic outputs, and the one-line
 //! error for a bundle recorded without `--stacks`.
 
-use std::path::{Path, PathBuf};
+#[path = "support/cli.rs"]
+mod cli_support;
+use cli_support::{kk, replay_fixture};
 
 use assert_cmd::Command;
-
-fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures")
-}
-
-fn kk() -> Command {
-    let mut c = Command::cargo_bin("kernelkite").unwrap();
-    c.env_remove("RUST_BACKTRACE");
-    c
-}
-
-/// Replay a fixture into `dir`.
-fn replay(dir: &Path, fixture: &str) -> PathBuf {
-    let bundle = dir.join(fixture);
-    kk().arg("replay")
-        .arg(fixtures().join(fixture))
-        .arg(&bundle)
-        .assert()
-        .success();
-    bundle
-}
 
 fn stdout_of(cmd: &mut Command) -> String {
     let out = cmd.output().unwrap();
@@ -50,7 +31,7 @@ fn one_line_error(cmd: &mut Command) -> String {
 #[test]
 fn stacks_text_json_class_and_top() {
     let dir = tempfile::tempdir().unwrap();
-    let b = replay(dir.path(), "stacks-demo.json");
+    let b = replay_fixture(dir.path(), "stacks-demo.json");
     let text = stdout_of(kk().arg("stacks").arg(&b));
     assert!(text.contains(
         "lock_wait: 1.857 s with stacks = 96.7% of the class's 1.920 s, 62.90 ms without; 675 intervals, 2 distinct stack(s)"
@@ -100,7 +81,7 @@ fn stacks_text_json_class_and_top() {
 #[test]
 fn flamegraph_svg_and_folded() {
     let dir = tempfile::tempdir().unwrap();
-    let b = replay(dir.path(), "stacks-demo.json");
+    let b = replay_fixture(dir.path(), "stacks-demo.json");
     let svg = dir.path().join("lock.svg");
     kk().args(["flamegraph", "--class", "lock_wait", "-o"])
         .arg(&svg)
@@ -164,7 +145,7 @@ fn flamegraph_svg_and_folded() {
 #[test]
 fn bundles_without_stacks_and_bad_outputs_fail_cleanly() {
     let dir = tempfile::tempdir().unwrap();
-    let plain = replay(dir.path(), "api-server-ebpf.json");
+    let plain = replay_fixture(dir.path(), "api-server-ebpf.json");
     let err = one_line_error(kk().arg("stacks").arg(&plain));
     assert!(
         err.contains("api-server-ebpf.json has no stacks (record with --stacks)"),
@@ -180,7 +161,7 @@ fn bundles_without_stacks_and_bad_outputs_fail_cleanly() {
     assert!(err.contains("has no stacks"), "{err}");
     assert!(!out.exists());
 
-    let b = replay(dir.path(), "stacks-demo.json");
+    let b = replay_fixture(dir.path(), "stacks-demo.json");
     let err = one_line_error(
         kk().args(["flamegraph", "--class", "unknown_wait", "-o"])
             .arg(&out)

@@ -2,6 +2,10 @@
 //! committed recording's replay, a live /proc view of a known workload stopped by
 //! SIGTERM (recorded with `--record`), and the one-line errors.
 
+#[path = "support/cli.rs"]
+mod cli_support;
+use cli_support::{kk, kk_path};
+
 #[path = "support/tmux.rs"]
 mod tmux;
 
@@ -9,21 +13,10 @@ use std::path::Path;
 use std::process::{Command as StdCommand, Stdio};
 use std::time::Duration;
 
-use assert_cmd::Command;
 use predicates::prelude::*;
 use tmux::{shell_quote, tmux_ready, Tmux};
 
 const WAIT: Duration = Duration::from_secs(20);
-
-fn kk_bin() -> String {
-    env!("CARGO_BIN_EXE_kernelkite").to_string()
-}
-
-fn kk() -> Command {
-    let mut c = Command::cargo_bin("kernelkite").unwrap();
-    c.env_remove("RUST_BACKTRACE");
-    c
-}
 
 #[test]
 fn replay_in_tmux_follows_the_keys_and_restores_the_terminal() {
@@ -40,7 +33,7 @@ fn replay_in_tmux_follows_the_keys_and_restores_the_terminal() {
         .success();
     let cmd = format!(
         "{} top --replay {} --speed 4",
-        shell_quote(&kk_bin()),
+        shell_quote(&kk_path().display().to_string()),
         shell_quote(&bundle.to_string_lossy())
     );
     let t = Tmux::start("replay", &cmd, 120, 30);
@@ -107,7 +100,7 @@ fn replay_of_a_committed_recording_shows_its_dominant_class() {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/recordings/run-ebpf-futex.kkr");
     let cmd = format!(
         "{} top --replay {}",
-        shell_quote(&kk_bin()),
+        shell_quote(&kk_path().display().to_string()),
         shell_quote(&recording.to_string_lossy())
     );
     let t = Tmux::start("replay-kkr", &cmd, 140, 30);
@@ -144,7 +137,7 @@ fn proc_top_records_a_session_that_replays() {
         .unwrap();
     let cmd = format!(
         "{} --backend proc top --pid {} --refresh 0.2 --record {}",
-        shell_quote(&kk_bin()),
+        shell_quote(&kk_path().display().to_string()),
         sleeper.id(),
         shell_quote(&recording.to_string_lossy())
     );
@@ -200,7 +193,7 @@ fn proc_backend_shows_a_sleeper_blocked_in_a_syscall_and_stops_on_sigterm() {
         .unwrap();
     let cmd = format!(
         "{} --backend proc top --pid {} --refresh 0.2",
-        shell_quote(&kk_bin()),
+        shell_quote(&kk_path().display().to_string()),
         sleeper.id()
     );
     let t = Tmux::start("proc", &cmd, 140, 24);
@@ -242,7 +235,10 @@ fn top_exits_when_its_terminal_goes_away() {
     if !tmux_ready("top_exits_when_its_terminal_goes_away") {
         return;
     }
-    let cmd = format!("{} --backend proc top --pid 1", shell_quote(&kk_bin()));
+    let cmd = format!(
+        "{} --backend proc top --pid 1",
+        shell_quote(&kk_path().display().to_string())
+    );
     let t = Tmux::start("hangup", &cmd, 100, 30);
     let s = t.wait_for(WAIT, |s| s.contains("TIME BY CLASS"));
     assert!(s.contains("TIME BY CLASS"), "{s}");

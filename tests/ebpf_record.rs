@@ -2,29 +2,19 @@
 //! `run --record R` replay to the live bundle byte for byte, and a `run` killed with
 //! SIGKILL mid-session leaves a recording whose complete chunks replay.
 
+#[path = "support/cli.rs"]
+mod cli_support;
+use cli_support::replay;
+
 #[path = "support/ebpf.rs"]
 mod support;
 
-use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use kernelkite::model::{load_bundle, Backend, LifecycleKind};
 use kernelkite::recording::{Record, RecordingReader};
 use support::*;
-
-fn replay(input: &Path, out: &Path) -> (bool, String) {
-    let o = Command::new(kernelkite_bin())
-        .arg("replay")
-        .arg(input)
-        .arg(out)
-        .output()
-        .unwrap();
-    (
-        o.status.success(),
-        String::from_utf8_lossy(&o.stderr).into_owned(),
-    )
-}
 
 #[test]
 fn trace_with_output_and_record_replays_byte_for_byte() {

@@ -1,16 +1,6 @@
 use super::*;
+use crate::model::test_builders::{bundle, frame, host};
 use crate::model::*;
-
-fn host() -> HostConstants {
-    HostConstants {
-        clock_ticks_per_sec: 100,
-        page_size_bytes: 4096,
-        num_cpus: 4,
-        kernel_release: None,
-        arch: "x86_64".into(),
-        time_accounting: None,
-    }
-}
 
 fn proc_(pid: i32, ppid: i32, start: u64, cpu: u64, rss: u64, rd: u64, wr: u64) -> ProcessSample {
     ProcessSample {
@@ -47,21 +37,6 @@ fn thread(tid: i32, state: &str, on: u64, rq: u64, nr: Option<i64>) -> ThreadSam
         syscall_nr: nr,
         class_ns: None,
     }
-}
-
-fn frame(t_ms: u64, processes: Vec<ProcessSample>) -> Frame {
-    Frame {
-        t_ns: t_ms * 1_000_000,
-        processes,
-        network: None,
-        host_steal_ticks: None,
-    }
-}
-
-fn bundle(frames: Vec<Frame>) -> Bundle {
-    let mut b = Bundle::new(Backend::Proc, host(), 100);
-    b.frames = frames;
-    b
 }
 
 #[test]

@@ -484,18 +484,9 @@ fn spans(bundle: &Bundle, frames: &[&Frame]) -> Vec<ProcessSpan> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{Backend, HostConstants, IoCounters, LifecycleEvent, NetDevCounters};
+    use crate::model::{Backend, IoCounters, LifecycleEvent, NetDevCounters};
 
-    fn host() -> HostConstants {
-        HostConstants {
-            clock_ticks_per_sec: 100,
-            page_size_bytes: 4096,
-            num_cpus: 4,
-            kernel_release: None,
-            arch: "x86_64".into(),
-            time_accounting: None,
-        }
-    }
+    use crate::model::test_builders::{bundle, frame};
 
     fn proc_(
         pid: i32,
@@ -523,21 +514,6 @@ mod tests {
             }),
             threads: Vec::new(),
         }
-    }
-
-    fn frame(t_ms: u64, processes: Vec<ProcessSample>) -> Frame {
-        Frame {
-            t_ns: t_ms * 1_000_000,
-            processes,
-            network: None,
-            host_steal_ticks: None,
-        }
-    }
-
-    fn bundle(frames: Vec<Frame>) -> Bundle {
-        let mut b = Bundle::new(Backend::Proc, host(), 100);
-        b.frames = frames;
-        b
     }
 
     #[test]

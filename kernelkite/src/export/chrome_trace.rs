@@ -477,13 +477,8 @@ mod tests {
 
     use super::rule_violations;
     use crate::analysis::analyze;
-    use crate::model::fixture::fixture_to_bundle;
-    use crate::model::Bundle;
 
-    fn fixture(name: &str) -> Bundle {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures");
-        fixture_to_bundle(&std::fs::read(dir.join(name)).unwrap(), name).unwrap()
-    }
+    use crate::model::fixture::committed as fixture;
 
     fn export(name: &str) -> (Value, crate::analysis::Analysis) {
         let b = fixture(name);

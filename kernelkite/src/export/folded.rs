@@ -26,11 +26,7 @@ pub fn render(bundle: &Bundle) -> Result<Vec<u8>, ExportError> {
 
 #[cfg(test)]
 mod tests {
-    fn fixture(name: &str) -> crate::model::Bundle {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures");
-        let bytes = std::fs::read(dir.join(name)).unwrap();
-        crate::model::fixture::fixture_to_bundle(&bytes, name).unwrap()
-    }
+    use crate::model::fixture::committed as fixture;
 
     #[test]
     fn a_bundle_without_stacks_is_refused() {

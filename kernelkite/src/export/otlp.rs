@@ -553,12 +553,8 @@ mod tests {
 
     use super::*;
     use crate::analysis::analyze;
-    use crate::model::fixture::fixture_to_bundle;
 
-    fn fixture(name: &str) -> Bundle {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures");
-        fixture_to_bundle(&std::fs::read(dir.join(name)).unwrap(), name).unwrap()
-    }
+    use crate::model::fixture::committed as fixture;
 
     #[test]
     fn histogram_points_are_consistent_and_exact() {

@@ -354,14 +354,8 @@ pub fn render_live(bundle: &Bundle, analysis: &Analysis) -> Result<String, Expor
 mod tests {
     use super::*;
     use crate::analysis::analyze;
-    use crate::model::fixture::fixture_to_bundle;
 
-    fn fixture(name: &str) -> Bundle {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../fixtures")
-            .join(name);
-        fixture_to_bundle(&std::fs::read(&path).unwrap(), name).unwrap()
-    }
+    use crate::model::fixture::committed as fixture;
 
     #[test]
     fn histogram_buckets_are_cumulative_and_end_at_count() {

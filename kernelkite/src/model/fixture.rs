@@ -882,6 +882,13 @@ fn convert_stacks(fx: FixtureStacks, frames: &[Frame]) -> Result<StackProfile, F
     })
 }
 
+/// The committed fixture `fixtures/NAME`, as a bundle (for unit tests).
+#[cfg(test)]
+pub(crate) fn committed(name: &str) -> Bundle {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures");
+    fixture_to_bundle(&std::fs::read(dir.join(name)).unwrap(), name).unwrap()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -11,6 +11,8 @@ pub mod frame_recorder;
 pub mod io;
 pub mod schema;
 pub mod syscalls;
+#[cfg(test)]
+pub(crate) mod test_builders;
 pub mod validate;
 
 pub use bundle::*;

@@ -1749,18 +1749,10 @@ footer { margin-top: 40px; color: var(--muted); font-size: 12px; border-top: 1px
 mod tests {
     use super::*;
 
-    use crate::model::{Frame, HostConstants, ProcessSample};
+    use crate::model::{Frame, ProcessSample};
 
     fn long_bundle(frames: u64) -> Bundle {
-        let host = HostConstants {
-            clock_ticks_per_sec: 100,
-            page_size_bytes: 4096,
-            num_cpus: 4,
-            kernel_release: None,
-            arch: "x86_64".into(),
-            time_accounting: None,
-        };
-        let mut b = Bundle::new(Backend::Proc, host, 10);
+        let mut b = Bundle::new(Backend::Proc, crate::model::test_builders::host(), 10);
         for i in 0..frames {
             let p = ProcessSample {
                 pid: 7,
@@ -1837,7 +1829,7 @@ mod tests {
             2 => u64::MAX / 2,
             r => r * 1000,
         };
-        let host = HostConstants {
+        let host = crate::model::HostConstants {
             clock_ticks_per_sec: next(3) * 100,
             page_size_bytes: next(2) * 4096,
             num_cpus: next(5) as u32,

@@ -71,11 +71,7 @@ mod snapshot_tests {
     use crate::model::fixture::fixture_to_bundle;
 
     fn fixture(name: &str) -> Analysis {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../fixtures")
-            .join(name);
-        let bytes = std::fs::read(&path).unwrap();
-        analyze(&fixture_to_bundle(&bytes, name).unwrap())
+        analyze(&crate::model::fixture::committed(name))
     }
 
     #[test]

@@ -443,12 +443,8 @@ mod tests {
 
     fn host() -> HostConstants {
         HostConstants {
-            clock_ticks_per_sec: 100,
-            page_size_bytes: 4096,
             num_cpus: 2,
-            kernel_release: None,
-            arch: "x86_64".into(),
-            time_accounting: None,
+            ..crate::model::test_builders::host()
         }
     }
 
