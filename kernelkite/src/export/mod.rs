@@ -51,10 +51,11 @@ pub struct ExportOptions {
 pub enum ExportError {
     #[error("bundle has no stacks; record with --stacks")]
     NoStacks,
-    #[error("encoding {format}: {message}")]
+    #[error("encoding {format}: {source}")]
     Encode {
         format: &'static str,
-        message: String,
+        #[source]
+        source: std::fmt::Error,
     },
 }
 

@@ -329,7 +329,7 @@ pub fn render_snapshot(snapshot: Snapshot) -> Result<String, ExportError> {
     prometheus_client::encoding::prometheus_text::encode(&mut out, &registry).map_err(|e| {
         ExportError::Encode {
             format: "prometheus",
-            message: e.to_string(),
+            source: e,
         }
     })?;
     Ok(out)

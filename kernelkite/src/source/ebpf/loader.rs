@@ -163,6 +163,27 @@ impl Probes {
     }
 }
 
+/// Why a BPF map could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum MapAccessError {
+    #[error("missing from object")]
+    Missing,
+    #[error("programs already detached")]
+    Detached,
+    #[error(transparent)]
+    Aya(#[from] aya::maps::MapError),
+}
+
+impl MapAccessError {
+    /// The error of `map` as a [`ProbeError`].
+    pub fn of(map: &'static str) -> impl Fn(aya::maps::MapError) -> ProbeError {
+        move |e| ProbeError::Map {
+            map,
+            source: e.into(),
+        }
+    }
+}
+
 /// Why the eBPF backend could not be started. Rendered as one line.
 #[derive(Debug, thiserror::Error)]
 pub enum ProbeError {
@@ -172,8 +193,12 @@ pub enum ProbeError {
     Load(String),
     #[error("BPF program {program} rejected or not attachable: {message}")]
     Program { program: String, message: String },
-    #[error("BPF map {0}: {1}")]
-    Map(&'static str, String),
+    #[error("BPF map {map}: {source}")]
+    Map {
+        map: &'static str,
+        #[source]
+        source: MapAccessError,
+    },
     #[error("classic tracepoints: {0}")]
     Tracefs(#[from] super::tracefs::TracefsError),
     #[error("{0}")]
@@ -475,15 +500,16 @@ fn load_classic(options: ProbeOptions) -> Result<Probes, ProbeError> {
 
 /// How a sleep in each syscall is classified (`SYSCALL_KIND`), for this architecture.
 fn fill_syscall_kinds(ebpf: &mut Ebpf) -> Result<(), ProbeError> {
-    let map = ebpf
-        .map_mut("SYSCALL_KIND")
-        .ok_or_else(|| ProbeError::Map("SYSCALL_KIND", "missing from object".into()))?;
+    let map = ebpf.map_mut("SYSCALL_KIND").ok_or(ProbeError::Map {
+        map: "SYSCALL_KIND",
+        source: MapAccessError::Missing,
+    })?;
     let mut kinds: Array<&mut MapData, u8> =
-        Array::try_from(map).map_err(|e| ProbeError::Map("SYSCALL_KIND", e.to_string()))?;
+        Array::try_from(map).map_err(MapAccessError::of("SYSCALL_KIND"))?;
     for (nr, kind) in syscall_table::kind_table() {
         kinds
             .set(nr, kind, 0)
-            .map_err(|e| ProbeError::Map("SYSCALL_KIND", e.to_string()))?;
+            .map_err(MapAccessError::of("SYSCALL_KIND"))?;
     }
     Ok(())
 }

@@ -13,7 +13,7 @@ use kernelkite_common::bpf::{
 };
 use kernelkite_common::LatencyClass;
 
-use super::loader::{self, ProbeError, ProbeOptions, Probes, StackOptions};
+use super::loader::{self, MapAccessError, ProbeError, ProbeOptions, Probes, StackOptions};
 use super::map_batch::read_all;
 use super::records::{argv_bytes, comm_string, decode, stack_bytes, Record};
 use super::stacks::{InProgressWait, StackCollector, UserStack};
@@ -62,8 +62,12 @@ pub enum SessionError {
     KernelThread(i32),
     #[error(transparent)]
     Probe(#[from] ProbeError),
-    #[error("BPF map {0}: {1}")]
-    Map(&'static str, String),
+    #[error("BPF map {map}: {source}")]
+    Map {
+        map: &'static str,
+        #[source]
+        source: MapAccessError,
+    },
     #[error("reading /proc: {0}")]
     Proc(#[from] std::io::Error),
 }
@@ -214,6 +218,12 @@ pub fn monotonic_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+impl SessionError {
+    fn map(map: &'static str, source: MapAccessError) -> SessionError {
+        SessionError::Map { map, source }
+    }
+}
+
 fn take_map<T>(probes: &mut Probes, name: &'static str) -> Result<T, SessionError>
 where
     T: TryFrom<aya::maps::Map, Error = aya::maps::MapError>,
@@ -221,8 +231,8 @@ where
     let map = probes
         .ebpf
         .take_map(name)
-        .ok_or_else(|| SessionError::Map(name, "missing from object".into()))?;
-    T::try_from(map).map_err(|e| SessionError::Map(name, e.to_string()))
+        .ok_or(SessionError::map(name, MapAccessError::Missing))?;
+    T::try_from(map).map_err(|e| SessionError::map(name, e.into()))
 }
 
 impl Session {
@@ -365,11 +375,11 @@ impl Session {
                 .probes
                 .as_mut()
                 .and_then(|p| p.ebpf.map_mut("GATE"))
-                .ok_or_else(|| SessionError::Map("GATE", "missing from object".into()))?
+                .ok_or(SessionError::map("GATE", MapAccessError::Missing))?
                 .try_into()
-                .map_err(|e: aya::maps::MapError| SessionError::Map("GATE", e.to_string()))?;
+                .map_err(|e: aya::maps::MapError| SessionError::map("GATE", e.into()))?;
             gate.set(0, pids[0] as u32, 0)
-                .map_err(|e| SessionError::Map("GATE", e.to_string()))?;
+                .map_err(|e| SessionError::map("GATE", e.into()))?;
         }
         self.add_initial_targets()?;
         // Before the first frame: a thread gone already is never shown as a live row.
@@ -540,7 +550,7 @@ impl Session {
         let probes = self
             .probes
             .as_mut()
-            .ok_or_else(|| SessionError::Map("EVENTS", "programs already detached".into()))?;
+            .ok_or(SessionError::map("EVENTS", MapAccessError::Detached))?;
         take_map(probes, "EVENTS")
     }
 
@@ -613,7 +623,7 @@ impl Session {
     }
 
     fn clear_target_bit(&mut self, tgid: u32) -> Result<(), SessionError> {
-        let map_err = |e: aya::maps::MapError| SessionError::Map("TARGETS", e.to_string());
+        let map_err = |e: aya::maps::MapError| SessionError::map("TARGETS", e.into());
         let word = tgid >> 6;
         let bits = self.targets.get(&word, 0).map_err(map_err)?;
         self.targets
@@ -622,7 +632,7 @@ impl Session {
     }
 
     fn set_target_bits(&mut self, tgids: &BTreeSet<u32>) -> Result<(), SessionError> {
-        let map_err = |e: aya::maps::MapError| SessionError::Map("TARGETS", e.to_string());
+        let map_err = |e: aya::maps::MapError| SessionError::map("TARGETS", e.into());
         for &tgid in tgids {
             let word = tgid >> 6;
             let bits = self.targets.get(&word, 0).map_err(map_err)?;
