@@ -33,6 +33,25 @@ pub mod exit_flags {
     pub const GROUP_DEAD: u32 = 2;
 }
 
+/// The `TARGETS` bitmap: one bit per tgid, 64 to a `u64` word, for every pid up to the
+/// kernel's largest `pid_max` (2^22).
+pub mod targets {
+    /// Words in the map.
+    pub const WORDS: u32 = (1 << 22) / 64;
+
+    /// The word holding `tgid`'s bit.
+    #[inline(always)]
+    pub const fn word(tgid: u32) -> u32 {
+        tgid >> 6
+    }
+
+    /// `tgid`'s bit within its word.
+    #[inline(always)]
+    pub const fn bit(tgid: u32) -> u64 {
+        1u64 << (tgid & 63)
+    }
+}
+
 /// `ThreadState::sys_nr` when the thread is not inside a syscall.
 pub const NO_SYSCALL: u32 = u32::MAX;
 

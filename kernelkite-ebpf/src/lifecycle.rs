@@ -262,7 +262,12 @@ pub fn on_exit(exit_code: impl FnOnce() -> Option<u32>, group_dead: bool, defer:
     };
     if defer && flags == 0 {
         t.exit_code = exit_code;
-        t.exit_flags = exit_flags::EXITING | if group_dead { exit_flags::GROUP_DEAD } else { 0 };
+        t.exit_flags = exit_flags::EXITING
+            | if group_dead {
+                exit_flags::GROUP_DEAD
+            } else {
+                0
+            };
         return 0;
     }
     if group_dead {

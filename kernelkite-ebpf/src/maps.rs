@@ -2,13 +2,11 @@
 
 use aya_ebpf::macros::map;
 use aya_ebpf::maps::{Array, HashMap, PerCpuArray, RingBuf};
-use kernelkite_common::bpf::{lost, SyscallHist, SyscallKey, ThreadState, MAX_SYSCALL_NR};
+use kernelkite_common::bpf::{lost, targets, SyscallHist, SyscallKey, ThreadState, MAX_SYSCALL_NR};
 
-/// Bit per tgid: set for every traced process. 2^22 bits cover the largest pid_max.
-pub const TARGET_BITMAP_WORDS: u32 = (1 << 22) / 64;
-
+/// Bit per tgid: set for every traced process (layout: `kernelkite_common::bpf::targets`).
 #[map]
-pub static TARGETS: Array<u64> = Array::with_max_entries(TARGET_BITMAP_WORDS, 0);
+pub static TARGETS: Array<u64> = Array::with_max_entries(targets::WORDS, 0);
 
 /// Per-thread state and class counters, keyed by tid.
 #[map]
@@ -28,8 +26,7 @@ pub static GATE: Array<u32> = Array::with_max_entries(1, 0);
 /// bytes each): 4,096 hold only about 160 processes' syscalls, too few for an exec
 /// storm on a machine so loaded that snapshots fall behind.
 #[map]
-pub static SYSCALL_HISTS: HashMap<SyscallKey, SyscallHist> =
-    HashMap::with_max_entries(16_384, 0);
+pub static SYSCALL_HISTS: HashMap<SyscallKey, SyscallHist> = HashMap::with_max_entries(16_384, 0);
 
 /// How a sleep inside each syscall number is classified (`syscall_kind`), filled by
 /// userspace from the `syscalls` crate for the running architecture.
@@ -68,17 +65,16 @@ pub fn atomic_add(p: *mut u64, v: u64) {
 
 #[inline(always)]
 pub fn is_target(tgid: u32) -> bool {
-    let word = tgid >> 6;
-    match TARGETS.get(word) {
-        Some(bits) => (*bits >> (tgid & 63)) & 1 == 1,
+    match TARGETS.get(targets::word(tgid)) {
+        Some(bits) => *bits & targets::bit(tgid) != 0,
         None => false,
     }
 }
 
 #[inline(always)]
 pub fn set_target(tgid: u32) {
-    if let Some(p) = TARGETS.get_ptr_mut(tgid >> 6) {
-        let bit = 1u64 << (tgid & 63);
+    if let Some(p) = TARGETS.get_ptr_mut(targets::word(tgid)) {
+        let bit = targets::bit(tgid);
         // SAFETY: p points into the array map's value. An atomic OR (BPF_ATOMIC|BPF_OR)
         // keeps concurrent forks on other CPUs from losing each other's bits; core's
         // AtomicU64 has no fetch_or on this target, so use the intrinsic directly.
@@ -94,8 +90,8 @@ pub fn set_target(tgid: u32) {
 /// is not ours.
 #[inline(always)]
 pub fn clear_target(tgid: u32) {
-    if let Some(p) = TARGETS.get_ptr_mut(tgid >> 6) {
-        let bit = 1u64 << (tgid & 63);
+    if let Some(p) = TARGETS.get_ptr_mut(targets::word(tgid)) {
+        let bit = targets::bit(tgid);
         // SAFETY: as in set_target; atomic AND with the other bits kept.
         unsafe {
             core::intrinsics::atomic_and::<u64, u64, { core::intrinsics::AtomicOrdering::Relaxed }>(

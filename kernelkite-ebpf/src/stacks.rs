@@ -37,9 +37,9 @@ use aya_ebpf::programs::tracing::StackIdContext;
 use aya_ebpf::programs::PerfEventContext;
 use aya_ebpf::EbpfContext;
 use kernelkite_common::bpf::{
-    copy_flags, lost, record_kind, run_state, KernelStack, StackCaptureRecord, StackKey,
-    StackTime, ThreadState, COPIED_STACK, KERNEL_STACK_DEPTH, NO_CLASS, NO_PENDING, NO_STACK,
-    NO_SYSCALL, STACK_COPY_BYTES, STACK_COPY_CHUNK,
+    copy_flags, lost, record_kind, run_state, KernelStack, StackCaptureRecord, StackKey, StackTime,
+    ThreadState, COPIED_STACK, KERNEL_STACK_DEPTH, NO_CLASS, NO_PENDING, NO_STACK, NO_SYSCALL,
+    STACK_COPY_BYTES, STACK_COPY_CHUNK,
 };
 use kernelkite_common::LatencyClass;
 

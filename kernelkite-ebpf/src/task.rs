@@ -114,8 +114,7 @@ pub unsafe fn sum_exec_runtime(task: *const u8) -> u64 {
         return NO_RUNTIME;
     }
     // SAFETY: as in read_at; a failed read is NO_RUNTIME, not a runtime of 0.
-    unsafe { bpf_probe_read_kernel(task.add(offset as usize) as *const u64) }
-        .unwrap_or(NO_RUNTIME)
+    unsafe { bpf_probe_read_kernel(task.add(offset as usize) as *const u64) }.unwrap_or(NO_RUNTIME)
 }
 
 /// Whether the exiting `task` was the last live thread of its process: its

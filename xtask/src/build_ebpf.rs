@@ -9,8 +9,8 @@
 //! `--check` fails when that digest is not the sources' now, and rebuilds and fails if
 //! the result differs from the committed bytes: the
 //! build is byte-reproducible (no paths end up in the object; `Cargo.lock` pins the
-//! crates; bpf-linker is pinned below). It then runs `cargo clippy -D warnings` on the
-//! BPF crate, which the workspace clippy does not reach.
+//! crates; bpf-linker is pinned below). It then runs `cargo fmt --check` and `cargo
+//! clippy -D warnings` on the BPF crate, which the workspace's do not reach.
 //!
 //! What the build needs, installed here when missing: the `rust-src` component
 //! (`-Z build-std=core`, allowed on stable with `RUSTC_BOOTSTRAP=1`), Debian's
@@ -87,17 +87,26 @@ fn build(root: &Path) -> Result<PathBuf> {
     Ok(dir.join("target/bpfel-unknown-none/release/kernelkite"))
 }
 
-/// `cargo clippy -D warnings` of the BPF crate, for its own target: it is outside the
-/// workspace (built for `bpfel-unknown-none`), so the workspace clippy never reads it.
+/// `cargo fmt --check` and `cargo clippy -D warnings` of the BPF crate, for its own
+/// target: it is outside the workspace (built for `bpfel-unknown-none`), so the
+/// workspace's fmt and clippy never read it.
 fn clippy(root: &Path) -> Result<()> {
     let dir = root.join("kernelkite-ebpf");
+    let status = Command::new(cargo())
+        .current_dir(&dir)
+        .args(["fmt", "--", "--check"])
+        .status()
+        .context("cannot run cargo fmt for kernelkite-ebpf")?;
+    if !status.success() {
+        bail!("kernelkite-ebpf is not formatted: run `cargo fmt` in kernelkite-ebpf");
+    }
     let status = bpf_cargo(&dir, "clippy", &["--", "-D", "warnings"])
         .status()
         .context("cannot run cargo clippy for kernelkite-ebpf")?;
     if !status.success() {
         bail!("clippy found warnings in kernelkite-ebpf ({status})");
     }
-    println!("kernelkite-ebpf: clippy -D warnings clean");
+    println!("kernelkite-ebpf: formatted, clippy -D warnings clean");
     Ok(())
 }
 

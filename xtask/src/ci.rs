@@ -13,7 +13,7 @@
 //!    cargo-fuzz and cargo-deb (`cargo install`);
 //! 2. `cargo fmt --all -- --check`;
 //! 3. `cargo clippy --workspace --all-targets -- -D warnings`;
-//! 4. the eBPF object check and the BPF crate's clippy (`cargo xtask build-ebpf --check`);
+//! 4. the eBPF object check and the BPF crate's fmt and clippy (`cargo xtask build-ebpf --check`);
 //! 5. `cargo test --workspace --no-fail-fast` with `CI=true` (real-kernel tests fail instead of
 //!    skipping when they cannot run), then the `test result:` lines again as a summary;
 //! 6. the real-kernel eBPF tests again with `KERNELKITE_HOOKS=classic` (the
@@ -33,7 +33,7 @@ use anyhow::{bail, Context, Result};
 
 const USAGE: &str = "usage: cargo xtask ci [--no-install] [--from N]
   Runs, failing fast: dependency install, cargo fmt --check, clippy -D warnings,
-  the eBPF object check and its clippy, cargo test --workspace (CI=true), the eBPF tests again on
+  the eBPF object check with its fmt and clippy, cargo test --workspace (CI=true), the eBPF tests again on
   classic tracepoints (KERNELKITE_HOOKS=classic), cargo xtask samples --check,
   a 10 s pass of every fuzz target (cargo xtask fuzz --seconds 10), and the Debian
   package round trip (cargo xtask package --check).

@@ -101,7 +101,8 @@ mod platform {
                 .map_mut("TARGETS")
                 .context("TARGETS missing from the object")?
                 .try_into()?;
-            targets.set(pid >> 6, 1u64 << (pid & 63), 0)?;
+            use kernelkite_common::bpf::targets::{bit, word};
+            targets.set(word(pid), bit(pid), 0)?;
         }
         println!("attached {}", probes.hooks.join(", "));
         let mut sink = Vec::new();
