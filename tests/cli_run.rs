@@ -1155,7 +1155,7 @@ fn a_symlink_at_the_recording_path_is_replaced_not_followed() {
 /// frame of about 50 KB; 100,000 of them would be 5 GB).
 #[test]
 fn frame_byte_budget_caps_the_frames_of_a_big_tree() {
-    use kernelkite::model::frame_recorder::frame_bytes;
+    use kernelkite::model::frame_keeper::frame_bytes;
     let dir = tempfile::tempdir().unwrap();
     let bundle_path = dir.path().join("budget.json");
     let _alone = TIMED.lock().unwrap_or_else(|e| e.into_inner());

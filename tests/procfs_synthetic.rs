@@ -8,7 +8,7 @@ use kernelkite::model::{
     load_bundle, validate::validate, write_bundle, Backend, Bundle, Frame, HostConstants,
 };
 use kernelkite::source::procfs::synthetic::{FakeProc, FakeProcess, FakeThread, PF_KTHREAD};
-use kernelkite::source::procfs::{FrameRecorder, Sampler, SamplerOptions, Scope};
+use kernelkite::source::procfs::{FrameKeeper, Sampler, SamplerOptions, Scope};
 
 fn host() -> HostConstants {
     HostConstants {
@@ -54,9 +54,9 @@ fn a_changing_tree_makes_a_valid_bundle() {
     let fake = FakeProc::new(&dir.path().join("proc")).unwrap();
     machine(&fake);
     let mut sampler = Sampler::new(fake.root(), SamplerOptions::default()).unwrap();
-    let mut recorder = FrameRecorder::new(1000);
-    let tick = |sampler: &mut Sampler, recorder: &mut FrameRecorder, t: u64| {
-        recorder.push(
+    let mut keeper = FrameKeeper::new(1000);
+    let tick = |sampler: &mut Sampler, keeper: &mut FrameKeeper, t: u64| {
+        keeper.push(
             sampler
                 .sample(Scope::Subtrees(&[100]), t * 100_000_000)
                 .unwrap(),
@@ -66,7 +66,7 @@ fn a_changing_tree_makes_a_valid_bundle() {
     // t0: the root alone, with a name that needs care.
     let mut root = FakeProcess::new(100, 1, "(my cmd)");
     fake.add(&root).unwrap();
-    tick(&mut sampler, &mut recorder, 0);
+    tick(&mut sampler, &mut keeper, 0);
 
     // t1: it forked a two-threaded worker and used CPU.
     root.utime_ticks += 5;
@@ -76,7 +76,7 @@ fn a_changing_tree_makes_a_valid_bundle() {
     let mut worker = FakeProcess::new(101, 100, "worker");
     worker.threads.push(FakeThread::new(102, "worker io"));
     fake.add(&worker).unwrap();
-    tick(&mut sampler, &mut recorder, 1);
+    tick(&mut sampler, &mut keeper, 1);
 
     // t2: the worker exited and was reaped; its pid went to a grandchild of the root
     // via a new child 103.
@@ -88,16 +88,16 @@ fn a_changing_tree_makes_a_valid_bundle() {
     reused.start_time_ticks = 90_000;
     reused.utime_ticks = 1;
     fake.add(&reused).unwrap();
-    tick(&mut sampler, &mut recorder, 2);
+    tick(&mut sampler, &mut keeper, 2);
 
     // t3: the child exited, leaving the grandchild to init (not a subreaper here): it
     // leaves the subtree.
     fake.remove(103).unwrap();
     reused.ppid = 1;
     fake.add(&reused).unwrap();
-    tick(&mut sampler, &mut recorder, 3);
+    tick(&mut sampler, &mut keeper, 3);
 
-    let (frames, cap) = recorder.into_parts();
+    let (frames, cap) = keeper.into_parts();
     assert_eq!(
         frames.iter().map(pids).collect::<Vec<_>>(),
         vec![
@@ -133,7 +133,7 @@ fn the_frame_cap_keeps_the_latest_sample_last() {
     let fake = FakeProc::new(dir.path()).unwrap();
     machine(&fake);
     let mut sampler = Sampler::new(fake.root(), SamplerOptions::default()).unwrap();
-    let mut recorder = FrameRecorder::new(2);
+    let mut keeper = FrameKeeper::new(2);
     let mut root = FakeProcess::new(100, 50, "capped");
     for t in 0..5u64 {
         root.utime_ticks = 10 * t;
@@ -143,11 +143,11 @@ fn the_frame_cap_keeps_the_latest_sample_last() {
             st.timeslices = t;
         }
         fake.add(&root).unwrap();
-        recorder.push(sampler.sample(Scope::Subtrees(&[100]), t).unwrap());
+        keeper.push(sampler.sample(Scope::Subtrees(&[100]), t).unwrap());
     }
-    let cap = recorder.cap();
+    let cap = keeper.cap();
     assert_eq!((cap.max_frames, cap.frames_dropped), (2, 3));
-    let (frames, cap) = recorder.into_parts();
+    let (frames, cap) = keeper.into_parts();
     assert_eq!(frames.iter().map(|f| f.t_ns).collect::<Vec<_>>(), [0, 4]);
     assert_eq!(frames[1].processes[0].utime_ticks, 40);
     validate(&bundle_of(frames, cap)).unwrap();

@@ -231,7 +231,7 @@ pub struct FrameCapArgs {
     /// Stop recording new frames, as with --max-frames, once the kept frames take this
     /// many MiB of memory (estimated from their rows: a frame of 50 threads is about
     /// 14 KB); the bundle's frame cap is then the number of frames kept.
-    #[arg(long, value_name = "MIB", default_value_t = crate::model::frame_recorder::DEFAULT_MAX_FRAMES_MB)]
+    #[arg(long, value_name = "MIB", default_value_t = crate::model::frame_keeper::DEFAULT_MAX_FRAMES_MB)]
     pub max_frames_mb: u64,
 }
 

@@ -13,7 +13,7 @@ pub mod doctor;
 pub mod export;
 pub mod flamegraph;
 #[cfg(target_os = "linux")]
-mod record_file;
+mod recording_file;
 pub mod replay;
 pub mod report;
 pub mod run;

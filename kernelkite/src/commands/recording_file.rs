@@ -7,15 +7,15 @@ use crate::cli::{RecordArgs, RecordCompression};
 use crate::recording::{Compression, RecordSink, SharedRecording};
 
 /// The open recording of a session, if `--record` was given.
-pub struct RecordFile {
+pub struct RecordingFile {
     pub recording: SharedRecording,
     path: std::path::PathBuf,
     /// The file as created, so a discard removes it only if the name still holds it.
     created: std::fs::File,
 }
 
-impl RecordFile {
-    pub fn create(args: &RecordArgs) -> Result<Option<RecordFile>> {
+impl RecordingFile {
+    pub fn create(args: &RecordArgs) -> Result<Option<RecordingFile>> {
         let Some(path) = &args.record else {
             return Ok(None);
         };
@@ -29,7 +29,7 @@ impl RecordFile {
         let file = crate::output::create_streaming(path).with_context(context)?;
         let created = file.try_clone().with_context(context)?;
         let recording = SharedRecording::new(file, compression).with_context(context)?;
-        Ok(Some(RecordFile {
+        Ok(Some(RecordingFile {
             recording,
             path: path.clone(),
             created,

@@ -69,7 +69,7 @@ mod linux {
     use anyhow::{bail, Context, Result};
 
     use crate::cli::{BackendChoice, GlobalArgs, RunArgs};
-    use crate::commands::record_file::RecordFile;
+    use crate::commands::recording_file::RecordingFile;
     use crate::model::{
         self, Backend, Bundle, Frame, FrameCap, HostConstants, LaunchedCommand, OnCpuSource, Rusage,
     };
@@ -80,9 +80,7 @@ mod linux {
     use crate::source::launch::{
         find_program, raise_open_file_limit, signal_child, CommandUsers, Exit, Launcher,
     };
-    use crate::source::procfs::{
-        FrameRecorder, Sampler, SamplerOptions, Schedule, Scope, PROC_ROOT,
-    };
+    use crate::source::procfs::{FrameKeeper, Sampler, SamplerOptions, Schedule, Scope, PROC_ROOT};
 
     /// `run` streams single syscalls at least this slow (10 ms), as `trace` does by default.
     const RUN_MIN_LATENCY_NS: u64 = 10_000_000;
@@ -91,16 +89,18 @@ mod linux {
         args.frame_cap.max_frame_bytes()?;
         let users = CommandUsers::resolve(args.user.as_deref())?;
         crate::output::check_writable(&args.bundle)?;
-        let record_file = RecordFile::create(&args.recording)?;
-        let profiled = profile(global, args, users, record_file.as_ref());
+        let recording_file = RecordingFile::create(&args.recording)?;
+        let profiled = profile(global, args, users, recording_file.as_ref());
         if profiled.is_err() {
-            record_file.iter().for_each(RecordFile::discard_if_empty);
+            recording_file
+                .iter()
+                .for_each(RecordingFile::discard_if_empty);
         }
         let (bundle, exit) = profiled?;
         model::write_bundle(&args.bundle, &bundle)
             .with_context(|| format!("cannot write bundle {}", args.bundle.display()))?;
         report_written(&args.bundle, &bundle);
-        if let Some(record) = record_file {
+        if let Some(record) = recording_file {
             if let Some(launched) = &bundle.launched {
                 record.recording.append(RecordRef::Launched(launched));
             }
@@ -116,7 +116,7 @@ mod linux {
         global: &GlobalArgs,
         args: &RunArgs,
         users: CommandUsers,
-        record_file: Option<&RecordFile>,
+        recording_file: Option<&RecordingFile>,
     ) -> Result<(Bundle, Option<Exit>)> {
         // eBPF when it may (the probes are loaded before the command starts, so a
         // failure can still fall back), else /proc; never a silent downgrade.
@@ -153,10 +153,10 @@ mod linux {
         let mut launcher =
             Launcher::prepare(users).context("cannot prepare to launch the command")?;
 
-        let recording = record_file.map(|r| &r.recording);
+        let recording = recording_file.map(|r| &r.recording);
         let (bundle, exit) = match probes {
             Some(mut ebpf) => {
-                if let Some(r) = record_file {
+                if let Some(r) = recording_file {
                     ebpf.record_to(r.sink());
                 }
                 record_ebpf(&mut launcher, ebpf, global, args)?
@@ -183,8 +183,8 @@ mod linux {
         }
     }
 
-    /// What one recording session produced.
-    struct Session {
+    /// What one /proc-sampled run of the command produced.
+    struct SampledRun {
         pid: i32,
         exit: Option<Exit>,
         rusage: Rusage,
@@ -201,7 +201,7 @@ mod linux {
         args: &RunArgs,
         host: &HostConstants,
         recording: Option<&SharedRecording>,
-    ) -> Result<Session> {
+    ) -> Result<SampledRun> {
         let clock = ClockAnchor::read();
         let start = Instant::now();
         let pid = launcher
@@ -225,43 +225,43 @@ mod linux {
         }
         let me = std::process::id() as i32;
         let mut schedule = Schedule::new(start, Duration::from_millis(global.interval_ms));
-        let mut recorder = FrameRecorder::with_byte_budget(
+        let mut keeper = FrameKeeper::with_byte_budget(
             args.frame_cap.max_frames,
             args.frame_cap.max_frame_bytes()?,
         );
-        let keep = |recorder: &mut FrameRecorder, frame: Frame| {
+        let keep = |keeper: &mut FrameKeeper, frame: Frame| {
             if let Some(recording) = recording {
                 recording.append(RecordRef::Frame(&frame));
             }
-            recorder.push(frame);
+            keeper.push(frame);
         };
-        let mut take_frame = |recorder: &mut FrameRecorder, schedule: &Schedule| {
+        let mut take_frame = |keeper: &mut FrameKeeper, schedule: &Schedule| {
             let now = Instant::now();
             // The whole tree is below kernelkite, its subreaper; only a vanished /proc
             // can fail here, and then the tick is skipped.
             if let Ok(frame) = sampler.sample(Scope::DescendantsOf(me), schedule.t_ns(now)) {
-                keep(recorder, frame);
+                keep(keeper, frame);
             }
         };
 
-        take_frame(&mut recorder, &schedule);
+        take_frame(&mut keeper, &schedule);
         // Zombie samples hold exited children's final counters; the root's exit is the
         // final frame unless orphans outlive it.
         until_reaped(launcher, &mut schedule, None, |tick, schedule| {
             match tick {
                 Tick::Woke => {}
-                Tick::ForwardToOrphans(sig) => signal_orphans(recorder.frames().last(), me, sig),
-                Tick::Sample => take_frame(&mut recorder, schedule),
+                Tick::ForwardToOrphans(sig) => signal_orphans(keeper.frames().last(), me, sig),
+                Tick::Sample => take_frame(&mut keeper, schedule),
             }
             Ok(())
         })?;
         // Everything is reaped: the reaped processes' rusage covers the whole tree exactly.
         let rusage = launcher.reaped_rusage();
-        if recorder.frames().is_empty() {
+        if keeper.frames().is_empty() {
             // Only if /proc failed on every tick; a bundle needs a frame.
             let t_ns = schedule.t_ns(Instant::now());
             keep(
-                &mut recorder,
+                &mut keeper,
                 Frame {
                     t_ns,
                     processes: Vec::new(),
@@ -270,8 +270,8 @@ mod linux {
                 },
             );
         }
-        let (frames, frame_cap) = recorder.into_parts();
-        Ok(Session {
+        let (frames, frame_cap) = keeper.into_parts();
+        Ok(SampledRun {
             pid,
             exit: launcher.exit(),
             rusage,
@@ -280,7 +280,7 @@ mod linux {
         })
     }
 
-    /// What [`until_reaped`] asks of a recorder.
+    /// What [`until_reaped`] asks of a keeper.
     enum Tick {
         /// A child changed state, a signal arrived, or a deadline passed.
         Woke,
@@ -492,7 +492,7 @@ mod linux {
         global: &GlobalArgs,
         args: &RunArgs,
         host: HostConstants,
-        session: Session,
+        session: SampledRun,
     ) -> Bundle {
         let mut bundle = Bundle::new(Backend::Proc, host, global.interval_ms);
         bundle.label = global.label.clone();

@@ -19,7 +19,7 @@ pub fn execute(global: &GlobalArgs, args: &TopArgs) -> Result<ExitCode> {
     use anyhow::{bail, Context};
 
     use crate::cli::BackendChoice;
-    use crate::commands::record_file::RecordFile;
+    use crate::commands::recording_file::RecordingFile;
     use crate::commands::replay::{is_recording, load_input};
     use crate::source::ebpf::availability::Availability;
     use crate::top::feed::{
@@ -44,8 +44,8 @@ pub fn execute(global: &GlobalArgs, args: &TopArgs) -> Result<ExitCode> {
     let refresh = Duration::from_secs_f64(args.refresh);
     let stacks = crate::commands::stack_options(&args.stacks);
     // Created before the session starts: a bad path fails before the terminal changes.
-    let record = RecordFile::create(&args.recording)?;
-    let live = |record: &Option<RecordFile>| -> Result<Box<dyn TopFeed>> {
+    let record = RecordingFile::create(&args.recording)?;
+    let live = |record: &Option<RecordingFile>| -> Result<Box<dyn TopFeed>> {
         let targets = LiveTargets {
             pids: args.pids.clone(),
             follow: args.follow,
@@ -53,7 +53,7 @@ pub fn execute(global: &GlobalArgs, args: &TopArgs) -> Result<ExitCode> {
         // A pid that is no process (or a thread, or a kernel thread) is an error with
         // either backend, never a reason to fall back.
         crate::source::ebpf::session::check_pids_exist(&targets.pids)?;
-        let sink = || record.as_ref().map(RecordFile::sink);
+        let sink = || record.as_ref().map(RecordingFile::sink);
         let proc_feed = |targets: LiveTargets| -> Result<Box<dyn TopFeed>> {
             let mut feed = ProcFeed::new(targets, refresh)?;
             if let Some(sink) = sink() {
@@ -113,7 +113,7 @@ pub fn execute(global: &GlobalArgs, args: &TopArgs) -> Result<ExitCode> {
         match live(&record) {
             Ok(feed) => feed,
             Err(e) => {
-                record.iter().for_each(RecordFile::discard_if_empty);
+                record.iter().for_each(RecordingFile::discard_if_empty);
                 return Err(e);
             }
         }

@@ -48,7 +48,7 @@ mod platform {
 
     use super::*;
     use crate::analysis::analyze;
-    use crate::commands::record_file::RecordFile;
+    use crate::commands::recording_file::RecordingFile;
     use crate::export::serve;
     use crate::model::write_bundle;
     use crate::report::stacks::dominant_stacks_text;
@@ -103,12 +103,12 @@ mod platform {
                 },
             }
         };
-        let record = RecordFile::create(&args.recording)?;
-        let started = Session::start_recorded(options, record.as_ref().map(RecordFile::sink));
+        let record = RecordingFile::create(&args.recording)?;
+        let started = Session::start_recorded(options, record.as_ref().map(RecordingFile::sink));
         let mut session = match started {
             Ok(session) => session,
             Err(e) => {
-                record.iter().for_each(RecordFile::discard_if_empty);
+                record.iter().for_each(RecordingFile::discard_if_empty);
                 return Err(e.into());
             }
         };

@@ -385,12 +385,12 @@ mod tests {
 
     #[test]
     fn a_scrape_of_the_frame_digest_shows_what_one_of_every_frame_does() {
-        use crate::model::FrameRecorder;
+        use crate::model::FrameKeeper;
         let (template, frames) = churning_session();
         // Below the frame cap, and past it (the last frame is replaced from then on).
         for max_frames in [100_000, 50] {
-            let mut all = FrameRecorder::new(max_frames);
-            let mut digested = FrameRecorder::new(max_frames);
+            let mut all = FrameKeeper::new(max_frames);
+            let mut digested = FrameKeeper::new(max_frames);
             digested.keep_digest();
             for (n, f) in frames.iter().enumerate() {
                 all.push(f.clone());
@@ -430,7 +430,7 @@ mod tests {
     #[test]
     fn a_churny_session_has_series_for_its_live_processes_and_the_totals_add_up() {
         use crate::analysis::analyze;
-        use crate::model::{FrameRecorder, SyscallHistogram};
+        use crate::model::{FrameKeeper, SyscallHistogram};
         use kernelkite_common::LatencyClass;
         use std::collections::BTreeSet;
         let (mut template, frames) = churning_session();
@@ -448,16 +448,16 @@ mod tests {
             });
         }
         let calls: u64 = template.syscalls.iter().map(|h| h.count).sum();
-        let mut recorder = FrameRecorder::new(100_000);
-        recorder.keep_digest();
+        let mut keeper = FrameKeeper::new(100_000);
+        keeper.keep_digest();
         let mut last_checked = None;
         for (n, f) in frames.iter().enumerate() {
-            recorder.push(f.clone());
+            keeper.push(f.clone());
             if n % 50 != 49 {
                 continue;
             }
             let mut bundle = template.clone();
-            bundle.frames = recorder.digest_frames();
+            bundle.frames = keeper.digest_frames();
             let analysis = analyze(&bundle);
             let text = exposition(&bundle);
             let live: BTreeSet<String> = (f.processes.iter())
@@ -504,7 +504,7 @@ mod tests {
             .collect();
         assert!(pids.len() <= 5, "{pids:?}");
         let mut bundle = template.clone();
-        bundle.frames = recorder.frames().to_vec();
+        bundle.frames = keeper.frames().to_vec();
         let full = crate::export::prometheus::render(&bundle, &analyze(&bundle)).unwrap();
         assert!(full.len() > 5 * text.len(), "{} {}", full.len(), text.len());
     }

@@ -15,7 +15,7 @@ pub const DEFAULT_MAX_FRAMES_MB: u64 = 256;
 /// out. A frame of a session with 50 threads takes about 14 KB, so 100,000 of them would
 /// be 1.4 GB: the byte budget is what bounds a long session of a busy process.
 #[derive(Debug)]
-pub struct FrameRecorder {
+pub struct FrameKeeper {
     frames: Vec<Frame>,
     cap: FrameCap,
     max_bytes: u64,
@@ -23,7 +23,7 @@ pub struct FrameRecorder {
     kept_bytes: u64,
     /// Whether the byte budget, not `max_frames`, ended the appending.
     byte_budget_hit: bool,
-    /// With [`FrameRecorder::keep_digest`]: every kept frame but the last, folded.
+    /// With [`FrameKeeper::keep_digest`]: every kept frame but the last, folded.
     digest: Option<FrameDigest>,
 }
 
@@ -108,17 +108,17 @@ pub fn frame_bytes(frame: &Frame) -> u64 {
         + network) as u64
 }
 
-impl FrameRecorder {
+impl FrameKeeper {
     /// `max_frames` below 1 is treated as 1: a bundle needs a frame. The byte budget is
     /// [`DEFAULT_MAX_FRAMES_MB`].
-    pub fn new(max_frames: u64) -> FrameRecorder {
-        FrameRecorder::with_byte_budget(max_frames, DEFAULT_MAX_FRAMES_MB << 20)
+    pub fn new(max_frames: u64) -> FrameKeeper {
+        FrameKeeper::with_byte_budget(max_frames, DEFAULT_MAX_FRAMES_MB << 20)
     }
 
-    /// [`FrameRecorder::new`] with a budget of `max_bytes` for the kept frames (the first
+    /// [`FrameKeeper::new`] with a budget of `max_bytes` for the kept frames (the first
     /// frame is always kept).
-    pub fn with_byte_budget(max_frames: u64, max_bytes: u64) -> FrameRecorder {
-        FrameRecorder {
+    pub fn with_byte_budget(max_frames: u64, max_bytes: u64) -> FrameKeeper {
+        FrameKeeper {
             frames: Vec::new(),
             cap: FrameCap {
                 max_frames: max_frames.max(1),
@@ -131,7 +131,7 @@ impl FrameRecorder {
         }
     }
 
-    /// Also keep a [`FrameDigest`] of the frames (for [`FrameRecorder::digest_frames`]).
+    /// Also keep a [`FrameDigest`] of the frames (for [`FrameKeeper::digest_frames`]).
     pub fn keep_digest(&mut self) {
         let mut digest = FrameDigest::default();
         if let Some((_, permanent)) = self.frames.split_last() {
@@ -141,7 +141,7 @@ impl FrameRecorder {
     }
 
     /// The kept frames as at most two, the digest of all but the last and the last
-    /// (needs [`FrameRecorder::keep_digest`]; otherwise every frame).
+    /// (needs [`FrameKeeper::keep_digest`]; otherwise every frame).
     pub fn digest_frames(&self) -> Vec<Frame> {
         match (&self.digest, self.frames.split_last()) {
             (Some(digest), Some((last, permanent))) if !permanent.is_empty() => {
@@ -190,13 +190,13 @@ impl FrameRecorder {
         self.cap
     }
 
-    /// Lend the frames out (see [`FrameRecorder::restore_frames`]); the recorder is
+    /// Lend the frames out (see [`FrameKeeper::restore_frames`]); the keeper is
     /// empty until they come back.
     pub fn take_frames(&mut self) -> Vec<Frame> {
         std::mem::take(&mut self.frames)
     }
 
-    /// Put back the frames [`FrameRecorder::take_frames`] lent.
+    /// Put back the frames [`FrameKeeper::take_frames`] lent.
     pub fn restore_frames(&mut self, frames: Vec<Frame>) {
         debug_assert!(self.frames.is_empty(), "frames pushed while lent");
         self.frames = frames;
@@ -227,7 +227,7 @@ mod tests {
 
     #[test]
     fn cap_replaces_the_last_frame_and_counts_drops() {
-        let mut rec = FrameRecorder::new(3);
+        let mut rec = FrameKeeper::new(3);
         for t in 0..7 {
             rec.push(frame(t));
         }
@@ -279,7 +279,7 @@ mod tests {
         let size = frame_bytes(&busy_frame(0, 50));
         // A 50-thread frame is several KB: the budget bounds a long session's memory.
         assert!(size > 5_000, "{size}");
-        let mut rec = FrameRecorder::with_byte_budget(100_000, 3 * size + size / 2);
+        let mut rec = FrameKeeper::with_byte_budget(100_000, 3 * size + size / 2);
         for t in 0..10 {
             rec.push(busy_frame(t, 50));
         }
@@ -294,7 +294,7 @@ mod tests {
             }
         );
         // The first frame is kept whatever its size.
-        let mut tiny = FrameRecorder::with_byte_budget(10, 1);
+        let mut tiny = FrameKeeper::with_byte_budget(10, 1);
         tiny.push(busy_frame(0, 50));
         tiny.push(busy_frame(1, 50));
         assert_eq!(tiny.frames().len(), 1);
@@ -303,7 +303,7 @@ mod tests {
 
     #[test]
     fn below_the_cap_nothing_is_dropped() {
-        let mut rec = FrameRecorder::new(10);
+        let mut rec = FrameKeeper::new(10);
         rec.push(frame(1));
         rec.push(frame(2));
         assert_eq!(rec.frames().len(), 2);

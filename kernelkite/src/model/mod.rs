@@ -7,7 +7,7 @@
 
 pub mod bundle;
 pub mod fixture;
-pub mod frame_recorder;
+pub mod frame_keeper;
 pub mod io;
 pub mod schema;
 pub mod syscalls;
@@ -16,5 +16,5 @@ pub(crate) mod test_builders;
 pub mod validate;
 
 pub use bundle::*;
-pub use frame_recorder::FrameRecorder;
+pub use frame_keeper::FrameKeeper;
 pub use io::{load_bundle, write_bundle, LoadError};

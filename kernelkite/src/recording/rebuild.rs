@@ -6,15 +6,15 @@ use std::io::Read;
 
 use super::decode::{DecodeError, IncompleteTail, RecordingReader};
 use super::{ClockAnchor, Record, SessionStart};
-use crate::model::frame_recorder::keep_capped;
+use crate::model::frame_keeper::keep_capped;
 use crate::model::validate::validate;
-use crate::model::FrameRecorder;
+use crate::model::FrameKeeper;
 use crate::model::{Backend, Bundle};
 
 /// Folds records, in file order, into a bundle.
 #[derive(Debug, Default)]
 pub struct BundleBuilder {
-    session: Option<(SessionStart, Bundle, FrameRecorder)>,
+    session: Option<(SessionStart, Bundle, FrameKeeper)>,
     /// A stacks record named a slow syscall that was not recorded.
     bad_slow_stack: Option<u32>,
 }
@@ -38,16 +38,16 @@ impl BundleBuilder {
             bundle.root_pids = start.root_pids.clone();
             // The eBPF session counts lost events from 0; /proc has no such loss.
             bundle.events_lost = (start.backend == Backend::Ebpf).then_some(0);
-            let recorder = FrameRecorder::new(start.max_frames);
-            self.session = Some((start, bundle, recorder));
+            let keeper = FrameKeeper::new(start.max_frames);
+            self.session = Some((start, bundle, keeper));
             return;
         }
-        let Some((_, bundle, recorder)) = self.session.as_mut() else {
+        let Some((_, bundle, keeper)) = self.session.as_mut() else {
             return;
         };
         match record {
             Record::SessionStart(_) => {}
-            Record::Frame(f) => recorder.push(f),
+            Record::Frame(f) => keeper.push(f),
             // Under the session's event cap (the drops are in its events lost count).
             Record::Lifecycle(e) => {
                 keep_capped(&mut bundle.lifecycle, e);
@@ -90,7 +90,7 @@ impl BundleBuilder {
 
     /// The bundle, checked as a loaded bundle would be.
     pub fn finish(self) -> Result<Bundle, String> {
-        let (_, mut bundle, recorder) = self
+        let (_, mut bundle, keeper) = self
             .session
             .ok_or_else(|| "the recording holds no complete session start record".to_string())?;
         if let Some(i) = self.bad_slow_stack {
@@ -99,7 +99,7 @@ impl BundleBuilder {
                 bundle.slow_syscalls.len()
             ));
         }
-        let (frames, cap) = recorder.into_parts();
+        let (frames, cap) = keeper.into_parts();
         bundle.frames = frames;
         bundle.frame_cap = cap;
         // What the eBPF session does when it finishes (events arrive out of order

@@ -450,7 +450,7 @@ mod ebpf_feed {
                 // Frames are handed over, not kept in memory (see `snapshot_now`); this
                 // is the cap a replay of the recording applies.
                 max_frames: RECORDED_MAX_FRAMES,
-                max_frame_bytes: crate::model::frame_recorder::DEFAULT_MAX_FRAMES_MB << 20,
+                max_frame_bytes: crate::model::frame_keeper::DEFAULT_MAX_FRAMES_MB << 20,
                 max_threads: None,
                 network: false,
                 label: None,

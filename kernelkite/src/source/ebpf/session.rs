@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use aya::maps::{Array, HashMap, MapData, PerCpuArray, RingBuf};
 use kernelkite_common::bpf::{
-    exit_flags, lost, record_flags, record_kind, run_state, sys_flags, SyscallHist, SyscallKey,
-    ThreadState, COPIED_STACK, NO_PENDING, NO_STACK, NO_SYSCALL, SYSCALL_BEFORE_START,
+    exit_flags, lost, record_flags, record_kind, run_state, sys_flags, targets, SyscallHist,
+    SyscallKey, ThreadState, COPIED_STACK, NO_PENDING, NO_STACK, NO_SYSCALL, SYSCALL_BEFORE_START,
 };
 use kernelkite_common::LatencyClass;
 
@@ -20,7 +20,7 @@ use super::stacks::{InProgressWait, StackCollector, UserStack};
 use super::syscall_table;
 use super::tracked::{ThreadKey, Tracked};
 use super::wakers::{waker_kind_name, WakerReader};
-use crate::model::frame_recorder::{keep_capped, MAX_EVENTS};
+use crate::model::frame_keeper::{keep_capped, MAX_EVENTS};
 use crate::model::syscalls::sample_class;
 use crate::model::{
     Backend, Bundle, ClassTimes, CommandLine, Frame, HostConstants, LifecycleEvent, LifecycleKind,
@@ -29,7 +29,7 @@ use crate::model::{
 };
 use crate::recording::{ClockAnchor, RecordRef, RecordSink, SessionStart};
 use crate::source::host::current_host;
-use crate::source::procfs::{FrameRecorder, Sampler, SamplerOptions, Scope, PROC_ROOT};
+use crate::source::procfs::{FrameKeeper, Sampler, SamplerOptions, Scope, PROC_ROOT};
 use kernelkite_common::wake::NEW_TASK;
 
 /// What to trace.
@@ -102,7 +102,7 @@ pub struct Session {
     sampler: Sampler,
     options: TraceOptions,
     start_mono_ns: u64,
-    recorder: FrameRecorder,
+    keeper: FrameKeeper,
     lifecycle: Vec<LifecycleEvent>,
     slow: Vec<SlowSyscall>,
     undecodable_records: u64,
@@ -311,7 +311,7 @@ impl Session {
             hists,
             lost,
             sampler,
-            recorder: FrameRecorder::with_byte_budget(options.max_frames, options.max_frame_bytes),
+            keeper: FrameKeeper::with_byte_budget(options.max_frames, options.max_frame_bytes),
             options,
             start_mono_ns: monotonic_ns(),
             lifecycle: Vec::new(),
@@ -454,7 +454,7 @@ impl Session {
         if let Some(sink) = self.sink.as_mut() {
             sink.record(RecordRef::Frame(&frame));
         }
-        self.recorder.push(frame);
+        self.keeper.push(frame);
     }
 
     fn keep_lifecycle(&mut self, event: LifecycleEvent) {
@@ -624,20 +624,20 @@ impl Session {
 
     fn clear_target_bit(&mut self, tgid: u32) -> Result<(), SessionError> {
         let map_err = |e: aya::maps::MapError| SessionError::map("TARGETS", e.into());
-        let word = tgid >> 6;
+        let word = targets::word(tgid);
         let bits = self.targets.get(&word, 0).map_err(map_err)?;
         self.targets
-            .set(word, bits & !(1u64 << (tgid & 63)), 0)
+            .set(word, bits & !targets::bit(tgid), 0)
             .map_err(map_err)
     }
 
     fn set_target_bits(&mut self, tgids: &BTreeSet<u32>) -> Result<(), SessionError> {
         let map_err = |e: aya::maps::MapError| SessionError::map("TARGETS", e.into());
         for &tgid in tgids {
-            let word = tgid >> 6;
+            let word = targets::word(tgid);
             let bits = self.targets.get(&word, 0).map_err(map_err)?;
             self.targets
-                .set(word, bits | (1u64 << (tgid & 63)), 0)
+                .set(word, bits | targets::bit(tgid), 0)
                 .map_err(map_err)?;
         }
         Ok(())
@@ -909,8 +909,8 @@ impl Session {
     pub fn sizes(&self) -> Vec<(&'static str, u64)> {
         let buckets: usize = self.folded_hists.values().map(|h| h.buckets.len()).sum();
         let mut sizes = vec![
-            ("frames", self.recorder.frames().len() as u64),
-            ("frames_kib", self.recorder.kept_bytes() >> 10),
+            ("frames", self.keeper.frames().len() as u64),
+            ("frames_kib", self.keeper.kept_bytes() >> 10),
             ("lifecycle", self.lifecycle.len() as u64),
             ("slow", self.slow.len() as u64),
             ("slow_stack_ids", self.slow_stack_ids.len() as u64),
@@ -936,7 +936,7 @@ impl Session {
 
     /// Number of frames kept so far.
     pub fn frames(&self) -> usize {
-        self.recorder.frames().len()
+        self.keeper.frames().len()
     }
 
     /// Whether a thread that exited has not left its CPU for the last time yet: its exit
@@ -1261,7 +1261,10 @@ impl Session {
                 } else {
                     class_times_at(state, now)
                 };
-                emitted.insert(tid, self.tracked.emit((tid, state.start_ns), times));
+                emitted.insert(
+                    tid,
+                    self.tracked.clamp_monotonic((tid, state.start_ns), times),
+                );
             }
         }
         self.tracked.keep_threads(&present);
@@ -1329,7 +1332,7 @@ impl Session {
         // (as zombies) holds their final counters; an empty frame would replace it
         // under a frame cap.
         let t_end_ns = last.t_ns;
-        if !last.processes.is_empty() || self.recorder.frames().is_empty() {
+        if !last.processes.is_empty() || self.keeper.frames().is_empty() {
             self.keep_frame(last);
         }
         let stacks = match self.stacks.take() {
@@ -1365,8 +1368,7 @@ impl Session {
                 slow_stacks: &slow_stacks,
             });
         }
-        let (frames, cap) =
-            std::mem::replace(&mut self.recorder, FrameRecorder::new(1)).into_parts();
+        let (frames, cap) = std::mem::replace(&mut self.keeper, FrameKeeper::new(1)).into_parts();
         let lifecycle = std::mem::take(&mut self.lifecycle);
         let slow = std::mem::take(&mut self.slow);
         let (states, now) = std::mem::take(&mut self.final_states);
@@ -1388,11 +1390,11 @@ impl Session {
         Ok(bundle)
     }
 
-    /// Keep the kept frames' digest as well ([`FrameRecorder::keep_digest`]), for
+    /// Keep the kept frames' digest as well ([`FrameKeeper::keep_digest`]), for
     /// [`Session::with_bundle_so_far`]: `trace --serve`, whose scrapes then cost what the
     /// processes seen do, not what the frames kept do.
     pub fn keep_frame_digest(&mut self) {
-        self.recorder.keep_digest();
+        self.keeper.keep_digest();
     }
 
     /// `f` of the bundle as it would be if the session stopped at its latest snapshot,
@@ -1406,9 +1408,9 @@ impl Session {
     /// order; sorting nearly sorted events is linear), and taken back after `f`. The
     /// slow syscalls are left out: no live view shows them.
     pub fn with_bundle_so_far<R>(&mut self, f: impl FnOnce(&Bundle) -> R) -> R {
-        let frames = self.recorder.digest_frames();
+        let frames = self.keeper.digest_frames();
         let lifecycle = std::mem::take(&mut self.lifecycle);
-        let mut bundle = self.assemble(frames, self.recorder.cap(), lifecycle, Vec::new(), None);
+        let mut bundle = self.assemble(frames, self.keeper.cap(), lifecycle, Vec::new(), None);
         let result = f(&bundle);
         self.lifecycle = std::mem::take(&mut bundle.lifecycle);
         result

@@ -39,7 +39,7 @@ impl Tracked {
     }
 
     /// Class times for a frame, never below what an earlier frame showed of the thread.
-    pub fn emit(&mut self, thread: ThreadKey, times: ClassTimes) -> ClassTimes {
+    pub fn clamp_monotonic(&mut self, thread: ThreadKey, times: ClassTimes) -> ClassTimes {
         let prev = self.last_emitted.entry(thread).or_default();
         let a = times.to_array();
         let b = prev.to_array();
@@ -176,18 +176,18 @@ mod tests {
     fn a_reused_tid_is_a_new_thread() {
         let mut t = Tracked::default();
         let old = (4242, 1_000);
-        assert_eq!(t.emit(old, times(900)).on_cpu, 900);
+        assert_eq!(t.clamp_monotonic(old, times(900)).on_cpu, 900);
         assert!(t.exit_seen(old));
         // The tid comes back for a thread whose tracking started later.
         let new = (4242, 5_000);
         assert!(!t.has_exited(new), "the new thread is alive");
         assert_eq!(
-            t.emit(new, times(10)).on_cpu,
+            t.clamp_monotonic(new, times(10)).on_cpu,
             10,
             "the new thread does not inherit the old one's class times"
         );
         // Frames of one thread still never go backwards.
-        assert_eq!(t.emit(new, times(5)).on_cpu, 10);
+        assert_eq!(t.clamp_monotonic(new, times(5)).on_cpu, 10);
     }
 
     #[test]
@@ -196,7 +196,7 @@ mod tests {
         // A long session: 100,000 short-lived threads, one snapshot each, two alive at a time.
         for i in 0..100_000u32 {
             let key = (i % 32_768, u64::from(i));
-            t.emit(key, times(1));
+            t.clamp_monotonic(key, times(1));
             t.exit_seen(key);
             let present: BTreeSet<ThreadKey> = [key, (99_999, 0)].into();
             t.keep_threads(&present);

@@ -7,22 +7,22 @@
 //!
 //! Modules: `files` (reading below the root), `parse` (procfs crate types to model
 //! types), `tree` (which processes are in the subtree), `sampler` (one frame),
-//! `recorder` (frame cap and sampling schedule).
+//! `schedule` (the sampling deadlines).
 
 mod files;
 pub mod parse;
 mod pidmap;
-mod recorder;
 mod sampler;
+mod schedule;
 pub mod synthetic;
 mod tree;
 
 #[cfg(test)]
 mod tests;
 
-pub use crate::model::FrameRecorder;
-pub use recorder::Schedule;
+pub use crate::model::FrameKeeper;
 pub use sampler::{Sampler, SamplerOptions};
+pub use schedule::Schedule;
 pub use tree::Scope;
 
 /// Entry points for the fuzz targets (`fuzz/`).

@@ -1,4 +1,4 @@
-//! The sampling schedule (the frame cap is `model::FrameRecorder`).
+//! The sampling schedule (the frame cap is `model::FrameKeeper`).
 
 use std::time::{Duration, Instant};
 
