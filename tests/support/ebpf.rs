@@ -484,3 +484,21 @@ pub fn assert_bpf_ids_gone(ids: &[(String, u32)]) {
         );
     }
 }
+
+/// The time of `class` in user stacks kernelkite marked truncated, when it also reports
+/// stack copies it could not send (`stack_copies_lost`: over the copy rate bound, or
+/// the ring buffer half full because its reader fell behind on a loaded machine). Those
+/// stacks are frame-pointer walks that say they are short, and their time is counted
+/// as lost copies; 0 when every copy was sent.
+pub fn time_in_stacks_of_lost_copies(bundle: &Bundle, class: &str) -> u64 {
+    let Some(profile) = bundle.stacks.as_ref() else {
+        return 0;
+    };
+    if profile.stack_copies_lost == 0 {
+        return 0;
+    }
+    (profile.samples.iter())
+        .filter(|s| s.class == class && s.user_stack.is_some_and(|u| profile.is_truncated(u)))
+        .map(|s| s.total_ns)
+        .sum()
+}
