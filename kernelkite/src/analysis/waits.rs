@@ -92,7 +92,8 @@ pub fn is_idle(classes: &ClassTimes, not_woken_ns: u64, sleeps: u64) -> bool {
     mostly_not_woken || slept_through
 }
 
-fn woken_by(s: &WakerSample) -> WokenBy {
+/// One waker record of the bundle as a [`WokenBy`].
+pub fn woken_by(s: &WakerSample) -> WokenBy {
     let source = match (s.source.as_deref(), s.source_id) {
         (Some("hardirq"), Some(irq)) => Some(format!("hardirq:{irq}")),
         (src, _) => src.map(str::to_string),
@@ -106,6 +107,25 @@ fn woken_by(s: &WakerSample) -> WokenBy {
         comm: s.waker_comm.clone(),
         ns: s.total_ns,
         count: s.count,
+    }
+}
+
+/// A waker in a few words, as every view names it: `cargo (4242)`, `timer`,
+/// `softirq:block`, `not woken (process exited)`.
+pub fn waker_label(w: &WokenBy) -> String {
+    match w.kind.as_str() {
+        "thread" => format!(
+            "{} ({})",
+            w.comm.as_deref().unwrap_or("?"),
+            w.tid.unwrap_or(0)
+        ),
+        "interrupt" => match w.source.as_deref() {
+            Some("timer") => "timer".to_string(),
+            Some("unknown") | None => "interrupt".to_string(),
+            Some(s) => s.to_string(),
+        },
+        _ if w.source.as_deref() == Some("group_exit") => "not woken (process exited)".to_string(),
+        _ => "not woken (asleep at the end)".to_string(),
     }
 }
 

@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 
 use super::html::{esc, fmt_ns};
 use crate::analysis::critical_path::critical_path;
-use crate::analysis::waits::{thread_waits, ThreadWaits, WokenBy};
+use crate::analysis::waits::{thread_waits, waker_label, ThreadWaits, WokenBy};
 use crate::analysis::Analysis;
 use crate::model::Bundle;
 
@@ -28,23 +28,6 @@ const MAX_WAKERS_EACH: usize = 3;
 const MAX_PATH_THREADS: usize = 12;
 
 /// A waker in words, short enough for a node label.
-fn waker_label(w: &WokenBy) -> String {
-    match w.kind.as_str() {
-        "thread" => format!(
-            "{} ({})",
-            w.comm.as_deref().unwrap_or("?"),
-            w.tid.unwrap_or(0)
-        ),
-        "interrupt" => match w.source.as_deref() {
-            Some("timer") => "timer".to_string(),
-            Some("unknown") | None => "interrupt".to_string(),
-            Some(s) => s.to_string(),
-        },
-        _ if w.source.as_deref() == Some("group_exit") => "not woken (process exited)".to_string(),
-        _ => "not woken (asleep at the end)".to_string(),
-    }
-}
-
 fn waiter_label(t: &ThreadWaits) -> String {
     let comm = if t.comm.is_empty() { "?" } else { &t.comm };
     format!("{comm} ({})", t.tid)

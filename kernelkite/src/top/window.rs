@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, VecDeque};
 use kernelkite_common::hist::bucket_upper;
 
 use super::feed::{FeedInfo, Snapshot};
-use crate::analysis::{analyze, Analysis};
+use crate::analysis::{analyze, waits, Analysis};
 use crate::model::{
     Backend, Bundle, ClassTimes, StackProfile, StackSample, SyscallHistogram, WakerProfile,
     WakerSample,
@@ -159,15 +159,7 @@ fn main_wakers(wakers: Option<&WakerProfile>) -> BTreeMap<(i32, i32), String> {
         if w.kind == "not_woken" || w.total_ns == 0 {
             continue;
         }
-        let label = match (w.kind.as_str(), w.source.as_deref()) {
-            ("thread", _) => format!(
-                "{} ({})",
-                w.waker_comm.as_deref().unwrap_or("?"),
-                w.waker_tid.unwrap_or(0)
-            ),
-            (_, Some(source)) => source.to_string(),
-            _ => "interrupt".to_string(),
-        };
+        let label = waits::waker_label(&waits::woken_by(w));
         let e = best.entry((w.pid, w.tid)).or_insert((0, String::new()));
         if w.total_ns > e.0 {
             *e = (w.total_ns, label);
