@@ -82,10 +82,16 @@ fn each_lock_waiter_is_woken_by_the_other_workers() {
         .filter(|t| t["comm"].as_str().unwrap().starts_with("contend-"))
         .collect();
     assert_eq!(workers.len(), 3, "{waits:#}");
+    // std's Mutex is not fair: a worker that unlocks and locks again at once can take
+    // most turns and seldom wait (one had 1 lock wait and 889 holds in a CI run), while
+    // the others wait for it. So at least two workers wait often.
+    let often = (workers.iter())
+        .filter(|t| woken(t, "lock_wait", |_| true).1 >= 20)
+        .count();
+    assert!(often >= 2, "few lock waits: {waits:#}");
     for t in workers {
         let tid = t["tid"].as_i64().unwrap();
-        let (all_ns, all_count) = woken(t, "lock_wait", |_| true);
-        assert!(all_count >= 20, "few lock waits: {t:#}");
+        let (all_ns, _) = woken(t, "lock_wait", |_| true);
         let (by_others_ns, _) = woken(t, "lock_wait", |w| {
             w["kind"] == "thread"
                 && w["tid"].as_i64() != Some(tid)
