@@ -13,7 +13,7 @@ pub fn render_all(bundle: &Bundle) {
     let _ = report::summary::summary_text(&analysis);
     let _ = report::summary::summary_json(&analysis);
     let _ = report::tree::tree_text(&analysis);
-    let timeline = report::timeline::extract(bundle, Some(&analysis));
+    let timeline = kernelkite::analysis::timeline::extract(bundle, Some(&analysis));
     let _ = report::html::render_with(bundle, &analysis, &timeline);
     let _ = report::viewer::document(bundle, &analysis, &timeline);
     for format in [
