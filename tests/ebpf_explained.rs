@@ -546,7 +546,7 @@ fn a_node_scripts_idle_workers_are_idle_and_their_lock_wait_has_stacks() {
     } else {
         "nodejs"
     };
-    let (_, path) = run_with_stacks(
+    let (bundle, path) = run_with_stacks(
         dir.path(),
         &[node, script.to_str().unwrap(), out.to_str().unwrap()],
     );
@@ -569,7 +569,6 @@ fn a_node_scripts_idle_workers_are_idle_and_their_lock_wait_has_stacks() {
     // out in node's 90 MB binary first, docs/STACKS.md) glibc's module+offset, or, when
     // kernelkite could not send the copies on a loaded machine, frame-pointer walks
     // marked truncated and counted as lost copies.
-    let bundle = load_bundle(&path).unwrap();
     let lock_wait_ns: u64 = (bundle.stacks.as_ref().unwrap().samples.iter())
         .filter(|s| s.class == "lock_wait" && s.user_stack.is_some())
         .map(|s| s.total_ns)

@@ -1042,7 +1042,7 @@ impl Session {
                     let blocked_at_attach = before_start && s.run_state == run_state::INITIAL;
                     let copied = (self.stacks.as_ref())
                         .is_some_and(|c| c.has_thread_stack(tid, s.sys_user_stack_id));
-                    if stacks && copied && !blocked_at_attach {
+                    if copied && !blocked_at_attach {
                         self.in_progress_stack_ids.push((
                             self.in_progress.len(),
                             tgid,
@@ -1062,16 +1062,14 @@ impl Session {
                         // was lost). It is still in the call, so /proc has the stack.
                         // Live views go without.
                         let from_proc = collector.blocked_stacks(tgid, tid, nr);
-                        if let Some(from_proc) = from_proc {
-                            if from_proc.user.is_some() {
-                                self.in_progress_stack_ids.push((
-                                    self.in_progress.len(),
-                                    tgid,
-                                    tid,
-                                    NO_STACK,
-                                    from_proc.user,
-                                ));
-                            }
+                        if let Some(user) = from_proc.and_then(|p| p.user) {
+                            self.in_progress_stack_ids.push((
+                                self.in_progress.len(),
+                                tgid,
+                                tid,
+                                NO_STACK,
+                                Some(user),
+                            ));
                         }
                         if blocked_at_attach {
                             // Its wait's time (all of the session) goes to that stack.

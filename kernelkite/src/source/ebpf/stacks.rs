@@ -617,11 +617,10 @@ impl StackCollector {
     /// Whether a thread's state names a stack this collector has: a walked one, or
     /// (`COPIED_STACK`) a copy that arrived and was unwound.
     pub fn has_thread_stack(&self, tid: u32, id: i32) -> bool {
-        match id {
-            NO_STACK => false,
-            COPIED_STACK => self.pending_copies.contains_key(&tid),
-            _ => true,
-        }
+        !matches!(
+            self.thread_stack(tid, id),
+            UserStack::Walked(NO_STACK | COPIED_STACK)
+        )
     }
 
     /// A thread's user stack as its state names it (`COPIED_STACK`: its latest copy).
