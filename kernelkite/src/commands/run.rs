@@ -370,11 +370,8 @@ mod linux {
         // Once the child waits at the gate, its CPU so far is kernelkite's start-up in
         // it; read before the attach, so none of it is also traced.
         let untraced_cpu_ns = waits_at_gate(pid).then(|| schedstat_cpu_ns(pid)).flatten();
-        let started = session
-            .attach_to_gated(pid)
-            .and_then(|()| session.take_ring());
-        let mut ring = match started {
-            Ok(ring) => ring,
+        match session.attach_to_gated(pid) {
+            Ok(()) => {}
             Err(e) => {
                 // The command never runs: the dropped gate makes it exit.
                 drop(gate);
@@ -401,9 +398,7 @@ mod linux {
         until_reaped(launcher, &mut schedule, wake_every, |tick, _| {
             match tick {
                 Tick::Woke => {
-                    while let Some(record) = ring.next() {
-                        session.handle_record(&record);
-                    }
+                    session.drain();
                 }
                 Tick::ForwardToOrphans(sig) => {
                     for p in session.live_pids() {
@@ -418,15 +413,12 @@ mod linux {
         // exit record follows within moments of the reap.
         let deadline = Instant::now() + Duration::from_millis(500);
         loop {
-            while let Some(record) = ring.next() {
-                session.handle_record(&record);
-            }
+            session.drain();
             if !session.exits_pending() || Instant::now() > deadline {
                 break;
             }
             std::thread::sleep(Duration::from_millis(1));
         }
-        drop(ring);
         // Everything is reaped: the reaped processes' rusage covers the whole tree exactly.
         let rusage = launcher.reaped_rusage();
         let exit = launcher.exit();

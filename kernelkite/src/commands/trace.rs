@@ -221,9 +221,9 @@ mod platform {
         mut scrapes: Option<tokio::sync::mpsc::Receiver<serve::Scrape>>,
         mut signals: Signals,
     ) -> Result<&'static str> {
-        // SAFETY: the RingBuf owns its map fd, keeps it open and returns the same fd
-        // until the AsyncFd that owns it is dropped.
-        let mut ring = unsafe { AsyncFd::register(session.take_ring()?) }
+        // SAFETY: the session keeps its ring buffer's fd open, and outlives this
+        // function, where the AsyncFd is dropped.
+        let ring = unsafe { AsyncFd::register(RingFd(session.ring_fd())) }
             .map_err(|e| anyhow::anyhow!("polling the ring buffer: {}", e.into_parts().1))?;
         let mut tick = tokio::time::interval(Duration::from_millis(global.interval_ms));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -245,13 +245,9 @@ mod platform {
         let stop = loop {
             let until_deadline = deadline.map(|d| d.saturating_duration_since(Instant::now()));
             tokio::select! {
-                guard = ring.readable_mut() => {
+                guard = ring.readable() => {
                     let mut guard = guard?;
-                    let rb = guard.get_inner_mut();
-                    let mut exits = false;
-                    while let Some(item) = rb.next() {
-                        exits |= session.handle_record(&item);
-                    }
+                    let exits = session.drain();
                     guard.clear_ready();
                     // Stop as soon as the last traced thread is gone, not a tick later.
                     if exits && !session.any_target_alive() {
@@ -299,11 +295,17 @@ mod platform {
             }
         };
         // Whatever is still queued belongs to the session.
-        let rb = ring.get_mut();
-        while let Some(item) = rb.next() {
-            session.handle_record(&item);
-        }
+        session.drain();
         Ok(stop)
+    }
+
+    /// The session's ring buffer fd, to poll (the session reads it).
+    struct RingFd(std::os::fd::RawFd);
+
+    impl std::os::fd::AsRawFd for RingFd {
+        fn as_raw_fd(&self) -> std::os::fd::RawFd {
+            self.0
+        }
     }
 
     /// The next `--serve` scrape; never, without `--serve`.

@@ -414,14 +414,12 @@ pub use ebpf_feed::EbpfFeed;
 mod ebpf_feed {
     use super::*;
     use crate::source::ebpf::session::{Session, TraceOptions};
-    use aya::maps::{MapData, RingBuf};
 
     /// The eBPF session: every class exact, syscall latency histograms, events lost.
     pub struct EbpfFeed {
         info: FeedInfo,
         /// `None` once finished.
         session: Option<Session>,
-        ring: RingBuf<MapData>,
         interval: Duration,
         system_wide: bool,
         ended: bool,
@@ -462,7 +460,6 @@ mod ebpf_feed {
             if system_wide {
                 session.untrack_self()?;
             }
-            let ring = session.take_ring()?;
             let hooks = session.hooks().to_vec();
             Ok(EbpfFeed {
                 info: FeedInfo {
@@ -474,7 +471,6 @@ mod ebpf_feed {
                     stacks: stacks.is_some(),
                 },
                 session: Some(session),
-                ring,
                 interval,
                 system_wide,
                 ended: false,
@@ -513,9 +509,7 @@ mod ebpf_feed {
             let Some(session) = self.session.as_mut() else {
                 return;
             };
-            while let Some(item) = self.ring.next() {
-                session.handle_record(&item);
-            }
+            session.drain();
             // Nothing in top reads lifecycle events (a recording got them as they
             // came); don't let them pile up.
             drop(session.take_lifecycle());

@@ -80,6 +80,8 @@ const PARENTS_KEPT: usize = 100_000;
 pub struct Session {
     /// The attached programs; `None` once detached (at the end, before the final read).
     probes: Option<Probes>,
+    /// The `EVENTS` ring buffer (`None` only while [`Session::drain`] reads it).
+    ring: Option<RingBuf<MapData>>,
     /// The command lines kept (at most [`MAX_EVENTS`]), and the processes whose
     /// current program's is known (the live ones: the others are read from /proc at
     /// the next snapshot).
@@ -276,6 +278,7 @@ impl Session {
             )),
             None => None,
         };
+        let ring = take_map(&mut probes, "EVENTS")?;
         let threads = take_map(&mut probes, "THREADS")?;
         let hists = take_map(&mut probes, "SYSCALL_HISTS")?;
         let lost = take_map(&mut probes, "LOST")?;
@@ -303,6 +306,7 @@ impl Session {
             on_cpu_source: probes.on_cpu_source,
             host: current_host(probes.on_cpu_source),
             probes: Some(probes),
+            ring: Some(ring),
             command_lines: Vec::new(),
             argv_known: BTreeSet::new(),
             targets,
@@ -545,13 +549,26 @@ impl Session {
         self.attach_ms
     }
 
-    /// The ring buffer, for the caller to poll (it moves out of the session).
-    pub fn take_ring(&mut self) -> Result<RingBuf<MapData>, SessionError> {
-        let probes = self
-            .probes
-            .as_mut()
-            .ok_or(SessionError::map("EVENTS", MapAccessError::Detached))?;
-        take_map(probes, "EVENTS")
+    /// The ring buffer's file descriptor, for the caller to poll: readable when records
+    /// wait for [`Session::drain`]. It stays open as long as the session.
+    pub fn ring_fd(&self) -> std::os::fd::RawFd {
+        use std::os::fd::AsRawFd;
+        self.ring.as_ref().map_or(-1, |r| r.as_raw_fd())
+    }
+
+    /// Fold every record waiting in the ring buffer into the session. Returns whether
+    /// one was a thread's exit.
+    pub fn drain(&mut self) -> bool {
+        // Out of `self` while its records are folded in (each borrows the ring).
+        let Some(mut ring) = self.ring.take() else {
+            return false;
+        };
+        let mut exits = false;
+        while let Some(item) = ring.next() {
+            exits |= self.handle_record(&item);
+        }
+        self.ring = Some(ring);
+        exits
     }
 
     fn scope_pids(&self) -> Vec<i32> {
@@ -665,7 +682,7 @@ impl Session {
     }
 
     /// Fold one ring-buffer record into the session. Returns true for a thread's exit.
-    pub fn handle_record(&mut self, bytes: &[u8]) -> bool {
+    fn handle_record(&mut self, bytes: &[u8]) -> bool {
         let record = match decode(bytes) {
             Ok(r) => r,
             Err(_) => {
