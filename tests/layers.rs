@@ -13,9 +13,14 @@ const LAYERS: &[(&str, &[&str])] = &[
     // The data: bundle, fixtures, syscall tables; recordings of it.
     ("model", &["format", "output"]),
     ("recording", &["format", "model", "output"]),
+    // The one fold from records to a bundle (live collectors and replay).
+    ("collect", &["format", "model", "output", "recording"]),
     // Where data comes from, and what is derived from it (siblings: neither uses the
     // other).
-    ("source", &["format", "model", "output", "recording"]),
+    (
+        "source",
+        &["collect", "format", "model", "output", "recording"],
+    ),
     ("analysis", &["format", "model"]),
     // Renderers of analyses.
     ("report", &["analysis", "format", "model", "output"]),
@@ -39,6 +44,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         &[
             "analysis",
             "cli",
+            "collect",
             "export",
             "format",
             "model",

@@ -4,11 +4,12 @@
 
 #![cfg(target_os = "linux")]
 
+use kernelkite::model::FrameKeeper;
 use kernelkite::model::{
     load_bundle, validate::validate, write_bundle, Backend, Bundle, Frame, HostConstants,
 };
 use kernelkite::source::procfs::synthetic::{FakeProc, FakeProcess, FakeThread, PF_KTHREAD};
-use kernelkite::source::procfs::{FrameKeeper, Sampler, SamplerOptions, Scope};
+use kernelkite::source::procfs::{Sampler, SamplerOptions, Scope};
 
 fn host() -> HostConstants {
     HostConstants {

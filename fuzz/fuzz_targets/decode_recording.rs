@@ -7,7 +7,8 @@
 
 #![no_main]
 
-use kernelkite::recording::{fuzz_support, replay_recording, RecordingReader};
+use kernelkite::collect::replay_recording;
+use kernelkite::recording::{fuzz_support, RecordingReader};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -16,6 +16,7 @@ macro_rules! note {
 
 pub mod analysis;
 pub mod cli;
+pub mod collect;
 pub mod commands;
 pub mod export;
 pub mod format;

@@ -8,9 +8,10 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 
 use crate::cli::{GlobalArgs, ReplayArgs};
+use crate::collect::replay_recording_file;
 use crate::model::fixture::load_fixture;
 use crate::model::{write_bundle, Bundle};
-use crate::recording::{has_magic, replay_recording_file, MAGIC};
+use crate::recording::{has_magic, MAGIC};
 
 pub fn execute(global: &GlobalArgs, args: &ReplayArgs) -> Result<ExitCode> {
     let mut bundle = if is_recording(&args.input) {

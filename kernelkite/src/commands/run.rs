@@ -69,18 +69,21 @@ mod linux {
     use anyhow::{bail, Context, Result};
 
     use crate::cli::{BackendChoice, GlobalArgs, RunArgs};
+    use crate::collect::RecordedFold;
     use crate::commands::recording_file::RecordingFile;
     use crate::model::{
-        self, Backend, Bundle, Frame, FrameCap, HostConstants, LaunchedCommand, OnCpuSource, Rusage,
+        self, Backend, Bundle, Frame, HostConstants, LaunchedCommand, OnCpuSource, Rusage,
     };
-    use crate::recording::{ClockAnchor, RecordRef, SessionStart, SharedRecording};
+    use crate::recording::{
+        ClockAnchor, Record, RecordRef, RecordSink, SessionStart, SharedRecording,
+    };
     use crate::source::ebpf::availability::Availability;
     use crate::source::ebpf::session::{self as ebpf, TraceOptions};
     use crate::source::host::current_host;
     use crate::source::launch::{
         find_program, raise_open_file_limit, signal_child, CommandUsers, Exit, Launcher,
     };
-    use crate::source::procfs::{FrameKeeper, Sampler, SamplerOptions, Schedule, Scope, PROC_ROOT};
+    use crate::source::procfs::{Sampler, SamplerOptions, Schedule, Scope, PROC_ROOT};
 
     /// `run` streams single syscalls at least this slow (10 ms), as `trace` does by default.
     const RUN_MIN_LATENCY_NS: u64 = 10_000_000;
@@ -168,9 +171,10 @@ mod linux {
                 };
                 let sampler =
                     Sampler::new(Path::new(PROC_ROOT), options).context("cannot sample /proc")?;
-                let session = record(&mut launcher, sampler, global, args, &host, recording)?;
-                let exit = session.exit;
-                (assemble(global, args, host, session), exit)
+                let run = record(&mut launcher, sampler, global, args, host, recording)?;
+                let mut bundle = run.kept.finish();
+                bundle.launched = Some(launched_command(args, run.pid, run.exit, run.rusage));
+                (bundle, run.exit)
             }
         };
         Ok((bundle, exit))
@@ -188,8 +192,8 @@ mod linux {
         pid: i32,
         exit: Option<Exit>,
         rusage: Rusage,
-        frames: Vec<Frame>,
-        frame_cap: FrameCap,
+        /// The frames, folded as a recording of them is replayed.
+        kept: RecordedFold,
     }
 
     /// Launch the command and sample its tree until every process in it has exited
@@ -199,7 +203,7 @@ mod linux {
         mut sampler: Sampler,
         global: &GlobalArgs,
         args: &RunArgs,
-        host: &HostConstants,
+        host: HostConstants,
         recording: Option<&SharedRecording>,
     ) -> Result<SampledRun> {
         let clock = ClockAnchor::read();
@@ -209,74 +213,59 @@ mod linux {
             .map_err(|e| super::not_started(&args.command[0], e))?;
         note_root(launcher);
         raise_open_file_limit();
-        if let Some(recording) = recording {
-            recording.append(RecordRef::SessionStart(&SessionStart {
-                backend: Backend::Proc,
-                label: global.label.clone(),
-                host: host.clone(),
-                interval_ms: global.interval_ms,
-                max_frames: args.frame_cap.max_frames,
-                min_latency_ns: 0,
-                follow: true,
-                network: global.network,
-                root_pids: vec![pid],
-                clock,
-            }));
-        }
+        let start_record = SessionStart {
+            backend: Backend::Proc,
+            label: global.label.clone(),
+            host,
+            interval_ms: global.interval_ms,
+            max_frames: args.frame_cap.max_frames,
+            min_latency_ns: 0,
+            follow: true,
+            network: global.network,
+            root_pids: vec![pid],
+            clock,
+        };
+        let sink = recording.map(|r| Box::new(r.clone()) as Box<dyn RecordSink>);
+        let mut kept = RecordedFold::new(start_record, args.frame_cap.max_frame_bytes()?, sink);
         let me = std::process::id() as i32;
         let mut schedule = Schedule::new(start, Duration::from_millis(global.interval_ms));
-        let mut keeper = FrameKeeper::with_byte_budget(
-            args.frame_cap.max_frames,
-            args.frame_cap.max_frame_bytes()?,
-        );
-        let keep = |keeper: &mut FrameKeeper, frame: Frame| {
-            if let Some(recording) = recording {
-                recording.append(RecordRef::Frame(&frame));
-            }
-            keeper.push(frame);
-        };
-        let mut take_frame = |keeper: &mut FrameKeeper, schedule: &Schedule| {
+        let mut take_frame = |kept: &mut RecordedFold, schedule: &Schedule| {
             let now = Instant::now();
             // The whole tree is below kernelkite, its subreaper; only a vanished /proc
             // can fail here, and then the tick is skipped.
             if let Ok(frame) = sampler.sample(Scope::DescendantsOf(me), schedule.t_ns(now)) {
-                keep(keeper, frame);
+                kept.push(Record::Frame(frame));
             }
         };
 
-        take_frame(&mut keeper, &schedule);
+        take_frame(&mut kept, &schedule);
         // Zombie samples hold exited children's final counters; the root's exit is the
         // final frame unless orphans outlive it.
         until_reaped(launcher, &mut schedule, None, |tick, schedule| {
             match tick {
                 Tick::Woke => {}
-                Tick::ForwardToOrphans(sig) => signal_orphans(keeper.frames().last(), me, sig),
-                Tick::Sample => take_frame(&mut keeper, schedule),
+                Tick::ForwardToOrphans(sig) => signal_orphans(kept.fold().frames().last(), me, sig),
+                Tick::Sample => take_frame(&mut kept, schedule),
             }
             Ok(())
         })?;
         // Everything is reaped: the reaped processes' rusage covers the whole tree exactly.
         let rusage = launcher.reaped_rusage();
-        if keeper.frames().is_empty() {
+        if kept.fold().frames().is_empty() {
             // Only if /proc failed on every tick; a bundle needs a frame.
             let t_ns = schedule.t_ns(Instant::now());
-            keep(
-                &mut keeper,
-                Frame {
-                    t_ns,
-                    processes: Vec::new(),
-                    network: None,
-                    host_steal_ticks: None,
-                },
-            );
+            kept.push(Record::Frame(Frame {
+                t_ns,
+                processes: Vec::new(),
+                network: None,
+                host_steal_ticks: None,
+            }));
         }
-        let (frames, frame_cap) = keeper.into_parts();
         Ok(SampledRun {
             pid,
             exit: launcher.exit(),
             rusage,
-            frames,
-            frame_cap,
+            kept,
         })
     }
 
@@ -478,27 +467,6 @@ mod linux {
             rusage: Some(rusage),
             untraced_cpu_ns: None,
         }
-    }
-
-    fn assemble(
-        global: &GlobalArgs,
-        args: &RunArgs,
-        host: HostConstants,
-        session: SampledRun,
-    ) -> Bundle {
-        let mut bundle = Bundle::new(Backend::Proc, host, global.interval_ms);
-        bundle.label = global.label.clone();
-        bundle.root_pids = vec![session.pid];
-        bundle.launched = Some(launched_command(
-            args,
-            session.pid,
-            session.exit,
-            session.rusage,
-        ));
-        bundle.frames = session.frames;
-        bundle.frame_cap = session.frame_cap;
-        bundle.events_lost = None;
-        bundle
     }
 
     /// Tell the user where the bundle went, with the headline numbers.

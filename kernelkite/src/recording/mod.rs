@@ -62,12 +62,10 @@
 
 pub mod decode;
 pub mod encode;
-pub mod rebuild;
 mod wire;
 
 pub use decode::{DecodeError, IncompleteTail, RecordingReader};
 pub use encode::{Compression, RecordingWriter, SharedRecording};
-pub use rebuild::{replay_recording, replay_recording_file, BundleBuilder, Replayed};
 
 use crate::model::{
     Backend, CommandLine, Frame, HostConstants, LaunchedCommand, LifecycleEvent, SlowSyscall,
@@ -323,7 +321,7 @@ pub trait RecordSink: Send {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 /// Helpers for the fuzz target (`fuzz/`) and its seeds.
 #[doc(hidden)]

@@ -512,7 +512,7 @@ mod ebpf_feed {
             session.drain();
             // Nothing in top reads lifecycle events (a recording got them as they
             // came); don't let them pile up.
-            drop(session.take_lifecycle());
+            session.drop_lifecycle();
         }
 
         fn interval(&self) -> Duration {

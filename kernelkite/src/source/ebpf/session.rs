@@ -20,16 +20,17 @@ use super::stacks::{InProgressWait, StackCollector, UserStack};
 use super::syscall_table;
 use super::tracked::{ThreadKey, Tracked};
 use super::wakers::{waker_kind_name, WakerReader};
-use crate::model::frame_keeper::{keep_capped, MAX_EVENTS};
+use crate::collect::RecordedFold;
+use crate::model::frame_keeper::MAX_EVENTS;
 use crate::model::syscalls::sample_class;
 use crate::model::{
     Backend, Bundle, ClassTimes, CommandLine, Frame, HostConstants, LifecycleEvent, LifecycleKind,
     OnCpuSource, SlowSyscall, SyscallHistogram, SyscallInProgress, ThreadSample, Wakeup,
     WakeupStream, MAX_ARGV_BYTES, NEW_TASK_CLASS,
 };
-use crate::recording::{ClockAnchor, RecordRef, RecordSink, SessionStart};
+use crate::recording::{ClockAnchor, Record as KeptRecord, RecordRef, RecordSink, SessionStart};
 use crate::source::host::current_host;
-use crate::source::procfs::{FrameKeeper, Sampler, SamplerOptions, Scope, PROC_ROOT};
+use crate::source::procfs::{Sampler, SamplerOptions, Scope, PROC_ROOT};
 use kernelkite_common::wake::NEW_TASK;
 
 /// What to trace.
@@ -82,10 +83,8 @@ pub struct Session {
     probes: Option<Probes>,
     /// The `EVENTS` ring buffer (`None` only while [`Session::drain`] reads it).
     ring: Option<RingBuf<MapData>>,
-    /// The command lines kept (at most [`MAX_EVENTS`]), and the processes whose
-    /// current program's is known (the live ones: the others are read from /proc at
-    /// the next snapshot).
-    command_lines: Vec<CommandLine>,
+    /// The processes whose current program's command line is known (the live ones:
+    /// the others are read from /proc at the next snapshot).
     argv_known: BTreeSet<i32>,
     hooks: Vec<String>,
     attach_ms: f64,
@@ -104,9 +103,11 @@ pub struct Session {
     sampler: Sampler,
     options: TraceOptions,
     start_mono_ns: u64,
-    keeper: FrameKeeper,
-    lifecycle: Vec<LifecycleEvent>,
-    slow: Vec<SlowSyscall>,
+    /// Everything the session keeps, folded into its bundle as it comes (and recorded,
+    /// with `--record`). Replaced at attach, when the session's clock starts.
+    kept: RecordedFold,
+    /// Where the records go once the session starts (`--record`), until attach.
+    sink_at_attach: Option<Box<dyn RecordSink>>,
     undecodable_records: u64,
     /// What userspace could not keep, counted in `events_lost` with the kernel's counters.
     dropped: Dropped,
@@ -123,7 +124,8 @@ pub struct Session {
     /// (call index, pid, tid, the thread state's user stack id, or the stack read from
     /// /proc for a call blocked since before attach).
     in_progress_stack_ids: Vec<(usize, u32, u32, i32, Option<UserStack>)>,
-    /// `--stacks`: (index into `slow`, pid, user stack id) of slow calls with a stack.
+    /// `--stacks`: (arrival index among the slow calls, pid, user stack id) of slow
+    /// calls with a stack.
     slow_stack_ids: Vec<(usize, u32, UserStack)>,
     /// What ended the traced threads' sleeps.
     wakers: WakerReader,
@@ -140,9 +142,7 @@ pub struct Session {
     recursion_misses_at_detach: u64,
     /// The machine's constants when the session's clock started.
     host: HostConstants,
-    /// Where each kept frame and event also goes (`--record`), as it is appended.
-    sink: Option<Box<dyn RecordSink>>,
-    /// Session time of the last histogram snapshot sent to the sink.
+    /// Session time of the last histogram snapshot sent to the recording.
     last_sink_histograms_ns: u64,
 }
 
@@ -248,7 +248,7 @@ impl Session {
         let pids = options.pids.clone();
         check_pids_exist(&pids)?;
         let mut session = Session::load(options)?;
-        session.sink = sink;
+        session.sink_at_attach = sink;
         session.attach_to(&pids)?;
         Ok(session)
     }
@@ -256,7 +256,7 @@ impl Session {
     /// Send everything the session keeps from its start on (call before attaching) to
     /// `sink` as well.
     pub fn record_to(&mut self, sink: Box<dyn RecordSink>) {
-        self.sink = Some(sink);
+        self.sink_at_attach = Some(sink);
     }
 
     /// Load and attach the programs with no target yet (see [`Session::attach_to`]).
@@ -300,14 +300,13 @@ impl Session {
                 network: options.network,
             },
         )?;
+        let host = current_host(probes.on_cpu_source);
         Ok(Session {
             hooks: probes.hooks.clone(),
             attach_ms: probes.attach_ms,
             on_cpu_source: probes.on_cpu_source,
-            host: current_host(probes.on_cpu_source),
             probes: Some(probes),
             ring: Some(ring),
-            command_lines: Vec::new(),
             argv_known: BTreeSet::new(),
             targets,
             tracked: Tracked::default(),
@@ -315,11 +314,15 @@ impl Session {
             hists,
             lost,
             sampler,
-            keeper: FrameKeeper::with_byte_budget(options.max_frames, options.max_frame_bytes),
+            kept: RecordedFold::new(
+                session_start(&options, &host, ClockAnchor::read()),
+                options.max_frame_bytes,
+                None,
+            ),
+            sink_at_attach: None,
+            host,
             options,
             start_mono_ns: monotonic_ns(),
-            lifecycle: Vec::new(),
-            slow: Vec::new(),
             undecodable_records: 0,
             dropped: Dropped::default(),
             parent_of: BTreeMap::new(),
@@ -334,7 +337,6 @@ impl Session {
             final_states: (Vec::new(), 0),
             count_initial_in_frames: false,
             recursion_misses_at_detach: 0,
-            sink: None,
             last_sink_histograms_ns: 0,
         })
     }
@@ -358,20 +360,11 @@ impl Session {
         let clock = ClockAnchor::read();
         self.start_mono_ns = clock.monotonic_ns;
         self.host = current_host(self.on_cpu_source);
-        if let Some(sink) = self.sink.as_mut() {
-            sink.record(RecordRef::SessionStart(&SessionStart {
-                backend: Backend::Ebpf,
-                label: self.options.label.clone(),
-                host: self.host.clone(),
-                interval_ms: self.options.interval.as_millis() as u64,
-                max_frames: self.options.max_frames,
-                min_latency_ns: self.options.min_latency_ns,
-                follow: self.options.follow,
-                network: self.options.network,
-                root_pids: self.options.pids.clone(),
-                clock,
-            }));
-        }
+        self.kept = RecordedFold::new(
+            session_start(&self.options, &self.host, clock),
+            self.options.max_frame_bytes,
+            self.sink_at_attach.take(),
+        );
         if gated {
             // Still kernelkite until its exec: its command line is the exec's.
             self.argv_known.insert(pids[0]);
@@ -440,7 +433,7 @@ impl Session {
         class_ns: ClassTimes,
     ) {
         if self.tracked.exit_seen((tid, state.start_ns)) {
-            self.keep_lifecycle(LifecycleEvent {
+            self.keep_event(KeptRecord::Lifecycle(LifecycleEvent {
                 t_ns,
                 kind: LifecycleKind::Exit,
                 pid: state.tgid as i32,
@@ -449,51 +442,36 @@ impl Session {
                 comm: String::new(),
                 exit_code,
                 class_ns: Some(class_ns),
-            });
+            }));
         }
     }
 
     /// Keep a frame (under the frame cap), and record it.
     fn keep_frame(&mut self, frame: Frame) {
-        if let Some(sink) = self.sink.as_mut() {
-            sink.record(RecordRef::Frame(&frame));
-        }
-        self.keeper.push(frame);
+        self.kept.push(KeptRecord::Frame(frame));
     }
 
-    fn keep_lifecycle(&mut self, event: LifecycleEvent) {
-        if let Some(sink) = self.sink.as_mut() {
-            sink.record(RecordRef::Lifecycle(&event));
-        }
-        if !keep_capped(&mut self.lifecycle, event) {
+    /// Keep an event (lifecycle, slow call, command line) under the event cap.
+    fn keep_event(&mut self, record: KeptRecord) {
+        if !self.kept.push(record) {
             self.dropped.events += 1;
         }
     }
 
-    /// Record the histograms and the lost event count as they are at `t_ns`.
-    fn record_histograms(&mut self, t_ns: u64) {
-        if self.sink.is_none() {
-            return;
-        }
+    /// Keep the histograms, the lost event count and the calls in progress as they
+    /// are at `t_ns` (each record replaces the one before).
+    fn keep_histograms(&mut self, t_ns: u64) {
         let histograms = self.syscall_histograms();
         let count = self.events_lost();
         let by_cause = self.events_lost_by_cause();
         let calls = self.in_progress.clone();
-        if let Some(sink) = self.sink.as_mut() {
-            sink.record(RecordRef::Histograms {
-                t_ns,
-                histograms: &histograms,
-            });
-            sink.record(RecordRef::EventsLost {
-                t_ns,
-                count,
-                by_cause: &by_cause,
-            });
-            sink.record(RecordRef::InProgress {
-                t_ns,
-                calls: &calls,
-            });
-        }
+        self.kept.push(KeptRecord::Histograms { t_ns, histograms });
+        self.kept.push(KeptRecord::EventsLost {
+            t_ns,
+            count,
+            by_cause,
+        });
+        self.kept.push(KeptRecord::InProgress { t_ns, calls });
         self.last_sink_histograms_ns = t_ns;
     }
 
@@ -713,7 +691,7 @@ impl Session {
                     0 => self.parent_of.get(&r.tgid).copied().unwrap_or(0),
                     parent => parent as i32,
                 };
-                self.keep_lifecycle(LifecycleEvent {
+                self.keep_event(KeptRecord::Lifecycle(LifecycleEvent {
                     t_ns: self.t_ns(r.ts_ns),
                     kind,
                     pid: r.tgid as i32,
@@ -723,11 +701,12 @@ impl Session {
                     exit_code: (exit && r.flags & record_flags::EXIT_CODE_UNKNOWN == 0)
                         .then_some((r.exit_code >> 8) as i32 & 0xff),
                     class_ns: exit.then_some(ClassTimes::from_array(r.class_ns)),
-                });
+                }));
                 exit
             }
             Record::SlowSyscall(r) => {
-                let room = self.slow.len() < MAX_EVENTS;
+                let index = self.kept.fold().slow_syscalls();
+                let room = index < MAX_EVENTS;
                 if let Some(stacks) = self.stacks.as_mut().filter(|_| room) {
                     let stack = match r.user_stack_id {
                         COPIED_STACK => stacks.take_slow_copy(r.tid, r.start_ns),
@@ -736,7 +715,7 @@ impl Session {
                     };
                     if let Some(stack) = stack {
                         stacks.want_user_stack(r.tgid, stack);
-                        self.slow_stack_ids.push((self.slow.len(), r.tgid, stack));
+                        self.slow_stack_ids.push((index, r.tgid, stack));
                     }
                 }
                 let slow = SlowSyscall {
@@ -749,12 +728,7 @@ impl Session {
                     ret: r.ret,
                     user_stack: None,
                 };
-                if let Some(sink) = self.sink.as_mut() {
-                    sink.record(RecordRef::SlowSyscall(&slow));
-                }
-                if !keep_capped(&mut self.slow, slow) {
-                    self.dropped.events += 1;
-                }
+                self.keep_event(KeptRecord::SlowSyscall(slow));
                 false
             }
             Record::Wakeup(r) => {
@@ -808,18 +782,13 @@ impl Session {
     /// ARGV record is not kept twice), and send it to the recording.
     fn keep_command_line(&mut self, line: CommandLine) {
         self.argv_known.insert(line.pid);
-        let same = (self.command_lines.iter().rev())
+        let same = (self.kept.fold().command_lines().iter().rev())
             .find(|l| l.pid == line.pid)
             .is_some_and(|l| l.argv == line.argv);
         if same {
             return;
         }
-        if let Some(sink) = self.sink.as_mut() {
-            sink.record(RecordRef::CommandLine(&line));
-        }
-        if !keep_capped(&mut self.command_lines, line) {
-            self.dropped.events += 1;
-        }
+        self.keep_event(KeptRecord::CommandLine(line));
     }
 
     /// Read /proc/PID/cmdline of the processes in `frame` whose program's command line
@@ -853,8 +822,11 @@ impl Session {
         let frame = self.snapshot_frame(false)?;
         let t_ns = frame.t_ns;
         self.keep_frame(frame);
-        if t_ns.saturating_sub(self.last_sink_histograms_ns) >= SINK_HISTOGRAM_INTERVAL_NS {
-            self.record_histograms(t_ns);
+        // Only a killed session's replay needs them before the end.
+        if self.kept.is_recording()
+            && t_ns.saturating_sub(self.last_sink_histograms_ns) >= SINK_HISTOGRAM_INTERVAL_NS
+        {
+            self.keep_histograms(t_ns);
         }
         Ok(())
     }
@@ -873,11 +845,11 @@ impl Session {
     /// its histograms as [`Session::snapshot`] does, so the recording replays the same.
     pub fn snapshot_now(&mut self) -> Result<Frame, SessionError> {
         let frame = self.snapshot_frame(false)?;
-        if let Some(sink) = self.sink.as_mut() {
-            sink.record(RecordRef::Frame(&frame));
+        if self.kept.is_recording() {
+            self.kept.record_only(RecordRef::Frame(&frame));
             if frame.t_ns.saturating_sub(self.last_sink_histograms_ns) >= SINK_HISTOGRAM_INTERVAL_NS
             {
-                self.record_histograms(frame.t_ns);
+                self.keep_histograms(frame.t_ns);
             }
         }
         Ok(frame)
@@ -926,10 +898,10 @@ impl Session {
     pub fn sizes(&self) -> Vec<(&'static str, u64)> {
         let buckets: usize = self.folded_hists.values().map(|h| h.buckets.len()).sum();
         let mut sizes = vec![
-            ("frames", self.keeper.frames().len() as u64),
-            ("frames_kib", self.keeper.kept_bytes() >> 10),
-            ("lifecycle", self.lifecycle.len() as u64),
-            ("slow", self.slow.len() as u64),
+            ("frames", self.kept.fold().frames().len() as u64),
+            ("frames_kib", self.kept.fold().frame_bytes() >> 10),
+            ("lifecycle", self.kept.fold().lifecycle_events() as u64),
+            ("slow", self.kept.fold().slow_syscalls() as u64),
             ("slow_stack_ids", self.slow_stack_ids.len() as u64),
             ("folded_hists", self.folded_hists.len() as u64),
             ("folded_hist_buckets", buckets as u64),
@@ -945,15 +917,15 @@ impl Session {
         sizes
     }
 
-    /// Hand over the lifecycle events collected so far (a long-running live view drops
-    /// them instead of letting them grow without bound).
-    pub fn take_lifecycle(&mut self) -> Vec<LifecycleEvent> {
-        std::mem::take(&mut self.lifecycle)
+    /// Drop the lifecycle events kept so far (a long-running live view that reads none
+    /// keeps them from growing without bound; a recording got them as they came).
+    pub fn drop_lifecycle(&mut self) {
+        self.kept.fold_mut().drop_lifecycle();
     }
 
     /// Number of frames kept so far.
     pub fn frames(&self) -> usize {
-        self.keeper.frames().len()
+        self.kept.fold().frames().len()
     }
 
     /// Whether a thread that exited has not left its CPU for the last time yet: its exit
@@ -1347,132 +1319,100 @@ impl Session {
         // (as zombies) holds their final counters; an empty frame would replace it
         // under a frame cap.
         let t_end_ns = last.t_ns;
-        if !last.processes.is_empty() || self.keeper.frames().is_empty() {
+        if !last.processes.is_empty() || self.kept.fold().frames().is_empty() {
             self.keep_frame(last);
         }
-        let stacks = match self.stacks.take() {
-            Some(mut collector) => {
-                // Bounded: what is left past the deadline keeps module+offset only.
-                collector.resolve_final();
-                for &(i, pid, id) in &self.slow_stack_ids {
-                    if let Some(slow) = self.slow.get_mut(i) {
-                        slow.user_stack = collector.user_stack_index(pid, id);
-                    }
-                }
-                for &(i, pid, tid, id, from_proc) in &self.in_progress_stack_ids {
-                    if let Some(call) = self.in_progress.get_mut(i) {
-                        let stack = from_proc.unwrap_or_else(|| collector.thread_stack(tid, id));
-                        call.user_stack = collector.user_stack_index(pid, stack);
-                    }
-                }
-                Some(collector.finish(
-                    self.lost_count(lost::STACK),
-                    self.lost_count(lost::STACK_COPY),
-                ))
-            }
-            None => None,
-        };
-        self.record_histograms(t_end_ns);
-        if let (Some(profile), Some(sink)) = (&stacks, self.sink.as_mut()) {
+        let mut stacks = None;
+        if let Some(mut collector) = self.stacks.take() {
+            // Bounded: what is left past the deadline keeps module+offset only.
+            collector.resolve_final();
             // The slow calls' stacks are only known now: by arrival index.
-            let slow_stacks: Vec<(u32, u32)> = (self.slow.iter().enumerate())
-                .filter_map(|(i, s)| Some((i as u32, s.user_stack?)))
+            let slow_stacks: Vec<(u32, u32)> = (self.slow_stack_ids.iter())
+                .filter_map(|&(i, pid, id)| Some((i as u32, collector.user_stack_index(pid, id)?)))
                 .collect();
-            sink.record(RecordRef::Stacks {
+            for &(i, pid, tid, id, from_proc) in &self.in_progress_stack_ids {
+                if let Some(call) = self.in_progress.get_mut(i) {
+                    let stack = from_proc.unwrap_or_else(|| collector.thread_stack(tid, id));
+                    call.user_stack = collector.user_stack_index(pid, stack);
+                }
+            }
+            let profile = collector.finish(
+                self.lost_count(lost::STACK),
+                self.lost_count(lost::STACK_COPY),
+            );
+            stacks = Some(KeptRecord::Stacks {
                 profile,
-                slow_stacks: &slow_stacks,
+                slow_stacks,
             });
         }
-        let (frames, cap) = std::mem::replace(&mut self.keeper, FrameKeeper::new(1)).into_parts();
-        let lifecycle = std::mem::take(&mut self.lifecycle);
-        let slow = std::mem::take(&mut self.slow);
-        let (states, now) = std::mem::take(&mut self.final_states);
-        let wakers = loader::wakers_on().then(|| self.wakers.profile(&states, now));
-        if let (Some(w), Some(sink)) = (&wakers, self.sink.as_mut()) {
-            sink.record(RecordRef::Wakers(w));
+        self.keep_histograms(t_end_ns);
+        if let Some(stacks) = stacks {
+            self.kept.push(stacks);
         }
-        let mut bundle = self.assemble(frames, cap, lifecycle, slow, stacks);
-        bundle.wakers = wakers;
+        let (states, now) = std::mem::take(&mut self.final_states);
+        if loader::wakers_on() {
+            let wakers = self.wakers.profile(&states, now);
+            self.kept.push(KeptRecord::Wakers(wakers));
+        }
         let lost = self.wakeups_lost();
         if let Some((mut wakeups, _)) = self.wakeups.take() {
             wakeups.sort_by_key(|w| (w.t_ns, w.tid));
-            let stream = WakeupStream { wakeups, lost };
-            if let Some(sink) = self.sink.as_mut() {
-                sink.record(RecordRef::Wakeups(&stream));
-            }
-            bundle.wakeups = Some(stream);
+            self.kept
+                .push(KeptRecord::Wakeups(WakeupStream { wakeups, lost }));
         }
-        Ok(bundle)
+        Ok(self.kept.finish())
     }
 
-    /// Keep the kept frames' digest as well ([`FrameKeeper::keep_digest`]), for
-    /// [`Session::with_bundle_so_far`]: `trace --serve`, whose scrapes then cost what the
-    /// processes seen do, not what the frames kept do.
+    /// Keep the kept frames' digest as well, for [`Session::with_bundle_so_far`]:
+    /// `trace --serve`, whose scrapes then cost what the processes seen do, not what
+    /// the frames kept do.
     pub fn keep_frame_digest(&mut self) {
-        self.keeper.keep_digest();
+        self.kept.fold_mut().keep_frame_digest();
     }
 
     /// `f` of the bundle as it would be if the session stopped at its latest snapshot,
     /// for live views (`trace --serve`): the histograms and loss counters as the kernel
-    /// holds them now, and the frames so far, as their digest and the last frame when
-    /// the session keeps one ([`Session::keep_frame_digest`]; what a scrape shows per
-    /// process is the same, without analysing every frame on the trace loop). The
-    /// programs stay attached. The lifecycle events are lent, not copied (a scrape of a
-    /// long session copied up to a million of them): sorted in place, as the final
-    /// bundle sorts them (the session only appends, so nothing depends on their arrival
-    /// order; sorting nearly sorted events is linear), and taken back after `f`. The
-    /// slow syscalls are left out: no live view shows them.
+    /// holds them now, the calls in progress with the stacks resolved so far, and the
+    /// frames so far, as their digest and the last frame when the session keeps one
+    /// ([`Session::keep_frame_digest`]; what a scrape shows per process is the same,
+    /// without analysing every frame on the trace loop). The programs stay attached.
     pub fn with_bundle_so_far<R>(&mut self, f: impl FnOnce(&Bundle) -> R) -> R {
-        let frames = self.keeper.digest_frames();
-        let lifecycle = std::mem::take(&mut self.lifecycle);
-        let mut bundle = self.assemble(frames, self.keeper.cap(), lifecycle, Vec::new(), None);
-        let result = f(&bundle);
-        self.lifecycle = std::mem::take(&mut bundle.lifecycle);
-        result
-    }
-
-    /// A bundle of `frames` plus the histograms (exited processes' and the map's) and
-    /// the loss count read now.
-    fn assemble(
-        &self,
-        frames: Vec<Frame>,
-        cap: crate::model::FrameCap,
-        mut lifecycle: Vec<LifecycleEvent>,
-        mut slow: Vec<SlowSyscall>,
-        stacks: Option<crate::model::StackProfile>,
-    ) -> Bundle {
         let events_lost = self.events_lost();
+        let by_cause = self.events_lost_by_cause();
         let syscalls = self.syscall_histograms();
-        lifecycle.sort_by_key(|e| (e.t_ns, e.pid, e.tid));
-        slow.sort_by_key(|s| (s.t_ns, s.tid));
-
-        let mut bundle = Bundle::new(
-            Backend::Ebpf,
-            self.host.clone(),
-            self.options.interval.as_millis() as u64,
-        );
-        bundle.label = self.options.label.clone();
-        bundle.root_pids = self.options.pids.clone();
-        bundle.frames = frames;
-        bundle.frame_cap = cap;
-        bundle.events_lost = Some(events_lost);
-        bundle.events_lost_by_cause = self.events_lost_by_cause();
-        bundle.syscalls_in_progress = self.in_progress.clone();
+        let mut in_progress = self.in_progress.clone();
         if let Some(collector) = &self.stacks {
-            // Live views: the stacks resolved so far.
             for &(i, pid, tid, id, from_proc) in &self.in_progress_stack_ids {
-                if let Some(call) = bundle.syscalls_in_progress.get_mut(i) {
+                if let Some(call) = in_progress.get_mut(i) {
                     let stack = from_proc.unwrap_or_else(|| collector.thread_stack(tid, id));
                     call.user_stack = call.user_stack.or(collector.user_stack_index(pid, stack));
                 }
             }
         }
-        bundle.lifecycle = lifecycle;
-        bundle.command_lines = self.command_lines.clone();
-        bundle.syscalls = syscalls;
-        bundle.slow_syscalls = slow;
-        bundle.stacks = stacks;
-        bundle
+        let frames = self.kept.fold().digest_frames();
+        let live = |bundle: &mut Bundle| {
+            bundle.events_lost = Some(events_lost);
+            bundle.events_lost_by_cause = by_cause;
+            bundle.syscalls = syscalls;
+            bundle.syscalls_in_progress = in_progress;
+        };
+        self.kept.fold_mut().with_bundle_so_far(frames, live, f)
+    }
+}
+
+/// The start record of the session `options` describe.
+fn session_start(options: &TraceOptions, host: &HostConstants, clock: ClockAnchor) -> SessionStart {
+    SessionStart {
+        backend: Backend::Ebpf,
+        label: options.label.clone(),
+        host: host.clone(),
+        interval_ms: options.interval.as_millis() as u64,
+        max_frames: options.max_frames,
+        min_latency_ns: options.min_latency_ns,
+        follow: options.follow,
+        network: options.network,
+        root_pids: options.pids.clone(),
+        clock,
     }
 }
 

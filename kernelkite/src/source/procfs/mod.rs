@@ -20,7 +20,6 @@ mod tree;
 #[cfg(test)]
 mod tests;
 
-pub use crate::model::FrameKeeper;
 pub use sampler::{Sampler, SamplerOptions};
 pub use schedule::Schedule;
 pub use tree::Scope;
