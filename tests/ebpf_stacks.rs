@@ -624,3 +624,55 @@ fn classic_tracepoints_refuse_stacks_in_one_line() {
     );
     assert_eq!(err.trim().lines().count(), 1, "{err}");
 }
+
+/// A library loaded after kernelkite first read the process's mappings (dlopen, or a
+/// process caught while ld.so still maps its libraries) is unwound through with its own
+/// unwind information: the mappings are read again when a stack names an address
+/// outside them. Before, the unwinder fell back to the frame pointer there, and in code
+/// built without one the stack ended at the library's frame, unmarked.
+#[test]
+fn a_library_loaded_late_is_unwound_through() {
+    let Some(_guard) = ebpf_ready("a_library_loaded_late_is_unwound_through") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let c = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/workloads/c");
+    let lib = dir.path().join("liblateload.so");
+    let bin = dir.path().join("lateload");
+    for (src, out, extra) in [
+        ("lateload_lib.c", &lib, &["-shared", "-fPIC"][..]),
+        ("lateload.c", &bin, &["-ldl"][..]),
+    ] {
+        let status = Command::new("gcc")
+            .args(["-O2", "-g", "-fomit-frame-pointer"])
+            .arg(c.join(src))
+            .args(extra)
+            .arg("-o")
+            .arg(out)
+            .status()
+            .expect("gcc (the tests need a C compiler)");
+        assert!(status.success(), "gcc failed");
+    }
+    let bundle = run_stacks_of(&bin, &[lib.to_str().unwrap()], dir.path());
+    let mut through = 0;
+    for (user, _, ns) in samples_of(&bundle, "syscall_blocked") {
+        let names: Vec<&str> = (user.iter())
+            .map(|f| f.symbol.as_deref().unwrap_or(""))
+            .collect();
+        if let Some(i) = names.iter().position(|n| *n == "kk_block_in_library") {
+            assert_eq!(
+                names.get(i + 1),
+                Some(&"main"),
+                "the library's caller: {}",
+                user_symbols(&bundle, "syscall_blocked")
+            );
+            through += ns;
+        }
+    }
+    assert!(
+        through > 250_000_000,
+        "{through} ns of syscall_blocked through kk_block_in_library <- main: {}",
+        user_symbols(&bundle, "syscall_blocked")
+    );
+    assert_short_stacks_marked(&bundle);
+}

@@ -82,9 +82,16 @@ pub const FRAMES_PAST_CAP: &str = "[stack not kept: past the 500,000 frames a se
 const MAX_COPIED_TIMES: usize = 65_536;
 /// Copies waiting for their times (one per thread at most): past this, forgotten.
 const MAX_PENDING_COPIES: usize = 65_536;
-/// A process whose stack copies name an address outside its known mappings (a library
-/// loaded since) has its mappings read again at most this often.
-const MAPS_REREAD: Duration = Duration::from_millis(100);
+/// A process whose stack copies name a return address outside its known mappings (a
+/// library loaded since) has its mappings read again at most this often: a
+/// frame-pointer walk through code without frame pointers names addresses no mapping
+/// holds, and this bounds what such stacks cost (reading node's 92 mappings took 62 µs
+/// on a loaded 2-core VM, so at most 0.6% of a CPU).
+const MAPS_REREAD: Duration = Duration::from_millis(10);
+/// ... and one whose copy's instruction pointer is outside them, at most this often
+/// (an instruction pointer is always in a mapping: only a read from before it was
+/// mapped misses it, so this bound only keeps one drain's copies to one read).
+const LEAF_MAPS_REREAD: Duration = Duration::from_millis(1);
 /// Where distributions install separate debug files by build-id.
 const BUILD_ID_DEBUG_DIR: &str = "/usr/lib/debug/.build-id";
 /// The largest separate debug file read.
@@ -449,24 +456,54 @@ impl StackCollector {
     /// Unwind `copy` of a stack of `pid` into an interned stack; `None` when it gives
     /// no frame or the stacks kept are at their bound.
     fn unwind(&mut self, pid: u32, copy: &CopiedStack) -> Option<u32> {
-        let known = self
-            .processes
-            .get(&pid)
-            .is_some_and(|p| locate(&p.maps, copy.ip).is_some());
-        let reread_due = self
-            .maps_read_at
-            .get(&pid)
-            .is_none_or(|t| t.elapsed() >= MAPS_REREAD);
-        if !known && reread_due {
-            self.maps_read_at.insert(pid, Instant::now());
+        // An address in no mapping read so far is in one mapped since (a library
+        // loaded, a process caught while ld.so mapped its libraries): the unwinder has
+        // no rule for it and would fall back to the frame pointer, which in code built
+        // without one ends or derails the stack. So the mappings are read again, and
+        // the copy unwound again with them: at once for the leaf (the copy's own
+        // instruction pointer), and at most every MAPS_REREAD for a caller (a
+        // frame-pointer walk through code without one makes up addresses that no
+        // mapping will ever hold).
+        if !self.mapped(pid, copy.ip) && self.reread_due(pid, LEAF_MAPS_REREAD) {
             self.refresh_process(pid);
         }
+        let mut unwound = self.unwind_with_known_maps(pid, copy);
+        let stale = unwound.0.iter().skip(1).any(|&a| !self.mapped(pid, a));
+        if stale && self.reread_due(pid, MAPS_REREAD) {
+            self.refresh_process(pid);
+            if !self.unwinders.contains_key(&pid) {
+                // The mappings changed: unwind with the new ones.
+                unwound = self.unwind_with_known_maps(pid, copy);
+            }
+        }
+        self.intern_unwound(pid, unwound.0, unwound.1)
+    }
+
+    fn unwind_with_known_maps(&mut self, pid: u32, copy: &CopiedStack) -> (Vec<u64>, Option<Cut>) {
         if !self.unwinders.contains_key(&pid) {
             let unwinder = self.build_unwinder(pid);
             self.unwinders.insert(pid, unwinder);
         }
-        let (addrs, cut) = self.unwinders[&pid].unwind(&mut self.unwind_cache, copy);
-        self.intern_unwound(pid, addrs, cut)
+        self.unwinders[&pid].unwind(&mut self.unwind_cache, copy)
+    }
+
+    /// Whether `addr` lies in a mapping of `pid` read so far (a file's, or anonymous
+    /// executable memory).
+    fn mapped(&self, pid: u32, addr: u64) -> bool {
+        self.processes.get(&pid).is_some_and(|p| {
+            locate(&p.maps, addr).is_some()
+                || (p.anon_exec.iter()).any(|&(start, end)| (start..end).contains(&addr))
+        })
+    }
+
+    /// Whether `pid`'s mappings were last read at least `every` ago (or never); if so,
+    /// the read about to happen is noted.
+    fn reread_due(&mut self, pid: u32, every: Duration) -> bool {
+        let due = (self.maps_read_at.get(&pid)).is_none_or(|t| t.elapsed() >= every);
+        if due {
+            self.maps_read_at.insert(pid, Instant::now());
+        }
+        due
     }
 
     /// Intern an unwound stack; `None` when it has no frame or the stacks kept are at
@@ -1014,6 +1051,16 @@ impl StackCollector {
             }
             None => (truncated, cut),
         };
+        // A stack the unwinder ended is complete only if it ends where a thread starts;
+        // one ending at another named function stopped early (an unnamed end cannot be
+        // judged, and is left as it is).
+        let outermost = frames.last().and_then(|f| f.symbol.as_deref());
+        let cut = match (cut, outermost) {
+            (None, Some(name)) if !truncated && !is_thread_start(name) => {
+                Some(Cut::BeforeThreadStart)
+            }
+            (cut, _) => cut,
+        };
         if let Some(cut) = cut {
             frames.push(StackFrame {
                 addr: 0,
@@ -1510,6 +1557,26 @@ fn is_go_system_stack_root(symbol: &str) -> bool {
         symbol,
         "runtime.mcall" | "runtime.systemstack" | "runtime.mstart"
     )
+}
+
+/// The functions a thread's stack starts in: a process's entry point (glibc's and
+/// musl's), the clone calls a thread starts in, and Go's goroutine and program starts.
+fn is_thread_start(symbol: &str) -> bool {
+    matches!(
+        symbol,
+        "_start"
+            | "__start"
+            | "_start_c"
+            | "clone"
+            | "clone3"
+            | "__clone"
+            | "__clone3"
+            | "runtime.goexit"
+            | "runtime.goexit.abi0"
+            | "runtime.rt0_go"
+            | "runtime.rt0_go.abi0"
+            | "_rt0_amd64_linux"
+    ) || is_go_system_stack_root(symbol)
 }
 
 fn call_sites(addrs: &[u64]) -> Vec<u64> {

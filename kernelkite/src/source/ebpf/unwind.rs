@@ -145,6 +145,11 @@ pub enum Cut {
     /// M is not inside the last goroutine's lock), or the thread's start. The stack is
     /// complete as Go defines it, so this cut does not mark it truncated.
     GoSystemStack,
+    /// The unwinder found no caller, but the outermost frame is not where a thread
+    /// starts (`_start`, `clone3`, ...): it stopped early. framehop does so when it
+    /// falls back to the frame pointer for code it has no unwind rule for (ld.so's
+    /// lazy-binding trampoline, whose CFA lives in rbx) and finds rbp 0.
+    BeforeThreadStart,
 }
 
 impl Cut {
@@ -159,6 +164,7 @@ impl Cut {
             Cut::NotCode => "[cut: the next return address is in no executable mapping]",
             Cut::JitWithoutPerfMap => "[cut: JIT code with no perf map entry]",
             Cut::GoSystemStack => "[go scheduler: the thread's system stack (g0) ends here]",
+            Cut::BeforeThreadStart => "[cut: the unwinder stopped before the thread's start]",
         }
     }
 }
