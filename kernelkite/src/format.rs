@@ -133,6 +133,68 @@ pub fn columns(rows: &[Vec<String>], right: &[usize]) -> String {
     out
 }
 
+/// A duration for the HTML page, in the largest unit that keeps it short: `812 ns`,
+/// `41.3 µs`, `12.5 ms`, `2.790 s`, `3 min 12.5 s` (one decimal less than [`fmt_ns`]
+/// below a second: cards and tooltips are narrow).
+pub fn fmt_ns_compact(ns: u64) -> String {
+    let f = ns as f64;
+    if ns >= 60_000_000_000 {
+        let m = ns / 60_000_000_000;
+        let s = (ns % 60_000_000_000) as f64 / 1e9;
+        format!("{m} min {s:.1} s")
+    } else if ns >= 1_000_000_000 {
+        format!("{:.3} s", f / 1e9)
+    } else if ns >= 1_000_000 {
+        format!("{:.1} ms", f / 1e6)
+    } else if ns >= 1_000 {
+        format!("{:.1} µs", f / 1e3)
+    } else {
+        format!("{ns} ns")
+    }
+}
+
+/// Seconds as [`fmt_ns_compact`] writes them; `n/a` when not a duration.
+pub fn fmt_secs_compact(s: f64) -> String {
+    if s.is_finite() && s >= 0.0 {
+        fmt_ns_compact((s * 1e9).round() as u64)
+    } else {
+        "n/a".to_string()
+    }
+}
+
+/// Bytes for the HTML page: a binary unit with one decimal, none from 100 up
+/// (`943 MiB`, `12.5 KiB`; [`fmt_bytes`] has two).
+pub fn fmt_bytes_compact(b: u64) -> String {
+    const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
+    if b < 1024 {
+        return format!("{b} B");
+    }
+    let mut v = b as f64 / 1024.0;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if v >= 100.0 {
+        format!("{v:.0} {}", UNITS[u])
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+/// An integer with narrow no-break space thousands separators: `120 000`.
+pub fn fmt_count(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3 * 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push('\u{202F}');
+        }
+        out.push(c);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

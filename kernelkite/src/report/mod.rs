@@ -8,8 +8,6 @@ pub mod compare;
 pub mod critical_path;
 pub mod flamegraph;
 pub mod html;
-pub mod html_stacks;
-pub mod html_waits;
 pub mod stacks;
 pub mod summary;
 pub mod trace;

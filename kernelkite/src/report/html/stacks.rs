@@ -7,23 +7,16 @@ use std::fmt::Write as _;
 
 use kernelkite_common::LatencyClass;
 
-use super::flamegraph::{flamegraph_svg, inline_svg, FlameGraphSpec};
-use super::html::{esc, fmt_ns};
+use super::esc;
 use crate::analysis::stacks::analyze_stacks;
 use crate::analysis::Analysis;
+use crate::format::fmt_ns_compact;
 use crate::model::Bundle;
+use crate::report::flamegraph::{flamegraph_svg, inline_svg, FlameGraphSpec};
 
 /// Styles of the section, added to the page's only when the bundle has stacks (so pages
 /// without stacks are unchanged).
-pub const CSS: &str = r#"figure.flame { margin: 12px 0 0; }
-svg.flamegraph { display: block; width: 100%; height: auto; border: 1px solid var(--line); border-radius: 8px; }
-svg.flamegraph text { font-family: ui-monospace, Menlo, Consolas, "DejaVu Sans Mono", monospace; font-size: 12px; fill: #1a202c; }
-svg.flamegraph text.title { font-size: 17px; font-family: system-ui, -apple-system, "Segoe UI", Roboto, Arial, sans-serif; }
-svg.flamegraph text.subtitle { fill: #5a6577; }
-svg.flamegraph g:hover > rect { stroke: #1a202c; stroke-width: .5; }
-details.flame { margin-top: 10px; }
-details.flame summary { cursor: pointer; font-weight: 600; }
-"#;
+pub const CSS: &str = include_str!("stacks.css");
 
 fn pct(share: Option<f64>) -> String {
     share.map_or_else(|| "n/a".to_string(), |s| format!("{:.1}%", s * 100.0))
@@ -66,7 +59,7 @@ pub fn stacks_section(h: &mut String, bundle: &Bundle, a: &Analysis) {
          time; hover a frame for its time in ns and its share of the graph. Off-CPU classes \
          are blue, on-CPU warm; in the graph of every class the root frames are the \
          classes, in the colours above.</p>",
-        esc(&fmt_ns(stacks.min_block_ns)),
+        esc(&fmt_ns_compact(stacks.min_block_ns)),
         stacks.sample_hz,
         stacks.captures_lost
     );
@@ -116,7 +109,7 @@ pub fn stacks_section(h: &mut String, bundle: &Bundle, a: &Analysis) {
                 (names.join(" ← "), pct(s.share_of_class))
             }
             None => (
-                super::stacks::why_no_stacks(&stacks, c).unwrap_or_default(),
+                crate::report::stacks::why_no_stacks(&stacks, c).unwrap_or_default(),
                 String::new(),
             ),
         };
@@ -126,7 +119,7 @@ pub fn stacks_section(h: &mut String, bundle: &Bundle, a: &Analysis) {
              <td><code>{}</code></td><td class=\"num\">{}</td></tr>",
             esc(c.class.name()),
             c.stack_ns,
-            esc(&fmt_ns(c.stack_ns)),
+            esc(&fmt_ns_compact(c.stack_ns)),
             esc(&pct(c.share_of_class())),
             esc(&heaviest),
             esc(&share)
@@ -143,7 +136,7 @@ pub fn stacks_section(h: &mut String, bundle: &Bundle, a: &Analysis) {
             h,
             "<details class=\"flame\"><summary>{}: {} with stacks</summary>",
             esc(c.class.name()),
-            esc(&fmt_ns(c.stack_ns))
+            esc(&fmt_ns_compact(c.stack_ns))
         );
         graph(h, bundle, Some(c.class));
         h.push_str("</details>\n");

@@ -5,21 +5,16 @@
 
 use std::fmt::Write as _;
 
-use super::html::{esc, fmt_ns};
+use super::esc;
 use crate::analysis::critical_path::critical_path;
 use crate::analysis::waits::{thread_waits, waker_label, ThreadWaits, WokenBy};
 use crate::analysis::Analysis;
+use crate::format::fmt_ns_compact;
 use crate::model::Bundle;
 
 /// Styles of the sections, added to the page's only for bundles with waker data (so
 /// other pages are unchanged).
-pub const CSS: &str = r#"svg.waitfor { display: block; width: 100%; height: auto; }
-svg.waitfor text { font-size: 12px; fill: #1a202c; }
-svg.waitfor path.edge { stroke: #6b7a90; stroke-opacity: .55; }
-svg.waitfor path.edge.lock_wait { stroke: #d9822b; }
-svg.waitfor path.edge.io_wait { stroke: #3182ce; }
-svg.waitfor path.edge:hover { stroke-opacity: .95; }
-"#;
+pub const CSS: &str = include_str!("waits.css");
 
 /// Waiting threads drawn, and wakers per waiting thread.
 const MAX_WAITERS: usize = 8;
@@ -110,7 +105,7 @@ fn wait_for_graph(h: &mut String, threads: &[ThreadWaits]) {
             waker = esc(label),
             count = w.count,
             waiter = esc(&waiter_label(waiters[*waiter])),
-            ns = esc(&fmt_ns(w.ns)),
+            ns = esc(&fmt_ns_compact(w.ns)),
         );
     }
     for (i, label) in wakers.iter().enumerate() {
@@ -129,7 +124,7 @@ fn wait_for_graph(h: &mut String, threads: &[ThreadWaits]) {
             right_x + 6.0,
             y_of(i) + 4.0,
             esc(&waiter_label(t)),
-            esc(&fmt_ns(t.sleep_ns))
+            esc(&fmt_ns_compact(t.sleep_ns))
         );
     }
     h.push_str("</svg>\n</section>\n");
@@ -150,7 +145,7 @@ fn critical_path_section(h: &mut String, bundle: &Bundle, a: &Analysis) {
         "<p class=\"hint\">{} ({}) ran for {}; following its waits back through the wakeups, these threads were on the path (running, waiting for a CPU, or in a sleep the path could not follow){}. <code>kernelkite critical-path</code> lists the segments.</p>",
         esc(&path.root_comm),
         path.root_pid,
-        esc(&fmt_ns(path.wall_ns)),
+        esc(&fmt_ns_compact(path.wall_ns)),
         if path.wakeups_lost > 0 {
             format!("; {} wakeups were not recorded, so the path may skip a sleep", path.wakeups_lost)
         } else {
@@ -169,7 +164,7 @@ fn critical_path_section(h: &mut String, bundle: &Bundle, a: &Analysis) {
             esc(&t.process_comm),
             t.pid,
             t.tid,
-            esc(&fmt_ns(t.ns)),
+            esc(&fmt_ns_compact(t.ns)),
             t.ns as f64 / path.wall_ns as f64 * 100.0
         );
     }
@@ -191,7 +186,7 @@ mod tests {
             .join("../fixtures/recordings/run-ebpf-critical-path.bundle.json");
         let b = crate::model::load_bundle(&path).unwrap();
         let a = analyze(&b);
-        let html = super::super::html::render(&b);
+        let html = super::super::render(&b);
         let threads = thread_waits(&b, &a).expect("waker data");
         let (_, edges) = super::edges(&threads);
         assert!(!edges.is_empty());
@@ -210,7 +205,7 @@ mod tests {
             .join("../fixtures/recordings/run-ebpf-cpu.bundle.json");
         let b = crate::model::load_bundle(&plain).unwrap();
         if b.wakers.is_none() {
-            let html = super::super::html::render(&b);
+            let html = super::super::render(&b);
             assert!(!html.contains("id=\"waits\"") && !html.contains("id=\"critical-path\""));
         }
     }
