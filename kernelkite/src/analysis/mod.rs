@@ -20,9 +20,12 @@
 //!   sample. A counter's session total is `(first − baseline) + Σ max(0, next − prev)`,
 //!   which is `last − baseline` for well-formed data and never underflows.
 
+mod accumulate;
+mod classes;
 pub mod commands;
 pub mod compare;
 pub mod critical_path;
+mod processes;
 pub mod stacks;
 pub mod timeline;
 pub mod waits;
@@ -35,7 +38,7 @@ use schemars::JsonSchema;
 use serde::Serialize;
 
 use crate::model::{
-    Backend, Bundle, ClassTimes, FrameCap, InlineStr, LifecycleKind, OnCpuSource, TimeAccounting,
+    Backend, Bundle, ClassTimes, FrameCap, LifecycleKind, OnCpuSource, TimeAccounting,
 };
 
 pub use crate::model::syscalls::{
@@ -435,445 +438,28 @@ impl Analysis {
     }
 }
 
-/// A cumulative counter's session total: `(first − baseline) + Σ max(0, next − prev)`.
-#[derive(Clone, Copy, Debug, Default)]
-struct Counter {
-    total: u64,
-    prev: Option<u64>,
-}
-
-impl Counter {
-    fn push(&mut self, value: u64, baseline_zero: bool) {
-        match self.prev {
-            None => {
-                if baseline_zero {
-                    self.total = value;
-                }
-            }
-            Some(prev) => self.total = self.total.saturating_add(value.saturating_sub(prev)),
-        }
-        self.prev = Some(value);
-    }
-}
-
-#[derive(Default)]
-struct ProcAcc {
-    ppid: i32,
-    last_ppid: i32,
-    comm: InlineStr,
-    first_frame: usize,
-    last_frame: usize,
-    frames: u64,
-    in_session: bool,
-    cpu: Counter,
-    read: Counter,
-    write: Counter,
-    io_visible: bool,
-    peak_rss: u64,
-    threads: BTreeSet<i32>,
-}
-
-struct ThreadAcc {
-    comm: InlineStr,
-    first_frame: usize,
-    last_frame: usize,
-    samples: u64,
-    baseline_zero: bool,
-    on_cpu: Counter,
-    runqueue: Counter,
-    has_schedstat: bool,
-    votes: [u64; NUM_CLASSES],
-    class_first: Option<ClassTimes>,
-    class_last: Option<ClassTimes>,
-    class_broken: bool,
-}
-
-/// Derive every reported number from a bundle. Pure and deterministic.
+/// Derive every reported number from a bundle. Pure and deterministic: one step per
+/// concept, each in its own module.
 pub fn analyze(bundle: &Bundle) -> Analysis {
-    let frames = &bundle.frames;
-    // The eBPF backend starts counting every thread at t = 0 (when tracking began), so
-    // its window starts there; a sampler's window starts at its first frame.
-    let first_t = match bundle.backend {
-        Backend::Ebpf => 0,
-        Backend::Proc => frames.first().map_or(0, |f| f.t_ns),
-    };
-    let last_t = frames.last().map_or(0, |f| f.t_ns);
-    let duration_ns = last_t.saturating_sub(first_t);
-    let hz = bundle.host.clock_ticks_per_sec.max(1);
-    let page = bundle.host.page_size_bytes;
-    let arch = bundle.host.arch.as_str();
-
-    // Session start in clock ticks: the launched command's start time, if it was sampled.
-    let session_start_ticks = bundle.launched.as_ref().and_then(|l| {
-        frames
-            .iter()
-            .flat_map(|f| f.processes.iter())
-            .find(|p| p.pid == l.pid)
-            .map(|p| p.start_time_ticks)
-    });
-    let first_frame_keys: BTreeSet<ProcessKey> = frames
-        .first()
-        .map(|f| {
-            f.processes
-                .iter()
-                .map(|p| (p.pid, p.start_time_ticks))
-                .collect()
-        })
-        .unwrap_or_default();
-    // A `run` bundle whose launched command was never sampled (it exited before the
-    // first frame) still only holds its descendants: all started inside the session.
-    let launched_unsampled = bundle.launched.is_some() && session_start_ticks.is_none();
-    let started_inside = |key: ProcessKey| match session_start_ticks {
-        Some(s) => key.1 >= s,
-        None => launched_unsampled || !first_frame_keys.contains(&key),
-    };
-
-    let mut procs: BTreeMap<ProcessKey, ProcAcc> = BTreeMap::new();
-    let mut threads: BTreeMap<(i32, u64, i32), ThreadAcc> = BTreeMap::new();
-    let mut peak_rss_bytes = 0u64;
-    let mut peak_rss_t_ns = first_t;
-    let mut max_sample_rss = 0u64;
-
-    let mut frame_keys: Vec<BTreeMap<i32, ProcessKey>> = Vec::with_capacity(frames.len());
-    for (fi, frame) in frames.iter().enumerate() {
-        frame_keys.push(
-            frame
-                .processes
-                .iter()
-                .map(|p| (p.pid, (p.pid, p.start_time_ticks)))
-                .collect(),
-        );
-        let mut frame_rss = 0u64;
-        for p in &frame.processes {
-            let key = (p.pid, p.start_time_ticks);
-            let rss = p.rss_pages.saturating_mul(page);
-            frame_rss = frame_rss.saturating_add(rss);
-            max_sample_rss = max_sample_rss.max(rss);
-            let acc = procs.entry(key).or_insert_with(|| ProcAcc {
-                ppid: p.ppid,
-                first_frame: fi,
-                in_session: started_inside(key),
-                ..ProcAcc::default()
-            });
-            let zero = acc.in_session;
-            acc.comm = p.comm.clone();
-            acc.last_ppid = p.ppid;
-            acc.last_frame = fi;
-            acc.frames += 1;
-            acc.cpu
-                .push(p.utime_ticks.saturating_add(p.stime_ticks), zero);
-            if let Some(io) = p.io {
-                acc.io_visible = true;
-                acc.read.push(io.read_bytes, zero);
-                acc.write.push(io.write_bytes, zero);
-            }
-            acc.peak_rss = acc.peak_rss.max(rss);
-            let proc_first_frame = acc.first_frame;
-            for t in &p.threads {
-                acc.threads.insert(t.tid);
-                let tacc = threads
-                    .entry((p.pid, p.start_time_ticks, t.tid))
-                    .or_insert_with(|| ThreadAcc {
-                        comm: InlineStr::default(),
-                        first_frame: fi,
-                        last_frame: fi,
-                        samples: 0,
-                        // A thread is new in the session if its process is, or if it appeared
-                        // after its process's first frame.
-                        baseline_zero: zero || fi > proc_first_frame,
-                        on_cpu: Counter::default(),
-                        runqueue: Counter::default(),
-                        has_schedstat: false,
-                        votes: [0; NUM_CLASSES],
-                        class_first: None,
-                        class_last: None,
-                        class_broken: false,
-                    });
-                tacc.comm = t.comm.clone();
-                tacc.last_frame = fi;
-                tacc.samples += 1;
-                if let Some(s) = t.schedstat {
-                    tacc.has_schedstat = true;
-                    tacc.on_cpu.push(s.on_cpu_ns, tacc.baseline_zero);
-                    tacc.runqueue.push(s.runqueue_ns, tacc.baseline_zero);
-                }
-                match sample_class(arch, &t.state, t.syscall_nr) {
-                    Some(class) => tacc.votes[class.id() as usize] += 1,
-                    None => tacc.votes[LatencyClass::OnCpu.id() as usize] += 1,
-                }
-                if let Some(c) = t.class_ns {
-                    if tacc.class_first.is_none() {
-                        tacc.class_first = Some(c);
-                    }
-                    if let Some(prev) = tacc.class_last {
-                        if c.checked_sub(&prev).is_none() {
-                            tacc.class_broken = true;
-                        }
-                    }
-                    tacc.class_last = Some(c);
-                }
-            }
-        }
-        if frame_rss > peak_rss_bytes {
-            peak_rss_bytes = frame_rss;
-            peak_rss_t_ns = frame.t_ns;
-        }
-    }
-
-    let reap_folds = subtract_reaped_children_io(&mut procs, &frame_keys, frames);
-
-    // Window start of a process that started inside the session: its start time when
-    // the session start in ticks is known, clamped between the frame before its first
-    // frame and its first frame; without it, the frame before its first frame.
-    let frame_t = |i: usize| frames.get(i).map_or(0, |f| f.t_ns);
-    let window_start_of_new = |first_frame: usize, start_ticks: Option<u64>| -> u64 {
-        let lo = if first_frame == 0 {
-            first_t.min(frame_t(0))
-        } else {
-            frame_t(first_frame - 1)
-        };
-        let hi = frame_t(first_frame);
-        let est = match (session_start_ticks, start_ticks) {
-            (Some(s), Some(start_ticks)) if first_frame > 0 => {
-                let ns = (start_ticks.saturating_sub(s) as u128 * 1_000_000_000u128 / hz as u128)
-                    .min(u64::MAX as u128) as u64;
-                ns.clamp(lo, hi.max(lo))
-            }
-            _ => lo,
-        };
-        est.max(lo)
-    };
-
-    // Exit events with exact class times (eBPF) complete threads that exited between
-    // snapshots, and add threads that were never in a snapshot.
-    let mut exit_classes: BTreeMap<(i32, i32), (ClassTimes, String)> = BTreeMap::new();
-    // The time of each thread's last exit event (a long session has 100,000s of them:
-    // looked up, not searched for).
-    let mut exit_t_ns: BTreeMap<(i32, i32), u64> = BTreeMap::new();
-    for ev in &bundle.lifecycle {
-        if ev.kind == LifecycleKind::Exit {
-            exit_t_ns.insert((ev.pid, ev.tid), ev.t_ns);
-            if let Some(c) = ev.class_ns {
-                exit_classes.insert((ev.pid, ev.tid), (c, ev.comm.clone()));
-            }
-        }
-    }
-
-    let mut thread_rows = Vec::new();
-    let mut proc_classes: BTreeMap<ProcessKey, ClassTimes> = BTreeMap::new();
-    let mut seen_exit: BTreeSet<(i32, i32)> = BTreeSet::new();
-    for (&(pid, start, tid), t) in &threads {
-        let proc_acc = &procs[&(pid, start)];
-        let window_start = if t.baseline_zero {
-            if t.first_frame == proc_acc.first_frame && proc_acc.in_session {
-                window_start_of_new(t.first_frame, Some(start))
-            } else {
-                window_start_of_new(t.first_frame, None)
-            }
-        } else {
-            frame_t(t.first_frame)
-        };
-        let window_end = frame_t(t.last_frame).max(window_start);
-        let exit = exit_classes.get(&(pid, tid)).map(|(c, _)| *c);
-        // The exit record is written by the exiting thread itself after its last interval
-        // closed: it is the thread's final, exact value. Otherwise class_ns counters start
-        // at 0 when the session starts tracking the thread (attach or fork), so the last
-        // snapshot is its whole time in the session.
-        let exact_classes = match (exit, t.class_last, t.class_broken) {
-            (Some(e), _, _) => {
-                seen_exit.insert((pid, tid));
-                Some(e)
-            }
-            (None, Some(last), false) => Some(last),
-            _ => None,
-        };
-        let (classes, exact) = if let Some(c) = exact_classes {
-            (c, true)
-        } else {
-            (
-                estimate_classes(
-                    window_end - window_start,
-                    t.on_cpu.total,
-                    t.runqueue.total,
-                    t.has_schedstat,
-                    &t.votes,
-                ),
-                false,
-            )
-        };
-        let wall_ns = classes.total_ns();
-        let pc = proc_classes.entry((pid, start)).or_default();
-        *pc = pc.saturating_add(&classes);
-        thread_rows.push(ThreadRow {
-            pid,
-            process_start_time_ticks: start,
-            tid,
-            comm: t.comm.to_string(),
-            window_start_ns: window_start,
-            window_end_ns: window_end,
-            wall_ns,
-            classes,
-            exact,
-            samples: t.samples,
-        });
-    }
-
-    // Lifecycle-only processes (eBPF): pids in events that never appeared in a frame.
-    let frame_pids: BTreeSet<i32> = procs.keys().map(|k| k.0).collect();
-    let mut lifecycle_only: BTreeMap<i32, (i32, String, u64, u64)> = BTreeMap::new();
-    for ev in &bundle.lifecycle {
-        if frame_pids.contains(&ev.pid) {
-            continue;
-        }
-        // Parent and name come from the main thread's events (a fork, then exec/exit
-        // renames); a lost-exit record has neither (ppid 0, empty comm).
-        let e = lifecycle_only
-            .entry(ev.pid)
-            .or_insert_with(|| (0, String::new(), ev.t_ns, ev.t_ns));
-        let main_thread = ev.tid == ev.pid;
-        if main_thread && e.0 == 0 && ev.ppid != 0 {
-            e.0 = ev.ppid;
-        }
-        if !ev.comm.is_empty()
-            && (e.1.is_empty() || (main_thread && ev.kind != LifecycleKind::Fork))
-        {
-            e.1 = ev.comm.clone();
-        }
-        e.2 = e.2.min(ev.t_ns);
-        e.3 = e.3.max(ev.t_ns);
-    }
-    // Exact classes of threads that exited without ever being in a snapshot.
-    let framed_threads: BTreeSet<(i32, i32)> = threads.keys().map(|&(p, _, t)| (p, t)).collect();
-    for (&(pid, tid), (c, comm)) in &exit_classes {
-        if framed_threads.contains(&(pid, tid)) || seen_exit.contains(&(pid, tid)) {
-            continue;
-        }
-        let start = procs
-            .range((pid, 0)..=(pid, u64::MAX))
-            .next_back()
-            .map_or(0, |(k, _)| k.1);
-        let pc = proc_classes.entry((pid, start)).or_default();
-        *pc = pc.saturating_add(c);
-        let end = exit_t_ns.get(&(pid, tid)).copied().unwrap_or(last_t);
-        thread_rows.push(ThreadRow {
-            pid,
-            process_start_time_ticks: start,
-            tid,
-            comm: comm.clone(),
-            window_start_ns: end.saturating_sub(c.total_ns()),
-            window_end_ns: end,
-            wall_ns: c.total_ns(),
-            classes: *c,
-            exact: true,
-            samples: 0,
-        });
-    }
-    thread_rows.sort_by_key(|t| (t.pid, t.process_start_time_ticks, t.tid));
-
+    let window = accumulate::Window::of(bundle);
+    let mut acc = accumulate::accumulate(bundle, &window);
+    let reap_folds =
+        accumulate::subtract_reaped_children_io(&mut acc.procs, &acc.frame_keys, &bundle.frames);
+    let classes = classes::thread_classes(bundle, &window, &acc);
+    let lifecycle_only = processes::lifecycle_only(bundle, &acc);
+    let processes = processes::process_rows(bundle, &window, &acc, &classes, &lifecycle_only);
+    let cpu = processes::cpu_totals(bundle, &window, &acc, &processes);
     let mut latency_classes = ClassTimes::default();
-    for t in &thread_rows {
+    for t in &classes.rows {
         latency_classes = latency_classes.saturating_add(&t.classes);
     }
-
-    // Process rows.
-    let mut processes: Vec<ProcessRow> = procs
-        .iter()
-        .map(|(&(pid, start), a)| ProcessRow {
-            pid,
-            ppid: a.ppid,
-            comm: a.comm.to_string(),
-            start_time_ticks: start,
-            started_in_session: a.in_session,
-            first_seen_ns: frame_t(a.first_frame),
-            last_seen_ns: frame_t(a.last_frame),
-            frames: a.frames,
-            cpu_seconds: Some(a.cpu.total as f64 / hz as f64),
-            peak_rss_bytes: Some(a.peak_rss),
-            read_bytes: a.read.total,
-            write_bytes: a.write.total,
-            io_visible: a.io_visible,
-            classes: proc_classes.get(&(pid, start)).copied().unwrap_or_default(),
-            threads: a.threads.len() as u64,
-            argv: None,
-        })
-        .collect();
-    for (&pid, (ppid, comm, first, last)) in &lifecycle_only {
-        let threads_seen = exit_classes.keys().filter(|k| k.0 == pid).count() as u64;
-        processes.push(ProcessRow {
-            pid,
-            ppid: *ppid,
-            comm: comm.clone(),
-            start_time_ticks: 0,
-            started_in_session: true,
-            first_seen_ns: *first,
-            last_seen_ns: *last,
-            frames: 0,
-            // Never sampled: not measured (eBPF fills in on_cpu below when its threads
-            // have time).
-            cpu_seconds: None,
-            peak_rss_bytes: None,
-            read_bytes: 0,
-            write_bytes: 0,
-            io_visible: false,
-            classes: proc_classes.get(&(pid, 0)).copied().unwrap_or_default(),
-            threads: threads_seen,
-            argv: None,
-        });
-    }
-    let commands = commands::latest_by_pid(bundle);
-    for p in &mut processes {
-        p.argv = commands.get(&p.pid).map(|c| c.argv.clone());
-    }
-    // The eBPF backend measured every process's on-CPU time exactly (switch-in to
-    // switch-out, including processes that lived between two snapshots): use it
-    // instead of the tick samples.
-    if bundle.backend == Backend::Ebpf {
-        for p in &mut processes {
-            if p.frames > 0 || p.classes.total_ns() > 0 {
-                p.cpu_seconds = Some(p.classes.on_cpu as f64 / 1e9);
-            }
-        }
-        lifetimes_from_events(&mut processes, &bundle.lifecycle);
-    }
-    processes.sort_by_key(|p| (p.first_seen_ns, p.pid, p.start_time_ticks));
-
-    let sampled_cpu_seconds = match bundle.backend {
-        Backend::Ebpf => processes.iter().filter_map(|p| p.cpu_seconds).sum(),
-        Backend::Proc => {
-            let sampled_ticks = procs
-                .values()
-                .fold(0u64, |a, p| a.saturating_add(p.cpu.total));
-            sampled_ticks as f64 / hz as f64
-        }
-    };
-    let rusage = bundle.launched.as_ref().and_then(|l| l.rusage);
-    let (cpu_seconds, cpu_source, cpu_coverage) = match rusage {
-        Some(r) => {
-            let exact = r.user_us.saturating_add(r.system_us) as f64 / 1e6;
-            let coverage = if exact > 0.0 {
-                Some(sampled_cpu_seconds / exact)
-            } else {
-                None
-            };
-            (exact, CpuSource::Rusage, coverage)
-        }
-        None if bundle.backend == Backend::Ebpf => {
-            (sampled_cpu_seconds, CpuSource::EbpfOnCpu, None)
-        }
-        None => (sampled_cpu_seconds, CpuSource::Samples, None),
-    };
-    let (max_single_rss_bytes, max_single_rss_source) = match rusage {
-        Some(r) => (r.max_rss_kib.saturating_mul(1024), RssSource::Rusage),
-        None => (max_sample_rss, RssSource::Samples),
-    };
-
-    let read_bytes = procs
+    let read_bytes = (acc.procs)
         .values()
         .fold(0u64, |a, p| a.saturating_add(p.read.total));
-    let write_bytes = procs
+    let write_bytes = (acc.procs)
         .values()
         .fold(0u64, |a, p| a.saturating_add(p.write.total));
-    let processes_without_io = procs.values().filter(|p| !p.io_visible).count() as u64;
+    let processes_without_io = acc.procs.values().filter(|p| !p.io_visible).count() as u64;
 
     let tree = build_tree(&processes);
 
@@ -882,19 +468,19 @@ pub fn analyze(bundle: &Bundle) -> Analysis {
         backend: bundle.backend,
         replayed_from: bundle.replayed_from.clone(),
         interval_ms: bundle.interval_ms,
-        duration_ns,
-        duration_ms: duration_ns as f64 / 1e6,
-        frames: frames.len() as u64,
+        duration_ns: window.duration_ns(),
+        duration_ms: window.duration_ns() as f64 / 1e6,
+        frames: bundle.frames.len() as u64,
         frame_cap: bundle.frame_cap,
-        distinct_pids: (procs.len() + lifecycle_only.len()) as u64,
-        cpu_seconds,
-        cpu_source,
-        sampled_cpu_seconds,
-        cpu_coverage,
-        peak_rss_bytes,
-        peak_rss_t_ns,
-        max_single_rss_bytes,
-        max_single_rss_source,
+        distinct_pids: (acc.procs.len() + lifecycle_only.len()) as u64,
+        cpu_seconds: cpu.cpu_seconds,
+        cpu_source: cpu.cpu_source,
+        sampled_cpu_seconds: cpu.sampled_cpu_seconds,
+        cpu_coverage: cpu.cpu_coverage,
+        peak_rss_bytes: acc.peak_rss_bytes,
+        peak_rss_t_ns: acc.peak_rss_t_ns,
+        max_single_rss_bytes: cpu.max_single_rss_bytes,
+        max_single_rss_source: cpu.max_single_rss_source,
         read_bytes,
         write_bytes,
         processes_without_io,
@@ -912,7 +498,7 @@ pub fn analyze(bundle: &Bundle) -> Analysis {
         syscalls: aggregate_syscalls(bundle),
         histogram_relative_error: kernelkite_common::hist::MIDPOINT_RELATIVE_ERROR,
         processes,
-        threads: thread_rows,
+        threads: classes.rows,
         tree,
         network: network_totals(bundle),
         launched: bundle.launched.as_ref().map(|l| LaunchedSummary {
@@ -934,74 +520,6 @@ fn host_steal_ns(bundle: &Bundle) -> Option<u64> {
     let last = ticks.next_back().unwrap_or(first);
     let hz = bundle.host.clock_ticks_per_sec.max(1);
     Some(((last.saturating_sub(first)) as u128 * 1_000_000_000 / hz as u128) as u64)
-}
-
-/// Undo the kernel's fold of reaped children's I/O into their parent.
-///
-/// When a parent reaps a child, the kernel adds the child's final I/O counters to the
-/// parent's (`/proc/<pid>/io` then includes reaped children), so summing processes would
-/// count a child twice. For every process C that disappears between frames k and k+1,
-/// the observed process that reaped it is its parent (ppid of C's last sample) if that
-/// parent is still present after frame k; if the parent disappeared in the same interval,
-/// its own parent (children are assumed to be reaped before their parent exits), and so
-/// on. C's last sampled absolute `read_bytes`/`write_bytes` are subtracted from that
-/// ancestor's session total (saturating), which leaves the ancestor with its own I/O plus
-/// C's unseen tail (I/O after C's last sample). Children reaped by an unobserved process
-/// (kernelkite itself as subreaper, init) are not folded into anything observed.
-fn subtract_reaped_children_io(
-    procs: &mut BTreeMap<ProcessKey, ProcAcc>,
-    frame_keys: &[BTreeMap<i32, ProcessKey>],
-    frames: &[crate::model::Frame],
-) -> Vec<ReapFold> {
-    let mut folds = Vec::new();
-    let nframes = frame_keys.len();
-    let mut fold: BTreeMap<ProcessKey, (u64, u64)> = BTreeMap::new();
-    for (&key, child) in procs.iter() {
-        if child.last_frame + 1 >= nframes || !child.io_visible {
-            continue;
-        }
-        let k = child.last_frame;
-        let read = child.read.prev.unwrap_or(0);
-        let write = child.write.prev.unwrap_or(0);
-        let mut cur = key;
-        for _ in 0..=procs.len() {
-            let cur_acc = &procs[&cur];
-            let Some(&parent) = frame_keys
-                .get(cur_acc.last_frame)
-                .and_then(|m| m.get(&cur_acc.last_ppid))
-            else {
-                break;
-            };
-            let Some(p) = procs.get(&parent) else { break };
-            if parent == cur || p.last_frame < k {
-                break;
-            }
-            if p.last_frame > k {
-                let e = fold.entry(parent).or_default();
-                e.0 = e.0.saturating_add(read);
-                e.1 = e.1.saturating_add(write);
-                folds.push(ReapFold {
-                    child_pid: key.0,
-                    child_start_time_ticks: key.1,
-                    reaper_pid: parent.0,
-                    reaper_start_time_ticks: parent.1,
-                    child_last_seen_ns: frames.get(k).map_or(0, |f| f.t_ns),
-                    folded_by_ns: frames.get(k + 1).map_or(0, |f| f.t_ns),
-                    read_bytes: read,
-                    write_bytes: write,
-                });
-                break;
-            }
-            cur = parent;
-        }
-    }
-    for (key, (read, write)) in fold {
-        if let Some(p) = procs.get_mut(&key) {
-            p.read.total = p.read.total.saturating_sub(read);
-            p.write.total = p.write.total.saturating_sub(write);
-        }
-    }
-    folds
 }
 
 /// The /proc estimate of one thread's classes over a window of `window_ns`.
