@@ -480,239 +480,296 @@ fn convert(fx: Fixture, source_name: &str) -> Result<Bundle, FixtureError> {
         .collect();
 
     for p in &fx.processes {
-        let owner = format!("process {}", p.pid);
-        let (first, last) = (p.first_frame, p.last_frame);
-        if first > last || last >= n {
-            return invalid(format!(
-                "{owner}: lifetime frames {first}..={last} is outside the {n} frames (0..={})",
-                n - 1
-            ));
-        }
-        let life = last - first + 1;
-        let utime = column(&owner, "utime_ticks", &p.utime_ticks, first, last, true)?;
-        let stime = column(&owner, "stime_ticks", &p.stime_ticks, first, last, true)?;
-        let zeros = vec![0u64; life];
-        let opt = |name: &str,
-                   v: &Option<Vec<u64>>,
-                   cumulative: bool|
-         -> Result<Option<Vec<u64>>, FixtureError> {
-            match v {
-                Some(v) => Ok(Some(
-                    column(&owner, name, v, first, last, cumulative)?.to_vec(),
-                )),
-                None => Ok(None),
-            }
-        };
-        let cutime = opt("cutime_ticks", &p.cutime_ticks, true)?.unwrap_or_else(|| zeros.clone());
-        let cstime = opt("cstime_ticks", &p.cstime_ticks, true)?.unwrap_or_else(|| zeros.clone());
-        let rss_pages = match (
-            opt("rss_kib", &p.rss_kib, false)?,
-            opt("rss_pages", &p.rss_pages, false)?,
-        ) {
-            (Some(_), Some(_)) => {
-                return invalid(format!("{owner}: give rss_kib or rss_pages, not both"))
-            }
-            (None, None) => return invalid(format!("{owner}: missing rss_kib (or rss_pages)")),
-            (None, Some(pages)) => pages,
-            (Some(kib), None) => {
-                let mut pages = Vec::with_capacity(kib.len());
-                for (i, k) in kib.iter().enumerate() {
-                    let bytes = k.saturating_mul(1024);
-                    if bytes % page != 0 {
-                        return invalid(format!(
-                            "{owner}: rss_kib {k} at frame {} is not a whole number of {page}-byte pages",
-                            first + i
-                        ));
-                    }
-                    pages.push(bytes / page);
-                }
-                pages
-            }
-        };
-        let read = opt("read_bytes", &p.read_bytes, true)?;
-        let write = opt("write_bytes", &p.write_bytes, true)?;
-        let rchar = opt("rchar_bytes", &p.rchar_bytes, true)?;
-        let wchar = opt("wchar_bytes", &p.wchar_bytes, true)?;
-        let has_io = read.is_some() || write.is_some() || rchar.is_some() || wchar.is_some();
-        let states = match &p.states {
-            Some(s) => state_column(&owner, s, first, last)?,
-            None => vec!["S".to_string(); life],
-        };
-
-        // Threads, converted to per-frame samples.
-        let mut thread_samples: BTreeMap<usize, Vec<ThreadSample>> = BTreeMap::new();
-        let mut tids = std::collections::BTreeSet::new();
-        for t in &p.threads {
-            let towner = format!("process {} thread {}", p.pid, t.tid);
-            if !tids.insert(t.tid) {
-                return invalid(format!("{towner}: tid listed twice"));
-            }
-            let tf = t.first_frame.unwrap_or(first);
-            let tl = t.last_frame.unwrap_or(last);
-            if tf > tl || tf < first || tl > last {
-                return invalid(format!(
-                    "{towner}: lifetime frames {tf}..={tl} is outside its process's frames {first}..={last}"
-                ));
-            }
-            let tstates = state_column(&towner, &t.states, tf, tl)?;
-            let on = ms_or_ns(&towner, "on_cpu", &t.on_cpu_ms, &t.on_cpu_ns)?;
-            let rq = ms_or_ns(&towner, "runqueue", &t.runqueue_ms, &t.runqueue_ns)?;
-            let sched = match (on, rq) {
-                (Some(on), Some(rq)) => {
-                    column(&towner, "on_cpu", &on, tf, tl, true)?;
-                    column(&towner, "runqueue", &rq, tf, tl, true)?;
-                    let ts = match &t.timeslices {
-                        Some(ts) => column(&towner, "timeslices", ts, tf, tl, true)?.to_vec(),
-                        None => vec![0; tl - tf + 1],
-                    };
-                    Some((on, rq, ts))
-                }
-                (None, None) => None,
-                _ => {
-                    return invalid(format!(
-                        "{towner}: on_cpu and runqueue must be given together"
-                    ))
-                }
-            };
-            let syscalls: Vec<Option<i64>> = match &t.syscall {
-                None => vec![None; tl - tf + 1],
-                Some(v) => {
-                    check_len(&format!("{towner}: syscall"), v.len(), tl - tf + 1, tf, tl)?;
-                    let mut out = Vec::with_capacity(v.len());
-                    for s in v {
-                        out.push(match s {
-                            None => None,
-                            Some(SyscallRef::Nr(nr)) => Some(*nr),
-                            Some(SyscallRef::Name(name)) => match syscall_number(&arch, name) {
-                                Some(nr) => Some(nr as i64),
-                                None => {
-                                    return invalid(format!(
-                                        "{towner}: unknown syscall {name:?} on {arch}"
-                                    ))
-                                }
-                            },
-                        });
-                    }
-                    out
-                }
-            };
-            let classes = match &t.class_ns {
-                None => None,
-                Some(c) => {
-                    let cols = [
-                        ("class_ns.on_cpu", &c.on_cpu),
-                        ("class_ns.runqueue", &c.runqueue),
-                        ("class_ns.io_wait", &c.io_wait),
-                        ("class_ns.lock_wait", &c.lock_wait),
-                        ("class_ns.syscall_blocked", &c.syscall_blocked),
-                        ("class_ns.unknown_wait", &c.unknown_wait),
-                    ];
-                    for (name, col) in cols {
-                        column(&towner, name, col, tf, tl, true)?;
-                    }
-                    if let Some(steal) = &c.steal {
-                        column(&towner, "class_ns.steal", steal, tf, tl, true)?;
-                    }
-                    Some(c)
-                }
-            };
-            for (k, fi) in (tf..=tl).enumerate() {
-                thread_samples.entry(fi).or_default().push(ThreadSample {
-                    tid: t.tid,
-                    comm: t.comm.as_deref().unwrap_or(&p.comm).into(),
-                    state: tstates[k].as_str().into(),
-                    schedstat: sched.as_ref().map(|(on, rq, ts)| Schedstat {
-                        on_cpu_ns: on[k],
-                        runqueue_ns: rq[k],
-                        timeslices: ts[k],
-                    }),
-                    syscall_nr: syscalls[k],
-                    class_ns: classes.map(|c| {
-                        ClassTimes::from_array([
-                            c.on_cpu[k],
-                            c.runqueue[k],
-                            c.io_wait[k],
-                            c.lock_wait[k],
-                            c.syscall_blocked[k],
-                            c.unknown_wait[k],
-                            c.steal.as_ref().map_or(0, |s| s[k]),
-                        ])
-                    }),
-                });
-            }
-        }
-
-        for (k, fi) in (first..=last).enumerate() {
-            let mut threads = thread_samples.remove(&fi).unwrap_or_default();
-            threads.sort_by_key(|t| t.tid);
-            let frame = &mut frames[fi];
-            if frame.processes.iter().any(|q| q.pid == p.pid) {
-                return invalid(format!(
-                    "{owner}: pid {} appears twice in frame {fi}",
-                    p.pid
-                ));
-            }
-            let get = |v: &Option<Vec<u64>>| v.as_ref().map_or(0, |v| v[k]);
-            frame.processes.push(ProcessSample {
-                pid: p.pid,
-                ppid: p.ppid,
-                comm: p.comm.as_str().into(),
-                state: states[k].as_str().into(),
-                start_time_ticks: p.start_time_ticks,
-                utime_ticks: utime[k],
-                stime_ticks: stime[k],
-                cutime_ticks: cutime[k],
-                cstime_ticks: cstime[k],
-                rss_pages: rss_pages[k],
-                num_threads: (threads.len() as u64).max(1),
-                io: has_io.then(|| IoCounters {
-                    rchar_bytes: get(&rchar),
-                    wchar_bytes: get(&wchar),
-                    read_syscalls: 0,
-                    write_syscalls: 0,
-                    read_bytes: get(&read),
-                    write_bytes: get(&write),
-                    cancelled_write_bytes: 0,
-                }),
-                threads,
-            });
-        }
+        add_process(&mut frames, p, &arch, page)?;
     }
     for f in &mut frames {
         f.processes.sort_by_key(|p| p.pid);
     }
-
     if let Some(net) = &fx.network {
-        for (name, c) in net {
-            let owner = format!("network {name}");
-            let all = |col: &str, v: &[u64]| column(&owner, col, v, 0, n - 1, false).map(|_| ());
-            all("rx_bytes", &c.rx_bytes)?;
-            all("tx_bytes", &c.tx_bytes)?;
-            if let Some(v) = &c.rx_packets {
-                all("rx_packets", v)?;
-            }
-            if let Some(v) = &c.tx_packets {
-                all("tx_packets", v)?;
-            }
+        add_network(&mut frames, net)?;
+    }
+    let histograms = convert_syscalls(&fx.syscalls, &arch)?;
+    let root_pids = root_pids_of(&fx, &frames);
+    let mut bundle = Bundle::new(backend, fx.host, fx.interval_ms);
+    bundle.label = fx.label;
+    bundle.root_pids = root_pids;
+    bundle.launched = fx.launched;
+    bundle.frames = frames;
+    bundle.frame_cap = fx.frame_cap.unwrap_or_default();
+    bundle.events_lost = fx.events_lost;
+    bundle.lifecycle = fx.lifecycle;
+    bundle.syscalls = histograms;
+    bundle.slow_syscalls = fx.slow_syscalls;
+    bundle.replayed_from = Some(source_name.to_string());
+    if let Some(stacks) = fx.stacks {
+        bundle.stacks = Some(convert_stacks(stacks, &bundle.frames)?);
+    }
+    super::validate::validate(&bundle).map_err(FixtureError::Invalid)?;
+    Ok(bundle)
+}
+
+/// Process `p`'s samples, added to the frames of its lifetime.
+fn add_process(
+    frames: &mut [Frame],
+    p: &FixtureProcess,
+    arch: &str,
+    page: u64,
+) -> Result<(), FixtureError> {
+    let n = frames.len();
+    let owner = format!("process {}", p.pid);
+    let (first, last) = (p.first_frame, p.last_frame);
+    if first > last || last >= n {
+        return invalid(format!(
+            "{owner}: lifetime frames {first}..={last} is outside the {n} frames (0..={})",
+            n - 1
+        ));
+    }
+    let life = last - first + 1;
+    let utime = column(&owner, "utime_ticks", &p.utime_ticks, first, last, true)?;
+    let stime = column(&owner, "stime_ticks", &p.stime_ticks, first, last, true)?;
+    let zeros = vec![0u64; life];
+    let opt = |name: &str,
+               v: &Option<Vec<u64>>,
+               cumulative: bool|
+     -> Result<Option<Vec<u64>>, FixtureError> {
+        match v {
+            Some(v) => Ok(Some(
+                column(&owner, name, v, first, last, cumulative)?.to_vec(),
+            )),
+            None => Ok(None),
         }
-        for (i, f) in frames.iter_mut().enumerate() {
-            f.network = Some(
-                net.iter()
-                    .map(|(name, c)| NetDevCounters {
-                        interface: name.clone(),
-                        rx_bytes: c.rx_bytes[i],
-                        rx_packets: c.rx_packets.as_ref().map_or(0, |v| v[i]),
-                        tx_bytes: c.tx_bytes[i],
-                        tx_packets: c.tx_packets.as_ref().map_or(0, |v| v[i]),
-                    })
-                    .collect(),
-            );
+    };
+    let cutime = opt("cutime_ticks", &p.cutime_ticks, true)?.unwrap_or_else(|| zeros.clone());
+    let cstime = opt("cstime_ticks", &p.cstime_ticks, true)?.unwrap_or_else(|| zeros.clone());
+    let rss_pages = match (
+        opt("rss_kib", &p.rss_kib, false)?,
+        opt("rss_pages", &p.rss_pages, false)?,
+    ) {
+        (Some(_), Some(_)) => {
+            return invalid(format!("{owner}: give rss_kib or rss_pages, not both"))
+        }
+        (None, None) => return invalid(format!("{owner}: missing rss_kib (or rss_pages)")),
+        (None, Some(pages)) => pages,
+        (Some(kib), None) => {
+            let mut pages = Vec::with_capacity(kib.len());
+            for (i, k) in kib.iter().enumerate() {
+                let bytes = k.saturating_mul(1024);
+                if bytes % page != 0 {
+                    return invalid(format!(
+                        "{owner}: rss_kib {k} at frame {} is not a whole number of {page}-byte pages",
+                        first + i
+                    ));
+                }
+                pages.push(bytes / page);
+            }
+            pages
+        }
+    };
+    let read = opt("read_bytes", &p.read_bytes, true)?;
+    let write = opt("write_bytes", &p.write_bytes, true)?;
+    let rchar = opt("rchar_bytes", &p.rchar_bytes, true)?;
+    let wchar = opt("wchar_bytes", &p.wchar_bytes, true)?;
+    let has_io = read.is_some() || write.is_some() || rchar.is_some() || wchar.is_some();
+    let states = match &p.states {
+        Some(s) => state_column(&owner, s, first, last)?,
+        None => vec!["S".to_string(); life],
+    };
+
+    // Threads, converted to per-frame samples.
+    let mut thread_samples: BTreeMap<usize, Vec<ThreadSample>> = BTreeMap::new();
+    let mut tids = std::collections::BTreeSet::new();
+    for t in &p.threads {
+        if !tids.insert(t.tid) {
+            return invalid(format!(
+                "process {} thread {}: tid listed twice",
+                p.pid, t.tid
+            ));
+        }
+        add_thread(&mut thread_samples, p, t, arch)?;
+    }
+    for (k, fi) in (first..=last).enumerate() {
+        let mut threads = thread_samples.remove(&fi).unwrap_or_default();
+        threads.sort_by_key(|t| t.tid);
+        let frame = &mut frames[fi];
+        if frame.processes.iter().any(|q| q.pid == p.pid) {
+            return invalid(format!(
+                "{owner}: pid {} appears twice in frame {fi}",
+                p.pid
+            ));
+        }
+        let get = |v: &Option<Vec<u64>>| v.as_ref().map_or(0, |v| v[k]);
+        frame.processes.push(ProcessSample {
+            pid: p.pid,
+            ppid: p.ppid,
+            comm: p.comm.as_str().into(),
+            state: states[k].as_str().into(),
+            start_time_ticks: p.start_time_ticks,
+            utime_ticks: utime[k],
+            stime_ticks: stime[k],
+            cutime_ticks: cutime[k],
+            cstime_ticks: cstime[k],
+            rss_pages: rss_pages[k],
+            num_threads: (threads.len() as u64).max(1),
+            io: has_io.then(|| IoCounters {
+                rchar_bytes: get(&rchar),
+                wchar_bytes: get(&wchar),
+                read_syscalls: 0,
+                write_syscalls: 0,
+                read_bytes: get(&read),
+                write_bytes: get(&write),
+                cancelled_write_bytes: 0,
+            }),
+            threads,
+        });
+    }
+    Ok(())
+}
+
+/// Thread `t` of process `p`, as a sample in each frame of its lifetime.
+fn add_thread(
+    thread_samples: &mut BTreeMap<usize, Vec<ThreadSample>>,
+    p: &FixtureProcess,
+    t: &FixtureThread,
+    arch: &str,
+) -> Result<(), FixtureError> {
+    let (first, last) = (p.first_frame, p.last_frame);
+    let towner = format!("process {} thread {}", p.pid, t.tid);
+    let tf = t.first_frame.unwrap_or(first);
+    let tl = t.last_frame.unwrap_or(last);
+    if tf > tl || tf < first || tl > last {
+        return invalid(format!(
+            "{towner}: lifetime frames {tf}..={tl} is outside its process's frames {first}..={last}"
+        ));
+    }
+    let tstates = state_column(&towner, &t.states, tf, tl)?;
+    let on = ms_or_ns(&towner, "on_cpu", &t.on_cpu_ms, &t.on_cpu_ns)?;
+    let rq = ms_or_ns(&towner, "runqueue", &t.runqueue_ms, &t.runqueue_ns)?;
+    let sched = match (on, rq) {
+        (Some(on), Some(rq)) => {
+            column(&towner, "on_cpu", &on, tf, tl, true)?;
+            column(&towner, "runqueue", &rq, tf, tl, true)?;
+            let ts = match &t.timeslices {
+                Some(ts) => column(&towner, "timeslices", ts, tf, tl, true)?.to_vec(),
+                None => vec![0; tl - tf + 1],
+            };
+            Some((on, rq, ts))
+        }
+        (None, None) => None,
+        _ => {
+            return invalid(format!(
+                "{towner}: on_cpu and runqueue must be given together"
+            ))
+        }
+    };
+    let syscalls: Vec<Option<i64>> = match &t.syscall {
+        None => vec![None; tl - tf + 1],
+        Some(v) => {
+            check_len(&format!("{towner}: syscall"), v.len(), tl - tf + 1, tf, tl)?;
+            let mut out = Vec::with_capacity(v.len());
+            for s in v {
+                out.push(match s {
+                    None => None,
+                    Some(SyscallRef::Nr(nr)) => Some(*nr),
+                    Some(SyscallRef::Name(name)) => match syscall_number(arch, name) {
+                        Some(nr) => Some(nr as i64),
+                        None => {
+                            return invalid(format!("{towner}: unknown syscall {name:?} on {arch}"))
+                        }
+                    },
+                });
+            }
+            out
+        }
+    };
+    let classes = match &t.class_ns {
+        None => None,
+        Some(c) => {
+            let cols = [
+                ("class_ns.on_cpu", &c.on_cpu),
+                ("class_ns.runqueue", &c.runqueue),
+                ("class_ns.io_wait", &c.io_wait),
+                ("class_ns.lock_wait", &c.lock_wait),
+                ("class_ns.syscall_blocked", &c.syscall_blocked),
+                ("class_ns.unknown_wait", &c.unknown_wait),
+            ];
+            for (name, col) in cols {
+                column(&towner, name, col, tf, tl, true)?;
+            }
+            if let Some(steal) = &c.steal {
+                column(&towner, "class_ns.steal", steal, tf, tl, true)?;
+            }
+            Some(c)
+        }
+    };
+    for (k, fi) in (tf..=tl).enumerate() {
+        thread_samples.entry(fi).or_default().push(ThreadSample {
+            tid: t.tid,
+            comm: t.comm.as_deref().unwrap_or(&p.comm).into(),
+            state: tstates[k].as_str().into(),
+            schedstat: sched.as_ref().map(|(on, rq, ts)| Schedstat {
+                on_cpu_ns: on[k],
+                runqueue_ns: rq[k],
+                timeslices: ts[k],
+            }),
+            syscall_nr: syscalls[k],
+            class_ns: classes.map(|c| {
+                ClassTimes::from_array([
+                    c.on_cpu[k],
+                    c.runqueue[k],
+                    c.io_wait[k],
+                    c.lock_wait[k],
+                    c.syscall_blocked[k],
+                    c.unknown_wait[k],
+                    c.steal.as_ref().map_or(0, |s| s[k]),
+                ])
+            }),
+        });
+    }
+    Ok(())
+}
+
+/// The network section: each interface's counters in every frame.
+fn add_network(
+    frames: &mut [Frame],
+    net: &BTreeMap<String, FixtureNet>,
+) -> Result<(), FixtureError> {
+    let n = frames.len();
+    for (name, c) in net {
+        let owner = format!("network {name}");
+        let all = |col: &str, v: &[u64]| column(&owner, col, v, 0, n - 1, false).map(|_| ());
+        all("rx_bytes", &c.rx_bytes)?;
+        all("tx_bytes", &c.tx_bytes)?;
+        if let Some(v) = &c.rx_packets {
+            all("rx_packets", v)?;
+        }
+        if let Some(v) = &c.tx_packets {
+            all("tx_packets", v)?;
         }
     }
+    for (i, f) in frames.iter_mut().enumerate() {
+        f.network = Some(
+            net.iter()
+                .map(|(name, c)| NetDevCounters {
+                    interface: name.clone(),
+                    rx_bytes: c.rx_bytes[i],
+                    rx_packets: c.rx_packets.as_ref().map_or(0, |v| v[i]),
+                    tx_bytes: c.tx_bytes[i],
+                    tx_packets: c.tx_packets.as_ref().map_or(0, |v| v[i]),
+                })
+                .collect(),
+        );
+    }
+    Ok(())
+}
 
+/// The syscalls section as histograms: each latency in its bucket.
+fn convert_syscalls(
+    syscalls: &[FixtureSyscall],
+    arch: &str,
+) -> Result<Vec<SyscallHistogram>, FixtureError> {
     let mut histograms = Vec::new();
-    for s in &fx.syscalls {
-        let nr = match s.nr.or_else(|| syscall_number(&arch, &s.name)) {
+    for s in syscalls {
+        let nr = match s.nr.or_else(|| syscall_number(arch, &s.name)) {
             Some(nr) => nr,
             None => {
                 return invalid(format!(
@@ -747,9 +804,14 @@ fn convert(fx: Fixture, source_name: &str) -> Result<Bundle, FixtureError> {
         });
     }
     histograms.sort_by(|a, b| (a.pid, a.nr, &a.name).cmp(&(b.pid, b.nr, &b.name)));
+    Ok(histograms)
+}
 
-    let root_pids = match fx.root_pids {
-        Some(r) => r,
+/// The root pids: as given, else the launched command's, else the first frame's
+/// processes whose parent is not in the fixture.
+fn root_pids_of(fx: &Fixture, frames: &[Frame]) -> Vec<i32> {
+    match &fx.root_pids {
+        Some(r) => r.clone(),
         None => match &fx.launched {
             Some(l) => vec![l.pid],
             None => {
@@ -763,24 +825,7 @@ fn convert(fx: Fixture, source_name: &str) -> Result<Bundle, FixtureError> {
                     .collect()
             }
         },
-    };
-
-    let mut bundle = Bundle::new(backend, fx.host, fx.interval_ms);
-    bundle.label = fx.label;
-    bundle.root_pids = root_pids;
-    bundle.launched = fx.launched;
-    bundle.frames = frames;
-    bundle.frame_cap = fx.frame_cap.unwrap_or_default();
-    bundle.events_lost = fx.events_lost;
-    bundle.lifecycle = fx.lifecycle;
-    bundle.syscalls = histograms;
-    bundle.slow_syscalls = fx.slow_syscalls;
-    bundle.replayed_from = Some(source_name.to_string());
-    if let Some(stacks) = fx.stacks {
-        bundle.stacks = Some(convert_stacks(stacks, &bundle.frames)?);
     }
-    super::validate::validate(&bundle).map_err(FixtureError::Invalid)?;
-    Ok(bundle)
 }
 
 /// The fixture's `stacks` section as a bundle [`StackProfile`]: ids become indices in
