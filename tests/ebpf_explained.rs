@@ -517,6 +517,15 @@ fn a_go_programs_idle_ms_are_idle_and_their_stacks_end_at_the_g0_boundary() {
     assert!(share < 0.2, "lock_wait leads: {share:.3} {summary:#}");
 }
 
+/// Debian's Node.js: `node`, or `nodejs` on older releases.
+fn node_command() -> &'static str {
+    if Command::new("node").arg("--version").output().is_ok() {
+        "node"
+    } else {
+        "nodejs"
+    }
+}
+
 /// A single-threaded Node script: libuv's and V8's worker threads sit parked on
 /// condition variables, so they are idle and lock_wait does not lead the summary; and
 /// `stacks` lists lock_wait with its time, nearly all of it with stacks (the workers'
@@ -541,11 +550,7 @@ fn a_node_scripts_idle_workers_are_idle_and_their_lock_wait_has_stacks() {
     )
     .unwrap();
     let out = dir.path().join("out.txt");
-    let node = if Command::new("node").arg("--version").output().is_ok() {
-        "node"
-    } else {
-        "nodejs"
-    };
+    let node = node_command();
     let (bundle, path) = run_with_stacks(
         dir.path(),
         &[node, script.to_str().unwrap(), out.to_str().unwrap()],
@@ -868,4 +873,62 @@ fn nginx_under_ab_is_explained_by_its_calls_and_counted_as_bpftrace_counts() {
             );
         }
     }
+}
+
+/// A file read through the door still under way when a process's stacks arrive (node's
+/// 90 MB binary on a loaded machine; here, with `KERNELKITE_DEBUG_READ_DEADLINE_MS=1`,
+/// every read past 1 ms) no longer leaves the process without the unwind information
+/// of its other files for the rest of the session: its copies wait until every read has
+/// ended. Before, the workers' waits ended at a lone `__futex_abstimed_wait_common` (a
+/// loaded CI run; 0 of 6.6 s unwound with the 1 ms deadline).
+#[test]
+fn a_slow_file_read_does_not_leave_a_process_without_unwind_information() {
+    let Some(_serial) =
+        stacks_ready("a_slow_file_read_does_not_leave_a_process_without_unwind_information")
+    else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("work.js");
+    std::fs::write(
+        &script,
+        "let s = 0;\n\
+         const end = Date.now() + 1000;\n\
+         while (Date.now() < end) { for (let i = 0; i < 100000; i++) s += i % 7; }\n\
+         setTimeout(() => console.log(s), 300);\n",
+    )
+    .unwrap();
+    let node = node_command();
+    let path = dir.path().join("run.bundle.json");
+    let out = Command::new(kernelkite_bin())
+        .args(["run", "--stacks"])
+        .arg(&path)
+        .args(["--", node])
+        .arg(&script)
+        .env("KERNELKITE_DEBUG_READ_DEADLINE_MS", "1")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let bundle = load_bundle(&path).unwrap();
+    let profile = bundle.stacks.as_ref().unwrap();
+    let (mut all_ns, mut deep_ns) = (0, 0);
+    for s in profile.samples.iter().filter(|s| s.class == "lock_wait") {
+        let Some(u) = s.user_stack else { continue };
+        all_ns += s.total_ns;
+        // Unwound past glibc's futex wait to the thread's start.
+        if !profile.is_truncated(u) && profile.stacks[u as usize].len() >= 3 {
+            deep_ns += s.total_ns;
+        }
+    }
+    let lost_ns = time_in_stacks_of_lost_copies(&bundle, "lock_wait");
+    let text = kk(&["stacks", path.to_str().unwrap(), "--class", "lock_wait"]);
+    assert!(all_ns > 0, "{text}");
+    assert!(
+        (deep_ns + lost_ns) as f64 >= 0.9 * all_ns as f64,
+        "{deep_ns} of {all_ns} ns of lock_wait unwound to the threads' start ({lost_ns} in lost copies): {text}"
+    );
 }

@@ -46,6 +46,17 @@ const RESOLVE_BUDGET: Duration = Duration::from_millis(300);
 const FINAL_BUDGET: Duration = Duration::from_millis(2000);
 /// One read through the door waits at most this long.
 const READ_DEADLINE: Duration = Duration::from_millis(250);
+
+/// [`READ_DEADLINE`], or less with `KERNELKITE_DEBUG_READ_DEADLINE_MS` (tests: every
+/// read slower than a loaded machine's, docs/TESTING.md); never more, so a session still
+/// ends promptly whatever a file does.
+fn read_deadline() -> Duration {
+    (std::env::var("KERNELKITE_DEBUG_READ_DEADLINE_MS").ok())
+        .and_then(|v| v.parse().ok())
+        .map_or(READ_DEADLINE, |ms| {
+            Duration::from_millis(ms).min(READ_DEADLINE)
+        })
+}
 /// The largest binary or library read (it is copied into memory).
 const MAX_BINARY_BYTES: u64 = 512 << 20;
 /// Copies made for symbolizing since the symbolizer started: past this total, the
@@ -104,6 +115,28 @@ pub enum UserStack {
     Walked(i32),
     Unwound(u32),
 }
+
+/// A stack copy waiting for its process's files to be read before it is unwound.
+#[derive(Debug)]
+struct DeferredCopy {
+    pid: u32,
+    ip: u64,
+    sp: u64,
+    bp: u64,
+    /// Empty once unwound.
+    bytes: Vec<u8>,
+    /// The interned stack, once unwound.
+    unwound: Option<Option<u32>>,
+}
+
+/// The bit of an unwound stack's index that says it is a [`DeferredCopy`]'s (the rest
+/// is its index among them).
+const DEFERRED: u32 = 1 << 31;
+/// Copies waiting at once (16 KiB each at most: 16 MiB); past that a copy is unwound
+/// with the unwinder there is.
+const MAX_DEFERRED_COPIES: usize = 1024;
+/// Copies deferred over a session (about 80 bytes each once unwound).
+const MAX_DEFERRED: usize = 65_536;
 
 /// One unwound stack: addresses leaf first, and why the unwind stopped early.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -174,6 +207,10 @@ pub struct StackCollector {
     /// unwinder of each process, built from its mappings (dropped when they change).
     module_info: StdHashMap<FileId, Option<Arc<ModuleInfo>>>,
     unwinders: BTreeMap<u32, ProcessUnwinder>,
+    /// Copies waiting for their process's files ([`DEFERRED`] indices), and how many
+    /// of them still hold their bytes.
+    deferred: Vec<DeferredCopy>,
+    deferred_held: usize,
     unwind_cache: UnwindCache,
     /// When each process's mappings were last read for a copy.
     maps_read_at: BTreeMap<u32, Instant>,
@@ -265,7 +302,7 @@ impl StackCollector {
             user_stacks,
             kernel_stacks,
             symbolizer: Symbolizer::new(),
-            door: Door::new(READ_DEADLINE),
+            door: Door::new(read_deadline()),
             copies: StdHashMap::new(),
             copied_bytes: 0,
             retired: StdHashMap::new(),
@@ -288,6 +325,8 @@ impl StackCollector {
             unwind_ns: 0,
             module_info: StdHashMap::new(),
             unwinders: BTreeMap::new(),
+            deferred: Vec::new(),
+            deferred_held: 0,
             unwind_cache: UnwindCache::new(),
             maps_read_at: BTreeMap::new(),
             debug_files: StdHashMap::new(),
@@ -325,6 +364,8 @@ impl StackCollector {
             ("stack_processes", self.processes.len() as u64),
             ("perf_maps", self.perf_maps.len() as u64),
             ("truncated", self.truncated.len() as u64),
+            ("deferred_copies", self.deferred.len() as u64),
+            ("deferred_copies_held", self.deferred_held as u64),
             ("stacks_past_frame_cap", self.stacks_past_frame_cap),
         ]
     }
@@ -467,6 +508,32 @@ impl StackCollector {
         if !self.mapped(pid, copy.ip) && self.reread_due(pid, LEAF_MAPS_REREAD) {
             self.refresh_process(pid);
         }
+        // A file of the process still being read (the door reads one file per user at
+        // a time; node's 90 MB binary takes seconds on a loaded machine): without its
+        // unwind information the unwinder would fall back to the frame pointer there
+        // and end the stack. The copy waits for it, and is unwound when its stack is
+        // resolved (at a snapshot, or at the end, when every read has ended).
+        if self.deferred_held < MAX_DEFERRED_COPIES
+            && self.deferred.len() < MAX_DEFERRED
+            && !self.unwinder_ready(pid)
+        {
+            let k = self.deferred.len() as u32;
+            self.deferred.push(DeferredCopy {
+                pid,
+                ip: copy.ip,
+                sp: copy.sp,
+                bp: copy.bp,
+                bytes: copy.stack.to_vec(),
+                unwound: None,
+            });
+            self.deferred_held += 1;
+            return Some(DEFERRED | k);
+        }
+        self.unwind_now(pid, copy)
+    }
+
+    /// [`StackCollector::unwind`] with the unwinder there is now.
+    fn unwind_now(&mut self, pid: u32, copy: &CopiedStack) -> Option<u32> {
         let mut unwound = self.unwind_with_known_maps(pid, copy);
         let stale = unwound.0.iter().skip(1).any(|&a| !self.mapped(pid, a));
         if stale && self.reread_due(pid, MAPS_REREAD) {
@@ -479,9 +546,64 @@ impl StackCollector {
         self.intern_unwound(pid, unwound.0, unwound.1)
     }
 
+    /// Whether `pid`'s unwinder has every file's unwind information it can have (no
+    /// read still under way); it is built, and kept, when so.
+    fn unwinder_ready(&mut self, pid: u32) -> bool {
+        if self.unwinders.contains_key(&pid) {
+            return true;
+        }
+        let (unwinder, complete) = self.build_unwinder(pid);
+        if complete {
+            self.unwinders.insert(pid, unwinder);
+        }
+        complete
+    }
+
+    /// The interned stack of unwound stack `i`, unwinding a deferred copy now if its
+    /// process's files have been read (or this is the final pass, when every read
+    /// has ended). `Err` while a read is still under way.
+    fn settle(&mut self, i: u32) -> Result<Option<u32>, ()> {
+        if i & DEFERRED == 0 {
+            return Ok(Some(i));
+        }
+        let k = (i & !DEFERRED) as usize;
+        let Some(d) = self.deferred.get(k) else {
+            return Ok(None);
+        };
+        if let Some(done) = d.unwound {
+            return Ok(done);
+        }
+        let pid = d.pid;
+        if !self.final_pass && !self.unwinder_ready(pid) {
+            return Err(());
+        }
+        let d = &mut self.deferred[k];
+        let bytes = std::mem::take(&mut d.bytes);
+        let (ip, sp, bp) = (d.ip, d.sp, d.bp);
+        self.deferred_held -= 1;
+        let copy = CopiedStack {
+            ip,
+            sp,
+            bp,
+            stack: &bytes,
+        };
+        let started = Instant::now();
+        let done = self.unwind_now(pid, &copy);
+        self.unwind_ns += started.elapsed().as_nanos() as u64;
+        self.deferred[k].unwound = Some(done);
+        Ok(done)
+    }
+
     fn unwind_with_known_maps(&mut self, pid: u32, copy: &CopiedStack) -> (Vec<u64>, Option<Cut>) {
         if !self.unwinders.contains_key(&pid) {
-            let unwinder = self.build_unwinder(pid);
+            let (unwinder, complete) = self.build_unwinder(pid);
+            if !complete {
+                // A file's read is still under way (the door allows one per user at a
+                // time, and a large one can take seconds on a loaded machine): unwind
+                // with what there is, and build it again for the next copy, so the
+                // file's unwind information is used once it arrives.
+                return unwinder.unwind(&mut self.unwind_cache, copy);
+            }
             self.unwinders.insert(pid, unwinder);
         }
         self.unwinders[&pid].unwind(&mut self.unwind_cache, copy)
@@ -524,8 +646,11 @@ impl StackCollector {
 
     /// An unwinder with a module for every executable file mapping of `pid` whose file
     /// the door gives us (the others are unwound by frame pointer).
-    fn build_unwinder(&mut self, pid: u32) -> ProcessUnwinder {
+    /// Whether every file was read, or refused for good: `false` while a read is
+    /// still under way.
+    fn build_unwinder(&mut self, pid: u32) -> (ProcessUnwinder, bool) {
         let mut unwinder = ProcessUnwinder::new();
+        let mut complete = true;
         let count = self.processes.get(&pid).map_or(0, |p| p.maps.len());
         for m in 0..count {
             let p = &self.processes[&pid];
@@ -538,11 +663,18 @@ impl StackCollector {
                 p.maps[m].offset,
                 p.maps[m].path.clone(),
             );
-            if let Some(info) = self.module_info(pid, m) {
-                unwinder.add_module(&path, start..end, offset, &info);
+            match self.module_info(pid, m) {
+                Some(info) => unwinder.add_module(&path, start..end, offset, &info),
+                None => {
+                    // Neither parsed (`module_info` keeps every file it read) nor
+                    // refused: its read is pending.
+                    let file = self.processes[&pid].maps[m].file;
+                    complete &= self.module_info.contains_key(&file)
+                        || self.refused.contains_key(&(pid, file));
+                }
             }
         }
-        unwinder
+        (unwinder, complete)
     }
 
     /// The unwind information (and build-id) of the file `pid` mapped at mapping `m`.
@@ -616,13 +748,12 @@ impl StackCollector {
 
     /// [`StackCollector::unwind`] of a stack read from /proc, with an unwinder of its
     /// own: the process's cached one is built by the copies, which may map more (a
-    /// process still starting at attach), and a file read past its deadline here
-    /// would leave it without that module for the rest of the session.
+    /// process still starting at attach).
     fn unwind_blocked(&mut self, pid: u32, copy: &CopiedStack) -> Option<u32> {
         if (self.processes.get(&pid)).is_none_or(|p| locate(&p.maps, copy.ip).is_none()) {
             self.refresh_process(pid);
         }
-        let unwinder = self.build_unwinder(pid);
+        let (unwinder, _) = self.build_unwinder(pid);
         let (addrs, cut) = unwinder.unwind(&mut self.unwind_cache, copy);
         self.intern_unwound(pid, addrs, cut)
     }
@@ -945,7 +1076,12 @@ impl StackCollector {
                 (addrs, true, None)
             }
             UserStack::Unwound(i) => {
-                let u = self.unwound.items().get(i as usize)?;
+                let Ok(settled) = self.settle(i) else {
+                    // Resolved again once the read has ended.
+                    self.read_pending = true;
+                    return None;
+                };
+                let u = self.unwound.items().get(settled? as usize)?;
                 (u.addrs.clone(), u.cut.is_some(), u.cut)
             }
         };
