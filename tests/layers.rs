@@ -31,6 +31,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         "top",
         &[
             "analysis",
+            "collect",
             "format",
             "model",
             "output",

@@ -80,6 +80,12 @@ impl BundleFold {
         self.keeper.frames()
     }
 
+    /// The bundle folded so far, without its frames and before the final sorts (a
+    /// replay that shows each frame with the records before it: `top --replay`).
+    pub fn so_far(&self) -> &Bundle {
+        &self.bundle
+    }
+
     pub fn frame_cap(&self) -> FrameCap {
         self.keeper.cap()
     }

@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
+use crate::collect::{BundleFold, RecordedFold};
+use crate::model::frame_keeper::DEFAULT_MAX_FRAMES_MB;
 use crate::model::{
     Backend, Bundle, Frame, HostConstants, OnCpuSource, StackProfile, SyscallHistogram,
     WakerProfile,
@@ -127,8 +129,9 @@ pub struct ProcFeed {
     targets: LiveTargets,
     started: Instant,
     interval: Duration,
-    /// `--record`: where each frame also goes.
-    sink: Option<Box<dyn RecordSink>>,
+    /// `--record`: the recording each frame also goes to (top keeps its own history,
+    /// so the fold keeps no frame).
+    recorded: Option<RecordedFold>,
     last_t_ns: u64,
 }
 
@@ -143,10 +146,10 @@ impl ProcFeed {
     #[cfg(target_os = "linux")]
     /// Also write the session to `sink` (`--record`), starting with its start record;
     /// the feed's clock restarts here.
-    pub fn record_to(&mut self, mut sink: Box<dyn RecordSink>) {
+    pub fn record_to(&mut self, sink: Box<dyn RecordSink>) {
         let clock = ClockAnchor::read();
         self.started = Instant::now();
-        sink.record(RecordRef::SessionStart(&SessionStart {
+        let start = SessionStart {
             backend: Backend::Proc,
             label: None,
             host: self.info.host.clone(),
@@ -157,8 +160,13 @@ impl ProcFeed {
             network: false,
             root_pids: self.targets.roots(),
             clock,
-        }));
-        self.sink = Some(sink);
+        };
+        // The frame cap and byte budget are the replay's: the fold keeps no frame.
+        self.recorded = Some(RecordedFold::new(
+            start,
+            DEFAULT_MAX_FRAMES_MB << 20,
+            Some(sink),
+        ));
     }
 
     /// A feed reading the procfs at `proc_root` (tests use a synthetic tree).
@@ -187,7 +195,7 @@ impl ProcFeed {
             targets,
             started: Instant::now(),
             interval,
-            sink: None,
+            recorded: None,
             last_t_ns: 0,
         })
     }
@@ -214,8 +222,8 @@ impl TopFeed for ProcFeed {
         if !self.targets.system_wide() && frame.processes.is_empty() {
             return Ok(None);
         }
-        if let Some(sink) = self.sink.as_mut() {
-            sink.record(RecordRef::Frame(&frame));
+        if let Some(recorded) = self.recorded.as_mut() {
+            recorded.record_only(RecordRef::Frame(&frame));
         }
         self.last_t_ns = frame.t_ns;
         Ok(Some(Snapshot {
@@ -310,9 +318,9 @@ pub struct RecordingReplayFeed {
     interval: Duration,
     /// The last frame read, handed out once the records that follow it are applied.
     pending: Option<Frame>,
-    histograms: Vec<SyscallHistogram>,
-    events_lost: Option<u64>,
-    stacks: Option<StackProfile>,
+    /// Every other record, folded as `replay` folds them: each snapshot shows the
+    /// histograms, losses and stacks as they are so far.
+    fold: BundleFold,
 }
 
 impl RecordingReplayFeed {
@@ -346,19 +354,17 @@ impl RecordingReplayFeed {
             reader,
             interval: Duration::from_millis(start.interval_ms.max(1)),
             pending: None,
-            histograms: Vec::new(),
-            // The eBPF session counts lost events from 0; /proc has no such loss.
-            events_lost: (start.backend == Backend::Ebpf).then_some(0),
-            stacks: None,
+            fold: BundleFold::new(&start, DEFAULT_MAX_FRAMES_MB << 20),
         })
     }
 
     fn snapshot_of(&self, frame: Frame) -> Snapshot {
+        let so_far = self.fold.so_far();
         Snapshot {
             frame,
-            syscalls: self.histograms.clone(),
-            events_lost: self.events_lost,
-            stacks: self.stacks.clone(),
+            syscalls: so_far.syscalls.clone(),
+            events_lost: so_far.events_lost,
+            stacks: so_far.stacks.clone(),
             wakers: None,
         }
     }
@@ -381,9 +387,14 @@ impl TopFeed for RecordingReplayFeed {
                         return Ok(Some(self.snapshot_of(previous)));
                     }
                 }
-                Some(Record::Histograms { histograms, .. }) => self.histograms = histograms,
-                Some(Record::EventsLost { count, .. }) => self.events_lost = Some(count),
-                Some(Record::Stacks { profile, .. }) => self.stacks = Some(profile),
+                // Lifecycle events and the rest: top shows none of them.
+                Some(
+                    record @ (Record::Histograms { .. }
+                    | Record::EventsLost { .. }
+                    | Record::Stacks { .. }),
+                ) => {
+                    self.fold.apply(record);
+                }
                 Some(_) => {}
                 None => {
                     let last = self.pending.take();
