@@ -6,6 +6,7 @@
 pub mod availability;
 pub mod blocked;
 pub mod btf_layout;
+pub mod histograms;
 pub mod loader;
 pub mod map_batch;
 pub mod records;

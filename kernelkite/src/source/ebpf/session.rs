@@ -8,11 +8,12 @@ use std::time::Duration;
 
 use aya::maps::{Array, HashMap, MapData, PerCpuArray, RingBuf};
 use kernelkite_common::bpf::{
-    exit_flags, lost, record_flags, record_kind, run_state, sys_flags, targets, SyscallHist,
-    SyscallKey, ThreadState, COPIED_STACK, NO_PENDING, NO_STACK, NO_SYSCALL, SYSCALL_BEFORE_START,
+    exit_flags, lost, record_flags, record_kind, run_state, sys_flags, targets, ThreadState,
+    COPIED_STACK, NO_PENDING, NO_STACK, NO_SYSCALL, SYSCALL_BEFORE_START,
 };
 use kernelkite_common::LatencyClass;
 
+use super::histograms::SyscallHistograms;
 use super::loader::{self, MapAccessError, ProbeError, ProbeOptions, Probes, StackOptions};
 use super::map_batch::read_all;
 use super::records::{argv_bytes, comm_string, decode, stack_bytes, Record};
@@ -93,11 +94,8 @@ pub struct Session {
     /// The traced threads and processes, as far as frames need to remember them.
     tracked: Tracked,
     threads: HashMap<MapData, u32, ThreadState>,
-    hists: HashMap<MapData, SyscallKey, SyscallHist>,
-    /// Histograms of exited processes, moved out of the map so it never fills up.
-    folded_hists: BTreeMap<SyscallKey, HistAccumulator>,
-    /// The live processes' entries of the histogram map, as read at the last snapshot.
-    live_hists: Vec<(SyscallKey, SyscallHist)>,
+    /// The syscall latency histograms: the kernel map's, and exited processes'.
+    hists: SyscallHistograms,
     lost: PerCpuArray<MapData, u64>,
     targets: Array<MapData, u64>,
     sampler: Sampler,
@@ -161,14 +159,6 @@ struct Dropped {
 /// most about 100 MiB); the rest are counted as lost. A `cargo build` of a small crate
 /// makes about 30,000 (docs/PERFORMANCE.md).
 pub const MAX_WAKEUPS: usize = 1_000_000;
-
-/// (process, syscall) histograms of exited processes a session keeps (about a hundred
-/// bytes each); later ones are added to their syscall's histogram of pid
-/// [`FOLDED_PID`], so the session keeps at most this many plus one per syscall.
-pub const MAX_FOLDED_HISTOGRAMS: usize = 100_000;
-/// The pid of the histograms of exited processes past [`MAX_FOLDED_HISTOGRAMS`] (no
-/// user-space process has it: pid 0 is the kernel's idle task).
-pub const FOLDED_PID: u32 = 0;
 
 /// How often (session time) a recorded session also records its histograms and lost
 /// event count: they cost a walk of the kernel maps, and only a killed session's
@@ -311,7 +301,7 @@ impl Session {
             targets,
             tracked: Tracked::default(),
             threads,
-            hists,
+            hists: SyscallHistograms::new(hists),
             lost,
             sampler,
             kept: RecordedFold::new(
@@ -326,8 +316,6 @@ impl Session {
             undecodable_records: 0,
             dropped: Dropped::default(),
             parent_of: BTreeMap::new(),
-            folded_hists: BTreeMap::new(),
-            live_hists: Vec::new(),
             stacks,
             wakeups,
             slow_stack_ids: Vec::new(),
@@ -487,11 +475,7 @@ impl Session {
                 let _ = self.threads.remove(&tid);
             }
         }
-        for (key, _) in read_all(&self.hists) {
-            if key.tgid == me {
-                let _ = self.hists.remove(&key);
-            }
-        }
+        self.hists.forget_process(me);
         self.tracked.forget_process(me);
         Ok(())
     }
@@ -872,44 +856,27 @@ impl Session {
         loader::wakers_on().then(|| self.wakers.profile(&[], monotonic_ns()))
     }
 
-    /// The cumulative syscall histograms as of the last snapshot: exited processes'
-    /// (folded out of the kernel map) plus the live map's entries read with it (at the
-    /// end, after the programs were detached), one per (process, syscall), sorted.
+    /// The cumulative syscall histograms as of the last snapshot, one per (process,
+    /// syscall), sorted.
     pub fn syscall_histograms(&self) -> Vec<SyscallHistogram> {
-        // Merged without copying the folded map (100,000 entries at its cap).
-        let mut live: BTreeMap<SyscallKey, HistAccumulator> = BTreeMap::new();
-        for (key, value) in &self.live_hists {
-            live.entry(*key)
-                .or_insert_with(|| self.folded_hists.get(key).cloned().unwrap_or_default())
-                .add(value);
-        }
-        let mut syscalls: Vec<SyscallHistogram> = (self.folded_hists.iter())
-            .filter(|(key, _)| !live.contains_key(key))
-            .map(|(key, acc)| acc.histogram(*key))
-            .chain(live.iter().map(|(key, acc)| acc.histogram(*key)))
-            .collect();
-        syscalls.sort_by_key(|h| (h.pid, h.nr));
-        syscalls
+        self.hists.histograms()
     }
 
     /// Entries (and estimated bytes) of every structure the session keeps that could
     /// grow with its length: `KERNELKITE_DEBUG_SIZES` prints them, to find what grows
     /// over a long session (`cargo xtask soak`).
     pub fn sizes(&self) -> Vec<(&'static str, u64)> {
-        let buckets: usize = self.folded_hists.values().map(|h| h.buckets.len()).sum();
         let mut sizes = vec![
             ("frames", self.kept.fold().frames().len() as u64),
             ("frames_kib", self.kept.fold().frame_bytes() >> 10),
             ("lifecycle", self.kept.fold().lifecycle_events() as u64),
             ("slow", self.kept.fold().slow_syscalls() as u64),
             ("slow_stack_ids", self.slow_stack_ids.len() as u64),
-            ("folded_hists", self.folded_hists.len() as u64),
-            ("folded_hist_buckets", buckets as u64),
-            ("live_hists", self.live_hists.len() as u64),
             ("folded_wakers", self.wakers.folded.len() as u64),
             ("parent_of", self.parent_of.len() as u64),
             ("in_progress", self.in_progress.len() as u64),
         ];
+        sizes.extend(self.hists.sizes());
         sizes.extend(self.tracked.sizes());
         if let Some(stacks) = &self.stacks {
             sizes.extend(stacks.sizes());
@@ -1151,21 +1118,6 @@ impl Session {
         }
     }
 
-    /// Move the histograms of processes with no live thread out of the kernel map.
-    fn fold_exited_histograms(&mut self, live: &BTreeMap<u32, BTreeMap<u32, ThreadState>>) {
-        let (dead, alive): (Vec<_>, Vec<_>) = read_all(&self.hists)
-            .into_iter()
-            .partition(|(k, _)| !live.contains_key(&k.tgid));
-        // The live processes' histograms as of this snapshot: what `syscall_histograms`
-        // reports, without reading the map a second time.
-        self.live_hists = alive;
-        for (key, value) in dead {
-            // No thread of the process is left to update the entry: the copy is final.
-            fold_histogram(&mut self.folded_hists, key, &value, MAX_FOLDED_HISTOGRAMS);
-            let _ = self.hists.remove(&key);
-        }
-    }
-
     fn snapshot_frame(&mut self, final_frame: bool) -> Result<Frame, SessionError> {
         let now = monotonic_ns();
         let t_ns = self.t_ns(now);
@@ -1193,7 +1145,7 @@ impl Session {
             self.keep_exit_from_map(t_ns, tid, &state, exit_code, class_ns);
             let _ = self.threads.remove(&tid);
         }
-        self.fold_exited_histograms(&by_tgid);
+        self.hists.fold_exited(&by_tgid);
         if loader::wakers_on() {
             // A process with no thread in the map has exited, unless it was forked after
             // the map was read: /proc says which (an entry moved while still updated
@@ -1480,67 +1432,6 @@ fn already_exists(e: &aya::maps::MapError) -> bool {
     matches!(e, aya::maps::MapError::SyscallError(s) if s.io_error.raw_os_error() == Some(libc::EEXIST))
 }
 
-/// Add an exited process's histogram to `folded`; with `cap` histograms there already,
-/// to its syscall's histogram of [`FOLDED_PID`]: the calls stay counted, only not per
-/// process.
-fn fold_histogram(
-    folded: &mut BTreeMap<SyscallKey, HistAccumulator>,
-    key: SyscallKey,
-    value: &SyscallHist,
-    cap: usize,
-) {
-    let key = if folded.len() < cap || folded.contains_key(&key) {
-        key
-    } else {
-        SyscallKey {
-            tgid: FOLDED_PID,
-            ..key
-        }
-    };
-    folded.entry(key).or_default().add(value);
-}
-
-/// Sum of one (process, syscall) histogram across map generations. Compact: a session
-/// keeps up to [`MAX_FOLDED_HISTOGRAMS`] of them (exited processes'), so the buckets are
-/// the non-zero ones only, `(bucket, count)` sorted, in an exactly sized vector.
-#[derive(Clone, Default)]
-struct HistAccumulator {
-    total_ns: u64,
-    max_ns: u64,
-    buckets: Vec<(u32, u64)>,
-}
-
-impl HistAccumulator {
-    fn add(&mut self, h: &SyscallHist) {
-        self.total_ns += h.total_ns;
-        self.max_ns = self.max_ns.max(h.max_ns);
-        for (i, &c) in h.buckets.iter().enumerate().filter(|(_, c)| **c > 0) {
-            let i = i as u32;
-            match self.buckets.binary_search_by_key(&i, |b| b.0) {
-                Ok(j) => self.buckets[j].1 += c,
-                Err(j) => self.buckets.insert(j, (i, c)),
-            }
-        }
-        self.buckets.shrink_to_fit();
-    }
-
-    fn histogram(&self, key: SyscallKey) -> SyscallHistogram {
-        // Fields are incremented one at a time; a copy taken while a call is being
-        // counted could see its bucket but not `count`: the buckets are the count.
-        let nr = key.nr & !SYSCALL_BEFORE_START;
-        SyscallHistogram {
-            pid: key.tgid as i32,
-            nr,
-            before_start: key.nr & SYSCALL_BEFORE_START != 0,
-            name: syscall_table::name(nr),
-            count: self.buckets.iter().map(|b| b.1).sum(),
-            total_ns: self.total_ns,
-            max_ns: self.max_ns,
-            buckets: self.buckets.clone(),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1576,49 +1467,6 @@ mod tests {
         assert_eq!(class_times_final(&initial, 170).syscall_blocked, 70);
         // A clock a little behind since_ns never underflows.
         assert_eq!(class_times_at(&on, 140).on_cpu, 50);
-    }
-
-    #[test]
-    fn past_the_cap_exited_histograms_fold_into_pid_0_and_keep_every_call() {
-        let hist = |bucket: usize, n: u64| {
-            let mut h = SyscallHist::default();
-            h.buckets[bucket] = n;
-            h.total_ns = 10 * n;
-            h.max_ns = 7;
-            h
-        };
-        let mut folded = BTreeMap::new();
-        let mut calls = 0;
-        // 50 processes × 2 syscalls (one of them before the session's start), cap 10.
-        for tgid in 100..150 {
-            for nr in [1, 3 | SYSCALL_BEFORE_START] {
-                let n = tgid as u64 % 7 + 1;
-                calls += n;
-                fold_histogram(&mut folded, SyscallKey { tgid, nr }, &hist(4, n), 10);
-            }
-        }
-        // The first 10 (process, syscall) kept, the rest one per syscall under pid 0.
-        assert_eq!(folded.len(), 12);
-        let pids: BTreeSet<u32> = folded.keys().map(|k| k.tgid).collect();
-        assert_eq!(pids, [0, 100, 101, 102, 103, 104].into());
-        let histograms: Vec<SyscallHistogram> =
-            folded.iter().map(|(k, acc)| acc.histogram(*k)).collect();
-        assert_eq!(histograms.iter().map(|h| h.count).sum::<u64>(), calls);
-        let pid0: Vec<_> = histograms.iter().filter(|h| h.pid == 0).collect();
-        assert_eq!(pid0.len(), 2);
-        assert!(pid0.iter().any(|h| h.before_start && h.nr == 3));
-        // A kept process's histogram still adds to its own past the cap.
-        fold_histogram(
-            &mut folded,
-            SyscallKey { tgid: 100, nr: 1 },
-            &hist(5, 2),
-            10,
-        );
-        assert_eq!(folded.len(), 12);
-        assert_eq!(
-            folded[&SyscallKey { tgid: 100, nr: 1 }].buckets,
-            [(4, 3), (5, 2)]
-        );
     }
 
     #[test]

@@ -1,0 +1,204 @@
+//! The syscall latency histograms of a session: the kernel's map, one entry per
+//! (process, syscall), and the histograms of exited processes folded out of it at each
+//! snapshot so the map never fills up.
+
+use std::collections::BTreeMap;
+
+use aya::maps::{HashMap, MapData};
+use kernelkite_common::bpf::{SyscallHist, SyscallKey, ThreadState, SYSCALL_BEFORE_START};
+
+use super::map_batch::read_all;
+use super::syscall_table;
+use crate::model::SyscallHistogram;
+
+/// (process, syscall) histograms of exited processes a session keeps (about a hundred
+/// bytes each); later ones are added to their syscall's histogram of pid
+/// [`FOLDED_PID`], so the session keeps at most this many plus one per syscall.
+pub const MAX_FOLDED_HISTOGRAMS: usize = 100_000;
+/// The pid of the histograms of exited processes past [`MAX_FOLDED_HISTOGRAMS`] (no
+/// user-space process has it: pid 0 is the kernel's idle task).
+pub const FOLDED_PID: u32 = 0;
+
+/// The histograms: the map's, as read at the last snapshot, and exited processes'.
+pub struct SyscallHistograms {
+    map: HashMap<MapData, SyscallKey, SyscallHist>,
+    /// Histograms of exited processes, moved out of the map so it never fills up.
+    folded: BTreeMap<SyscallKey, HistAccumulator>,
+    /// The live processes' entries of the map, as read at the last snapshot.
+    live: Vec<(SyscallKey, SyscallHist)>,
+}
+
+impl SyscallHistograms {
+    pub fn new(map: HashMap<MapData, SyscallKey, SyscallHist>) -> SyscallHistograms {
+        SyscallHistograms {
+            map,
+            folded: BTreeMap::new(),
+            live: Vec::new(),
+        }
+    }
+
+    /// Drop `tgid`'s entries from the map (kernelkite's own, once it stops tracing
+    /// itself).
+    pub fn forget_process(&mut self, tgid: u32) {
+        for (key, _) in read_all(&self.map) {
+            if key.tgid == tgid {
+                let _ = self.map.remove(&key);
+            }
+        }
+    }
+
+    /// The cumulative histograms as of the last snapshot: exited processes'
+    /// (folded out of the kernel map) plus the live map's entries read with it (at the
+    /// end, after the programs were detached), one per (process, syscall), sorted.
+    pub fn histograms(&self) -> Vec<SyscallHistogram> {
+        // Merged without copying the folded map (100,000 entries at its cap).
+        let mut live: BTreeMap<SyscallKey, HistAccumulator> = BTreeMap::new();
+        for (key, value) in &self.live {
+            live.entry(*key)
+                .or_insert_with(|| self.folded.get(key).cloned().unwrap_or_default())
+                .add(value);
+        }
+        let mut syscalls: Vec<SyscallHistogram> = (self.folded.iter())
+            .filter(|(key, _)| !live.contains_key(key))
+            .map(|(key, acc)| acc.histogram(*key))
+            .chain(live.iter().map(|(key, acc)| acc.histogram(*key)))
+            .collect();
+        syscalls.sort_by_key(|h| (h.pid, h.nr));
+        syscalls
+    }
+
+    /// Move the histograms of processes with no live thread out of the kernel map.
+    pub fn fold_exited(&mut self, live: &BTreeMap<u32, BTreeMap<u32, ThreadState>>) {
+        let (dead, alive): (Vec<_>, Vec<_>) = read_all(&self.map)
+            .into_iter()
+            .partition(|(k, _)| !live.contains_key(&k.tgid));
+        // The live processes' histograms as of this snapshot: what `syscall_histograms`
+        // reports, without reading the map a second time.
+        self.live = alive;
+        for (key, value) in dead {
+            // No thread of the process is left to update the entry: the copy is final.
+            fold_histogram(&mut self.folded, key, &value, MAX_FOLDED_HISTOGRAMS);
+            let _ = self.map.remove(&key);
+        }
+    }
+
+    /// What the histograms keep (`KERNELKITE_DEBUG_SIZES`).
+    pub fn sizes(&self) -> [(&'static str, u64); 3] {
+        let buckets: usize = self.folded.values().map(|h| h.buckets.len()).sum();
+        [
+            ("folded_hists", self.folded.len() as u64),
+            ("folded_hist_buckets", buckets as u64),
+            ("live_hists", self.live.len() as u64),
+        ]
+    }
+}
+
+/// Add an exited process's histogram to `folded`; with `cap` histograms there already,
+/// to its syscall's histogram of [`FOLDED_PID`]: the calls stay counted, only not per
+/// process.
+fn fold_histogram(
+    folded: &mut BTreeMap<SyscallKey, HistAccumulator>,
+    key: SyscallKey,
+    value: &SyscallHist,
+    cap: usize,
+) {
+    let key = if folded.len() < cap || folded.contains_key(&key) {
+        key
+    } else {
+        SyscallKey {
+            tgid: FOLDED_PID,
+            ..key
+        }
+    };
+    folded.entry(key).or_default().add(value);
+}
+
+/// Sum of one (process, syscall) histogram across map generations. Compact: a session
+/// keeps up to [`MAX_FOLDED_HISTOGRAMS`] of them (exited processes'), so the buckets are
+/// the non-zero ones only, `(bucket, count)` sorted, in an exactly sized vector.
+#[derive(Clone, Default)]
+struct HistAccumulator {
+    total_ns: u64,
+    max_ns: u64,
+    buckets: Vec<(u32, u64)>,
+}
+
+impl HistAccumulator {
+    fn add(&mut self, h: &SyscallHist) {
+        self.total_ns += h.total_ns;
+        self.max_ns = self.max_ns.max(h.max_ns);
+        for (i, &c) in h.buckets.iter().enumerate().filter(|(_, c)| **c > 0) {
+            let i = i as u32;
+            match self.buckets.binary_search_by_key(&i, |b| b.0) {
+                Ok(j) => self.buckets[j].1 += c,
+                Err(j) => self.buckets.insert(j, (i, c)),
+            }
+        }
+        self.buckets.shrink_to_fit();
+    }
+
+    fn histogram(&self, key: SyscallKey) -> SyscallHistogram {
+        // Fields are incremented one at a time; a copy taken while a call is being
+        // counted could see its bucket but not `count`: the buckets are the count.
+        let nr = key.nr & !SYSCALL_BEFORE_START;
+        SyscallHistogram {
+            pid: key.tgid as i32,
+            nr,
+            before_start: key.nr & SYSCALL_BEFORE_START != 0,
+            name: syscall_table::name(nr),
+            count: self.buckets.iter().map(|b| b.1).sum(),
+            total_ns: self.total_ns,
+            max_ns: self.max_ns,
+            buckets: self.buckets.clone(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    #[test]
+    fn past_the_cap_exited_histograms_fold_into_pid_0_and_keep_every_call() {
+        let hist = |bucket: usize, n: u64| {
+            let mut h = SyscallHist::default();
+            h.buckets[bucket] = n;
+            h.total_ns = 10 * n;
+            h.max_ns = 7;
+            h
+        };
+        let mut folded = BTreeMap::new();
+        let mut calls = 0;
+        // 50 processes × 2 syscalls (one of them before the session's start), cap 10.
+        for tgid in 100..150 {
+            for nr in [1, 3 | SYSCALL_BEFORE_START] {
+                let n = tgid as u64 % 7 + 1;
+                calls += n;
+                fold_histogram(&mut folded, SyscallKey { tgid, nr }, &hist(4, n), 10);
+            }
+        }
+        // The first 10 (process, syscall) kept, the rest one per syscall under pid 0.
+        assert_eq!(folded.len(), 12);
+        let pids: BTreeSet<u32> = folded.keys().map(|k| k.tgid).collect();
+        assert_eq!(pids, [0, 100, 101, 102, 103, 104].into());
+        let histograms: Vec<SyscallHistogram> =
+            folded.iter().map(|(k, acc)| acc.histogram(*k)).collect();
+        assert_eq!(histograms.iter().map(|h| h.count).sum::<u64>(), calls);
+        let pid0: Vec<_> = histograms.iter().filter(|h| h.pid == 0).collect();
+        assert_eq!(pid0.len(), 2);
+        assert!(pid0.iter().any(|h| h.before_start && h.nr == 3));
+        // A kept process's histogram still adds to its own past the cap.
+        fold_histogram(
+            &mut folded,
+            SyscallKey { tgid: 100, nr: 1 },
+            &hist(5, 2),
+            10,
+        );
+        assert_eq!(folded.len(), 12);
+        assert_eq!(
+            folded[&SyscallKey { tgid: 100, nr: 1 }].buckets,
+            [(4, 3), (5, 2)]
+        );
+    }
+}
