@@ -343,10 +343,17 @@ fn assert_short_stacks_marked(bundle: &Bundle) {
     let profile = bundle.stacks.as_ref().unwrap();
     for s in &profile.samples {
         let Some(u) = s.user_stack else { continue };
-        let outermost = profile.stacks[u as usize]
+        let last = profile.stacks[u as usize]
             .last()
-            .and_then(|&f| profile.frames[f as usize].symbol.as_deref());
-        let complete = matches!(outermost, Some("_start" | "clone3" | "clone"));
+            .map(|&f| &profile.frames[f as usize]);
+        let outermost = last.and_then(|f| f.symbol.as_deref());
+        // An unnamed frame in glibc, where threads start, cannot be judged: its names
+        // were not read within the session's symbol budget (docs/STACKS.md; a loaded CI
+        // run left a Rust thread's glibc frames unnamed).
+        let unnamed_in_glibc = last.is_some_and(|f| {
+            f.symbol.is_none() && f.module.as_deref().is_some_and(|m| m.contains("libc.so"))
+        });
+        let complete = matches!(outermost, Some("_start" | "clone3" | "clone")) || unnamed_in_glibc;
         assert!(
             complete || profile.is_truncated(u),
             "stack {u} ends at {outermost:?} without being marked truncated: {:#?}",
