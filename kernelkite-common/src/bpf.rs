@@ -33,6 +33,41 @@ pub mod exit_flags {
     pub const GROUP_DEAD: u32 = 2;
 }
 
+/// The names of the maps userspace opens, defined once: the BPF programs' map statics
+/// (`kernelkite-ebpf/src/maps.rs`) carry the same names, which the object's own map
+/// table is checked against (`source::ebpf::loader`'s tests).
+pub mod map_names {
+    pub const CRITICAL_PATH_LOST: &str = "CRITICAL_PATH_LOST";
+    pub const EVENTS: &str = "EVENTS";
+    pub const GATE: &str = "GATE";
+    pub const KERNEL_STACKS: &str = "KERNEL_STACKS";
+    pub const LOST: &str = "LOST";
+    pub const STACK_TIMES: &str = "STACK_TIMES";
+    pub const SYSCALL_HISTS: &str = "SYSCALL_HISTS";
+    pub const SYSCALL_KIND: &str = "SYSCALL_KIND";
+    pub const TARGETS: &str = "TARGETS";
+    pub const THREADS: &str = "THREADS";
+    pub const USER_STACKS: &str = "USER_STACKS";
+    pub const WAKERS: &str = "WAKERS";
+    pub const WAKERS_LOST: &str = "WAKERS_LOST";
+    /// Every one of them.
+    pub const ALL: &[&str] = &[
+        CRITICAL_PATH_LOST,
+        EVENTS,
+        GATE,
+        KERNEL_STACKS,
+        LOST,
+        STACK_TIMES,
+        SYSCALL_HISTS,
+        SYSCALL_KIND,
+        TARGETS,
+        THREADS,
+        USER_STACKS,
+        WAKERS,
+        WAKERS_LOST,
+    ];
+}
+
 /// The `TARGETS` bitmap: one bit per tgid, 64 to a `u64` word, for every pid up to the
 /// kernel's largest `pid_max` (2^22).
 pub mod targets {

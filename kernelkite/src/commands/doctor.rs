@@ -86,6 +86,7 @@ mod platform {
 #[cfg(target_os = "linux")]
 mod platform {
     use anyhow::Context;
+    use kernelkite_common::bpf::map_names;
     use serde_json::json;
 
     use super::*;
@@ -98,7 +99,7 @@ mod platform {
         if let Some(pid) = args.pid {
             let mut targets: aya::maps::Array<&mut aya::maps::MapData, u64> = probes
                 .ebpf
-                .map_mut("TARGETS")
+                .map_mut(map_names::TARGETS)
                 .context("TARGETS missing from the object")?
                 .try_into()?;
             use kernelkite_common::bpf::targets::{bit, word};

@@ -7,6 +7,7 @@ use std::time::Instant;
 use aya::maps::{Array, MapData};
 use aya::programs::{BtfTracePoint, TracePoint};
 use aya::{Btf, Ebpf, EbpfLoader};
+use kernelkite_common::bpf::map_names;
 
 use super::btf_layout::{read_layout, KernelLayout};
 use super::syscall_table;
@@ -127,7 +128,11 @@ pub const STACK_COPIES_PER_SEC: u64 = 1000;
 const STACKS_RING_BYTES: u32 = 16 << 20;
 
 /// The maps only `--stacks` uses; without it they are created with one entry.
-const STACK_MAPS: [&str; 3] = ["USER_STACKS", "KERNEL_STACKS", "STACK_TIMES"];
+const STACK_MAPS: [&str; 3] = [
+    map_names::USER_STACKS,
+    map_names::KERNEL_STACKS,
+    map_names::STACK_TIMES,
+];
 
 /// The loaded, attached programs and their maps.
 pub struct Probes {
@@ -322,10 +327,10 @@ fn load_programs(
             loader.map_max_entries(name, 1);
         }
     } else {
-        loader.map_max_entries("EVENTS", STACKS_RING_BYTES);
+        loader.map_max_entries(map_names::EVENTS, STACKS_RING_BYTES);
     }
     if let Some(n) = options.max_threads {
-        loader.map_max_entries("THREADS", n);
+        loader.map_max_entries(map_names::THREADS, n);
     }
     loader
         .override_global("TASK_PID_OFFSET", &layout.task_pid_offset, true)
@@ -440,7 +445,7 @@ fn load_classic(options: ProbeOptions) -> Result<Probes, ProbeError> {
         loader.map_max_entries(name, 1);
     }
     if let Some(n) = options.max_threads {
-        loader.map_max_entries("THREADS", n);
+        loader.map_max_entries(map_names::THREADS, n);
     }
     loader
         .override_global("CLASSIC_SWITCH_PREV_STATE", &layout.switch_prev_state, true)
@@ -500,16 +505,18 @@ fn load_classic(options: ProbeOptions) -> Result<Probes, ProbeError> {
 
 /// How a sleep in each syscall is classified (`SYSCALL_KIND`), for this architecture.
 fn fill_syscall_kinds(ebpf: &mut Ebpf) -> Result<(), ProbeError> {
-    let map = ebpf.map_mut("SYSCALL_KIND").ok_or(ProbeError::Map {
-        map: "SYSCALL_KIND",
-        source: MapAccessError::Missing,
-    })?;
+    let map = ebpf
+        .map_mut(map_names::SYSCALL_KIND)
+        .ok_or(ProbeError::Map {
+            map: map_names::SYSCALL_KIND,
+            source: MapAccessError::Missing,
+        })?;
     let mut kinds: Array<&mut MapData, u8> =
-        Array::try_from(map).map_err(MapAccessError::of("SYSCALL_KIND"))?;
+        Array::try_from(map).map_err(MapAccessError::of(map_names::SYSCALL_KIND))?;
     for (nr, kind) in syscall_table::kind_table() {
         kinds
             .set(nr, kind, 0)
-            .map_err(MapAccessError::of("SYSCALL_KIND"))?;
+            .map_err(MapAccessError::of(map_names::SYSCALL_KIND))?;
     }
     Ok(())
 }
@@ -576,4 +583,24 @@ fn error_chain(err: &dyn std::error::Error) -> String {
         source = s.source();
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The names userspace opens maps by are the object's own: every name in
+    /// `map_names` is a map of the embedded object (the others, scratch space and
+    /// budgets, only the programs use).
+    #[test]
+    fn the_map_names_are_maps_of_the_object() {
+        let object = aya_obj::Object::parse(BPF_OBJECT).expect("the embedded object parses");
+        for name in map_names::ALL {
+            assert!(
+                object.maps.contains_key(*name),
+                "{name} is not a map of the object: {:?}",
+                object.maps.keys().collect::<Vec<_>>()
+            );
+        }
+    }
 }

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use aya::maps::{Array, HashMap, MapData, PerCpuArray, RingBuf};
 use kernelkite_common::bpf::{
-    exit_flags, lost, record_flags, record_kind, run_state, sys_flags, targets, ThreadState,
-    COPIED_STACK, NO_PENDING, NO_STACK, NO_SYSCALL, SYSCALL_BEFORE_START,
+    exit_flags, lost, map_names, record_flags, record_kind, run_state, sys_flags, targets,
+    ThreadState, COPIED_STACK, NO_PENDING, NO_STACK, NO_SYSCALL, SYSCALL_BEFORE_START,
 };
 use kernelkite_common::LatencyClass;
 
@@ -262,24 +262,27 @@ impl Session {
         let stacks = match options.stacks {
             Some(stack_options) => Some(StackCollector::new(
                 stack_options,
-                take_map(&mut probes, "STACK_TIMES")?,
-                take_map(&mut probes, "USER_STACKS")?,
-                take_map(&mut probes, "KERNEL_STACKS")?,
+                take_map(&mut probes, map_names::STACK_TIMES)?,
+                take_map(&mut probes, map_names::USER_STACKS)?,
+                take_map(&mut probes, map_names::KERNEL_STACKS)?,
             )),
             None => None,
         };
-        let ring = take_map(&mut probes, "EVENTS")?;
-        let threads = take_map(&mut probes, "THREADS")?;
-        let hists = take_map(&mut probes, "SYSCALL_HISTS")?;
-        let lost = take_map(&mut probes, "LOST")?;
-        let targets = take_map(&mut probes, "TARGETS")?;
+        let ring = take_map(&mut probes, map_names::EVENTS)?;
+        let threads = take_map(&mut probes, map_names::THREADS)?;
+        let hists = take_map(&mut probes, map_names::SYSCALL_HISTS)?;
+        let lost = take_map(&mut probes, map_names::LOST)?;
+        let targets = take_map(&mut probes, map_names::TARGETS)?;
         let wakers = WakerReader {
-            map: take_map(&mut probes, "WAKERS")?,
-            lost: take_map(&mut probes, "WAKERS_LOST")?,
+            map: take_map(&mut probes, map_names::WAKERS)?,
+            lost: take_map(&mut probes, map_names::WAKERS_LOST)?,
             folded: BTreeMap::new(),
         };
         let wakeups = if options.critical_path {
-            Some((Vec::new(), take_map(&mut probes, "CRITICAL_PATH_LOST")?))
+            Some((
+                Vec::new(),
+                take_map(&mut probes, map_names::CRITICAL_PATH_LOST)?,
+            ))
         } else {
             None
         };
@@ -359,12 +362,12 @@ impl Session {
             let mut gate: Array<&mut MapData, u32> = self
                 .probes
                 .as_mut()
-                .and_then(|p| p.ebpf.map_mut("GATE"))
-                .ok_or(SessionError::map("GATE", MapAccessError::Missing))?
+                .and_then(|p| p.ebpf.map_mut(map_names::GATE))
+                .ok_or(SessionError::map(map_names::GATE, MapAccessError::Missing))?
                 .try_into()
-                .map_err(|e: aya::maps::MapError| SessionError::map("GATE", e.into()))?;
+                .map_err(|e: aya::maps::MapError| SessionError::map(map_names::GATE, e.into()))?;
             gate.set(0, pids[0] as u32, 0)
-                .map_err(|e| SessionError::map("GATE", e.into()))?;
+                .map_err(|e| SessionError::map(map_names::GATE, e.into()))?;
         }
         self.add_initial_targets()?;
         // Before the first frame: a thread gone already is never shown as a live row.
@@ -602,7 +605,7 @@ impl Session {
     }
 
     fn clear_target_bit(&mut self, tgid: u32) -> Result<(), SessionError> {
-        let map_err = |e: aya::maps::MapError| SessionError::map("TARGETS", e.into());
+        let map_err = |e: aya::maps::MapError| SessionError::map(map_names::TARGETS, e.into());
         let word = targets::word(tgid);
         let bits = self.targets.get(&word, 0).map_err(map_err)?;
         self.targets
@@ -611,7 +614,7 @@ impl Session {
     }
 
     fn set_target_bits(&mut self, tgids: &BTreeSet<u32>) -> Result<(), SessionError> {
-        let map_err = |e: aya::maps::MapError| SessionError::map("TARGETS", e.into());
+        let map_err = |e: aya::maps::MapError| SessionError::map(map_names::TARGETS, e.into());
         for &tgid in tgids {
             let word = targets::word(tgid);
             let bits = self.targets.get(&word, 0).map_err(map_err)?;
