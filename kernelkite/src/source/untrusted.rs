@@ -34,7 +34,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::{mpsc, Arc};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Why a file was not read. `name()` is the word bundles and reports use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -142,6 +142,9 @@ pub fn perf_map_path(pid: u32) -> PathBuf {
     PathBuf::from(format!("/tmp/perf-{pid}.map"))
 }
 
+/// What a read through the door gives: the file's bytes, or why not.
+type ReadAnswer = Result<Vec<u8>, Skip>;
+
 /// The door: reads under [`Rules`] with a target's [`Credentials`] and a deadline.
 #[derive(Debug)]
 pub struct Door {
@@ -151,9 +154,13 @@ pub struct Door {
     /// thread, and its other reads are refused at once instead of each waiting out
     /// the deadline.
     in_flight: BTreeMap<u32, Arc<()>>,
-    /// Reads past their deadline, by the path opened: asking again takes the answer
-    /// once it has come.
-    pending: BTreeMap<PathBuf, mpsc::Receiver<Result<Vec<u8>, Skip>>>,
+    /// Reads past their deadline, by the path opened, with the uid reading: asking
+    /// again takes the answer once it has come.
+    pending: BTreeMap<PathBuf, (u32, mpsc::Receiver<ReadAnswer>)>,
+    /// Answers of pending reads taken while waiting for their uid's turn, by path.
+    answered: BTreeMap<PathBuf, ReadAnswer>,
+    /// Set by [`Door::finish_by`]: reads wait until then instead of the deadline.
+    finish_by: Option<Instant>,
 }
 
 impl Door {
@@ -162,25 +169,68 @@ impl Door {
             deadline,
             in_flight: BTreeMap::new(),
             pending: BTreeMap::new(),
+            answered: BTreeMap::new(),
+            finish_by: None,
         }
+    }
+
+    /// The last pass of a session, which must end by `until`: from now on a read waits
+    /// until then (for its answer, or for a read of its uid still under way to end)
+    /// instead of answering [`Skip::TimedOut`] after the deadline. Without this, one
+    /// slow read (a large binary on a loaded machine) left every other file of its uid
+    /// unread at the end, and their processes' stacks without unwind information.
+    pub fn finish_by(&mut self, until: Instant) {
+        self.finish_by = Some(until);
+    }
+
+    /// How long a read may wait now: the deadline, or what is left of the last pass.
+    fn wait(&self) -> Duration {
+        match self.finish_by {
+            Some(until) => until.saturating_duration_since(Instant::now()),
+            None => self.deadline,
+        }
+    }
+
+    /// The answer of a pending read, waiting at most `wait`; `None` if it has not come.
+    fn take_pending(&mut self, path: &Path, wait: Duration) -> Option<ReadAnswer> {
+        let (_, rx) = self.pending.get(path)?;
+        let answer = match rx.recv_timeout(wait) {
+            Ok(result) => result,
+            Err(mpsc::RecvTimeoutError::Timeout) => return None,
+            Err(mpsc::RecvTimeoutError::Disconnected) => Err(Skip::Unreadable),
+        };
+        self.pending.remove(path);
+        Some(answer)
     }
 
     /// The file's contents, read by the rules of this module. [`Skip::TimedOut`] is
     /// not final: the read goes on, and asking again later may give its result.
     pub fn read(&mut self, place: &Place, rules: Rules, who: Credentials) -> Result<Vec<u8>, Skip> {
         let path = place.open_path();
-        if let Some(rx) = self.pending.get(&path) {
-            return match rx.try_recv() {
-                Ok(result) => {
-                    self.pending.remove(&path);
-                    result
-                }
-                Err(mpsc::TryRecvError::Empty) => Err(Skip::TimedOut),
-                Err(mpsc::TryRecvError::Disconnected) => {
-                    self.pending.remove(&path);
-                    Err(Skip::Unreadable)
-                }
+        if let Some(answer) = self.answered.remove(&path) {
+            return answer;
+        }
+        if self.pending.contains_key(&path) {
+            let wait = if self.finish_by.is_some() {
+                self.wait()
+            } else {
+                Duration::ZERO
             };
+            return self
+                .take_pending(&path, wait)
+                .unwrap_or(Err(Skip::TimedOut));
+        }
+        if self.finish_by.is_some() {
+            // The last pass: this uid's read under way is waited for, and kept.
+            let busy: Vec<PathBuf> = (self.pending.iter())
+                .filter(|(_, (uid, _))| *uid == who.uid)
+                .map(|(p, _)| p.clone())
+                .collect();
+            for p in busy {
+                if let Some(answer) = self.take_pending(&p, self.wait()) {
+                    self.answered.insert(p, answer);
+                }
+            }
         }
         let token = self.in_flight.entry(who.uid).or_default();
         if Arc::strong_count(token) > 1 {
@@ -200,11 +250,11 @@ impl Door {
         if spawned.is_err() {
             return Err(Skip::Unreadable);
         }
-        match rx.recv_timeout(self.deadline) {
+        match rx.recv_timeout(self.wait()) {
             Ok(result) => result,
             Err(_) => {
                 // The thread goes on where it is blocked; it holds nothing of ours.
-                self.pending.insert(path, rx);
+                self.pending.insert(path, (who.uid, rx));
                 Err(Skip::TimedOut)
             }
         }
@@ -332,7 +382,8 @@ fn take_credentials(who: Credentials) -> Result<(), Skip> {
 
 fn errno_skip(e: &std::io::Error) -> Skip {
     match e.raw_os_error() {
-        Some(libc::ENOENT) | Some(libc::ENOTDIR) => Skip::Missing,
+        // ESRCH: a map_files link of a process that has exited (a zombie's): gone.
+        Some(libc::ENOENT) | Some(libc::ENOTDIR) | Some(libc::ESRCH) => Skip::Missing,
         Some(libc::EACCES) | Some(libc::EPERM) => Skip::Denied,
         Some(libc::ELOOP) => Skip::Symlink,
         _ => Skip::Unreadable,
@@ -537,6 +588,75 @@ mod tests {
             door.read(&Place::Path(file), r, root()),
             Err(Skip::Replaced)
         );
+    }
+
+    /// The last pass waits for a read under way instead of refusing its uid's other
+    /// reads: one large file still being read (kernelkite's own 180 MB debug binary, on
+    /// a loaded machine) left a short command's libraries unread, and its stacks cut.
+    #[test]
+    fn the_last_pass_waits_for_a_read_under_way() {
+        let dir = tempfile::tempdir().unwrap();
+        let big = dir.path().join("big");
+        std::fs::write(&big, vec![b'x'; 64 << 20]).unwrap();
+        let small = dir.path().join("small");
+        std::fs::write(&small, b"small").unwrap();
+        // No wait at all: the 64 MiB read cannot have ended when it is asked.
+        let mut door = Door::new(Duration::ZERO);
+        let (big, small) = (Place::Path(big), Place::Path(small));
+        assert_eq!(
+            door.read(&big, rules(128 << 20), root()),
+            Err(Skip::TimedOut)
+        );
+        // Its uid's next read is refused while it runs, not queued behind it.
+        assert_eq!(door.read(&small, rules(100), root()), Err(Skip::TimedOut));
+        door.finish_by(Instant::now() + Duration::from_secs(60));
+        assert_eq!(door.read(&small, rules(100), root()).unwrap(), b"small");
+        // The answer the last pass waited for is kept for its own asking.
+        assert_eq!(
+            door.read(&big, rules(128 << 20), root()).map(|b| b.len()),
+            Ok(64 << 20)
+        );
+    }
+
+    /// A process that has exited (a zombie) has no map_files links: the kernel says
+    /// ESRCH, which is "missing" (the caller then tries the file's path), not a refusal
+    /// of the file for the rest of the session.
+    #[test]
+    fn a_zombies_mapped_file_is_missing() {
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipped: map_files needs root");
+            return;
+        }
+        let mut child = std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        std::thread::sleep(Duration::from_millis(100));
+        let mapping = std::fs::read_dir(format!("/proc/{pid}/map_files"))
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap()
+            .file_name();
+        let (start, end) = mapping.to_str().unwrap().split_once('-').unwrap();
+        let place = Place::Mapped {
+            pid,
+            start: u64::from_str_radix(start, 16).unwrap(),
+            end: u64::from_str_radix(end, 16).unwrap(),
+        };
+        let any = Rules {
+            max_bytes: 1 << 30,
+            owner_is_target_or_root: false,
+            file: None,
+        };
+        let mut door = Door::new(Duration::from_secs(5));
+        assert!(door.read(&place, any, root()).is_ok());
+        child.kill().unwrap();
+        // Not reaped: a zombie until the wait below.
+        std::thread::sleep(Duration::from_millis(100));
+        assert_eq!(door.read(&place, any, root()), Err(Skip::Missing));
+        child.wait().unwrap();
     }
 
     #[test]

@@ -670,6 +670,9 @@ impl Session {
                     // A new program: its ARGV record follows, or the next snapshot reads
                     // /proc.
                     self.argv_known.remove(&(r.tgid as i32));
+                    if let Some(stacks) = &mut self.stacks {
+                        stacks.on_exec(r.tgid, r.ts_ns);
+                    }
                 }
                 if kind == LifecycleKind::Fork && r.tgid != r.parent_tgid {
                     self.parent_of.insert(r.tgid, r.parent_tgid as i32);

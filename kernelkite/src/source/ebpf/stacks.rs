@@ -163,8 +163,10 @@ pub struct StackCollector {
     /// instead of the symbolizer parsing one more copy (an inode freed with its last
     /// mapping may be reused by another file, hence the comparison).
     retired: StdHashMap<FileId, RetiredCopy>,
-    /// Mapped files the door refused, per process: not asked again.
-    refused: BTreeMap<(u32, FileId), Skip>,
+    /// Mapped files the door refused, per process: not asked again (while the process
+    /// runs the program it had). The value: `maps_read_ns` of the mappings it was
+    /// refused for.
+    refused: BTreeMap<(u32, FileId), u64>,
     /// (path, reason) → times refused: the profile's `skipped_files`.
     skipped: BTreeMap<(String, Skip), u64>,
     /// Interned frames and stacks, as they go into the bundle.
@@ -272,6 +274,8 @@ struct TracedProcess {
     who: Credentials,
     /// Whether the last refresh found it alive (its map_files then lead to its files).
     alive: bool,
+    /// When `maps` were read (CLOCK_MONOTONIC ns, the clock of the BPF records).
+    maps_read_ns: u64,
 }
 
 /// One file-backed mapping of /proc/<pid>/maps.
@@ -383,6 +387,7 @@ impl StackCollector {
 
     /// Read one process's mappings again; its unwinder is rebuilt if they changed.
     fn refresh_process(&mut self, pid: u32) {
+        let maps_read_ns = super::session::monotonic_ns();
         // A zombie's maps are empty: keep what it had while it lived.
         let Some((maps, anon_exec)) = file_mappings(pid).filter(|f| !f.0.is_empty()) else {
             return;
@@ -406,6 +411,7 @@ impl StackCollector {
                 anon_exec,
                 who,
                 alive: true,
+                maps_read_ns,
             },
         );
     }
@@ -546,19 +552,6 @@ impl StackCollector {
         self.intern_unwound(pid, unwound.0, unwound.1)
     }
 
-    /// Whether `pid`'s unwinder has every file's unwind information it can have (no
-    /// read still under way); it is built, and kept, when so.
-    fn unwinder_ready(&mut self, pid: u32) -> bool {
-        if self.unwinders.contains_key(&pid) {
-            return true;
-        }
-        let (unwinder, complete) = self.build_unwinder(pid);
-        if complete {
-            self.unwinders.insert(pid, unwinder);
-        }
-        complete
-    }
-
     /// The interned stack of unwound stack `i`, unwinding a deferred copy now if its
     /// process's files have been read (or this is the final pass, when every read
     /// has ended). `Err` while a read is still under way.
@@ -573,13 +566,19 @@ impl StackCollector {
         if let Some(done) = d.unwound {
             return Ok(done);
         }
-        let pid = d.pid;
-        if !self.final_pass && !self.unwinder_ready(pid) {
+        if !self.final_pass && !self.unwinder_ready(d.pid) {
             return Err(());
         }
+        Ok(self.unwind_deferred(k, true))
+    }
+
+    /// Unwind deferred copy `k` now: with the mappings read again if they look stale
+    /// (`reread`), else with the unwinder built already, without reading anything (a
+    /// frame-pointer walk if there is none).
+    fn unwind_deferred(&mut self, k: usize, reread: bool) -> Option<u32> {
         let d = &mut self.deferred[k];
         let bytes = std::mem::take(&mut d.bytes);
-        let (ip, sp, bp) = (d.ip, d.sp, d.bp);
+        let (pid, ip, sp, bp) = (d.pid, d.ip, d.sp, d.bp);
         self.deferred_held -= 1;
         let copy = CopiedStack {
             ip,
@@ -588,25 +587,73 @@ impl StackCollector {
             stack: &bytes,
         };
         let started = Instant::now();
-        let done = self.unwind_now(pid, &copy);
+        let done = if reread {
+            self.unwind_now(pid, &copy)
+        } else {
+            let (addrs, cut) = match self.unwinders.get(&pid) {
+                Some(unwinder) => unwinder.unwind(&mut self.unwind_cache, &copy),
+                None => ProcessUnwinder::new().unwind(&mut self.unwind_cache, &copy),
+            };
+            self.intern_unwound(pid, addrs, cut)
+        };
         self.unwind_ns += started.elapsed().as_nanos() as u64;
         self.deferred[k].unwound = Some(done);
-        Ok(done)
+        done
+    }
+
+    /// Process `pid` ran exec at `exec_ns` (CLOCK_MONOTONIC): what was learned from
+    /// the mappings read before it (its unwinder, its files' refusals) belonged to the
+    /// program it was (under `run`, kernelkite's own fork held at the gate), not to the
+    /// one it is now, which may map the same files (libc) and must have them read for
+    /// it. Mappings read since (a snapshot reads /proc as things are, the ring's
+    /// records may lag behind) are kept. Its copies still waiting for a read are
+    /// unwound first, with what was built for the old program (no file is read for it
+    /// now).
+    pub fn on_exec(&mut self, pid: u32, exec_ns: u64) {
+        let stale = |read_ns: u64| read_ns <= exec_ns;
+        if (self.processes.get(&pid)).is_some_and(|p| stale(p.maps_read_ns)) {
+            for k in 0..self.deferred.len() {
+                if self.deferred[k].pid == pid && self.deferred[k].unwound.is_none() {
+                    self.unwind_deferred(k, false);
+                }
+            }
+            self.processes.remove(&pid);
+            self.perf_maps.remove(&pid);
+            self.maps_read_at.remove(&pid);
+        }
+        self.unwinders.remove(&pid);
+        (self.refused).retain(|&(p, _), &mut read_ns| p != pid || !stale(read_ns));
     }
 
     fn unwind_with_known_maps(&mut self, pid: u32, copy: &CopiedStack) -> (Vec<u64>, Option<Cut>) {
-        if !self.unwinders.contains_key(&pid) {
-            let (unwinder, complete) = self.build_unwinder(pid);
-            if !complete {
-                // A file's read is still under way (the door allows one per user at a
-                // time, and a large one can take seconds on a loaded machine): unwind
-                // with what there is, and build it again for the next copy, so the
-                // file's unwind information is used once it arrives.
-                return unwinder.unwind(&mut self.unwind_cache, copy);
-            }
-            self.unwinders.insert(pid, unwinder);
+        match self.incomplete_unwinder(pid) {
+            // A file's read is still under way (the door allows one per user at a time,
+            // and a large one can take seconds on a loaded machine): unwind with what
+            // there is; it is built again for the next copy, so the file's unwind
+            // information is used once it arrives.
+            Some(partial) => partial.unwind(&mut self.unwind_cache, copy),
+            None => self.unwinders[&pid].unwind(&mut self.unwind_cache, copy),
         }
-        self.unwinders[&pid].unwind(&mut self.unwind_cache, copy)
+    }
+
+    /// Whether `pid`'s unwinder has every file's unwind information it can have (no
+    /// read still under way); it is built, and kept, when so.
+    fn unwinder_ready(&mut self, pid: u32) -> bool {
+        self.incomplete_unwinder(pid).is_none()
+    }
+
+    /// `pid`'s unwinder when a read of one of its files is still under way; `None`
+    /// when the complete one is kept in `unwinders` (built now if it was not).
+    fn incomplete_unwinder(&mut self, pid: u32) -> Option<ProcessUnwinder> {
+        if self.unwinders.contains_key(&pid) {
+            return None;
+        }
+        let (unwinder, complete) = self.build_unwinder(pid);
+        if !complete {
+            return Some(unwinder);
+        }
+        self.unwinders.insert(pid, unwinder);
+        None
     }
 
     /// Whether `addr` lies in a mapping of `pid` read so far (a file's, or anonymous
@@ -815,7 +862,10 @@ impl StackCollector {
     /// addresses and `module+0xoffset` only (no file is read).
     pub fn resolve_final(&mut self) {
         self.final_pass = true;
-        if !self.resolve(Instant::now() + FINAL_BUDGET, false) {
+        let until = Instant::now() + FINAL_BUDGET;
+        // Reads still under way are waited for, within the same budget.
+        self.door.finish_by(until);
+        if !self.resolve(until, false) {
             self.resolve(Instant::now(), true);
         }
     }
@@ -1318,12 +1368,13 @@ impl StackCollector {
                     Some(file)
                 }
                 None => {
-                    self.refused.insert((pid, file), Skip::Unreadable);
+                    self.refused.insert((pid, file), p.maps_read_ns);
                     None
                 }
             };
         }
-        let (who, alive, path) = (p.who, p.alive, mapping.path.clone());
+        let (who, alive, path, maps_read_ns) =
+            (p.who, p.alive, mapping.path.clone(), p.maps_read_ns);
         let rules = Rules {
             max_bytes: MAX_BINARY_BYTES,
             owner_is_target_or_root: false,
@@ -1370,7 +1421,7 @@ impl StackCollector {
             }
             Err(skip) => {
                 if self.skip(&path, skip) {
-                    self.refused.insert((pid, file), skip);
+                    self.refused.insert((pid, file), maps_read_ns);
                 }
                 None
             }
