@@ -259,16 +259,25 @@ fn sleep_and_poll_timeouts_are_woken_by_a_timer() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     let skipped = skipped_program_runs(&stderr);
     // Known and open (issue 16's note): now and then, with no skipped run, one sleep of
-    // the 40 is closed by the switch hooks without its wakeup having been seen. Its time
-    // stays in its class and is left without a waker, never given to a wrong one: at
-    // most one sleep missing, and then a sleep's worth of unattributed time.
+    // the 40 is closed without its timer having been seen: by the switch hooks (its
+    // wakeup unseen; its time is then left without a waker) or at a wakeup run on an
+    // idle CPU outside any interrupt the hooks saw (an interrupt of unknown source; a
+    // loaded CI run, once in about a hundred runs). Never given to a wrong waker: at most
+    // one sleep missing, and then a sleep's worth of time without a waker or unknown.
     let attributed_ns: u64 = (t["woken_by"].as_array().unwrap().iter())
         .map(|w| w["ns"].as_u64().unwrap())
         .sum();
     let unattributed_ns = t["sleep_ns"].as_u64().unwrap() - attributed_ns;
+    let (unknown_ns, unknown_count) = woken(t, "syscall_blocked", |w| {
+        w["kind"] == "interrupt" && w["source"] == "unknown"
+    });
+    let stray_ns = unattributed_ns + unknown_ns;
     let missing = 40u64.saturating_sub(timer_count + skipped);
     assert!(
-        missing == 0 || (missing == 1 && (4_000_000..=25_000_000).contains(&unattributed_ns)),
+        missing == 0
+            || (missing == 1
+                && unknown_count <= 1
+                && (4_000_000..=25_000_000).contains(&stray_ns)),
         "20 sleeps and 20 poll timeouts ({skipped} program runs skipped by the kernel, {unattributed_ns} ns without a waker): {t:#}\n{stderr}"
     );
     assert!(timer_ns as f64 >= 0.8 * all_ns as f64, "{t:#}");
