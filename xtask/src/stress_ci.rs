@@ -8,6 +8,10 @@
 //! has), and runs `bash .ci/run` there with `CI=true`, its output in `run-K.log`. The load
 //! is started before the first run and stopped after the last; it stops at the first
 //! failing run. The exit status is non-zero unless every run passed.
+//!
+//! `--same-clone`: runs after the first run CI again in the first run's clone, its
+//! build kept (the rebuild steps are then incremental, a run takes about half as
+//! long): what is repeated is the tests under load, which is where flakiness lives.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -18,10 +22,11 @@ use anyhow::{bail, Context, Result};
 
 use crate::bench::last_line;
 
-const USAGE: &str = "usage: cargo xtask stress-ci [--runs N] [--rev REV]
+const USAGE: &str = "usage: cargo xtask stress-ci [--runs N] [--rev REV] [--same-clone]
   Runs `bash .ci/run` on a fresh clone of REV (default HEAD) N times in a row (default 3)
   with `stress-ng --cpu 1 --io 1 --vm 1 --vm-bytes 512M` and a bpftrace syscall counter
-  running beside it. Root. Logs: target/stress-ci/run-K.log.";
+  running beside it. Root. Logs: target/stress-ci/run-K.log.
+  --same-clone: runs 2..N run CI again in run 1's fresh clone, its build kept.";
 
 /// The load beside each run: one CPU hog, one sync() loop, one memory thrasher.
 const STRESS_ARGS: &[&str] = &["--cpu", "1", "--io", "1", "--vm", "1", "--vm-bytes", "512M"];
@@ -31,6 +36,7 @@ const BPFTRACE_PROGRAM: &str = "tracepoint:raw_syscalls:sys_enter { @[comm] = co
 pub fn run(args: &[String]) -> Result<()> {
     let mut runs = 3u32;
     let mut rev = "HEAD".to_string();
+    let mut same_clone = false;
     let mut it = args.iter();
     while let Some(arg) = it.next() {
         match arg.as_str() {
@@ -42,6 +48,7 @@ pub fn run(args: &[String]) -> Result<()> {
                     .with_context(|| format!("--runs needs a positive number\n{USAGE}"))?;
             }
             "--rev" => rev = it.next().cloned().context(USAGE)?,
+            "--same-clone" => same_clone = true,
             "-h" | "--help" => {
                 println!("{USAGE}");
                 return Ok(());
@@ -62,14 +69,15 @@ pub fn run(args: &[String]) -> Result<()> {
     let mut load = Load::start(&out_dir)?;
     let mut results = Vec::new();
     for k in 1..=runs {
-        let clone = out_dir.join(format!("clone-{k}"));
+        let reuse = same_clone && k > 1;
+        let clone = out_dir.join(format!("clone-{}", if same_clone { 1 } else { k }));
         let log = out_dir.join(format!("run-{k}.log"));
         println!(
             "==> stress-ci run {k}/{runs}: commit {commit}, log {}",
             log.display()
         );
         let t = Instant::now();
-        let passed = one_run(&root, &commit, &clone, &log)?;
+        let passed = one_run(&root, &commit, &clone, &log, reuse)?;
         let secs = t.elapsed().as_secs_f64();
         println!(
             "    run {k}: {} in {secs:.0} s; last line: {}",
@@ -77,7 +85,7 @@ pub fn run(args: &[String]) -> Result<()> {
             last_line(&log)
         );
         results.push((k, passed, secs));
-        if passed {
+        if passed && (!same_clone || k == runs) {
             // A passed clone's target holds gigabytes; the log is what is kept.
             let _ = std::fs::remove_dir_all(&clone);
         } else {
@@ -103,7 +111,15 @@ pub fn run(args: &[String]) -> Result<()> {
     Ok(())
 }
 
-fn one_run(root: &Path, commit: &str, clone: &Path, log: &Path) -> Result<bool> {
+/// One CI run in `clone`: cloned afresh, or (`reuse`) the clone an earlier run left.
+fn one_run(root: &Path, commit: &str, clone: &Path, log: &Path, reuse: bool) -> Result<bool> {
+    if !reuse {
+        clone_at(root, commit, clone)?;
+    }
+    run_ci(clone, log)
+}
+
+fn clone_at(root: &Path, commit: &str, clone: &Path) -> Result<()> {
     if clone.exists() {
         std::fs::remove_dir_all(clone).with_context(|| format!("removing {}", clone.display()))?;
     }
@@ -133,13 +149,17 @@ fn one_run(root: &Path, commit: &str, clone: &Path, log: &Path) -> Result<bool> 
             std::os::unix::fs::symlink(&shared, &beside).context("linking shared/")?;
         }
     }
+    Ok(())
+}
+
+fn run_ci(clone: &Path, log: &Path) -> Result<bool> {
     let out = File::create(log).with_context(|| format!("creating {}", log.display()))?;
     let err = out.try_clone()?;
     let status = Command::new("bash")
         .arg(".ci/run")
         .current_dir(clone)
         .env("CI", "true")
-        // The clone builds cold into its own target, as CI's does.
+        // The clone builds into its own target (cold on a fresh clone), as CI's does.
         .env_remove("CARGO_TARGET_DIR")
         .stdin(Stdio::null())
         .stdout(out)
