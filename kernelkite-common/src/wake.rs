@@ -23,6 +23,10 @@ pub mod waker_kind {
     pub const GROUP_EXIT: u32 = 5;
 }
 
+/// Entries of the kernel's `WAKERS` map, one per (wakee thread, class, waker): a full
+/// map drops a sleep's attribution (counted), never its time.
+pub const WAKERS_MAX_ENTRIES: u32 = 16_384;
+
 /// Softirq vectors (include/linux/interrupt.h) that run timers.
 pub const TIMER_SOFTIRQ: u32 = 1;
 pub const HRTIMER_SOFTIRQ: u32 = 8;

@@ -22,6 +22,7 @@ use aya_ebpf::programs::{BtfTracePointContext, TracePointContext};
 use kernelkite_common::bpf::{run_state, ThreadState};
 use kernelkite_common::wake::{
     waker_kind, IrqContext, PendingWaker, WakerKey, WakerTime, HRTIMER_SOFTIRQ, TIMER_SOFTIRQ,
+    WAKERS_MAX_ENTRIES,
 };
 
 use crate::maps::{atomic_add, is_target, thread};
@@ -30,7 +31,7 @@ use crate::task;
 /// Time and count per (waiter, class, waker). Bounded: a full map drops the sleep's
 /// attribution (counted in `WAKERS_LOST`), never its class time.
 #[map]
-pub static WAKERS: HashMap<WakerKey, WakerTime> = HashMap::with_max_entries(16_384, 0);
+pub static WAKERS: HashMap<WakerKey, WakerTime> = HashMap::with_max_entries(WAKERS_MAX_ENTRIES, 0);
 
 /// Which interrupt each CPU is in.
 #[map]

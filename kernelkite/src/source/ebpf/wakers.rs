@@ -2,11 +2,11 @@
 //! [`WakerProfile`], with the sleeps still open at the end of the session as
 //! `not_woken`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use aya::maps::{HashMap, MapData, PerCpuArray};
 use kernelkite_common::bpf::{run_state, ThreadState};
-use kernelkite_common::wake::{waker_kind, WakerKey, WakerTime};
+use kernelkite_common::wake::{waker_kind, WakerKey, WakerTime, WAKERS_MAX_ENTRIES};
 use kernelkite_common::LatencyClass;
 
 use super::map_batch::read_all;
@@ -17,10 +17,21 @@ use crate::model::{WakerProfile, WakerSample};
 pub struct WakerReader {
     pub map: HashMap<MapData, WakerKey, WakerTime>,
     pub lost: PerCpuArray<MapData, u64>,
-    /// Entries of wakees whose process has exited, moved out of the kernel map (which
-    /// would otherwise fill under process churn and drop the live threads' wakers).
+    /// Entries of wakees whose process has exited, and of waker threads gone, moved out
+    /// of the kernel map (which would otherwise fill under process churn and drop the
+    /// live threads' wakers).
     pub folded: BTreeMap<WakerKey, WakerTime>,
+    /// Waker threads found gone at the last fold: their entries move at the next one,
+    /// when no wakeup they started (noted at sched_waking, added at sched_wakeup) can
+    /// still be adding to them between the read and the delete.
+    pub gone_wakers: BTreeSet<(u32, u32)>,
 }
+
+/// From this many entries in the kernel map on, the entries of waker threads that are
+/// gone are folded too: a long-lived thread woken by each of a churn of short processes
+/// (a shell waiting for its children, a build's make) has one entry per process, and
+/// filled the map in a 10-minute soak (4.8 M waker updates lost).
+pub const FOLD_GONE_WAKERS_AT: usize = WAKERS_MAX_ENTRIES as usize / 4;
 
 /// (wakee, class, waker) entries of exited processes a session keeps (about 64 bytes
 /// each); later ones are added to the same (class, waker) of wakee pid and tid
@@ -29,6 +40,10 @@ pub const MAX_FOLDED_WAKERS: usize = 200_000;
 /// The wakee pid and tid of folded entries past [`MAX_FOLDED_WAKERS`] (pid 0 is the
 /// kernel's idle task, never a traced thread).
 pub const FOLDED_WAKEE: u32 = 0;
+/// Folded entries past which a new (class, waker) of wakee [`FOLDED_WAKEE`] also has
+/// its waker thread summed as pid and tid [`FOLDED_WAKEE`]: with gone wakers folded,
+/// a churn of short wakers would otherwise add one entry each for ever.
+pub const MAX_FOLDED_WAKERS_PER_WAKER: usize = MAX_FOLDED_WAKERS + 20_000;
 
 /// Softirq vector names (include/linux/interrupt.h, `softirq_to_name`), lowercase.
 const SOFTIRQ_NAMES: [&str; 10] = [
@@ -53,15 +68,30 @@ impl WakerReader {
         self.lost.get(&0, 0).map_or(0, |v| v.iter().sum())
     }
 
-    /// Move the entries whose wakee has exited (`exited(key)`) out of the kernel map into
-    /// [`WakerReader::folded`]: the wakee will not sleep again, so the copy is final.
-    pub fn fold_exited(&mut self, exited: impl Fn(&WakerKey) -> bool) -> usize {
-        let dead: Vec<(WakerKey, WakerTime)> = read_all(&self.map)
-            .into_iter()
-            .filter(|(k, _)| exited(k))
-            .collect();
+    /// Move the entries whose wakee has exited (`wakee_exited(key)`) out of the kernel
+    /// map into [`WakerReader::folded`]: the wakee will not sleep again, so the copy is
+    /// final. With the map at [`FOLD_GONE_WAKERS_AT`] entries or more, also those of
+    /// waker threads gone since the last fold (`waker_alive(tgid, tid)` says, asked once
+    /// per waker).
+    pub fn fold_exited(
+        &mut self,
+        wakee_exited: impl Fn(&WakerKey) -> bool,
+        waker_alive: impl Fn(u32, u32) -> bool,
+    ) -> usize {
+        let (dead, gone_now) = entries_to_fold(
+            read_all(&self.map),
+            &self.gone_wakers,
+            wakee_exited,
+            waker_alive,
+        );
+        self.gone_wakers = gone_now;
         for (key, value) in &dead {
-            fold_waker(&mut self.folded, *key, value, MAX_FOLDED_WAKERS);
+            fold_waker(
+                &mut self.folded,
+                *key,
+                value,
+                (MAX_FOLDED_WAKERS, MAX_FOLDED_WAKERS_PER_WAKER),
+            );
             let _ = self.map.remove(key);
         }
         dead.len()
@@ -101,23 +131,61 @@ impl WakerReader {
     }
 }
 
-/// Add an exited wakee's entry to `folded`; with `cap` entries there already, to the same
-/// (class, waker) of wakee [`FOLDED_WAKEE`].
+/// One entry of the kernel's `WAKERS` map.
+type WakerEntry = (WakerKey, WakerTime);
+
+/// Of the kernel map's `entries`, those [`WakerReader::fold_exited`] moves, and the
+/// waker threads found gone now (`gone_before`: those found gone at the last fold).
+fn entries_to_fold(
+    entries: Vec<WakerEntry>,
+    gone_before: &BTreeSet<(u32, u32)>,
+    wakee_exited: impl Fn(&WakerKey) -> bool,
+    waker_alive: impl Fn(u32, u32) -> bool,
+) -> (Vec<WakerEntry>, BTreeSet<(u32, u32)>) {
+    let crowded = entries.len() >= FOLD_GONE_WAKERS_AT;
+    let mut alive: BTreeMap<(u32, u32), bool> = BTreeMap::new();
+    let mut gone_now = BTreeSet::new();
+    let dead = entries
+        .into_iter()
+        .filter(|(k, _)| {
+            if wakee_exited(k) {
+                return true;
+            }
+            if !crowded || k.kind != waker_kind::THREAD {
+                return false;
+            }
+            let waker = (k.waker_tgid, k.waker_tid);
+            if *alive
+                .entry(waker)
+                .or_insert_with(|| waker_alive(waker.0, waker.1))
+            {
+                return false;
+            }
+            gone_now.insert(waker);
+            gone_before.contains(&waker)
+        })
+        .collect();
+    (dead, gone_now)
+}
+
+/// Add a folded entry to `folded`; with `caps.0` entries there already, to the same
+/// (class, waker) of wakee [`FOLDED_WAKEE`], and with `caps.1`, a new one of those to
+/// waker [`FOLDED_WAKEE`] too.
 fn fold_waker(
     folded: &mut BTreeMap<WakerKey, WakerTime>,
     key: WakerKey,
     value: &WakerTime,
-    cap: usize,
+    caps: (usize, usize),
 ) {
-    let key = if folded.len() < cap || folded.contains_key(&key) {
-        key
-    } else {
-        WakerKey {
-            tgid: FOLDED_WAKEE,
-            tid: FOLDED_WAKEE,
-            ..key
+    let mut key = key;
+    if folded.len() >= caps.0 && !folded.contains_key(&key) {
+        key.tgid = FOLDED_WAKEE;
+        key.tid = FOLDED_WAKEE;
+        if folded.len() >= caps.1 && !folded.contains_key(&key) {
+            key.waker_tgid = FOLDED_WAKEE;
+            key.waker_tid = FOLDED_WAKEE;
         }
-    };
+    }
     add_waker(folded.entry(key).or_default(), value);
 }
 
@@ -234,6 +302,48 @@ mod tests {
         );
     }
 
+    /// A churn of short wakers (a shell's children) fills the map with one entry each
+    /// for a live wakee: once the map is crowded, a gone waker's entries move out at the
+    /// second fold that finds it gone (no wakeup it started can still add to them then);
+    /// a live waker's, and the timer's, stay.
+    #[test]
+    fn entries_of_gone_wakers_fold_at_the_second_fold_once_the_map_is_crowded() {
+        let entry = |waker_tid: u32, kind: u32| {
+            (
+                WakerKey {
+                    tgid: 1,
+                    tid: 1,
+                    class: 3,
+                    kind,
+                    waker_tgid: waker_tid,
+                    waker_tid,
+                    ..WakerKey::default()
+                },
+                WakerTime::default(),
+            )
+        };
+        let crowd: Vec<(WakerKey, WakerTime)> = (100..100 + FOLD_GONE_WAKERS_AT as u32)
+            .map(|w| entry(w, waker_kind::THREAD))
+            .chain([entry(0, waker_kind::TIMER)])
+            .collect();
+        let alive = |_: u32, tid: u32| tid.is_multiple_of(2);
+        let live_wakee = |_: &WakerKey| false;
+        let (dead, gone) = entries_to_fold(crowd.clone(), &BTreeSet::new(), live_wakee, alive);
+        assert!(dead.is_empty());
+        assert_eq!(gone.len(), FOLD_GONE_WAKERS_AT / 2);
+        let (dead, _) = entries_to_fold(crowd.clone(), &gone, live_wakee, alive);
+        assert_eq!(dead.len(), FOLD_GONE_WAKERS_AT / 2);
+        assert!(dead
+            .iter()
+            .all(|(k, _)| k.kind == waker_kind::THREAD && !k.waker_tid.is_multiple_of(2)));
+        // Below the threshold gone wakers stay; exited wakees always go.
+        let few: Vec<_> = crowd[..10].to_vec();
+        let (dead, gone_few) = entries_to_fold(few.clone(), &gone, live_wakee, alive);
+        assert!(dead.is_empty() && gone_few.is_empty());
+        let (dead, _) = entries_to_fold(few, &gone, |_| true, alive);
+        assert_eq!(dead.len(), 10);
+    }
+
     #[test]
     fn past_the_cap_exited_wakees_fold_into_wakee_0_and_keep_their_time() {
         let key = |tid: u32, waker_tid: u32| WakerKey {
@@ -251,14 +361,15 @@ mod tests {
             comm: [0; 16],
         };
         let mut folded = BTreeMap::new();
-        fold_waker(&mut folded, key(10, 1), &time(5), 2);
-        fold_waker(&mut folded, key(11, 1), &time(7), 2);
+        let caps = (2, 4);
+        fold_waker(&mut folded, key(10, 1), &time(5), caps);
+        fold_waker(&mut folded, key(11, 1), &time(7), caps);
         // A known key still adds to itself at the cap.
-        fold_waker(&mut folded, key(10, 1), &time(1), 2);
+        fold_waker(&mut folded, key(10, 1), &time(1), caps);
         // New wakees past the cap go to wakee 0, per (class, waker).
-        fold_waker(&mut folded, key(12, 1), &time(3), 2);
-        fold_waker(&mut folded, key(13, 1), &time(4), 2);
-        fold_waker(&mut folded, key(14, 2), &time(9), 2);
+        fold_waker(&mut folded, key(12, 1), &time(3), caps);
+        fold_waker(&mut folded, key(13, 1), &time(4), caps);
+        fold_waker(&mut folded, key(14, 2), &time(9), caps);
         assert_eq!(folded.len(), 4);
         assert_eq!(folded[&key(10, 1)].total_ns, 6);
         assert_eq!(folded[&key(10, 1)].count, 2);
@@ -269,8 +380,21 @@ mod tests {
         };
         assert_eq!((folded[&zero(1)].total_ns, folded[&zero(1)].count), (7, 2));
         assert_eq!(folded[&zero(2)].total_ns, 9);
+        // Past the second cap, new wakers of wakee 0 are summed as waker 0; known
+        // ones still add to themselves.
+        fold_waker(&mut folded, key(15, 3), &time(2), caps);
+        fold_waker(&mut folded, key(16, 4), &time(8), caps);
+        fold_waker(&mut folded, key(17, 2), &time(1), caps);
+        assert_eq!(folded.len(), 5);
+        let zero_waker = WakerKey {
+            waker_tgid: FOLDED_WAKEE,
+            waker_tid: FOLDED_WAKEE,
+            ..zero(0)
+        };
+        assert_eq!(folded[&zero_waker].total_ns, 2 + 8);
+        assert_eq!(folded[&zero(2)].total_ns, 9 + 1);
         let total: u64 = folded.values().map(|v| v.total_ns).sum();
-        assert_eq!(total, 5 + 7 + 1 + 3 + 4 + 9, "nothing dropped");
+        assert_eq!(total, 5 + 7 + 1 + 3 + 4 + 9 + 2 + 8 + 1, "nothing dropped");
     }
 
     #[test]
