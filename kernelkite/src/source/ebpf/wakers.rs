@@ -184,6 +184,13 @@ fn fold_waker(
         if folded.len() >= caps.1 && !folded.contains_key(&key) {
             key.waker_tgid = FOLDED_WAKEE;
             key.waker_tid = FOLDED_WAKEE;
+            // Many wakers summed: none of their names is the entry's.
+            let nameless = WakerTime {
+                comm: [0; 16],
+                ..*value
+            };
+            add_waker(folded.entry(key).or_default(), &nameless);
+            return;
         }
     }
     add_waker(folded.entry(key).or_default(), value);
