@@ -85,11 +85,12 @@ pub fn run(args: &[String]) -> Result<()> {
             last_line(&log)
         );
         results.push((k, passed, secs));
-        if passed && (!same_clone || k == runs) {
+        if !passed {
+            break;
+        }
+        if !same_clone || k == runs {
             // A passed clone's target holds gigabytes; the log is what is kept.
             let _ = std::fs::remove_dir_all(&clone);
-        } else {
-            break;
         }
     }
     load.stop();
