@@ -721,40 +721,33 @@ pub fn on_cpu_sample(ctx: PerfEventContext) -> u32 {
     };
     // SAFETY: a read-only global set at load time.
     let period_ns = unsafe { core::ptr::read_volatile(&SAMPLE_PERIOD_NS) };
-    if is_gate(tid) {
+    let user_stack_id = if is_gate(tid) {
         // kernelkite's gate between its release and its exec: as at its switch-outs,
         // its frames would be resolved with the command's mappings (and reading
         // kernelkite's own binary for them held up the reader while a short command
         // ran and exited). The sample keeps no user stack.
-        let key = StackKey {
-            tgid,
-            tid,
-            class: LatencyClass::OnCpu as u32,
-            user_stack_id: NO_STACK,
+        NO_STACK
+    } else {
+        // SAFETY: helper call without preconditions.
+        let now = unsafe { bpf_ktime_get_ns() };
+        if send_copy(
+            LatencyClass::OnCpu as u32,
+            now,
             kernel_stack,
-        };
-        add(&key, period_ns, 1, Weight::Exact);
-        return 0;
-    }
-    // SAFETY: helper call without preconditions.
-    let now = unsafe { bpf_ktime_get_ns() };
-    if send_copy(
-        LatencyClass::OnCpu as u32,
-        now,
-        kernel_stack,
-        period_ns,
-        0,
-        1,
-        false,
-    ) {
-        return 0;
-    }
-    let user_stack_id = user_stack(&ctx);
+            period_ns,
+            0,
+            1,
+            false,
+        ) {
+            return 0;
+        }
+        user_stack(&ctx) as i32
+    };
     let key = StackKey {
         tgid,
         tid,
         class: LatencyClass::OnCpu as u32,
-        user_stack_id: user_stack_id as i32,
+        user_stack_id,
         kernel_stack,
     };
     add(&key, period_ns, 1, Weight::Exact);

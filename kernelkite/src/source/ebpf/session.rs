@@ -1157,12 +1157,13 @@ impl Session {
             // A process with no thread in the map has exited, unless it was forked after
             // the map was read: /proc says which (an entry moved while still updated
             // would lose the update between the copy and the delete).
-            // A waker thread is alive while traced, or while /proc shows it.
-            let traced =
-                |tgid: u32, tid: u32| by_tgid.get(&tgid).is_some_and(|t| t.contains_key(&tid));
             self.wakers.fold_exited(
                 |k| !by_tgid.contains_key(&k.tgid) && !thread_alive(k.tgid, k.tid),
-                |tgid, tid| traced(tgid, tid) || thread_alive(tgid, tid),
+                // A waker thread is alive while traced, or while /proc shows it.
+                |tgid, tid| {
+                    by_tgid.get(&tgid).is_some_and(|t| t.contains_key(&tid))
+                        || thread_alive(tgid, tid)
+                },
             );
         }
         self.note_in_progress(&by_tgid, now, final_frame);
