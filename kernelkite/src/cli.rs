@@ -217,6 +217,13 @@ pub struct RunArgs {
     /// 1,000,000 (the rest are counted as lost); eBPF backend only.
     #[arg(long)]
     pub critical_path: bool,
+    /// /proc backend: do not trace the command's tree for exit accounting. By default
+    /// every process and thread stops once as it exits (ptrace, no syscall stops) and
+    /// its final counters are read there, so each is exact however short its life; off,
+    /// each is only as exact as the samples. setuid programs in the tree run with their
+    /// owner's privileges only with this flag (a traced exec never raises them).
+    #[arg(long)]
+    pub no_exit_stops: bool,
     #[command(flatten)]
     pub recording: RecordArgs,
 }

@@ -46,6 +46,7 @@ impl BundleFold {
             Record::Lifecycle(e) => return keep_capped(&mut bundle.lifecycle, e),
             Record::SlowSyscall(s) => return keep_capped(&mut bundle.slow_syscalls, s),
             Record::CommandLine(c) => return keep_capped(&mut bundle.command_lines, c),
+            Record::ThreadExit(e) => return keep_capped(&mut bundle.thread_exits, e),
             Record::Histograms { histograms, .. } => bundle.syscalls = histograms,
             Record::EventsLost {
                 count, by_cause, ..

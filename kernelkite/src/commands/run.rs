@@ -79,9 +79,10 @@ mod linux {
     };
     use crate::source::ebpf::availability::Availability;
     use crate::source::ebpf::session::{self as ebpf, TraceOptions};
+    use crate::source::exit_stops::Stop;
     use crate::source::host::current_host;
     use crate::source::launch::{
-        find_program, raise_open_file_limit, signal_child, CommandUsers, Exit, Launcher,
+        find_program, raise_open_file_limit, signal_child, ChildEvent, CommandUsers, Exit, Launcher,
     };
     use crate::source::procfs::{Sampler, SamplerOptions, Schedule, Scope, PROC_ROOT};
 
@@ -208,11 +209,10 @@ mod linux {
     ) -> Result<SampledRun> {
         let clock = ClockAnchor::read();
         let start = Instant::now();
-        let pid = launcher
-            .spawn(&args.command)
+        find_program(&args.command[0]).map_err(|e| super::not_started(&args.command[0], e))?;
+        let (pid, gate) = launcher
+            .spawn_gated(&args.command)
             .map_err(|e| super::not_started(&args.command[0], e))?;
-        note_root(launcher);
-        raise_open_file_limit();
         let start_record = SessionStart {
             backend: Backend::Proc,
             label: global.label.clone(),
@@ -229,7 +229,35 @@ mod linux {
         let mut kept = RecordedFold::new(start_record, args.frame_cap.max_frame_bytes()?, sink);
         let me = std::process::id() as i32;
         let mut schedule = Schedule::new(start, Duration::from_millis(global.interval_ms));
-        let mut take_frame = |kept: &mut RecordedFold, schedule: &Schedule| {
+        // At an exit stop, the thread's final counters; at an exec stop, the command line.
+        let at_stop = |kept: &mut RecordedFold, sampler: &mut Sampler, stop: Stop, t_ns| match stop
+        {
+            Stop::Exit { tid } => {
+                if let Some(exit) = sampler.sample_exit(tid, t_ns) {
+                    kept.push(Record::ThreadExit(exit));
+                }
+            }
+            Stop::Exec { pid } => {
+                if let Some(line) = sampler.command_line(pid, t_ns) {
+                    kept.push(Record::CommandLine(line));
+                }
+            }
+        };
+        if args.no_exit_stops {
+            gate.open()
+                .map_err(|e| super::not_started(&args.command[0], e))?;
+        } else {
+            let fell_back = launcher
+                .start_with_exit_stops(gate, &mut |stop| {
+                    at_stop(&mut kept, &mut sampler, stop, schedule.t_ns(Instant::now()))
+                })
+                .map_err(|e| super::not_started(&args.command[0], e))?;
+            if let Some(why) = fell_back {
+                crate::note!("kernelkite: {why}");
+            }
+        }
+        note_root(launcher);
+        let take_frame = |kept: &mut RecordedFold, sampler: &mut Sampler, schedule: &Schedule| {
             let now = Instant::now();
             // The whole tree is below kernelkite, its subreaper; only a vanished /proc
             // can fail here, and then the tick is skipped.
@@ -238,14 +266,17 @@ mod linux {
             }
         };
 
-        take_frame(&mut kept, &schedule);
+        take_frame(&mut kept, &mut sampler, &schedule);
         // Zombie samples hold exited children's final counters; the root's exit is the
         // final frame unless orphans outlive it.
         until_reaped(launcher, &mut schedule, None, |tick, schedule| {
             match tick {
                 Tick::Woke => {}
                 Tick::ForwardToOrphans(sig) => signal_orphans(kept.fold().frames().last(), me, sig),
-                Tick::Sample => take_frame(&mut kept, schedule),
+                Tick::Sample => take_frame(&mut kept, &mut sampler, schedule),
+                Tick::Stopped(stop) => {
+                    at_stop(&mut kept, &mut sampler, stop, schedule.t_ns(Instant::now()))
+                }
             }
             Ok(())
         })?;
@@ -278,6 +309,9 @@ mod linux {
         /// Take a frame: the interval is up, or children exited and are zombies still
         /// holding their final counters.
         Sample,
+        /// A traced thread stopped (exit accounting): read what it holds now, before it
+        /// goes on.
+        Stopped(Stop),
     }
 
     /// The launcher loop both backends share: wake at every deadline or child exit
@@ -299,12 +333,28 @@ mod linux {
             if let Some(sig) = launcher.take_signal_for_orphans() {
                 on(Tick::ForwardToOrphans(sig), schedule)?;
             }
-            if launcher.child_exited() {
-                on(Tick::Sample, schedule)?;
-                if !launcher.reap().context("cannot wait for the command")? {
-                    return Ok(());
+            loop {
+                let mut failed = None;
+                let event = launcher
+                    .serve_stops(&mut |stop| {
+                        if let Err(e) = on(Tick::Stopped(stop), schedule) {
+                            failed.get_or_insert(e);
+                        }
+                    })
+                    .context("cannot wait for the command")?;
+                if let Some(e) = failed {
+                    return Err(e);
                 }
-                continue;
+                match event {
+                    ChildEvent::Nothing => break,
+                    ChildEvent::AllGone => return Ok(()),
+                    ChildEvent::Exited => {
+                        on(Tick::Sample, schedule)?;
+                        if !launcher.reap().context("cannot wait for the command")? {
+                            return Ok(());
+                        }
+                    }
+                }
             }
             let now = Instant::now();
             if now >= schedule.next_deadline() {
@@ -395,6 +445,8 @@ mod linux {
                     }
                 }
                 Tick::Sample => session.snapshot()?,
+                // The eBPF programs see every exit: the command is not ptraced.
+                Tick::Stopped(_) => {}
             }
             Ok(())
         })?;

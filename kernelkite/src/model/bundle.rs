@@ -99,6 +99,30 @@ pub struct Bundle {
     /// before kernelkite kept them; a process with none keeps its comm.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub command_lines: Vec<CommandLine>,
+    /// Each thread's final counters, read as it exited (`run` on /proc with exit
+    /// accounting: ptrace exit stops), in time order: exact however short its life.
+    /// Empty (and absent from the file) for the eBPF backend, `--no-exit-stops`, and
+    /// bundles written before kernelkite read them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub thread_exits: Vec<ThreadExit>,
+}
+
+/// One thread's counters at its ptrace exit stop: the last moment they can be read.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ThreadExit {
+    /// Nanoseconds since the session's start.
+    pub t_ns: u64,
+    /// Its process then, from /proc/<pid>/{stat,io} (CPU and I/O of the whole process
+    /// so far, its exited threads included); `threads` holds the exiting thread only,
+    /// with its final schedstat.
+    pub process: ProcessSample,
+    /// /proc/<pid>/status `VmHWM`: the process's peak resident set so far, KiB.
+    pub peak_rss_kib: Option<u64>,
+    /// /proc/<pid>/task/<tid>/status `voluntary_ctxt_switches` (the thread's own).
+    pub voluntary_switches: Option<u64>,
+    /// /proc/<pid>/task/<tid>/status `nonvoluntary_ctxt_switches`.
+    pub involuntary_switches: Option<u64>,
 }
 
 /// The most of one command line a bundle keeps (its argv joined, bytes).
@@ -1108,6 +1132,7 @@ impl Bundle {
             wakers: None,
             wakeups: None,
             command_lines: Vec::new(),
+            thread_exits: Vec::new(),
         }
     }
 }

@@ -21,7 +21,7 @@ use crate::model::{
     Backend, ClassTimes, CommandLine, Frame, HostConstants, IoCounters, LaunchedCommand,
     LifecycleEvent, LifecycleKind, NetDevCounters, OnCpuSource, ProcessSample, Rusage, Schedstat,
     SkippedFile, SlowSyscall, StackFrame, StackModule, StackProfile, StackSample, SyscallHistogram,
-    SyscallInProgress, ThreadSample, TimeAccounting, WakerProfile, WakerSample, Wakeup,
+    SyscallInProgress, ThreadExit, ThreadSample, TimeAccounting, WakerProfile, WakerSample, Wakeup,
     WakeupStream,
 };
 
@@ -415,6 +415,14 @@ fn decode_body(kind: RecordType, t: &mut Take<'_>) -> FieldResult<Record> {
             t_ns: t.u64("t_ns")?,
             pid: t.i32("pid")?,
             argv: t.vec("argv", 4, |t| t.str("argument"))?,
+        }),
+        RecordType::ThreadExit => Record::ThreadExit(ThreadExit {
+            t_ns: t.u64("t_ns")?,
+            process: process(t)?,
+            peak_rss_kib: t.opt("peak_rss_kib", |t| t.u64("peak_rss_kib"))?,
+            voluntary_switches: t.opt("voluntary_switches", |t| t.u64("voluntary_switches"))?,
+            involuntary_switches: t
+                .opt("involuntary_switches", |t| t.u64("involuntary_switches"))?,
         }),
         RecordType::End => Record::End {
             t_ns: t.u64("t_ns")?,

@@ -101,6 +101,13 @@ pub fn encode_record(record: RecordRef<'_>, out: &mut Vec<u8>) {
             p.i32(c.pid);
             p.vec(&c.argv, |p, a| p.str(a));
         }
+        RecordRef::ThreadExit(e) => {
+            p.u64(e.t_ns);
+            process(&mut p, &e.process);
+            p.opt(e.peak_rss_kib, |p, v| p.u64(v));
+            p.opt(e.voluntary_switches, |p, v| p.u64(v));
+            p.opt(e.involuntary_switches, |p, v| p.u64(v));
+        }
         RecordRef::End { t_ns } => p.u64(t_ns),
     }
     let body_len = (out.len() - at - 5) as u32;
@@ -121,6 +128,7 @@ fn record_type(record: RecordRef<'_>) -> RecordType {
         RecordRef::Wakers(_) => RecordType::Wakers,
         RecordRef::Wakeups(_) => RecordType::Wakeups,
         RecordRef::CommandLine(_) => RecordType::CommandLine,
+        RecordRef::ThreadExit(_) => RecordType::ThreadExit,
         RecordRef::End { .. } => RecordType::End,
     }
 }

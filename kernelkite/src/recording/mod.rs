@@ -2,14 +2,14 @@
 //! to a compact binary file while it runs, and replayed later (without root, on any OS)
 //! into the very bundle the live session wrote.
 //!
-//! # Format, version 6 (docs/FORMAT.md has the same, with examples)
+//! # Format, version 7 (docs/FORMAT.md has the same, with examples)
 //!
 //! Every integer is little-endian, fixed width. A file is a header and then chunks:
 //!
 //! ```text
 //! header (16 bytes)
 //!   0  magic        8 bytes  89 4B 4B 52 0D 0A 1A 0A  ("\x89KKR\r\n\x1a\n")
-//!   8  version      u16      6 (5: no command line records; 4: no time accounting; 3: no stack profile extras
+//!   8  version      u16      7 (6: no thread exit records; 5: no command line records; 4: no time accounting; 3: no stack profile extras
 //!                            or wakers; 2: no in-progress calls, sampled stack
 //!                            estimates or lost causes; 1: also class rows without steal)
 //!  10  flags        u16      0 (reserved; a reader rejects other values)
@@ -43,6 +43,7 @@
 //! | 11 | wakers | the bundle's waker profile: vec<(pid i32, tid i32, class str, kind str, source opt<str>, source_id opt<u32>, waker_pid opt<i32>, waker_tid opt<i32>, waker_comm opt<str>, total_ns u64, count u64)>, lost u64; written when the session ends |
 //! | 13 | command line | version 6 on: t_ns u64, pid i32, argv vec<str>: a process's command line, when kernelkite learnt it (an exec's, or read from /proc) |
 //! | 12 | wakeups | `--critical-path`: the bundle's wakeup stream: vec<(t_ns u64, sleep_ns u64, pid i32, tid i32, class str, waker_kind str, waker_pid i32, waker_tid i32, on_cpu_ns u64, runqueue_ns u64, steal_ns u64)>, lost u64; written when the session ends |
+//! | 14 | thread exit | version 7 on: t_ns u64, process, peak_rss_kib opt<u64>, voluntary_switches opt<u64>, involuntary_switches opt<u64>: a thread's final counters at its ptrace exit stop (`run` on /proc); `process.threads` holds that thread only |
 //! | 8 | end | t_ns u64: the session ended and every record was written |
 //! | 9 | stacks | the bundle's stack profile (`--stacks`): sample_hz u64, min_block_ns u64, frames vec<(addr u64, kernel u8, module opt<str>, module_offset opt<u64>, symbol opt<str>, file opt<str>, line opt<u32>)>, stacks vec<vec<u32>>, samples vec<(pid i32, tid i32, class str, user_stack opt<u32>, kernel_stack opt<u32>, total_ns u64, count u64, version 3 on: estimated_ns u64, sampled_count u64, in_progress u8)>, captures_lost u64, slow_stacks vec<(slow syscall arrival index u32, user stack index u32)>; written when the session ends |
 //!
@@ -69,7 +70,7 @@ pub use encode::{Compression, RecordingWriter, SharedRecording};
 
 use crate::model::{
     Backend, CommandLine, Frame, HostConstants, LaunchedCommand, LifecycleEvent, SlowSyscall,
-    StackProfile, SyscallHistogram, SyscallInProgress, WakerProfile, WakeupStream,
+    StackProfile, SyscallHistogram, SyscallInProgress, ThreadExit, WakerProfile, WakeupStream,
 };
 use std::collections::BTreeMap;
 
@@ -77,7 +78,7 @@ use std::collections::BTreeMap;
 /// ^Z and LF, which text-mode transfers and line-ending conversions visibly break.
 pub const MAGIC: [u8; 8] = [0x89, b'K', b'K', b'R', b'\r', b'\n', 0x1a, b'\n'];
 /// The version this build writes (and the newest it reads).
-pub const FORMAT_VERSION: u16 = 6;
+pub const FORMAT_VERSION: u16 = 7;
 /// Length of the file header.
 pub const FILE_HEADER_LEN: usize = 16;
 /// Length of a chunk header.
@@ -112,6 +113,8 @@ pub enum RecordType {
     Wakeups = 12,
     /// A process's command line (`Bundle::command_lines`), version 6 on.
     CommandLine = 13,
+    /// A thread's counters at its exit stop (`Bundle::thread_exits`), version 7 on.
+    ThreadExit = 14,
 }
 
 impl RecordType {
@@ -130,6 +133,7 @@ impl RecordType {
             11 => RecordType::Wakers,
             12 => RecordType::Wakeups,
             13 => RecordType::CommandLine,
+            14 => RecordType::ThreadExit,
             _ => return None,
         })
     }
@@ -218,6 +222,8 @@ pub enum Record {
     Wakeups(WakeupStream),
     /// Version 6 on: a process's command line, as it was learnt.
     CommandLine(CommandLine),
+    /// Version 7 on: a thread's final counters, read at its exit stop.
+    ThreadExit(ThreadExit),
     End {
         t_ns: u64,
     },
@@ -231,6 +237,7 @@ impl Record {
             Record::Frame(f) => Some(f.t_ns),
             Record::Lifecycle(e) => Some(e.t_ns),
             Record::CommandLine(c) => Some(c.t_ns),
+            Record::ThreadExit(e) => Some(e.t_ns),
             Record::SlowSyscall(s) => Some(s.t_ns),
             Record::Histograms { t_ns, .. }
             | Record::EventsLost { t_ns, .. }
@@ -274,6 +281,7 @@ impl Record {
             Record::Wakers(w) => RecordRef::Wakers(w),
             Record::Wakeups(w) => RecordRef::Wakeups(w),
             Record::CommandLine(c) => RecordRef::CommandLine(c),
+            Record::ThreadExit(e) => RecordRef::ThreadExit(e),
             Record::End { t_ns } => RecordRef::End { t_ns: *t_ns },
         }
     }
@@ -303,6 +311,8 @@ pub enum RecordRef<'a> {
     Launched(&'a LaunchedCommand),
     /// A process's command line (version 6 on).
     CommandLine(&'a CommandLine),
+    /// A thread's counters at its exit stop (version 7 on).
+    ThreadExit(&'a ThreadExit),
     Stacks {
         profile: &'a StackProfile,
         slow_stacks: &'a [(u32, u32)],

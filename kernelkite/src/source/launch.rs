@@ -21,6 +21,7 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
 use std::time::Instant;
 
 use crate::model::Rusage;
+use crate::source::exit_stops::{self, ExitStops, Stop};
 
 /// The launched command's pid while it can receive signals; 0 before it started and
 /// once it exited (so a reused pid is never signalled).
@@ -35,6 +36,14 @@ static INHERITED_IGNORED: AtomicU32 = AtomicU32::new(0);
 /// A signal that arrived while there was no command to forward it to.
 static PENDING_SIGNAL: AtomicI32 = AtomicI32::new(0);
 static LAUNCHER_EXISTS: AtomicBool = AtomicBool::new(false);
+/// In the gated child only (its own copy after fork): the gate said it is traced, so
+/// it installs the ptrace step-aside filter last before its exec.
+static CHILD_TRACED: AtomicBool = AtomicBool::new(false);
+
+/// The gate's byte for an untraced start.
+const GATE_OPEN: u8 = 1;
+/// The gate's byte for a start traced for exit accounting.
+const GATE_OPEN_TRACED: u8 = 2;
 
 /// How the command ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -340,6 +349,47 @@ fn group_list(name: &str, gid: u32) -> io::Result<Vec<u32>> {
     }
 }
 
+/// What [`Launcher::serve_stops`] left pending.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChildEvent {
+    /// Nothing: every stop was served.
+    Nothing,
+    /// A child of ours exited and waits to be reaped.
+    Exited,
+    /// No child or tracee is left.
+    AllGone,
+}
+
+/// What waiting would return next.
+enum Pending {
+    Nothing,
+    AllGone,
+    Exited(i32),
+    Stopped(i32),
+}
+
+/// How the gated command's start ended, for exit accounting.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ExecReached {
+    Stopped,
+    Exited,
+}
+
+/// Whether `pid` is a process (not a thread) whose parent is this process: ours to
+/// reap, with its rusage. Its /proc entry lasts until it is reaped.
+fn is_our_child(pid: i32) -> bool {
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return false;
+    };
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().parse::<i32>().ok())
+    };
+    field("Tgid:") == Some(pid) && field("PPid:") == Some(std::process::id() as i32)
+}
+
 /// The parent side of a launched command and everything below it.
 #[derive(Debug)]
 pub struct Launcher {
@@ -354,6 +404,8 @@ pub struct Launcher {
     /// The rusage of every process reaped so far (each includes the descendants it
     /// waited for itself): CPU, faults and switches summed, max RSS the largest.
     reaped: Rusage,
+    /// The tracer's state while exit accounting is on.
+    stops: Option<ExitStops>,
 }
 
 impl Launcher {
@@ -410,6 +462,7 @@ impl Launcher {
             chld,
             inherited_mask,
             reaped: Rusage::default(),
+            stops: None,
         })
     }
 
@@ -546,10 +599,13 @@ impl Launcher {
                     }
                 }
                 drop_capabilities()?;
-                match &ids {
-                    Some((uid, gid, groups)) => drop_privileges(*uid, *gid, groups),
-                    None => Ok(()),
+                if let Some((uid, gid, groups)) = &ids {
+                    drop_privileges(*uid, *gid, groups)?;
                 }
+                if CHILD_TRACED.load(Ordering::SeqCst) {
+                    exit_stops::install_filter()?;
+                }
+                Ok(())
             });
         }
         Ok(cmd)
@@ -585,59 +641,201 @@ impl Launcher {
         unsafe { libc::sigtimedwait(&self.chld, std::ptr::null_mut(), &timeout) };
     }
 
-    /// Whether some child has exited and is not reaped yet (its /proc entry, with its
-    /// final counters, is still there).
-    pub fn child_exited(&self) -> bool {
-        // SAFETY: waitid fills info; WNOWAIT leaves the child unreaped.
-        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-        let rc = unsafe {
-            libc::waitid(
-                libc::P_ALL,
-                0,
-                &mut info,
-                libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
-            )
-        };
-        // SAFETY: si_pid is valid to read after waitid succeeded (0 when none exited).
-        rc == 0 && unsafe { info.si_pid() } != 0
+    /// Serve every pending ptrace stop (telling `on` about each before the tracee goes
+    /// on), until a child of ours has exited and is not reaped yet (its /proc entry,
+    /// with its final counters, is still there: sample, then [`Launcher::reap`]), or
+    /// nothing is pending.
+    pub fn serve_stops(&mut self, on: &mut dyn FnMut(Stop)) -> io::Result<ChildEvent> {
+        loop {
+            match self.peek()? {
+                Pending::Nothing => return Ok(ChildEvent::Nothing),
+                Pending::AllGone => return Ok(ChildEvent::AllGone),
+                Pending::Exited(_) => return Ok(ChildEvent::Exited),
+                Pending::Stopped(tid) => self.serve_one(tid, on),
+            }
+        }
     }
 
-    /// Reap every child that has exited. Returns whether any child is still alive.
+    /// Reap every child of ours that has exited (and let go of traced processes and
+    /// threads that are not: their parents reap them). Returns whether any child or
+    /// tracee is still alive.
     pub fn reap(&mut self) -> io::Result<bool> {
-        if let (Some(pid), None) = (self.pid, self.exit) {
-            // Stop forwarding to the command before its pid can be reused.
-            if exited_unreaped(pid) {
+        loop {
+            let pid = match self.peek()? {
+                Pending::Nothing | Pending::Stopped(_) => return Ok(true),
+                Pending::AllGone => return Ok(false),
+                Pending::Exited(pid) => pid,
+            };
+            if Some(pid) == self.pid && self.exit.is_none() {
+                // Stop forwarding to the command before its pid can be reused.
                 COMMAND_PID.store(0, Ordering::SeqCst);
-                let mut status = 0;
-                // SAFETY: status is a valid out pointer; a null rusage is allowed.
-                // SAFETY: ru is a valid out pointer.
-                let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-                let rc = unsafe { libc::wait4(pid, &mut status, 0, &mut ru) };
-                if rc == pid {
-                    self.exit = Some(Exit::from_wait_status(status));
-                    self.reaped.add_reaped(&rusage_of(&ru));
+            }
+            let mut status = 0;
+            // SAFETY: status and ru are valid out pointers.
+            let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+            let rc =
+                unsafe { libc::wait4(pid, &mut status, libc::WNOHANG | libc::__WALL, &mut ru) };
+            if rc != pid {
+                let err = io::Error::last_os_error();
+                match (rc, err.raw_os_error()) {
+                    (0, _) | (_, Some(libc::EINTR)) | (_, Some(libc::ECHILD)) => continue,
+                    _ => return Err(err),
+                }
+            }
+            if Some(pid) == self.pid && self.exit.is_none() {
+                self.exit = Some(Exit::from_wait_status(status));
+            }
+            self.reaped.add_reaped(&rusage_of(&ru));
+        }
+    }
+
+    /// The next thing waiting would return, left pending. With exit stops on, a traced
+    /// process or thread that is not our child is let go of here (its own parent reaps
+    /// it, and its rusage reaches us through that parent's).
+    fn peek(&mut self) -> io::Result<Pending> {
+        loop {
+            // SAFETY: waitid fills info; WNOWAIT leaves the child as it is.
+            let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+            let flags = libc::WEXITED | libc::WNOHANG | libc::WNOWAIT | libc::__WALL;
+            if unsafe { libc::waitid(libc::P_ALL, 0, &mut info, flags) } != 0 {
+                let err = io::Error::last_os_error();
+                match err.raw_os_error() {
+                    Some(libc::EINTR) => continue,
+                    Some(libc::ECHILD) => return Ok(Pending::AllGone),
+                    _ => return Err(err),
+                }
+            }
+            // SAFETY: si_pid is valid to read after waitid succeeded (0: none pending).
+            let pid = unsafe { info.si_pid() };
+            if pid == 0 {
+                return Ok(Pending::Nothing);
+            }
+            if self.stops.is_none() {
+                return Ok(Pending::Exited(pid));
+            }
+            match info.si_code {
+                libc::CLD_TRAPPED | libc::CLD_STOPPED => return Ok(Pending::Stopped(pid)),
+                _ if is_our_child(pid) => return Ok(Pending::Exited(pid)),
+                _ => {
+                    // SAFETY: as above, consuming this one exit report.
+                    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+                    let flags = libc::WEXITED | libc::WNOHANG | libc::__WALL;
+                    unsafe { libc::waitid(libc::P_PID, pid as libc::id_t, &mut info, flags) };
                 }
             }
         }
-        loop {
-            let mut status = 0;
-            // SAFETY: as above.
-            let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-            let rc = unsafe { libc::wait4(-1, &mut status, libc::WNOHANG, &mut ru) };
-            if rc > 0 {
-                self.reaped.add_reaped(&rusage_of(&ru));
-                continue;
-            }
-            if rc == 0 {
-                return Ok(true);
-            }
-            let err = io::Error::last_os_error();
-            match err.raw_os_error() {
-                Some(libc::EINTR) => continue,
-                Some(libc::ECHILD) => return Ok(false),
-                _ => return Err(err),
-            }
+    }
+
+    /// Take tracee `tid`'s pending stop and serve it.
+    fn serve_one(&mut self, tid: i32, on: &mut dyn FnMut(Stop)) {
+        // WSTOPPED only: an exit is never taken here by mistake.
+        // SAFETY: waitid fills info.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        let flags = libc::WSTOPPED | libc::WNOHANG | libc::__WALL;
+        let rc = unsafe { libc::waitid(libc::P_PID, tid as libc::id_t, &mut info, flags) };
+        // SAFETY: si_pid and si_status are valid to read after waitid succeeded.
+        if rc != 0 || unsafe { info.si_pid() } != tid {
+            return;
         }
+        // waitpid's encoding of a stop: (the stop's code << 8) | 0x7f.
+        let status = (unsafe { info.si_status() } << 8) | 0x7f;
+        if let Some(stops) = self.stops.as_mut() {
+            stops.serve(tid, status, on);
+        }
+    }
+
+    /// Let the gated command run, traced for exit accounting when this machine allows
+    /// it: seize it at the gate, open the gate (the command installs the ptrace
+    /// step-aside filter, see [`crate::source::exit_stops`]), and once it has exec'd,
+    /// turn exit stops on. Returns why exit accounting is off, or `None` when it is on.
+    /// The command's own start failure is the error, as from [`StartGate::open`].
+    pub fn start_with_exit_stops(
+        &mut self,
+        mut gate: StartGate,
+        on: &mut dyn FnMut(Stop),
+    ) -> io::Result<Option<String>> {
+        let pid = self.pid.expect("a gated command");
+        if let Some(refusal) = exit_stops::machine_yama_refusal() {
+            gate.open()?;
+            return Ok(Some(refusal));
+        }
+        let stops = match ExitStops::seize(pid) {
+            Ok(stops) => stops,
+            Err(e) => {
+                gate.open()?;
+                return Ok(Some(format!(
+                    "cannot trace the command ({e}): exit accounting is off, and each \
+                     process is only as exact as the samples"
+                )));
+            }
+        };
+        self.stops = Some(stops);
+        let mut write = std::fs::File::from(gate.write.take().expect("an unopened gate"));
+        std::io::Write::write_all(&mut write, &[GATE_OPEN_TRACED])?;
+        drop(write);
+        let spawner = gate.spawner.take().expect("an unopened gate");
+        // Until std's spawn returns (at the exec), a signal-delivery stop must still be
+        // served, or the command would never get to its exec.
+        let mut reached = None;
+        while !spawner.is_finished() {
+            if reached.is_none() {
+                reached = self.serve_until_exec(pid, libc::WNOHANG, on);
+            }
+            std::thread::sleep(std::time::Duration::from_micros(200));
+        }
+        join_spawner(spawner)?;
+        while reached.is_none() {
+            reached = self.serve_until_exec(pid, 0, on);
+        }
+        if reached == Some(ExecReached::Stopped) {
+            let stops = self.stops.as_mut().expect("seized above");
+            stops.command_execd(pid)?;
+            let exec_stop = ((libc::PTRACE_EVENT_EXEC << 8) | libc::SIGTRAP) << 8 | 0x7f;
+            stops.serve(pid, exec_stop, on);
+        }
+        Ok(None)
+    }
+
+    /// Serve `pid`'s stops before its exec: `Some` once it is in its exec stop (left
+    /// stopped) or has exited (left for the reaper).
+    fn serve_until_exec(
+        &mut self,
+        pid: i32,
+        nohang: libc::c_int,
+        on: &mut dyn FnMut(Stop),
+    ) -> Option<ExecReached> {
+        // SAFETY: waitid fills info; WNOWAIT leaves an exit for std's spawn (a failed
+        // start) or the reaper.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        let flags = libc::WSTOPPED | libc::WEXITED | libc::WNOWAIT | libc::__WALL | nohang;
+        let rc = unsafe { libc::waitid(libc::P_PID, pid as libc::id_t, &mut info, flags) };
+        if rc != 0 {
+            let gone = io::Error::last_os_error().raw_os_error() != Some(libc::EINTR);
+            return gone.then_some(ExecReached::Exited);
+        }
+        // SAFETY: as above.
+        if unsafe { info.si_pid() } != pid {
+            return None;
+        }
+        if !matches!(info.si_code, libc::CLD_TRAPPED | libc::CLD_STOPPED) {
+            return Some(ExecReached::Exited);
+        }
+        // Take the stop (stops only: an exit is never taken here).
+        // SAFETY: as above.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        let flags = libc::WSTOPPED | libc::WNOHANG | libc::__WALL;
+        let rc = unsafe { libc::waitid(libc::P_PID, pid as libc::id_t, &mut info, flags) };
+        if rc != 0 || unsafe { info.si_pid() } != pid {
+            return None;
+        }
+        let code = unsafe { info.si_status() };
+        if code >> 8 == libc::PTRACE_EVENT_EXEC {
+            return Some(ExecReached::Stopped);
+        }
+        if let Some(stops) = self.stops.as_mut() {
+            stops.serve(pid, (code << 8) | 0x7f, on);
+        }
+        None
     }
 
     /// A SIGINT, SIGTERM or SIGHUP that arrived after the command exited, for the orphans it
@@ -831,6 +1029,7 @@ impl GateHook {
             loop {
                 let n = libc::read(self.gate_read, (&mut byte as *mut u8).cast(), 1);
                 if n == 1 {
+                    CHILD_TRACED.store(byte == GATE_OPEN_TRACED, Ordering::SeqCst);
                     break;
                 }
                 if n < 0 && *libc::__errno_location() == libc::EINTR {
@@ -864,7 +1063,7 @@ impl StartGate {
     /// has then exited, and been reaped).
     pub fn open(mut self) -> io::Result<()> {
         let mut write = std::fs::File::from(self.write.take().expect("an unopened gate"));
-        std::io::Write::write_all(&mut write, &[1])?;
+        std::io::Write::write_all(&mut write, &[GATE_OPEN])?;
         drop(write);
         join_spawner(self.spawner.take().expect("an unopened gate"))
     }
@@ -892,20 +1091,6 @@ pub fn signal_child(pid: i32, sig: i32) {
         // SAFETY: kill has no memory-safety preconditions.
         unsafe { libc::kill(pid, sig) };
     }
-}
-
-fn exited_unreaped(pid: i32) -> bool {
-    // SAFETY: as in child_exited.
-    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-    let rc = unsafe {
-        libc::waitid(
-            libc::P_PID,
-            pid as libc::id_t,
-            &mut info,
-            libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
-        )
-    };
-    rc == 0 && unsafe { info.si_pid() } == pid
 }
 
 /// The handler for SIGINT, SIGTERM and SIGHUP: pass the signal on to the command. A Ctrl-C

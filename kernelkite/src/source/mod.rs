@@ -3,6 +3,8 @@
 
 #[cfg(target_os = "linux")]
 pub mod ebpf;
+#[cfg(target_os = "linux")]
+pub mod exit_stops;
 pub mod host;
 #[cfg(target_os = "linux")]
 pub mod launch;

@@ -169,6 +169,20 @@ impl ProcDir {
         read_whole(&file, buf)
     }
 
+    /// Read at most `max` bytes of the file at `rel` (a file its process controls, such
+    /// as cmdline, whose size is its to choose).
+    pub(crate) fn read_at_most(
+        &mut self,
+        rel: std::fmt::Arguments<'_>,
+        buf: &mut Vec<u8>,
+        max: usize,
+    ) -> io::Result<()> {
+        let file = self.open_at(rel, libc::O_RDONLY)?;
+        buf.clear();
+        std::io::Read::read_to_end(&mut std::io::Read::take(&file, max as u64), buf)?;
+        Ok(())
+    }
+
     /// Read one of a process's or thread's files through a descriptor kept open across
     /// ticks: one pread(2) instead of open, read and close, and no path lookup. The
     /// descriptor stays bound to the process it was opened for; once that process is

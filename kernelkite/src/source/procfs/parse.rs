@@ -89,6 +89,36 @@ pub(crate) fn syscall_nr(bytes: &[u8]) -> Option<i64> {
     text.split_ascii_whitespace().next()?.parse().ok()
 }
 
+/// The /proc/<tid>/status fields an exit stop records.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct StatusFields {
+    pub tgid: Option<i32>,
+    pub peak_rss_kib: Option<u64>,
+    pub voluntary_switches: Option<u64>,
+    pub involuntary_switches: Option<u64>,
+}
+
+/// /proc/<tid>/status: `Name:\tvalue` lines; a line that does not parse is skipped.
+pub(crate) fn status(bytes: &[u8]) -> StatusFields {
+    let mut f = StatusFields::default();
+    for line in bytes.split(|b| *b == b'\n') {
+        let Some(colon) = line.iter().position(|b| *b == b':') else {
+            continue;
+        };
+        let value = std::str::from_utf8(&line[colon + 1..]).unwrap_or("");
+        // VmHWM's value ends in " kB".
+        let number = || value.split_ascii_whitespace().next()?.parse::<u64>().ok();
+        match &line[..colon] {
+            b"Tgid" => f.tgid = number().and_then(|v| i32::try_from(v).ok()),
+            b"VmHWM" => f.peak_rss_kib = number(),
+            b"voluntary_ctxt_switches" => f.voluntary_switches = number(),
+            b"nonvoluntary_ctxt_switches" => f.involuntary_switches = number(),
+            _ => {}
+        }
+    }
+    f
+}
+
 /// /proc/net/dev rows, sorted by interface.
 /// /proc/stat: the host-wide steal ticks (the 8th value of the `cpu` line).
 pub fn stat_steal_ticks(bytes: &[u8]) -> Option<u64> {
@@ -139,6 +169,21 @@ fn non_negative(v: i64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn status_fields_of_an_exiting_thread() {
+        let text = b"Name:\tcc1\nTgid:\t4242\nPid:\t4243\nVmHWM:\t   10240 kB\n\
+            voluntary_ctxt_switches:\t7\nnonvoluntary_ctxt_switches:\t3\n";
+        let f = status(text);
+        assert_eq!(f.tgid, Some(4242));
+        assert_eq!(f.peak_rss_kib, Some(10240));
+        assert_eq!(
+            (f.voluntary_switches, f.involuntary_switches),
+            (Some(7), Some(3))
+        );
+        // A kernel thread has no VmHWM; garbage gives nothing, never a panic.
+        assert_eq!(status(b"Tgid:\tx\n\xff:\n").tgid, None);
+    }
 
     #[test]
     fn syscall_first_field() {

@@ -15,7 +15,10 @@ use super::files::{is_gone, KeptKey, ProcDir, TaskFile};
 use super::parse::{self, StatFields};
 use super::pidmap::PidMap;
 use super::tree::{Scope, TreeWalker};
-use crate::model::{Frame, IoCounters, ProcessSample, Schedstat, ThreadSample};
+use crate::model::{
+    CommandLine, Frame, IoCounters, ProcessSample, Schedstat, ThreadExit, ThreadSample,
+    MAX_ARGV_BYTES,
+};
 
 /// What a sample records besides /proc/<pid>/{stat,io}.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -119,6 +122,72 @@ impl Sampler {
             network,
             host_steal_ticks,
         })
+    }
+
+    /// Thread `tid`'s final counters, read at its exit stop (it cannot run, or go away,
+    /// until the tracer lets it): its process's stat and io, its own stat and schedstat,
+    /// and from its status the process's peak RSS and its context switches. `None`
+    /// when it could not be read.
+    pub fn sample_exit(&mut self, tid: i32, t_ns: u64) -> Option<ThreadExit> {
+        self.dir
+            .read(format_args!("{tid}/status"), &mut self.buf)
+            .ok()?;
+        let status = parse::status(&self.buf);
+        let pid = status.tgid?;
+        self.dir
+            .read(format_args!("{pid}/stat"), &mut self.buf)
+            .ok()?;
+        let stat = parse::stat(&self.buf)?;
+        let io = match self.dir.read(format_args!("{pid}/io"), &mut self.buf) {
+            Ok(()) => parse::io(&self.buf),
+            Err(_) => None,
+        };
+        self.dir
+            .read(format_args!("{pid}/task/{tid}/stat"), &mut self.buf)
+            .ok()?;
+        let tstat = parse::stat(&self.buf)?;
+        let schedstat =
+            match (self.dir).read(format_args!("{pid}/task/{tid}/schedstat"), &mut self.buf) {
+                Ok(()) => parse::schedstat(&self.buf),
+                Err(_) => None,
+            };
+        let thread = ThreadSample {
+            tid,
+            comm: tstat.comm.into(),
+            state: tstat.state.to_compact_string(),
+            schedstat,
+            syscall_nr: None,
+            class_ns: None,
+        };
+        Some(ThreadExit {
+            t_ns,
+            process: ProcessSample {
+                pid,
+                ppid: stat.ppid,
+                state: stat.state.to_compact_string(),
+                start_time_ticks: stat.start_time_ticks,
+                utime_ticks: stat.utime_ticks,
+                stime_ticks: stat.stime_ticks,
+                cutime_ticks: stat.cutime_ticks,
+                cstime_ticks: stat.cstime_ticks,
+                rss_pages: stat.rss_pages,
+                num_threads: stat.num_threads,
+                io,
+                threads: vec![thread],
+                comm: stat.comm.into(),
+            },
+            peak_rss_kib: status.peak_rss_kib,
+            voluntary_switches: status.voluntary_switches,
+            involuntary_switches: status.involuntary_switches,
+        })
+    }
+
+    /// Process `pid`'s command line (at its exec stop), at most [`MAX_ARGV_BYTES`].
+    pub fn command_line(&mut self, pid: i32, t_ns: u64) -> Option<CommandLine> {
+        (self.dir)
+            .read_at_most(format_args!("{pid}/cmdline"), &mut self.buf, MAX_ARGV_BYTES)
+            .ok()?;
+        CommandLine::from_nul_separated(t_ns, pid, &self.buf)
     }
 
     fn process(&mut self, ino: u64, stat: StatFields) -> Result<ProcessSample, Vanished> {
