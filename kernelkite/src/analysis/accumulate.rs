@@ -57,6 +57,20 @@ impl Window {
         }
     }
 
+    /// Where a process that started inside the session and is in no frame (read only
+    /// at its exit) began: its start time in ticks placed on the session's clock, at
+    /// most `end`.
+    pub(super) fn start_of_unframed(&self, start_ticks: u64, end: u64) -> u64 {
+        let since_start = match self.session_start_ticks {
+            Some(s) => {
+                (start_ticks.saturating_sub(s) as u128 * 1_000_000_000u128 / self.hz as u128)
+                    .min(u64::MAX as u128) as u64
+            }
+            None => 0,
+        };
+        self.first_t.saturating_add(since_start).min(end)
+    }
+
     pub(super) fn duration_ns(&self) -> u64 {
         self.last_t.saturating_sub(self.first_t)
     }
@@ -138,6 +152,11 @@ pub(super) struct ProcAcc {
     pub(super) io_visible: bool,
     pub(super) peak_rss: u64,
     pub(super) threads: BTreeSet<i32>,
+    /// The time of its last exit-stop observation (`Bundle::thread_exits`).
+    pub(super) exit_t_ns: Option<u64>,
+    /// Exit accounting: its exact CPU, the sum of its threads' final schedstat, when
+    /// every thread it had was read at its exit stop.
+    pub(super) exact_cpu_ns: Option<u64>,
 }
 
 pub(super) struct ThreadAcc {
@@ -153,6 +172,8 @@ pub(super) struct ThreadAcc {
     pub(super) class_first: Option<ClassTimes>,
     pub(super) class_last: Option<ClassTimes>,
     pub(super) class_broken: bool,
+    /// When it was read at its exit stop (`Bundle::thread_exits`).
+    pub(super) exit_t_ns: Option<u64>,
 }
 
 /// What one pass over the frames accumulates.
@@ -232,6 +253,7 @@ pub(super) fn accumulate(bundle: &Bundle, window: &Window) -> Accumulated {
                         class_first: None,
                         class_last: None,
                         class_broken: false,
+                        exit_t_ns: None,
                     });
                 tacc.comm = t.comm.clone();
                 tacc.last_frame = fi;
@@ -263,6 +285,7 @@ pub(super) fn accumulate(bundle: &Bundle, window: &Window) -> Accumulated {
             peak_rss_t_ns = frame.t_ns;
         }
     }
+    add_thread_exits(bundle, window, &mut procs, &mut threads);
     Accumulated {
         procs,
         threads,
@@ -270,6 +293,95 @@ pub(super) fn accumulate(bundle: &Bundle, window: &Window) -> Accumulated {
         peak_rss_bytes,
         peak_rss_t_ns,
         max_sample_rss,
+    }
+}
+
+/// Add each thread's final counters, read at its exit stop, as its process's and its
+/// own last observation (after the frames: a zombie sampled later adds what exiting
+/// cost, never less), and give a process whose every thread was read so its exact CPU.
+fn add_thread_exits(
+    bundle: &Bundle,
+    window: &Window,
+    procs: &mut BTreeMap<ProcessKey, ProcAcc>,
+    threads: &mut BTreeMap<(i32, u64, i32), ThreadAcc>,
+) {
+    if bundle.thread_exits.is_empty() {
+        return;
+    }
+    let page = bundle.host.page_size_bytes;
+    // Past the last frame: the frame-indexed fields of a process seen only at its exit
+    // name no frame.
+    let no_frame = bundle.frames.len();
+    for e in &bundle.thread_exits {
+        let p = &e.process;
+        let key = (p.pid, p.start_time_ticks);
+        let acc = procs.entry(key).or_insert_with(|| ProcAcc {
+            ppid: p.ppid,
+            first_frame: no_frame,
+            last_frame: no_frame,
+            in_session: window.started_inside(key),
+            ..ProcAcc::default()
+        });
+        let zero = acc.in_session;
+        acc.comm = p.comm.clone();
+        acc.last_ppid = p.ppid;
+        acc.exit_t_ns = Some(e.t_ns);
+        acc.cpu
+            .push(p.utime_ticks.saturating_add(p.stime_ticks), zero);
+        if let Some(io) = p.io {
+            acc.io_visible = true;
+            acc.read.push(io.read_bytes, zero);
+            acc.write.push(io.write_bytes, zero);
+        }
+        let peak = match e.peak_rss_kib {
+            Some(kib) => kib.saturating_mul(1024),
+            None => p.rss_pages.saturating_mul(page),
+        };
+        acc.peak_rss = acc.peak_rss.max(peak);
+        for t in &p.threads {
+            acc.threads.insert(t.tid);
+            let tacc = threads
+                .entry((p.pid, p.start_time_ticks, t.tid))
+                .or_insert_with(|| ThreadAcc {
+                    comm: t.comm.clone(),
+                    first_frame: no_frame,
+                    last_frame: no_frame,
+                    samples: 0,
+                    // In no frame, not even the first: it started inside the session.
+                    baseline_zero: true,
+                    on_cpu: Counter::default(),
+                    runqueue: Counter::default(),
+                    has_schedstat: false,
+                    votes: [0; NUM_CLASSES],
+                    class_first: None,
+                    class_last: None,
+                    class_broken: false,
+                    exit_t_ns: None,
+                });
+            tacc.comm = t.comm.clone();
+            tacc.exit_t_ns = Some(e.t_ns);
+            if let Some(s) = t.schedstat {
+                tacc.has_schedstat = true;
+                tacc.on_cpu.push(s.on_cpu_ns, tacc.baseline_zero);
+                tacc.runqueue.push(s.runqueue_ns, tacc.baseline_zero);
+            }
+        }
+    }
+    for (&(pid, start), acc) in procs.iter_mut() {
+        if acc.exit_t_ns.is_none() {
+            continue;
+        }
+        let mut sum = 0u64;
+        let mut all_read = true;
+        for tid in &acc.threads {
+            match threads.get(&(pid, start, *tid)) {
+                Some(t) if t.exit_t_ns.is_some() && t.has_schedstat => {
+                    sum = sum.saturating_add(t.on_cpu.total)
+                }
+                _ => all_read = false,
+            }
+        }
+        acc.exact_cpu_ns = all_read.then_some(sum);
     }
 }
 

@@ -41,7 +41,10 @@ pub(super) fn thread_classes(bundle: &Bundle, window: &Window, acc: &Accumulated
     let mut seen_exit: BTreeSet<(i32, i32)> = BTreeSet::new();
     for (&(pid, start, tid), t) in &acc.threads {
         let proc_acc = &acc.procs[&(pid, start)];
-        let window_start = if t.baseline_zero {
+        let window_start = if t.samples == 0 {
+            // Read only at its exit: from its process's start.
+            window.start_of_unframed(start, t.exit_t_ns.unwrap_or(window.last_t))
+        } else if t.baseline_zero {
             if t.first_frame == proc_acc.first_frame && proc_acc.in_session {
                 window.start_of_new(frames, t.first_frame, Some(start))
             } else {
@@ -50,7 +53,11 @@ pub(super) fn thread_classes(bundle: &Bundle, window: &Window, acc: &Accumulated
         } else {
             frame_t(frames, t.first_frame)
         };
-        let window_end = frame_t(frames, t.last_frame).max(window_start);
+        let window_end = match t.exit_t_ns {
+            Some(exit) if t.samples == 0 => exit,
+            exit => frame_t(frames, t.last_frame).max(exit.unwrap_or(0)),
+        }
+        .max(window_start);
         let exit = exit_classes.get(&(pid, tid)).map(|(c, _)| *c);
         // The exit record is written by the exiting thread itself after its last interval
         // closed: it is the thread's final, exact value. Otherwise class_ns counters start

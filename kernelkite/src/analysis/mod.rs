@@ -85,6 +85,9 @@ pub struct Analysis {
     /// `sampled_cpu_seconds / cpu_seconds` when the exact rusage total is known (and
     /// non-zero): how much of the CPU the per-process rows account for. `None` otherwise.
     pub cpu_coverage: Option<f64>,
+    /// Processes whose row holds the final counters read as they exited (exit
+    /// accounting, [`ProcessRow::exact_at_exit`]).
+    pub processes_exact_at_exit: u64,
     /// Peak over frames of Σ rss_pages × page_size of the processes in that frame.
     pub peak_rss_bytes: u64,
     /// `t_ns` of the frame where [`Analysis::peak_rss_bytes`] was reached.
@@ -296,9 +299,14 @@ pub struct ProcessRow {
     pub last_seen_ns: u64,
     /// Number of frames it appears in (0: seen in lifecycle events only).
     pub frames: u64,
-    /// Session utime+stime from its samples (eBPF: its exact on_cpu time), seconds;
-    /// `None` when not measured (seen in lifecycle events only, no thread time).
+    /// Session utime+stime from its samples (eBPF: its exact on_cpu time; exit
+    /// accounting: its threads' final schedstat run time), seconds; `None` when not
+    /// measured (seen in lifecycle events only, no thread time).
     pub cpu_seconds: Option<f64>,
+    /// Whether its figures (CPU, peak RSS, I/O) are its final counters, read as each of
+    /// its threads exited (exit accounting, `Bundle::thread_exits`), rather than its
+    /// last sample's.
+    pub exact_at_exit: bool,
     /// Largest rss sample, bytes; `None` when never sampled.
     pub peak_rss_bytes: Option<u64>,
     pub read_bytes: u64,
@@ -477,6 +485,7 @@ pub fn analyze(bundle: &Bundle) -> Analysis {
         cpu_source: cpu.cpu_source,
         sampled_cpu_seconds: cpu.sampled_cpu_seconds,
         cpu_coverage: cpu.cpu_coverage,
+        processes_exact_at_exit: processes.iter().filter(|p| p.exact_at_exit).count() as u64,
         peak_rss_bytes: acc.peak_rss_bytes,
         peak_rss_t_ns: acc.peak_rss_t_ns,
         max_single_rss_bytes: cpu.max_single_rss_bytes,

@@ -59,10 +59,20 @@ pub(super) fn process_rows(
             comm: a.comm.to_string(),
             start_time_ticks: start,
             started_in_session: a.in_session,
-            first_seen_ns: frame_t(frames, a.first_frame),
-            last_seen_ns: frame_t(frames, a.last_frame),
+            first_seen_ns: match (a.frames, a.exit_t_ns) {
+                (0, Some(exit)) => window.start_of_unframed(start, exit),
+                _ => frame_t(frames, a.first_frame),
+            },
+            last_seen_ns: match (a.frames, a.exit_t_ns) {
+                (0, Some(exit)) => exit,
+                (_, exit) => frame_t(frames, a.last_frame).max(exit.unwrap_or(0)),
+            },
             frames: a.frames,
-            cpu_seconds: Some(a.cpu.total as f64 / hz as f64),
+            cpu_seconds: Some(match a.exact_cpu_ns {
+                Some(ns) => ns as f64 / 1e9,
+                None => a.cpu.total as f64 / hz as f64,
+            }),
+            exact_at_exit: a.exact_cpu_ns.is_some(),
             peak_rss_bytes: Some(a.peak_rss),
             read_bytes: a.read.total,
             write_bytes: a.write.total,
@@ -90,6 +100,7 @@ pub(super) fn process_rows(
             // Never sampled: not measured (eBPF fills in on_cpu below when its threads
             // have time).
             cpu_seconds: None,
+            exact_at_exit: false,
             peak_rss_bytes: None,
             read_bytes: 0,
             write_bytes: 0,
@@ -143,6 +154,10 @@ pub(super) fn cpu_totals(
     let max_sample_rss = acc.max_sample_rss;
     let sampled_cpu_seconds = match bundle.backend {
         Backend::Ebpf => processes.iter().filter_map(|p| p.cpu_seconds).sum(),
+        // With exit accounting, the rows: some hold the exact CPU read at the exit.
+        Backend::Proc if processes.iter().any(|p| p.exact_at_exit) => {
+            processes.iter().filter_map(|p| p.cpu_seconds).sum()
+        }
         Backend::Proc => {
             let sampled_ticks = (acc.procs)
                 .values()

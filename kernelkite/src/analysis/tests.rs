@@ -457,6 +457,7 @@ fn row(pid: i32, ppid: i32, first_seen_ns: u64) -> ProcessRow {
         last_seen_ns: first_seen_ns,
         frames: 1,
         cpu_seconds: Some(0.0),
+        exact_at_exit: false,
         peak_rss_bytes: Some(0),
         read_bytes: 0,
         write_bytes: 0,
@@ -650,4 +651,46 @@ fn host_steal_is_the_move_of_the_frames_steal_ticks() {
         f.host_steal_ticks = None;
     }
     assert_eq!(analyze(&b).host_steal_ns, None);
+}
+
+/// Exit accounting: a process that lived between two frames is a row, with its CPU
+/// from its threads' final schedstat (ns, not ticks) and its peak RSS from VmHWM; a
+/// process also seen in frames takes its exit counters as its last observation.
+#[test]
+fn thread_exits_make_exact_rows_for_processes_no_frame_saw() {
+    let exit = |t_ns, p: ProcessSample, peak_kib| ThreadExit {
+        t_ns,
+        process: p,
+        peak_rss_kib: Some(peak_kib),
+        voluntary_switches: Some(1),
+        involuntary_switches: Some(0),
+    };
+    let with_thread = |pid, ppid, cpu_ticks, tid, on_ns| {
+        let mut p = proc_(pid, ppid, 900 + pid as u64, cpu_ticks, 10, 0, 0);
+        p.threads = vec![thread(tid, "t", on_ns, 1_000, None)];
+        p
+    };
+    let mut b = bundle(vec![
+        frame(0, vec![proc_(10, 1, 50, 0, 10, 0, 0)]),
+        frame(100_000_000, vec![proc_(10, 1, 50, 20, 10, 0, 0)]),
+    ]);
+    // Pid 20 (two threads, one read as it exited first) lived between the frames.
+    b.thread_exits = vec![
+        exit(40_000_000, with_thread(20, 10, 1, 21, 2_000_000), 4096),
+        exit(60_000_000, with_thread(20, 10, 6, 20, 61_500_000), 8192),
+    ];
+    let a = analyze(&b);
+    let row = a
+        .processes
+        .iter()
+        .find(|p| p.pid == 20)
+        .expect("a row for pid 20");
+    assert!(row.exact_at_exit);
+    assert_eq!(row.cpu_seconds, Some(0.0635));
+    assert_eq!(row.peak_rss_bytes, Some(8192 * 1024));
+    assert_eq!(row.threads, 2);
+    assert_eq!(row.last_seen_ns, 60_000_000);
+    assert_eq!(a.processes_exact_at_exit, 1);
+    let framed = a.processes.iter().find(|p| p.pid == 10).unwrap();
+    assert!(!framed.exact_at_exit, "pid 10 was never read at an exit");
 }

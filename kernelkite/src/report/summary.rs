@@ -104,6 +104,7 @@ fn summary_json_base(a: &Analysis) -> Value {
                 "last_seen_ms": ns_to_ms(p.last_seen_ns),
                 "frames": p.frames,
                 "cpu_seconds": p.cpu_seconds,
+                "exact_at_exit": p.exact_at_exit,
                 "peak_rss_bytes": p.peak_rss_bytes,
                 "read_bytes": p.read_bytes,
                 "write_bytes": p.write_bytes,
@@ -164,6 +165,7 @@ fn summary_json_base(a: &Analysis) -> Value {
         "cpu_source": a.cpu_source,
         "sampled_cpu_seconds": a.sampled_cpu_seconds,
         "cpu_coverage": a.cpu_coverage,
+        "processes_exact_at_exit": a.processes_exact_at_exit,
         "peak_rss_bytes": a.peak_rss_bytes,
         "peak_rss_at_ms": ns_to_ms(a.peak_rss_t_ns),
         "max_single_rss_bytes": a.max_single_rss_bytes,
@@ -252,9 +254,14 @@ pub fn summary_text_with(a: &Analysis, idle: Option<&IdleSplit>) -> String {
     );
     row("frames", a.frames.to_string());
     row("processes", format!("{} distinct pids", a.distinct_pids));
+    let per_process = if a.processes_exact_at_exit > 0 {
+        "per-process rows sum to"
+    } else {
+        "per-process samples saw"
+    };
     let cpu_note = match (a.cpu_source, a.cpu_coverage) {
         (CpuSource::Rusage, Some(c)) => format!(
-            "  (exact, from rusage; per-process samples saw {} = {})",
+            "  (exact, from rusage; {per_process} {} = {})",
             fmt_secs(a.sampled_cpu_seconds),
             fmt_share(c)
         ),
@@ -268,6 +275,21 @@ pub fn summary_text_with(a: &Analysis, idle: Option<&IdleSplit>) -> String {
         }
     };
     row("CPU", format!("{}{cpu_note}", fmt_secs(a.cpu_seconds)));
+    if a.processes_exact_at_exit > 0 {
+        row(
+            "CPU per process",
+            format!(
+                "exact for {} of {} processes  (exit accounting: each read as it exited{})",
+                a.processes_exact_at_exit,
+                a.processes.len(),
+                if a.processes_exact_at_exit < a.processes.len() as u64 {
+                    "; the rest from samples"
+                } else {
+                    ""
+                }
+            ),
+        );
+    }
     row(
         "peak RSS (tree)",
         format!(
@@ -410,12 +432,15 @@ pub fn summary_text_with(a: &Analysis, idle: Option<&IdleSplit>) -> String {
     } else {
         out.push_str("processes\n");
     }
-    let mut rows = vec![[
+    // With exit accounting, each row says where its figures came from.
+    let figures = a.processes_exact_at_exit > 0;
+    let mut header = vec![
         "pid", "ppid", "comm", "seen", "cpu", "peak rss", "read", "write",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect::<Vec<_>>()];
+    ];
+    if figures {
+        header.push("figures");
+    }
+    let mut rows = vec![header.iter().map(|s| s.to_string()).collect::<Vec<_>>()];
     for p in shown {
         rows.push(vec![
             p.pid.to_string(),
@@ -439,6 +464,10 @@ pub fn summary_text_with(a: &Analysis, idle: Option<&IdleSplit>) -> String {
             super::or_na(p.io_visible.then_some(p.read_bytes), fmt_bytes),
             super::or_na(p.io_visible.then_some(p.write_bytes), fmt_bytes),
         ]);
+        if figures {
+            let row = rows.last_mut().expect("pushed above");
+            row.push(if p.exact_at_exit { "exact" } else { "sampled" }.to_string());
+        }
     }
     for line in columns(&rows, &[0, 1, 4, 5, 6, 7]).lines() {
         out.push_str("  ");

@@ -257,7 +257,7 @@ fn note_setuid(pid: i32, noted: &mut BTreeSet<PathBuf>) {
     let (Ok(meta), Ok(path)) = (std::fs::metadata(&exe), std::fs::read_link(&exe)) else {
         return;
     };
-    let special = meta.permissions().mode() & (libc::S_ISUID | libc::S_ISGID) as u32 != 0;
+    let special = meta.permissions().mode() & (libc::S_ISUID | libc::S_ISGID) != 0;
     if special && noted.insert(path.clone()) {
         crate::note!(
             "kernelkite: {} is setuid/setgid; under exit accounting it runs with your own \
@@ -294,19 +294,19 @@ mod filter {
     /// arch → nr → request checks for each ABI, then allow. Jumps count from the next
     /// instruction: 4 is the compat arch check, 7 the request, 11 allow, 12 trace.
     pub(super) static PROGRAM: [libc::sock_filter; 13] = [
-        op(LD_W_ABS, 0, 0, ARCH),                     // 0
-        op(JEQ_K, 0, 2, ARCHS[0].0),                  // 1: native → 2, else → 4
-        op(LD_W_ABS, 0, 0, NR),                       // 2
-        op(JEQ_K, 3, 7, ARCHS[0].1),                  // 3: ptrace → 7, else → 11
-        op(JEQ_K, 0, 6, ARCHS[1].0),                  // 4: compat → 5, else → 11
-        op(LD_W_ABS, 0, 0, NR),                       // 5
-        op(JEQ_K, 0, 4, ARCHS[1].1),                  // 6: ptrace → 7, else → 11
-        op(LD_W_ABS, 0, 0, ARG0_LOW),                 // 7: the request
-        op(JEQ_K, 3, 0, libc::PTRACE_TRACEME as u32), // 8 → 12
-        op(JEQ_K, 2, 0, libc::PTRACE_ATTACH as u32),  // 9 → 12
-        op(JEQ_K, 1, 0, libc::PTRACE_SEIZE as u32),   // 10 → 12
-        op(RET_K, 0, 0, RET_ALLOW),                   // 11
-        op(RET_K, 0, 0, RET_TRACE),                   // 12
+        op(LD_W_ABS, 0, 0, ARCH),              // 0
+        op(JEQ_K, 0, 2, ARCHS[0].0),           // 1: native → 2, else → 4
+        op(LD_W_ABS, 0, 0, NR),                // 2
+        op(JEQ_K, 3, 7, ARCHS[0].1),           // 3: ptrace → 7, else → 11
+        op(JEQ_K, 0, 6, ARCHS[1].0),           // 4: compat → 5, else → 11
+        op(LD_W_ABS, 0, 0, NR),                // 5
+        op(JEQ_K, 0, 4, ARCHS[1].1),           // 6: ptrace → 7, else → 11
+        op(LD_W_ABS, 0, 0, ARG0_LOW),          // 7: the request
+        op(JEQ_K, 3, 0, libc::PTRACE_TRACEME), // 8 → 12
+        op(JEQ_K, 2, 0, libc::PTRACE_ATTACH),  // 9 → 12
+        op(JEQ_K, 1, 0, libc::PTRACE_SEIZE),   // 10 → 12
+        op(RET_K, 0, 0, RET_ALLOW),            // 11
+        op(RET_K, 0, 0, RET_TRACE),            // 12
     ];
 }
 
