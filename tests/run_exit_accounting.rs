@@ -11,7 +11,6 @@
 #[path = "support/cli.rs"]
 mod cli_support;
 #[path = "support/ebpf.rs"]
-#[allow(dead_code)] // each test binary uses a different part of the shared support
 mod ebpf_support;
 
 use std::collections::BTreeMap;
@@ -330,4 +329,111 @@ fn signals_arrive_as_they_would_untraced() {
         .status()
         .unwrap();
     assert_eq!(status.code(), Some(128 + libc::SIGTERM));
+}
+
+/// A real `cargo build` of a small crate with a build script, profiled by `run` on
+/// /proc while the eBPF backend traces the very same tree: exit accounting has as many
+/// processes, of the same names, and each name's CPU within 5% of the eBPF backend's
+/// (plus 1 ms for names under 50 ms: what a process spends tearing itself down after
+/// its exit stop is in the eBPF figure only). As root: the toolchain under /root is out
+/// of `nobody`'s reach.
+#[test]
+fn a_cargo_build_has_every_process_exact_as_the_ebpf_backend_sees_it() {
+    let Some(_serial) = ebpf_support::ebpf_ready(
+        "a_cargo_build_has_every_process_exact_as_the_ebpf_backend_sees_it",
+    ) else {
+        return;
+    };
+    let sb = Sandbox::new();
+    let krate = sb.path("tiny");
+    std::fs::create_dir_all(krate.join("src")).unwrap();
+    std::fs::write(
+        krate.join("Cargo.toml"),
+        "[package]\nname = \"tiny\"\nversion = \"0.1.0\"\nedition = \"2021\"\n",
+    )
+    .unwrap();
+    std::fs::write(
+        krate.join("build.rs"),
+        "fn main() { println!(\"cargo:rustc-env=TINY=1\"); }\n",
+    )
+    .unwrap();
+    std::fs::write(
+        krate.join("src/main.rs"),
+        "fn main() { let v: Vec<u64> = (0..10).map(|i| i * i).collect(); println!(\"{v:?} {}\", env!(\"TINY\")); }\n",
+    )
+    .unwrap();
+    let bundle = sb.path("build.json");
+    // A FIFO gate: the shell waits in its open, with no child of its own.
+    let go = sb.path("go");
+    let go_c = std::ffi::CString::new(go.to_str().unwrap()).unwrap();
+    // SAFETY: a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(go_c.as_ptr(), 0o600) }, 0);
+    let script = format!(
+        "read _ < {go}; exec {kk} --backend proc run {bundle} -- \\
+         {cargo} build --offline -q --manifest-path {manifest} --target-dir {target}",
+        go = go.display(),
+        kk = sb.kk.display(),
+        bundle = bundle.display(),
+        cargo = env!("CARGO"),
+        manifest = krate.join("Cargo.toml").display(),
+        target = sb.path("target").display(),
+    );
+    let gate = Command::new("sh")
+        .args(["-c", &script])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let run_pid = gate.id() as i32;
+    let trace = ebpf_support::RunningTrace::start(&[run_pid], &["--follow"]);
+    std::fs::write(&go, b"go\n").unwrap();
+    let traced = trace.finish();
+    let out = gate.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "kernelkite run of cargo build: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let exact = analysis_of(&bundle);
+    assert_eq!(
+        exact.processes_exact_at_exit,
+        exact.processes.len() as u64,
+        "every process of the build is exact"
+    );
+    let by_name = |rows: &mut dyn Iterator<Item = (&str, f64)>| {
+        let mut m: BTreeMap<String, (u64, f64)> = BTreeMap::new();
+        for (name, cpu) in rows {
+            let e = m.entry(name.to_string()).or_default();
+            e.0 += 1;
+            e.1 += cpu;
+        }
+        m
+    };
+    let ours = by_name(
+        &mut exact
+            .processes
+            .iter()
+            .map(|p| (p.comm.as_str(), p.cpu_seconds.unwrap_or(0.0))),
+    );
+    // The eBPF trace also holds the gate (which became the /proc run): not the build.
+    let theirs = by_name(
+        &mut traced
+            .analysis
+            .processes
+            .iter()
+            .filter(|p| p.pid != run_pid)
+            .map(|p| (p.comm.as_str(), p.cpu_seconds.unwrap_or(0.0))),
+    );
+    let counts = |m: &BTreeMap<String, (u64, f64)>| -> Vec<(String, u64)> {
+        m.iter().map(|(k, v)| (k.clone(), v.0)).collect()
+    };
+    assert_eq!(counts(&ours), counts(&theirs), "processes by name");
+    assert!(ours.get("rustc").is_some_and(|r| r.0 >= 2), "{ours:?}");
+    for (name, (_, cpu)) in &ours {
+        let ebpf = theirs[name].1;
+        let allowance = ebpf * 0.05 + if ebpf < 0.05 { 0.001 } else { 0.0 };
+        assert!(
+            (cpu - ebpf).abs() <= allowance,
+            "{name}: exit accounting {cpu:.4} s, eBPF {ebpf:.4} s"
+        );
+    }
 }
