@@ -51,6 +51,90 @@ pub struct Comparison {
     pub before_label: Option<String>,
     pub after_label: Option<String>,
     pub deltas: Vec<Delta>,
+    /// CPU by program name, the programs with the most CPU first (a build's `rustc`,
+    /// `cc`, `ld`: complete when every process has a row, as with eBPF or exit
+    /// accounting).
+    pub by_command: Vec<CommandDelta>,
+}
+
+/// One program's processes and CPU in both sessions.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct CommandDelta {
+    /// The program: its argv\[0\]'s file name, else its comm.
+    pub command: String,
+    pub before_processes: u64,
+    pub after_processes: u64,
+    pub before_cpu_seconds: f64,
+    pub after_cpu_seconds: f64,
+    /// `100 × (after − before) / before`; `None` when `before` is 0 and `after` is not.
+    pub cpu_pct: Option<f64>,
+    /// Whether every one of its processes' CPU is exact in both sessions (eBPF, or read
+    /// at its exit), not sampled.
+    pub exact: bool,
+}
+
+/// The program name a process row is grouped under.
+fn command_name(p: &super::ProcessRow) -> String {
+    p.argv
+        .as_ref()
+        .and_then(|a| a.first())
+        .map(|a0| a0.rsplit('/').next().unwrap_or(a0).to_string())
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| p.comm.clone())
+}
+
+/// Processes, CPU seconds and exactness by program name.
+fn by_command(a: &Analysis) -> std::collections::BTreeMap<String, (u64, f64, bool)> {
+    let ebpf = a.backend == crate::model::Backend::Ebpf;
+    let mut m = std::collections::BTreeMap::new();
+    for p in &a.processes {
+        let e = m.entry(command_name(p)).or_insert((0u64, 0.0f64, true));
+        e.0 += 1;
+        e.1 += p.cpu_seconds.unwrap_or(0.0);
+        e.2 &= ebpf || p.exact_at_exit;
+    }
+    m
+}
+
+/// The per-program rows, most CPU (in either session) first.
+fn command_deltas(before: &Analysis, after: &Analysis) -> Vec<CommandDelta> {
+    let (b, a) = (by_command(before), by_command(after));
+    let mut names: Vec<&String> = b.keys().chain(a.keys()).collect();
+    names.sort();
+    names.dedup();
+    let mut rows: Vec<CommandDelta> = names
+        .into_iter()
+        .map(|name| {
+            let (bp, bc, be) = b.get(name).copied().unwrap_or((0, 0.0, true));
+            let (ap, ac, ae) = a.get(name).copied().unwrap_or((0, 0.0, true));
+            CommandDelta {
+                command: name.clone(),
+                before_processes: bp,
+                after_processes: ap,
+                before_cpu_seconds: bc,
+                after_cpu_seconds: ac,
+                cpu_pct: pct(bc, ac),
+                exact: be && ae,
+            }
+        })
+        .collect();
+    rows.sort_by(|x, y| {
+        let most = |r: &CommandDelta| r.before_cpu_seconds.max(r.after_cpu_seconds);
+        most(y)
+            .total_cmp(&most(x))
+            .then_with(|| x.command.cmp(&y.command))
+    });
+    rows
+}
+
+fn pct(b: f64, a: f64) -> Option<f64> {
+    if b != 0.0 {
+        Some(100.0 * (a - b) / b)
+    } else if a == 0.0 {
+        Some(0.0)
+    } else {
+        None
+    }
 }
 
 impl Comparison {
@@ -140,13 +224,7 @@ pub fn compare(before: &Analysis, after: &Analysis) -> Comparison {
         .zip(values(after))
         .map(|((metric, unit, b, be), (_, _, a, ae))| {
             let change = a - b;
-            let pct = if b != 0.0 {
-                Some(100.0 * change / b)
-            } else if a == 0.0 {
-                Some(0.0)
-            } else {
-                None
-            };
+            let pct = pct(b, a);
             Delta {
                 metric,
                 unit,
@@ -162,6 +240,7 @@ pub fn compare(before: &Analysis, after: &Analysis) -> Comparison {
         before_label: before.label.clone(),
         after_label: after.label.clone(),
         deltas,
+        by_command: command_deltas(before, after),
     }
 }
 

@@ -694,3 +694,30 @@ fn thread_exits_make_exact_rows_for_processes_no_frame_saw() {
     let framed = a.processes.iter().find(|p| p.pid == 10).unwrap();
     assert!(!framed.exact_at_exit, "pid 10 was never read at an exit");
 }
+
+/// `compare` groups CPU by program: two rustc in one session, one in the other; a
+/// program that only ran after is "new".
+#[test]
+fn compare_groups_cpu_by_command_name() {
+    let named = |pid, comm: &str, cpu| {
+        let mut p = proc_(pid, 1, 10 + pid as u64, cpu, 1, 0, 0);
+        p.comm = comm.into();
+        p
+    };
+    let before = analyze(&bundle(vec![
+        frame(0, vec![named(2, "rustc", 0), named(3, "rustc", 0)]),
+        frame(100, vec![named(2, "rustc", 30), named(3, "rustc", 10)]),
+    ]));
+    let after = analyze(&bundle(vec![
+        frame(0, vec![named(2, "rustc", 0), named(4, "ld", 0)]),
+        frame(100, vec![named(2, "rustc", 44), named(4, "ld", 5)]),
+    ]));
+    let cmp = compare::compare(&before, &after);
+    let rustc = &cmp.by_command[0];
+    assert_eq!(rustc.command, "rustc");
+    assert_eq!((rustc.before_processes, rustc.after_processes), (2, 1));
+    assert!((rustc.cpu_pct.unwrap() - 10.0).abs() < 1e-9, "{rustc:?}");
+    assert!(!rustc.exact, "sampled rows");
+    let ld = &cmp.by_command[1];
+    assert_eq!((ld.command.as_str(), ld.cpu_pct), ("ld", None));
+}

@@ -41,6 +41,7 @@ pub fn compare_json(cmp: &Comparison, rules: &[RuleOutcome]) -> Value {
         "before_label": cmp.before_label,
         "after_label": cmp.after_label,
         "deltas": deltas,
+        "by_command": cmp.by_command,
         "rules": rules.iter().map(|r| json!({"rule": r.rule, "failed": r.failed, "message": r.message})).collect::<Vec<_>>(),
         "failed": rules.iter().any(|r| r.failed),
     })
@@ -52,6 +53,56 @@ fn fmt_pct(d: &Delta) -> String {
         Some(p) => format!("{p:+.1}%"),
         None => "new".to_string(),
     }
+}
+
+/// How many programs the text shows (all are in `--json`).
+const TOP_COMMANDS: usize = 15;
+
+/// CPU by program: "rustc  1.200 s  1.344 s  +0.144 s  +12.0%  41 -> 41".
+fn by_command_text(cmp: &Comparison) -> String {
+    let shown = &cmp.by_command[..cmp.by_command.len().min(TOP_COMMANDS)];
+    let mut out = if shown.len() < cmp.by_command.len() {
+        format!(
+            "CPU by command (top {TOP_COMMANDS} of {}; all in --json)\n",
+            cmp.by_command.len()
+        )
+    } else {
+        "CPU by command\n".to_string()
+    };
+    let mut rows = vec![["command", "before", "after", "change", "%", "processes"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect::<Vec<_>>()];
+    let mut any_sampled = false;
+    for c in shown {
+        let mut name = super::clean(&c.command);
+        if !c.exact {
+            name.push_str(" (sampled)");
+            any_sampled = true;
+        }
+        let secs = MetricUnit::Seconds;
+        rows.push(vec![
+            name,
+            format_value(secs, c.before_cpu_seconds, false),
+            format_value(secs, c.after_cpu_seconds, false),
+            format_value(secs, c.after_cpu_seconds - c.before_cpu_seconds, true),
+            match c.cpu_pct {
+                Some(p) if p.abs() < 0.05 => "0.0%".to_string(),
+                Some(p) => format!("{p:+.1}%"),
+                None => "new".to_string(),
+            },
+            format!("{} -> {}", c.before_processes, c.after_processes),
+        ]);
+    }
+    for line in columns(&rows, &[1, 2, 3, 4, 5]).lines() {
+        out.push_str("  ");
+        out.push_str(line);
+        out.push('\n');
+    }
+    if any_sampled {
+        out.push_str("  (sampled): CPU from /proc samples in at least one bundle, which miss processes shorter than a frame\n");
+    }
+    out
 }
 
 /// The text comparison table, followed by one line per `--fail-on` rule.
@@ -89,6 +140,10 @@ pub fn compare_text(cmp: &Comparison, rules: &[RuleOutcome]) -> String {
     }
     if any_estimated {
         out.push_str("  (estimated): sleep classes estimated from sampled /proc thread states in at least one bundle\n");
+    }
+    if !cmp.by_command.is_empty() {
+        out.push('\n');
+        out.push_str(&by_command_text(cmp));
     }
     if !rules.is_empty() {
         out.push('\n');
