@@ -21,6 +21,8 @@
 //!   workload) and against `perf record --call-graph dwarf` + `perf report` (total CPU,
 //!   session end to stacks report, completeness), and the unwinding cost per stack (see
 //!   `bench/stacks.rs`; needs root, gcc and the peers).
+//! - `exits`: exit accounting's added wall time on a churn of 1,000 short processes,
+//!   against `run --no-exit-stops` and the bare command (see `bench/exits.rs`).
 //!
 //! Everything runs the release build (`cargo build --release` first); the sampler and
 //! command benchmarks need nothing beyond the workspace.
@@ -35,11 +37,13 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 
 mod ebpf;
+mod exits;
 mod stacks;
 mod top;
 
 const USAGE: &str = "usage: cargo xtask bench [options]
-  --only GROUPS      comma-separated: sampler, commands, ebpf, top, stacks (default: all)
+  --only GROUPS      comma-separated: sampler, commands, ebpf, top, stacks, exits
+                     (default: all)
   --runs N           timed runs per command benchmark; the median is reported (default 5)
   --seconds S        length of each sampler run (default 10)
   --procs N          idle processes profiled by the sampler benchmark (default 100)
@@ -70,6 +74,7 @@ fn parse_opts(args: &[String]) -> Result<Opts> {
             "ebpf".into(),
             "top".into(),
             "stacks".into(),
+            "exits".into(),
         ],
         runs: 5,
         seconds: 10.0,
@@ -89,7 +94,9 @@ fn parse_opts(args: &[String]) -> Result<Opts> {
             "--only" => {
                 o.groups = value("--only")?.split(',').map(str::to_string).collect();
                 for g in &o.groups {
-                    if !["sampler", "commands", "ebpf", "top", "stacks"].contains(&g.as_str()) {
+                    if !["sampler", "commands", "ebpf", "top", "stacks", "exits"]
+                        .contains(&g.as_str())
+                    {
                         bail!("unknown group {g:?}\n{USAGE}");
                     }
                 }
@@ -237,6 +244,11 @@ pub fn run(args: &[String]) -> Result<()> {
             "==> stacks: trace --stacks against offcputime and perf record --call-graph dwarf"
         );
         rows.extend(stacks::benchmarks(&ctx)?);
+    }
+
+    if wants("exits") {
+        println!("==> exit accounting: 1,000 short processes");
+        rows.extend(exits::benchmarks(&ctx)?);
     }
 
     if wants("top") {

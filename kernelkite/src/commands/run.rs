@@ -229,18 +229,16 @@ mod linux {
         let mut kept = RecordedFold::new(start_record, args.frame_cap.max_frame_bytes()?, sink);
         let me = std::process::id() as i32;
         let mut schedule = Schedule::new(start, Duration::from_millis(global.interval_ms));
-        // At an exit stop, the thread's final counters; at an exec stop, the command line.
-        let at_stop = |kept: &mut RecordedFold, sampler: &mut Sampler, stop: Stop, t_ns| match stop
-        {
-            Stop::Exit { tid } => {
-                if let Some(exit) = sampler.sample_exit(tid, t_ns) {
-                    kept.push(Record::ThreadExit(exit));
-                }
-            }
-            Stop::Exec { pid } => {
-                if let Some(line) = sampler.command_line(pid, t_ns) {
-                    kept.push(Record::CommandLine(line));
-                }
+        // At an exit stop, the thread's final counters, and a process's command line.
+        let at_stop = |kept: &mut RecordedFold, sampler: &mut Sampler, stop: Stop, t_ns| {
+            let Stop::Exit { tid } = stop;
+            let Some(exit) = sampler.sample_exit(tid, t_ns) else {
+                return;
+            };
+            let leader = exit.process.pid == tid;
+            kept.push(Record::ThreadExit(exit));
+            if let Some(line) = leader.then(|| sampler.command_line(tid, t_ns)).flatten() {
+                kept.push(Record::CommandLine(line));
             }
         };
         if args.no_exit_stops {

@@ -1,8 +1,11 @@
 //! Exit accounting without privileges: `run` on /proc ptrace-seizes the command it
-//! launched (a parent may trace its own descendants), with fork, vfork, clone, exec and
-//! exit events but no syscall stops, so every process and thread of the tree stops
-//! once as it exits, still holding its final counters, however short its life. The
-//! sampler reads them there ([`Stop::Exit`]); each process costs about five stops.
+//! launched (a parent may trace its own descendants), with fork, vfork, clone and exit
+//! events but no syscall stops, so every process and thread of the tree stops once as
+//! it exits, still holding its final counters (and its command line), however short
+//! its life. The sampler reads them there ([`Stop::Exit`]), and kernelkite detaches the
+//! thread, so its parent is told of its exit directly. A process costs its fork stop,
+//! its first stop, its exit stop, and a stop for each signal it is sent (its parent's
+//! SIGCHLD among them).
 //!
 //! Where ptrace bites:
 //! - A debugger in the tree (gdb, strace, rr, a sanitizer's leak checker) needs ptrace
@@ -23,15 +26,18 @@ use std::collections::BTreeSet;
 use std::io;
 use std::path::PathBuf;
 
-/// `PTRACE_O_*` options while the command is held at its gate: no exit stops yet, so a
-/// failed exec exits as it would untraced (std's spawn reaps it).
-const GATE_OPTIONS: libc::c_int = libc::PTRACE_O_TRACEFORK
+/// Followed into every descendant, and the ptrace step-aside's stops.
+const FOLLOW: libc::c_int = libc::PTRACE_O_TRACEFORK
     | libc::PTRACE_O_TRACEVFORK
     | libc::PTRACE_O_TRACECLONE
-    | libc::PTRACE_O_TRACEEXEC
     | libc::PTRACE_O_TRACESECCOMP;
-/// Once the command has exec'd, every exit stops too.
-const OPTIONS: libc::c_int = GATE_OPTIONS | libc::PTRACE_O_TRACEEXIT;
+/// `PTRACE_O_*` options while the command is held at its gate: its exec stops (the
+/// start is then complete), no exit stops yet, so a failed exec exits as it would
+/// untraced (std's spawn reaps it).
+const GATE_OPTIONS: libc::c_int = FOLLOW | libc::PTRACE_O_TRACEEXEC;
+/// Once the command has exec'd: exits stop; execs do not (the command line is read at
+/// the exit, one stop fewer per process).
+const OPTIONS: libc::c_int = FOLLOW | libc::PTRACE_O_TRACEEXIT;
 
 /// `PTRACE_GET_SYSCALL_INFO` (Linux 5.3), arch-independent syscall arguments.
 const PTRACE_GET_SYSCALL_INFO: libc::c_uint = 0x420e;
@@ -40,10 +46,9 @@ const PTRACE_SYSCALL_INFO_SECCOMP: u8 = 3;
 /// What a tracee stopped for, for the session to act on before it goes on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Stop {
-    /// Thread `tid` is exiting: its counters are final, and still readable.
+    /// Thread `tid` is exiting: its counters are final, and still readable (its memory,
+    /// and so its command line, too).
     Exit { tid: i32 },
-    /// Process `pid` exec'd a new program.
-    Exec { pid: i32 },
 }
 
 /// The tracer's side: what it learnt while serving stops.
@@ -51,8 +56,8 @@ pub enum Stop {
 pub struct ExitStops {
     /// Tracees detached so that a debugger in the tree could trace them.
     stepped_aside: u64,
-    /// setuid/setgid programs already noted.
-    setuid_noted: BTreeSet<PathBuf>,
+    /// setuid/setgid programs already noted, by (device, inode).
+    setuid_noted: BTreeSet<(u64, u64)>,
 }
 
 /// Why exit stops cannot be used on this machine (Yama), from `ptrace_scope`'s text and
@@ -145,13 +150,11 @@ impl ExitStops {
         let event = (status >> 16) & 0xff;
         match event {
             libc::PTRACE_EVENT_EXIT => {
-                on(Stop::Exit { tid });
-                resume(tid, 0);
-            }
-            libc::PTRACE_EVENT_EXEC => {
                 note_setuid(tid, &mut self.setuid_noted);
-                on(Stop::Exec { pid: tid });
-                resume(tid, 0);
+                on(Stop::Exit { tid });
+                // Untraced from here: its parent hears of its exit without a stop here.
+                // SAFETY: PTRACE_DETACH from a ptrace-stop, signal 0.
+                unsafe { libc::ptrace(libc::PTRACE_DETACH, tid, 0usize, 0usize) };
             }
             libc::PTRACE_EVENT_FORK | libc::PTRACE_EVENT_VFORK | libc::PTRACE_EVENT_CLONE => {
                 resume(tid, 0)
@@ -251,14 +254,15 @@ fn resume(tid: i32, sig: libc::c_int) {
 
 /// Say once per program that a setuid or setgid program ran without its privileges
 /// (a traced exec does not raise them).
-fn note_setuid(pid: i32, noted: &mut BTreeSet<PathBuf>) {
-    use std::os::unix::fs::PermissionsExt;
-    let exe = PathBuf::from(format!("/proc/{pid}/exe"));
-    let (Ok(meta), Ok(path)) = (std::fs::metadata(&exe), std::fs::read_link(&exe)) else {
+fn note_setuid(tid: i32, noted: &mut BTreeSet<(u64, u64)>) {
+    use std::os::unix::fs::MetadataExt;
+    let exe = PathBuf::from(format!("/proc/{tid}/exe"));
+    let Ok(meta) = std::fs::metadata(&exe) else {
         return;
     };
-    let special = meta.permissions().mode() & (libc::S_ISUID | libc::S_ISGID) != 0;
-    if special && noted.insert(path.clone()) {
+    let special = meta.mode() & (libc::S_ISUID | libc::S_ISGID) != 0;
+    if special && noted.insert((meta.dev(), meta.ino())) {
+        let path = std::fs::read_link(&exe).unwrap_or(exe);
         crate::note!(
             "kernelkite: {} is setuid/setgid; under exit accounting it runs with your own \
              privileges, as under any tracer (--no-exit-stops runs it with its owner's)",

@@ -647,6 +647,9 @@ impl Launcher {
     /// nothing is pending.
     pub fn serve_stops(&mut self, on: &mut dyn FnMut(Stop)) -> io::Result<ChildEvent> {
         loop {
+            if self.stops.is_some() && self.serve_next_stop(on) {
+                continue;
+            }
             match self.peek()? {
                 Pending::Nothing => return Ok(ChildEvent::Nothing),
                 Pending::AllGone => return Ok(ChildEvent::AllGone),
@@ -724,6 +727,26 @@ impl Launcher {
                 }
             }
         }
+    }
+
+    /// Take any pending stop (stops only: an exit is never taken here) and serve it;
+    /// false when none was pending.
+    fn serve_next_stop(&mut self, on: &mut dyn FnMut(Stop)) -> bool {
+        // SAFETY: waitid fills info.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        let flags = libc::WSTOPPED | libc::WNOHANG | libc::__WALL;
+        let rc = unsafe { libc::waitid(libc::P_ALL, 0, &mut info, flags) };
+        // SAFETY: si_pid and si_status are valid to read after waitid succeeded.
+        let tid = unsafe { info.si_pid() };
+        if rc != 0 || tid == 0 {
+            return false;
+        }
+        // waitpid's encoding of a stop: (the stop's code << 8) | 0x7f.
+        let status = (unsafe { info.si_status() } << 8) | 0x7f;
+        if let Some(stops) = self.stops.as_mut() {
+            stops.serve(tid, status, on);
+        }
+        true
     }
 
     /// Take tracee `tid`'s pending stop and serve it.

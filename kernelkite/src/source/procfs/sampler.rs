@@ -142,10 +142,16 @@ impl Sampler {
             Ok(()) => parse::io(&self.buf),
             Err(_) => None,
         };
-        self.dir
-            .read(format_args!("{pid}/task/{tid}/stat"), &mut self.buf)
-            .ok()?;
-        let tstat = parse::stat(&self.buf)?;
+        // A lone thread's stat is its process's (one read fewer per process).
+        let (comm, state) = if tid == pid && stat.num_threads == 1 {
+            (stat.comm.clone(), stat.state)
+        } else {
+            self.dir
+                .read(format_args!("{pid}/task/{tid}/stat"), &mut self.buf)
+                .ok()?;
+            let tstat = parse::stat(&self.buf)?;
+            (tstat.comm, tstat.state)
+        };
         let schedstat =
             match (self.dir).read(format_args!("{pid}/task/{tid}/schedstat"), &mut self.buf) {
                 Ok(()) => parse::schedstat(&self.buf),
@@ -153,8 +159,8 @@ impl Sampler {
             };
         let thread = ThreadSample {
             tid,
-            comm: tstat.comm.into(),
-            state: tstat.state.to_compact_string(),
+            comm: comm.into(),
+            state: state.to_compact_string(),
             schedstat,
             syscall_nr: None,
             class_ns: None,
