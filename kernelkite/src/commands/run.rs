@@ -230,13 +230,16 @@ mod linux {
         let me = std::process::id() as i32;
         let mut schedule = Schedule::new(start, Duration::from_millis(global.interval_ms));
         // At an exit stop, the thread's final counters, and a process's command line.
+        let exits_past_cap = std::cell::Cell::new(0u64);
         let at_stop = |kept: &mut RecordedFold, sampler: &mut Sampler, stop: Stop, t_ns| {
             let Stop::Exit { tid } = stop;
             let Some(exit) = sampler.sample_exit(tid, t_ns) else {
                 return;
             };
             let leader = exit.process.pid == tid;
-            kept.push(Record::ThreadExit(exit));
+            if !kept.push(Record::ThreadExit(exit)) {
+                exits_past_cap.set(exits_past_cap.get() + 1);
+            }
             if let Some(line) = leader.then(|| sampler.command_line(tid, t_ns)).flatten() {
                 kept.push(Record::CommandLine(line));
             }
@@ -278,6 +281,13 @@ mod linux {
             }
             Ok(())
         })?;
+        if exits_past_cap.get() > 0 {
+            crate::note!(
+                "kernelkite: {} thread exits past the {} kept were not recorded: their processes' rows are sampled",
+                exits_past_cap.get(),
+                crate::model::frame_keeper::MAX_EVENTS
+            );
+        }
         // Everything is reaped: the reaped processes' rusage covers the whole tree exactly.
         let rusage = launcher.reaped_rusage();
         if kept.fold().frames().is_empty() {

@@ -112,6 +112,12 @@ pub(super) fn benchmarks(ctx: &Ctx) -> Result<Vec<Row>> {
         "the first and last runs above, interleaved",
     ));
     rows.push(Row::new(
+        "exit accounting: added wall time per process",
+        ((medians[2] - medians[1]) / 1000.0 * 1e6).max(0.0),
+        "µs",
+        "the two runs above: (exit accounting − --no-exit-stops) / 1,000",
+    ));
+    rows.push(Row::new(
         "floor: a tracer that reads nothing, added wall time vs bare",
         (100.0 * (medians[3] - medians[0]) / medians[0]).max(0.0),
         "%",
