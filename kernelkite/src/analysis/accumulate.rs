@@ -405,8 +405,44 @@ pub(super) fn subtract_reaped_children_io(
     let mut folds = Vec::new();
     let nframes = frame_keys.len();
     let mut fold: BTreeMap<ProcessKey, (u64, u64)> = BTreeMap::new();
+    // When a process was last observed: its exit stop, or its last frame.
+    let last_t = |p: &ProcAcc| {
+        (p.frames > 0)
+            .then(|| frame_t(frames, p.last_frame))
+            .max(p.exit_t_ns)
+            .unwrap_or(0)
+    };
     for (&key, child) in procs.iter() {
-        if child.last_frame + 1 >= nframes || !child.io_visible {
+        if !child.io_visible {
+            continue;
+        }
+        if let Some(exit_t) = child.exit_t_ns {
+            // Read at its exit (exit accounting): its final I/O went to its parent at
+            // the reap. The parent is the latest process of that pid started no later
+            // than the child, if it was observed after the child's exit.
+            let parent = procs
+                .range((child.last_ppid, 0)..=(child.last_ppid, key.1))
+                .next_back()
+                .filter(|(&pk, p)| pk != key && last_t(p) > exit_t);
+            if let Some((&pk, p)) = parent {
+                let (read, write) = (child.read.prev.unwrap_or(0), child.write.prev.unwrap_or(0));
+                let e = fold.entry(pk).or_default();
+                e.0 = e.0.saturating_add(read);
+                e.1 = e.1.saturating_add(write);
+                folds.push(ReapFold {
+                    child_pid: key.0,
+                    child_start_time_ticks: key.1,
+                    reaper_pid: pk.0,
+                    reaper_start_time_ticks: pk.1,
+                    child_last_seen_ns: exit_t,
+                    folded_by_ns: last_t(p),
+                    read_bytes: read,
+                    write_bytes: write,
+                });
+            }
+            continue;
+        }
+        if child.last_frame + 1 >= nframes {
             continue;
         }
         let k = child.last_frame;

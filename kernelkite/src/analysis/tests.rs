@@ -721,3 +721,30 @@ fn compare_groups_cpu_by_command_name() {
     let ld = &cmp.by_command[1];
     assert_eq!((ld.command.as_str(), ld.cpu_pct), ("ld", None));
 }
+
+/// A child read at its exit folded its final I/O into its parent when reaped: the
+/// parent's own row does not count it again.
+#[test]
+fn a_reaped_childs_io_read_at_its_exit_is_not_counted_twice() {
+    let exit = |t_ns, p: ProcessSample| ThreadExit {
+        t_ns,
+        process: p,
+        peak_rss_kib: None,
+        voluntary_switches: None,
+        involuntary_switches: None,
+    };
+    let with_thread = |mut p: ProcessSample| {
+        p.threads = vec![thread(p.pid, "t", 1_000, 0, None)];
+        p
+    };
+    let mut b = bundle(vec![frame(0, vec![proc_(10, 1, 50, 0, 1, 0, 0)])]);
+    b.thread_exits = vec![
+        exit(10, with_thread(proc_(20, 10, 60, 1, 1, 1000, 40))),
+        exit(20, with_thread(proc_(10, 1, 50, 2, 1, 1500, 100))),
+    ];
+    let a = analyze(&b);
+    let row = |pid| a.processes.iter().find(|p| p.pid == pid).unwrap().clone();
+    assert_eq!((row(20).read_bytes, row(20).write_bytes), (1000, 40));
+    assert_eq!((row(10).read_bytes, row(10).write_bytes), (500, 60));
+    assert_eq!(a.read_bytes, 1500);
+}
