@@ -386,6 +386,16 @@ pub(super) fn processes_section(h: &mut String, a: &Analysis) {
             .then(p.pid.cmp(&q.pid))
     });
     h.push_str("<section id=\"processes\">\n<h2>Processes by CPU time</h2>\n");
+    let exit_accounting = a.processes_exact_at_exit > 0;
+    if exit_accounting {
+        let _ = writeln!(
+            h,
+            "<p class=\"hint\">CPU per process: exact for {} of {} processes (exit accounting: \
+             each read as it exited); the others are marked sampled.</p>",
+            a.processes_exact_at_exit,
+            a.processes.len()
+        );
+    }
     if rows.len() > MAX_TABLE_ROWS {
         let _ = writeln!(
             h,
@@ -415,7 +425,15 @@ pub(super) fn processes_section(h: &mut String, a: &Analysis) {
             p.pid,
             esc(&p.comm),
             p.ppid,
-            esc(&crate::format::or_na(p.cpu_seconds, fmt_secs_compact)),
+            esc(&format!(
+                "{}{}",
+                crate::format::or_na(p.cpu_seconds, fmt_secs_compact),
+                if exit_accounting && !p.exact_at_exit {
+                    " (sampled)"
+                } else {
+                    ""
+                }
+            )),
             esc(&crate::format::or_na(p.peak_rss_bytes, fmt_bytes_compact)),
             esc(&io(p.read_bytes)),
             esc(&io(p.write_bytes)),
