@@ -232,11 +232,15 @@ mod linux {
         // At an exit stop, the thread's final counters, and a process's command line.
         let exits_past_cap = std::cell::Cell::new(0u64);
         let at_stop = |kept: &mut RecordedFold, sampler: &mut Sampler, stop: Stop, t_ns| {
-            let Stop::Exit { tid } = stop;
-            let Some(exit) = sampler.sample_exit(tid, t_ns) else {
+            let (exit, leader_alive) = match stop {
+                Stop::Exit { tid } => (sampler.sample_exit(tid, t_ns), true),
+                Stop::Gone { tid, pid } => (sampler.sample_gone(tid, pid, t_ns), false),
+            };
+            let Some(exit) = exit else {
                 return;
             };
-            let leader = exit.process.pid == tid;
+            let tid = exit.process.threads.first().map_or(0, |t| t.tid);
+            let leader = leader_alive && exit.process.pid == tid;
             if !kept.push(Record::ThreadExit(exit)) {
                 exits_past_cap.set(exits_past_cap.get() + 1);
             }

@@ -2,10 +2,11 @@
 //! launched (a parent may trace its own descendants), with fork, vfork, clone and exit
 //! events but no syscall stops, so every process and thread of the tree stops once as
 //! it exits, still holding its final counters (and its command line), however short
-//! its life. The sampler reads them there ([`Stop::Exit`]), and kernelkite detaches the
-//! thread, so its parent is told of its exit directly. A process costs its fork stop,
-//! its first stop, its exit stop, and a stop for each signal it is sent (its parent's
-//! SIGCHLD among them).
+//! its life. The sampler reads them there ([`Stop::Exit`]), and once more when the
+//! exited thread is reported to kernelkite before its parent ([`Stop::Gone`]): its CPU
+//! then includes tearing down its memory (several ms for a linker). A process costs
+//! its fork stop, its first stop, its exit stop, its exit report, and a stop for each
+//! signal it is sent (its parent's SIGCHLD among them).
 //!
 //! Where ptrace bites:
 //! - A debugger in the tree (gdb, strace, rr, a sanitizer's leak checker) needs ptrace
@@ -46,9 +47,13 @@ const PTRACE_SYSCALL_INFO_SECCOMP: u8 = 3;
 /// What a tracee stopped for, for the session to act on before it goes on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Stop {
-    /// Thread `tid` is exiting: its counters are final, and still readable (its memory,
-    /// and so its command line, too).
+    /// Thread `tid` is exiting: its counters are nearly final (what tearing down its
+    /// memory and files costs is still to come), and its memory, so its command line,
+    /// is still readable.
     Exit { tid: i32 },
+    /// Thread `tid` of process `pid` has exited and waits for the tracer: its CPU is
+    /// final, teardown included.
+    Gone { tid: i32, pid: i32 },
 }
 
 /// The tracer's side: what it learnt while serving stops.
@@ -152,9 +157,8 @@ impl ExitStops {
             libc::PTRACE_EVENT_EXIT => {
                 note_setuid(tid, &mut self.setuid_noted);
                 on(Stop::Exit { tid });
-                // Untraced from here: its parent hears of its exit without a stop here.
-                // SAFETY: PTRACE_DETACH from a ptrace-stop, signal 0.
-                unsafe { libc::ptrace(libc::PTRACE_DETACH, tid, 0usize, 0usize) };
+                // Still traced: its exit is reported here first ([`Stop::Gone`]).
+                resume(tid, 0);
             }
             libc::PTRACE_EVENT_FORK | libc::PTRACE_EVENT_VFORK | libc::PTRACE_EVENT_CLONE => {
                 resume(tid, 0)

@@ -366,6 +366,12 @@ enum Pending {
     AllGone,
     Exited(i32),
     Stopped(i32),
+    /// A traced thread, or a traced process of another parent, has exited and waits for
+    /// the tracer before its parent may reap it: its counters are final.
+    TraceeGone {
+        tid: i32,
+        pid: Option<i32>,
+    },
 }
 
 /// How the gated command's start ended, for exit accounting.
@@ -375,11 +381,13 @@ enum ExecReached {
     Exited,
 }
 
-/// Whether `pid` is a process (not a thread) whose parent is this process: ours to
-/// reap, with its rusage. Its /proc entry lasts until it is reaped.
-fn is_our_child(pid: i32) -> bool {
+/// `Ok` when the exited `pid` is a process (not a thread) whose parent is this
+/// process: ours to reap, with its rusage (its /proc entry lasts until it is reaped).
+/// Otherwise (a traced thread, or a traced process of another parent) its process id,
+/// when its /proc entry still says.
+fn exited_task(pid: i32) -> Result<(), Option<i32>> {
     let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
-        return false;
+        return Err(None);
     };
     let field = |name: &str| {
         status
@@ -387,7 +395,12 @@ fn is_our_child(pid: i32) -> bool {
             .find_map(|l| l.strip_prefix(name))
             .and_then(|v| v.trim().parse::<i32>().ok())
     };
-    field("Tgid:") == Some(pid) && field("PPid:") == Some(std::process::id() as i32)
+    let tgid = field("Tgid:");
+    if tgid == Some(pid) && field("PPid:") == Some(std::process::id() as i32) {
+        Ok(())
+    } else {
+        Err(tgid)
+    }
 }
 
 /// The parent side of a launched command and everything below it.
@@ -655,6 +668,17 @@ impl Launcher {
                 Pending::AllGone => return Ok(ChildEvent::AllGone),
                 Pending::Exited(_) => return Ok(ChildEvent::Exited),
                 Pending::Stopped(tid) => self.serve_one(tid, on),
+                Pending::TraceeGone { tid, pid } => {
+                    if let Some(pid) = pid {
+                        on(Stop::Gone { tid, pid });
+                    }
+                    // Let it go to its parent (no rusage: it reaches us through the
+                    // parent's, when we reap that).
+                    // SAFETY: waitid fills info; this one exit report only.
+                    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+                    let flags = libc::WEXITED | libc::WNOHANG | libc::__WALL;
+                    unsafe { libc::waitid(libc::P_PID, tid as libc::id_t, &mut info, flags) };
+                }
             }
         }
     }
@@ -665,7 +689,9 @@ impl Launcher {
     pub fn reap(&mut self) -> io::Result<bool> {
         loop {
             let pid = match self.peek()? {
-                Pending::Nothing | Pending::Stopped(_) => return Ok(true),
+                Pending::Nothing | Pending::Stopped(_) | Pending::TraceeGone { .. } => {
+                    return Ok(true)
+                }
                 Pending::AllGone => return Ok(false),
                 Pending::Exited(pid) => pid,
             };
@@ -718,12 +744,14 @@ impl Launcher {
             }
             match info.si_code {
                 libc::CLD_TRAPPED | libc::CLD_STOPPED => return Ok(Pending::Stopped(pid)),
-                _ if is_our_child(pid) => return Ok(Pending::Exited(pid)),
                 _ => {
-                    // SAFETY: as above, consuming this one exit report.
-                    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-                    let flags = libc::WEXITED | libc::WNOHANG | libc::__WALL;
-                    unsafe { libc::waitid(libc::P_PID, pid as libc::id_t, &mut info, flags) };
+                    return Ok(match exited_task(pid) {
+                        Ok(()) => Pending::Exited(pid),
+                        Err(tgid) => Pending::TraceeGone {
+                            tid: pid,
+                            pid: tgid,
+                        },
+                    })
                 }
             }
         }

@@ -157,35 +157,35 @@ impl Sampler {
                 Ok(()) => parse::schedstat(&self.buf),
                 Err(_) => None,
             };
-        let thread = ThreadSample {
-            tid,
-            comm: comm.into(),
-            state: state.to_compact_string(),
-            schedstat,
-            syscall_nr: None,
-            class_ns: None,
+        let mut exit = exit_record(t_ns, tid, comm, state, schedstat, stat, io);
+        exit.peak_rss_kib = status.peak_rss_kib;
+        exit.voluntary_switches = status.voluntary_switches;
+        exit.involuntary_switches = status.involuntary_switches;
+        Some(exit)
+    }
+
+    /// Thread `tid` of process `pid` after its exit, before the tracer lets it go: its
+    /// final schedstat and its process's stat, which now include its teardown. Its
+    /// memory is gone: no peak RSS, and its io is left to the exit stop's read.
+    pub fn sample_gone(&mut self, tid: i32, pid: i32, t_ns: u64) -> Option<ThreadExit> {
+        self.dir
+            .read(format_args!("{pid}/stat"), &mut self.buf)
+            .ok()?;
+        let stat = parse::stat(&self.buf)?;
+        let (comm, state) = if tid == pid {
+            (stat.comm.clone(), stat.state)
+        } else {
+            (self.dir)
+                .read(format_args!("{pid}/task/{tid}/stat"), &mut self.buf)
+                .ok()?;
+            let tstat = parse::stat(&self.buf)?;
+            (tstat.comm, tstat.state)
         };
-        Some(ThreadExit {
-            t_ns,
-            process: ProcessSample {
-                pid,
-                ppid: stat.ppid,
-                state: stat.state.to_compact_string(),
-                start_time_ticks: stat.start_time_ticks,
-                utime_ticks: stat.utime_ticks,
-                stime_ticks: stat.stime_ticks,
-                cutime_ticks: stat.cutime_ticks,
-                cstime_ticks: stat.cstime_ticks,
-                rss_pages: stat.rss_pages,
-                num_threads: stat.num_threads,
-                io,
-                threads: vec![thread],
-                comm: stat.comm.into(),
-            },
-            peak_rss_kib: status.peak_rss_kib,
-            voluntary_switches: status.voluntary_switches,
-            involuntary_switches: status.involuntary_switches,
-        })
+        (self.dir)
+            .read(format_args!("{pid}/task/{tid}/schedstat"), &mut self.buf)
+            .ok()?;
+        let schedstat = parse::schedstat(&self.buf);
+        Some(exit_record(t_ns, tid, comm, state, schedstat, stat, None))
     }
 
     /// Process `pid`'s command line (at its exec stop), at most [`MAX_ARGV_BYTES`].
@@ -379,6 +379,48 @@ impl Sampler {
             class_ns: None,
         };
         Ok((thread, !idle))
+    }
+}
+
+/// A [`ThreadExit`] of thread `tid` (its name, state and schedstat) in the process
+/// `stat` describes; the status fields are left for the caller.
+fn exit_record(
+    t_ns: u64,
+    tid: i32,
+    comm: String,
+    state: char,
+    schedstat: Option<Schedstat>,
+    stat: StatFields,
+    io: Option<IoCounters>,
+) -> ThreadExit {
+    let thread = ThreadSample {
+        tid,
+        comm: comm.into(),
+        state: state.to_compact_string(),
+        schedstat,
+        syscall_nr: None,
+        class_ns: None,
+    };
+    ThreadExit {
+        t_ns,
+        process: ProcessSample {
+            pid: stat.pid,
+            ppid: stat.ppid,
+            state: stat.state.to_compact_string(),
+            start_time_ticks: stat.start_time_ticks,
+            utime_ticks: stat.utime_ticks,
+            stime_ticks: stat.stime_ticks,
+            cutime_ticks: stat.cutime_ticks,
+            cstime_ticks: stat.cstime_ticks,
+            rss_pages: stat.rss_pages,
+            num_threads: stat.num_threads,
+            io,
+            threads: vec![thread],
+            comm: stat.comm.into(),
+        },
+        peak_rss_kib: None,
+        voluntary_switches: None,
+        involuntary_switches: None,
     }
 }
 
