@@ -237,21 +237,7 @@ impl Sampler {
                     .collect(),
             },
         );
-        Ok(ProcessSample {
-            pid,
-            ppid: stat.ppid,
-            state: stat.state.to_compact_string(),
-            start_time_ticks: stat.start_time_ticks,
-            utime_ticks: stat.utime_ticks,
-            stime_ticks: stat.stime_ticks,
-            cutime_ticks: stat.cutime_ticks,
-            cstime_ticks: stat.cstime_ticks,
-            rss_pages: stat.rss_pages,
-            num_threads: stat.num_threads,
-            io,
-            threads,
-            comm: stat.comm.into(),
-        })
+        Ok(process_sample(stat, io, threads))
     }
 
     /// The process's threads, sorted by tid, and whether none of them ran since the
@@ -403,24 +389,33 @@ fn exit_record(
     };
     ThreadExit {
         t_ns,
-        process: ProcessSample {
-            pid: stat.pid,
-            ppid: stat.ppid,
-            state: stat.state.to_compact_string(),
-            start_time_ticks: stat.start_time_ticks,
-            utime_ticks: stat.utime_ticks,
-            stime_ticks: stat.stime_ticks,
-            cutime_ticks: stat.cutime_ticks,
-            cstime_ticks: stat.cstime_ticks,
-            rss_pages: stat.rss_pages,
-            num_threads: stat.num_threads,
-            io,
-            threads: vec![thread],
-            comm: stat.comm.into(),
-        },
+        process: process_sample(stat, io, vec![thread]),
         peak_rss_kib: None,
         voluntary_switches: None,
         involuntary_switches: None,
+    }
+}
+
+/// A process row from its stat, io and threads.
+fn process_sample(
+    stat: StatFields,
+    io: Option<IoCounters>,
+    threads: Vec<ThreadSample>,
+) -> ProcessSample {
+    ProcessSample {
+        pid: stat.pid,
+        ppid: stat.ppid,
+        state: stat.state.to_compact_string(),
+        start_time_ticks: stat.start_time_ticks,
+        utime_ticks: stat.utime_ticks,
+        stime_ticks: stat.stime_ticks,
+        cutime_ticks: stat.cutime_ticks,
+        cstime_ticks: stat.cstime_ticks,
+        rss_pages: stat.rss_pages,
+        num_threads: stat.num_threads,
+        io,
+        threads,
+        comm: stat.comm.into(),
     }
 }
 
