@@ -79,7 +79,7 @@ mod linux {
     };
     use crate::source::ebpf::availability::Availability;
     use crate::source::ebpf::session::{self as ebpf, TraceOptions};
-    use crate::source::exit_stops::Stop;
+    use crate::source::exit_stops::{Stop, READ_AGAIN_RSS_BYTES};
     use crate::source::host::current_host;
     use crate::source::launch::{
         find_program, raise_open_file_limit, signal_child, ChildEvent, CommandUsers, Exit, Launcher,
@@ -213,6 +213,9 @@ mod linux {
         let (pid, gate) = launcher
             .spawn_gated(&args.command)
             .map_err(|e| super::not_started(&args.command[0], e))?;
+        raise_open_file_limit();
+        // Whether to read a thread again once it is gone: a large process's teardown.
+        let page_bytes = host.page_size_bytes.max(1);
         let start_record = SessionStart {
             backend: Backend::Proc,
             label: global.label.clone(),
@@ -237,8 +240,10 @@ mod linux {
                 Stop::Gone { tid, pid } => (sampler.sample_gone(tid, pid, t_ns), false),
             };
             let Some(exit) = exit else {
-                return;
+                return false;
             };
+            let read_again =
+                exit.process.rss_pages.saturating_mul(page_bytes) >= READ_AGAIN_RSS_BYTES;
             let tid = exit.process.threads.first().map_or(0, |t| t.tid);
             let leader = leader_alive && exit.process.pid == tid;
             if !kept.push(Record::ThreadExit(exit)) {
@@ -247,6 +252,7 @@ mod linux {
             if let Some(line) = leader.then(|| sampler.command_line(tid, t_ns)).flatten() {
                 kept.push(Record::CommandLine(line));
             }
+            read_again
         };
         if args.no_exit_stops {
             gate.open()
@@ -280,10 +286,11 @@ mod linux {
                 Tick::ForwardToOrphans(sig) => signal_orphans(kept.fold().frames().last(), me, sig),
                 Tick::Sample => take_frame(&mut kept, &mut sampler, schedule),
                 Tick::Stopped(stop) => {
-                    at_stop(&mut kept, &mut sampler, stop, schedule.t_ns(Instant::now()))
+                    let t_ns = schedule.t_ns(Instant::now());
+                    return Ok(at_stop(&mut kept, &mut sampler, stop, t_ns));
                 }
             }
-            Ok(())
+            Ok(false)
         })?;
         if exits_past_cap.get() > 0 {
             crate::note!(
@@ -329,11 +336,13 @@ mod linux {
     /// The launcher loop both backends share: wake at every deadline or child exit
     /// (and at least every `wake_every`), sample every interval and whenever children
     /// exit (before reaping them), and return once every descendant has been reaped.
+    /// `on` answers `true` to a [`Tick::Stopped`] exit stop to have the thread read
+    /// again once it is gone; its answer to other ticks is ignored.
     fn until_reaped(
         launcher: &mut Launcher,
         schedule: &mut Schedule,
         wake_every: Option<Duration>,
-        mut on: impl FnMut(Tick, &Schedule) -> Result<()>,
+        mut on: impl FnMut(Tick, &Schedule) -> Result<bool>,
     ) -> Result<()> {
         loop {
             let deadline = match wake_every {
@@ -348,9 +357,11 @@ mod linux {
             loop {
                 let mut failed = None;
                 let event = launcher
-                    .serve_stops(&mut |stop| {
-                        if let Err(e) = on(Tick::Stopped(stop), schedule) {
+                    .serve_stops(&mut |stop| match on(Tick::Stopped(stop), schedule) {
+                        Ok(read_again) => read_again,
+                        Err(e) => {
                             failed.get_or_insert(e);
+                            false
                         }
                     })
                     .context("cannot wait for the command")?;
@@ -460,7 +471,7 @@ mod linux {
                 // The eBPF programs see every exit: the command is not ptraced.
                 Tick::Stopped(_) => {}
             }
-            Ok(())
+            Ok(false)
         })?;
         // The last thread of a reaped process may still be on its way off the CPU; its
         // exit record follows within moments of the reap.

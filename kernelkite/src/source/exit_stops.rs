@@ -2,11 +2,12 @@
 //! launched (a parent may trace its own descendants), with fork, vfork, clone and exit
 //! events but no syscall stops, so every process and thread of the tree stops once as
 //! it exits, still holding its final counters (and its command line), however short
-//! its life. The sampler reads them there ([`Stop::Exit`]), and once more when the
-//! exited thread is reported to kernelkite before its parent ([`Stop::Gone`]): its CPU
-//! then includes tearing down its memory (several ms for a linker). A process costs
-//! its fork stop, its first stop, its exit stop, its exit report, and a stop for each
-//! signal it is sent (its parent's SIGCHLD among them).
+//! its life. The sampler reads them there ([`Stop::Exit`]); a thread of a large process
+//! is read once more when its exit is reported to kernelkite before its parent
+//! ([`Stop::Gone`]), so its CPU includes tearing down its memory (5% of a linker's),
+//! and a small one is let go at its exit stop. A process costs its fork stop, its first
+//! stop, its exit stop (and report, when large), and a stop for each signal it is sent
+//! (its parent's SIGCHLD among them).
 //!
 //! Where ptrace bites:
 //! - A debugger in the tree (gdb, strace, rr, a sanitizer's leak checker) needs ptrace
@@ -44,7 +45,14 @@ const OPTIONS: libc::c_int = FOLLOW | libc::PTRACE_O_TRACEEXIT;
 const PTRACE_GET_SYSCALL_INFO: libc::c_uint = 0x420e;
 const PTRACE_SYSCALL_INFO_SECCOMP: u8 = 3;
 
-/// What a tracee stopped for, for the session to act on before it goes on.
+/// A thread whose process holds at least this much memory at its exit stop is read
+/// again once it is gone ([`Stop::Gone`]): unmapping it costs the process CPU (5% of a
+/// linker's, several ms). A smaller one is let go at its exit stop, saving a stop on
+/// its parent's path (tens of µs of teardown are then not in its row).
+pub const READ_AGAIN_RSS_BYTES: u64 = 32 << 20;
+
+/// What a tracee stopped for, for the session to act on before it goes on. For
+/// [`Stop::Exit`] the session answers whether to read the thread again when it is gone.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Stop {
     /// Thread `tid` is exiting: its counters are nearly final (what tearing down its
@@ -150,15 +158,20 @@ impl ExitStops {
 
     /// Serve the ptrace stop `status` that `waitpid` returned for `tid`: tell `on` what
     /// it was, then let the tracee go on exactly as it would have untraced.
-    pub fn serve(&mut self, tid: i32, status: libc::c_int, on: &mut dyn FnMut(Stop)) {
+    pub fn serve(&mut self, tid: i32, status: libc::c_int, on: &mut dyn FnMut(Stop) -> bool) {
         let sig = libc::WSTOPSIG(status);
         let event = (status >> 16) & 0xff;
         match event {
             libc::PTRACE_EVENT_EXIT => {
                 note_setuid(tid, &mut self.setuid_noted);
-                on(Stop::Exit { tid });
-                // Still traced: its exit is reported here first ([`Stop::Gone`]).
-                resume(tid, 0);
+                if on(Stop::Exit { tid }) {
+                    // Still traced: its exit is reported here first ([`Stop::Gone`]).
+                    resume(tid, 0);
+                } else {
+                    // Untraced from here: its parent hears of its exit at once.
+                    // SAFETY: PTRACE_DETACH from a ptrace-stop, signal 0.
+                    unsafe { libc::ptrace(libc::PTRACE_DETACH, tid, 0usize, 0usize) };
+                }
             }
             libc::PTRACE_EVENT_FORK | libc::PTRACE_EVENT_VFORK | libc::PTRACE_EVENT_CLONE => {
                 resume(tid, 0)
@@ -181,7 +194,7 @@ impl ExitStops {
     }
 
     /// A tracee asked for ptrace itself (the filter's stop): get out of its way.
-    fn step_aside(&mut self, tid: i32, on: &mut dyn FnMut(Stop)) {
+    fn step_aside(&mut self, tid: i32, on: &mut dyn FnMut(Stop) -> bool) {
         let mut info = [0u64; 11];
         // SAFETY: the kernel writes at most `size` bytes of ptrace_syscall_info.
         let n = unsafe {
@@ -216,7 +229,7 @@ impl ExitStops {
 
 /// Detach `target` if it is a tracee of ours: interrupt it, wait for its stop (serving
 /// an exit stop first), and let it go with the signal it stopped for, if any.
-fn detach(target: i32, on: &mut dyn FnMut(Stop)) -> bool {
+fn detach(target: i32, on: &mut dyn FnMut(Stop) -> bool) -> bool {
     // SAFETY: PTRACE_INTERRUPT takes no memory; ESRCH when it is not our tracee.
     if unsafe { libc::ptrace(libc::PTRACE_INTERRUPT, target, 0usize, 0usize) } != 0 {
         return false;

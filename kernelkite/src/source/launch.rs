@@ -658,7 +658,7 @@ impl Launcher {
     /// on), until a child of ours has exited and is not reaped yet (its /proc entry,
     /// with its final counters, is still there: sample, then [`Launcher::reap`]), or
     /// nothing is pending.
-    pub fn serve_stops(&mut self, on: &mut dyn FnMut(Stop)) -> io::Result<ChildEvent> {
+    pub fn serve_stops(&mut self, on: &mut dyn FnMut(Stop) -> bool) -> io::Result<ChildEvent> {
         loop {
             if self.stops.is_some() && self.serve_next_stop(on) {
                 continue;
@@ -759,7 +759,7 @@ impl Launcher {
 
     /// Take any pending stop (stops only: an exit is never taken here) and serve it;
     /// false when none was pending.
-    fn serve_next_stop(&mut self, on: &mut dyn FnMut(Stop)) -> bool {
+    fn serve_next_stop(&mut self, on: &mut dyn FnMut(Stop) -> bool) -> bool {
         // SAFETY: waitid fills info.
         let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
         let flags = libc::WSTOPPED | libc::WNOHANG | libc::__WALL;
@@ -778,7 +778,7 @@ impl Launcher {
     }
 
     /// Take tracee `tid`'s pending stop and serve it.
-    fn serve_one(&mut self, tid: i32, on: &mut dyn FnMut(Stop)) {
+    fn serve_one(&mut self, tid: i32, on: &mut dyn FnMut(Stop) -> bool) {
         // WSTOPPED only: an exit is never taken here by mistake.
         // SAFETY: waitid fills info.
         let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
@@ -803,7 +803,7 @@ impl Launcher {
     pub fn start_with_exit_stops(
         &mut self,
         mut gate: StartGate,
-        on: &mut dyn FnMut(Stop),
+        on: &mut dyn FnMut(Stop) -> bool,
     ) -> io::Result<Option<String>> {
         let pid = self.pid.expect("a gated command");
         if let Some(refusal) = exit_stops::machine_yama_refusal() {
@@ -853,7 +853,7 @@ impl Launcher {
         &mut self,
         pid: i32,
         nohang: libc::c_int,
-        on: &mut dyn FnMut(Stop),
+        on: &mut dyn FnMut(Stop) -> bool,
     ) -> Option<ExecReached> {
         // SAFETY: waitid fills info; WNOWAIT leaves an exit for std's spawn (a failed
         // start) or the reaper.
