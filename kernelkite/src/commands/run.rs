@@ -255,7 +255,7 @@ mod linux {
             read_again
         };
         if args.no_exit_stops {
-            gate.open()
+            gate.open_or_killed()
                 .map_err(|e| super::not_started(&args.command[0], e))?;
         } else {
             let fell_back = launcher
@@ -443,13 +443,8 @@ mod linux {
                 return Err(e).context("cannot trace the command");
             }
         };
-        match gate.open() {
-            Ok(()) => {}
-            // A signal passed on to the command (SIGHUP, SIGTERM) killed it at the gate:
-            // it is reaped and reported like any other death of the command.
-            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
-            Err(e) => return Err(super::not_started(&args.command[0], e)),
-        }
+        gate.open_or_killed()
+            .map_err(|e| super::not_started(&args.command[0], e))?;
         note_root(launcher);
         let mut schedule = Schedule::new(Instant::now(), Duration::from_millis(global.interval_ms));
         // `--stacks` copies fill the ring buffer far faster than lifecycle records:

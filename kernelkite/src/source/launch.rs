@@ -807,13 +807,13 @@ impl Launcher {
     ) -> io::Result<Option<String>> {
         let pid = self.pid.expect("a gated command");
         if let Some(refusal) = exit_stops::machine_yama_refusal() {
-            gate.open()?;
+            gate.open_or_killed()?;
             return Ok(Some(refusal));
         }
         let stops = match ExitStops::seize(pid) {
             Ok(stops) => stops,
             Err(e) => {
-                gate.open()?;
+                gate.open_or_killed()?;
                 return Ok(Some(format!(
                     "cannot trace the command ({e}): exit accounting is off, and each \
                      process is only as exact as the samples"
@@ -822,7 +822,12 @@ impl Launcher {
         };
         self.stops = Some(stops);
         let mut write = std::fs::File::from(gate.write.take().expect("an unopened gate"));
-        std::io::Write::write_all(&mut write, &[GATE_OPEN_TRACED])?;
+        match std::io::Write::write_all(&mut write, &[GATE_OPEN_TRACED]) {
+            // A signal passed on to the command killed it at the gate: it is reaped and
+            // reported like any other death of the command.
+            Err(e) if e.kind() != io::ErrorKind::BrokenPipe => return Err(e),
+            _ => {}
+        }
         drop(write);
         let spawner = gate.spawner.take().expect("an unopened gate");
         // Until std's spawn returns (at the exec), a signal-delivery stop must still be
@@ -1117,6 +1122,18 @@ impl StartGate {
         std::io::Write::write_all(&mut write, &[GATE_OPEN])?;
         drop(write);
         join_spawner(self.spawner.take().expect("an unopened gate"))
+    }
+}
+
+impl StartGate {
+    /// [`StartGate::open`], where a command killed at the gate (by a signal passed on
+    /// to it: SIGHUP, SIGTERM) is not an error: it is reaped and reported like any
+    /// other death of the command.
+    pub fn open_or_killed(self) -> io::Result<()> {
+        match self.open() {
+            Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
+            other => other,
+        }
     }
 }
 
