@@ -124,6 +124,13 @@ pub(super) struct Counter {
 }
 
 impl Counter {
+    /// The counter of a new thing that took this one's place (a thread that got the
+    /// tid once pid_max wrapped): its value counts from 0.
+    pub(super) fn restart(&mut self, value: u64) {
+        self.total = self.total.saturating_add(value);
+        self.prev = Some(value);
+    }
+
     pub(super) fn push(&mut self, value: u64, baseline_zero: bool) {
         match self.prev {
             None => {
@@ -260,8 +267,16 @@ pub(super) fn accumulate(bundle: &Bundle, window: &Window) -> Accumulated {
                 tacc.samples += 1;
                 if let Some(s) = t.schedstat {
                     tacc.has_schedstat = true;
-                    tacc.on_cpu.push(s.on_cpu_ns, tacc.baseline_zero);
-                    tacc.runqueue.push(s.runqueue_ns, tacc.baseline_zero);
+                    // Counters below the last sample's: another thread got the tid.
+                    let reused = tacc.on_cpu.prev.is_some_and(|p| s.on_cpu_ns < p)
+                        || tacc.runqueue.prev.is_some_and(|p| s.runqueue_ns < p);
+                    if reused {
+                        tacc.on_cpu.restart(s.on_cpu_ns);
+                        tacc.runqueue.restart(s.runqueue_ns);
+                    } else {
+                        tacc.on_cpu.push(s.on_cpu_ns, tacc.baseline_zero);
+                        tacc.runqueue.push(s.runqueue_ns, tacc.baseline_zero);
+                    }
                 }
                 match sample_class(arch, &t.state, t.syscall_nr) {
                     Some(class) => tacc.votes[class.id() as usize] += 1,

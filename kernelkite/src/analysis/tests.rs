@@ -748,3 +748,32 @@ fn a_reaped_childs_io_read_at_its_exit_is_not_counted_twice() {
     assert_eq!((row(10).read_bytes, row(10).write_bytes), (500, 60));
     assert_eq!(a.read_bytes, 1500);
 }
+
+/// pid_max wraps within minutes of a busy build: a new thread of a process may get an
+/// old thread's tid. Its schedstat starts again; the bundle is valid and both threads'
+/// CPU counts.
+#[test]
+fn a_tid_reused_inside_a_process_counts_as_a_new_thread() {
+    let p = |on| {
+        let mut p = proc_(10, 1, 50, 0, 1, 0, 0);
+        p.threads = vec![
+            thread(10, "S", 1_000, 0, None),
+            thread(11, "S", on, 0, None),
+        ];
+        p
+    };
+    let b = bundle(vec![
+        frame(0, vec![p(0)]),
+        frame(100, vec![p(40_000_000)]),
+        frame(200, vec![p(20_000_000)]),
+    ]);
+    crate::model::validate::validate(&b).expect("a reused tid is valid");
+    let a = analyze(&b);
+    let t11: u64 = a
+        .threads
+        .iter()
+        .filter(|t| t.tid == 11)
+        .map(|t| t.classes.on_cpu)
+        .sum();
+    assert_eq!(t11, 60_000_000);
+}
