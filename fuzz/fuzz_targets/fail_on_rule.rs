@@ -57,6 +57,7 @@ fuzz_target!(|data: &[u8]| {
         before_label: None,
         after_label: None,
         deltas,
+        by_command: Vec::new(),
     };
     let outcome = rule.evaluate(&cmp);
     assert!(!outcome.message.contains('\n'), "one-line message: {}", outcome.message);
