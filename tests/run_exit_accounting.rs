@@ -399,10 +399,19 @@ fn a_cargo_build_has_every_process_exact_as_the_ebpf_backend_sees_it() {
         exact.processes.len() as u64,
         "every process of the build is exact"
     );
-    let by_name = |rows: &mut dyn Iterator<Item = (&str, f64)>| {
+    // By program, as `compare` groups them: argv[0]'s file name (both backends keep
+    // command lines), else comm. (An eBPF row's comm can be its fork's when the
+    // process exec'd and exited between two snapshots.)
+    let program = |p: &kernelkite::analysis::ProcessRow| -> String {
+        (p.argv.as_ref())
+            .and_then(|a| a.first())
+            .map(|a0| a0.rsplit('/').next().unwrap_or(a0).to_string())
+            .unwrap_or_else(|| p.comm.clone())
+    };
+    let by_name = |rows: &mut dyn Iterator<Item = (String, f64)>| {
         let mut m: BTreeMap<String, (u64, f64)> = BTreeMap::new();
         for (name, cpu) in rows {
-            let e = m.entry(name.to_string()).or_default();
+            let e = m.entry(name).or_default();
             e.0 += 1;
             e.1 += cpu;
         }
@@ -412,7 +421,7 @@ fn a_cargo_build_has_every_process_exact_as_the_ebpf_backend_sees_it() {
         &mut exact
             .processes
             .iter()
-            .map(|p| (p.comm.as_str(), p.cpu_seconds.unwrap_or(0.0))),
+            .map(|p| (program(p), p.cpu_seconds.unwrap_or(0.0))),
     );
     // The eBPF trace also holds the gate (which became the /proc run): not the build.
     let theirs = by_name(
@@ -421,7 +430,7 @@ fn a_cargo_build_has_every_process_exact_as_the_ebpf_backend_sees_it() {
             .processes
             .iter()
             .filter(|p| p.pid != run_pid)
-            .map(|p| (p.comm.as_str(), p.cpu_seconds.unwrap_or(0.0))),
+            .map(|p| (program(p), p.cpu_seconds.unwrap_or(0.0))),
     );
     let counts = |m: &BTreeMap<String, (u64, f64)>| -> Vec<(String, u64)> {
         m.iter().map(|(k, v)| (k.clone(), v.0)).collect()

@@ -242,8 +242,13 @@ mod linux {
             let Some(exit) = exit else {
                 return false;
             };
-            let read_again =
-                exit.process.rss_pages.saturating_mul(page_bytes) >= READ_AGAIN_RSS_BYTES;
+            // By the process's peak (VmHWM): the last thread to go may read an RSS of 0
+            // (its leader, a zombie, holds no memory) and still be the one to unmap it.
+            let peak_bytes = match exit.peak_rss_kib {
+                Some(kib) => kib.saturating_mul(1024),
+                None => exit.process.rss_pages.saturating_mul(page_bytes),
+            };
+            let read_again = peak_bytes >= READ_AGAIN_RSS_BYTES;
             let tid = exit.process.threads.first().map_or(0, |t| t.tid);
             let leader = leader_alive && exit.process.pid == tid;
             if !kept.push(Record::ThreadExit(exit)) {

@@ -45,10 +45,11 @@ const OPTIONS: libc::c_int = FOLLOW | libc::PTRACE_O_TRACEEXIT;
 const PTRACE_GET_SYSCALL_INFO: libc::c_uint = 0x420e;
 const PTRACE_SYSCALL_INFO_SECCOMP: u8 = 3;
 
-/// A thread whose process holds at least this much memory at its exit stop is read
-/// again once it is gone ([`Stop::Gone`]): unmapping it costs the process CPU (5% of a
-/// linker's, several ms). A smaller one is let go at its exit stop, saving a stop on
-/// its parent's path (tens of µs of teardown are then not in its row).
+/// A thread whose process's peak resident set (VmHWM) is at least this large at its
+/// exit stop is read again once it is gone ([`Stop::Gone`]): unmapping that memory
+/// costs CPU (5% of a linker's, several ms), in whichever thread drops it last. A
+/// smaller one is let go at its exit stop, saving a stop on its parent's path (tens of
+/// µs of teardown are then not in its row).
 pub const READ_AGAIN_RSS_BYTES: u64 = 32 << 20;
 
 /// What a tracee stopped for, for the session to act on before it goes on. For
