@@ -403,6 +403,26 @@ fn exited_task(pid: i32) -> Result<(), Option<i32>> {
     }
 }
 
+/// Take a pending ptrace stop, of `tid` or (`None`) of any tracee, without waiting:
+/// its tid and its status in waitpid's encoding (`(code << 8) | 0x7f`). Stops only
+/// (`WSTOPPED`): an exit is never taken here by mistake.
+fn take_stop(tid: Option<i32>) -> Option<(i32, libc::c_int)> {
+    let (idtype, id) = match tid {
+        Some(tid) => (libc::P_PID, tid as libc::id_t),
+        None => (libc::P_ALL, 0),
+    };
+    // SAFETY: waitid fills info; si_pid and si_status are valid to read after it
+    // succeeded (si_pid 0: nothing pending).
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    let flags = libc::WSTOPPED | libc::WNOHANG | libc::__WALL;
+    let rc = unsafe { libc::waitid(idtype, id, &mut info, flags) };
+    let got = unsafe { info.si_pid() };
+    if rc != 0 || got == 0 || tid.is_some_and(|t| t != got) {
+        return None;
+    }
+    Some((got, (unsafe { info.si_status() } << 8) | 0x7f))
+}
+
 /// The parent side of a launched command and everything below it.
 #[derive(Debug)]
 pub struct Launcher {
@@ -760,17 +780,9 @@ impl Launcher {
     /// Take any pending stop (stops only: an exit is never taken here) and serve it;
     /// false when none was pending.
     fn serve_next_stop(&mut self, on: &mut dyn FnMut(Stop) -> bool) -> bool {
-        // SAFETY: waitid fills info.
-        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-        let flags = libc::WSTOPPED | libc::WNOHANG | libc::__WALL;
-        let rc = unsafe { libc::waitid(libc::P_ALL, 0, &mut info, flags) };
-        // SAFETY: si_pid and si_status are valid to read after waitid succeeded.
-        let tid = unsafe { info.si_pid() };
-        if rc != 0 || tid == 0 {
+        let Some((tid, status)) = take_stop(None) else {
             return false;
-        }
-        // waitpid's encoding of a stop: (the stop's code << 8) | 0x7f.
-        let status = (unsafe { info.si_status() } << 8) | 0x7f;
+        };
         if let Some(stops) = self.stops.as_mut() {
             stops.serve(tid, status, on);
         }
@@ -779,18 +791,7 @@ impl Launcher {
 
     /// Take tracee `tid`'s pending stop and serve it.
     fn serve_one(&mut self, tid: i32, on: &mut dyn FnMut(Stop) -> bool) {
-        // WSTOPPED only: an exit is never taken here by mistake.
-        // SAFETY: waitid fills info.
-        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-        let flags = libc::WSTOPPED | libc::WNOHANG | libc::__WALL;
-        let rc = unsafe { libc::waitid(libc::P_PID, tid as libc::id_t, &mut info, flags) };
-        // SAFETY: si_pid and si_status are valid to read after waitid succeeded.
-        if rc != 0 || unsafe { info.si_pid() } != tid {
-            return;
-        }
-        // waitpid's encoding of a stop: (the stop's code << 8) | 0x7f.
-        let status = (unsafe { info.si_status() } << 8) | 0x7f;
-        if let Some(stops) = self.stops.as_mut() {
+        if let (Some((tid, status)), Some(stops)) = (take_stop(Some(tid)), self.stops.as_mut()) {
             stops.serve(tid, status, on);
         }
     }
@@ -876,20 +877,12 @@ impl Launcher {
         if !matches!(info.si_code, libc::CLD_TRAPPED | libc::CLD_STOPPED) {
             return Some(ExecReached::Exited);
         }
-        // Take the stop (stops only: an exit is never taken here).
-        // SAFETY: as above.
-        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-        let flags = libc::WSTOPPED | libc::WNOHANG | libc::__WALL;
-        let rc = unsafe { libc::waitid(libc::P_PID, pid as libc::id_t, &mut info, flags) };
-        if rc != 0 || unsafe { info.si_pid() } != pid {
-            return None;
-        }
-        let code = unsafe { info.si_status() };
-        if code >> 8 == libc::PTRACE_EVENT_EXEC {
+        let (_, status) = take_stop(Some(pid))?;
+        if status >> 16 == libc::PTRACE_EVENT_EXEC {
             return Some(ExecReached::Stopped);
         }
         if let Some(stops) = self.stops.as_mut() {
-            stops.serve(pid, (code << 8) | 0x7f, on);
+            stops.serve(pid, status, on);
         }
         None
     }
