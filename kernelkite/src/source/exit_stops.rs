@@ -190,7 +190,10 @@ impl ExitStops {
                 _ => resume(tid, 0),
             },
             // A signal-delivery stop: deliver it, now.
-            _ => resume(tid, sig),
+            0 => resume(tid, sig),
+            // Any other event stop (the command's own exec, at its start): no signal
+            // to deliver (its SIGTRAP is the stop's mark, not a signal).
+            _ => resume(tid, 0),
         }
     }
 
