@@ -1,6 +1,6 @@
 //! The one door to files that a traced process controls: its perf map
 //! (`/tmp/perf-PID.map`), the binaries and libraries it mapped, read by path once it
-//! has exited. kernelkite runs as root next to that process, so each such file is
+//! has exited (below its own root when it lives in another mount namespace). kernelkite runs as root next to that process, so each such file is
 //! untrusted input, and nothing else in kernelkite opens one (a test below checks the
 //! source for other opens).
 //!
@@ -17,6 +17,9 @@
 //! - A path is opened `O_PATH | O_NOFOLLOW` (a symlink is not followed); a mapped file
 //!   through `/proc/PID/map_files/START-END` (the kernel's own link to the mapped
 //!   inode). `O_PATH` opens nothing: no FIFO or device is ever opened for reading.
+//!   A path inside another mount namespace is opened with `openat2` below a handle of
+//!   the process's root: `RESOLVE_IN_ROOT` (that root is `/`, `..` cannot leave it) and
+//!   `RESOLVE_NO_SYMLINKS` (no link anywhere on the path, magic links included).
 //! - `fstat` of that handle: a regular file only; owned by the target's uid or root when
 //!   asked (the rule perf applies to perf maps); the expected device and inode when
 //!   asked (the mapping's, from /proc/PID/maps: a path renamed over is not read); not
@@ -33,6 +36,7 @@ use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
@@ -91,18 +95,123 @@ pub enum Place {
     Path(PathBuf),
     /// The file mapped at `start..end` in live process `pid`.
     Mapped { pid: u32, start: u64, end: u64 },
+    /// `path` as a process of another mount namespace sees it: resolved below `root`
+    /// (its root directory, which is `/` for the path; `..` cannot leave it), never
+    /// through a symlink.
+    InRoot { root: Arc<Root>, path: PathBuf },
 }
 
 impl Place {
-    /// The path the kernel is asked to open.
-    fn open_path(&self) -> PathBuf {
+    /// What the door's pending and answered reads are keyed by: the path opened, or
+    /// for [`Place::InRoot`] the path with its root handle's serial (a path means
+    /// another file in another root).
+    fn key(&self) -> PathBuf {
         match self {
             Place::Path(p) => p.clone(),
             Place::Mapped { pid, start, end } => {
                 PathBuf::from(format!("/proc/{pid}/map_files/{start:x}-{end:x}"))
             }
+            Place::InRoot { root, path } => {
+                PathBuf::from(format!("root#{}:{}", root.serial, path.display()))
+            }
         }
     }
+
+    /// How reports name the file: the path, and for [`Place::InRoot`] the mount
+    /// namespace it is in (as `/proc/PID/ns/mnt` reads, `mnt:[INODE]`).
+    pub fn shown(&self) -> String {
+        match self {
+            Place::InRoot { root, path } => {
+                format!("{} in mnt:[{}]", path.display(), root.key.mount_namespace)
+            }
+            other => other.key().to_string_lossy().into_owned(),
+        }
+    }
+}
+
+/// What tells one [`Root`] from another: its mount namespace (the inode of
+/// `/proc/PID/ns/mnt`) and the device and inode of the root directory (a process may
+/// have chrooted inside its namespace).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RootKey {
+    pub mount_namespace: u64,
+    pub dev: u64,
+    pub inode: u64,
+}
+
+/// A process's root directory and its mount namespace, held to read files as that
+/// process sees them ([`Place::InRoot`]) also after it has exited: the namespace
+/// handle keeps its mounts in place even once its last process is gone (without it, a
+/// container's `/tmp` would be unmounted with its last process, and the root's `/tmp`
+/// be the one beneath).
+#[derive(Debug)]
+pub struct Root {
+    /// `O_PATH` handle of the root directory.
+    dir: OwnedFd,
+    /// Handle of the mount namespace (nsfs): held, never read.
+    _namespace: OwnedFd,
+    key: RootKey,
+    /// Unique among the handles of this process: keys the door's pending reads.
+    serial: u64,
+}
+
+impl Root {
+    /// The root and mount namespace of live process `pid`. `/proc/PID/root` and
+    /// `/proc/PID/ns/mnt` are the kernel's magic links, followed here (as root, before
+    /// any credentials are taken): /proc/PID is the kernel's, not the target's, and
+    /// what they lead to is the process's root and namespace whatever the target does.
+    /// Nothing is read through them but by [`Door::read`] of a [`Place::InRoot`].
+    pub fn of_process(pid: u32) -> Option<Root> {
+        static SERIAL: AtomicU64 = AtomicU64::new(0);
+        let flags = libc::O_PATH | libc::O_DIRECTORY;
+        let dir = open_raw(Path::new(&format!("/proc/{pid}/root")), flags).ok()?;
+        let namespace = open_raw(Path::new(&format!("/proc/{pid}/ns/mnt")), libc::O_RDONLY).ok()?;
+        let (root, ns) = (fstat(&dir).ok()?, fstat(&namespace).ok()?);
+        Some(Root {
+            dir,
+            _namespace: namespace,
+            key: RootKey {
+                mount_namespace: ns.st_ino,
+                dev: root.st_dev,
+                inode: root.st_ino,
+            },
+            serial: SERIAL.fetch_add(1, Ordering::Relaxed),
+        })
+    }
+
+    pub fn key(&self) -> RootKey {
+        self.key
+    }
+
+    /// A directory taken as a root, in kernelkite's own mount namespace (tests).
+    #[cfg(test)]
+    fn of_dir(dir: &Path) -> Root {
+        let dir = open_raw(dir, libc::O_PATH | libc::O_DIRECTORY).unwrap();
+        let namespace = open_raw(Path::new("/proc/self/ns/mnt"), libc::O_RDONLY).unwrap();
+        let (root, ns) = (fstat(&dir).unwrap(), fstat(&namespace).unwrap());
+        Root {
+            dir,
+            _namespace: namespace,
+            key: RootKey {
+                mount_namespace: ns.st_ino,
+                dev: root.st_dev,
+                inode: root.st_ino,
+            },
+            serial: u64::MAX - root.st_ino,
+        }
+    }
+}
+
+/// The mount namespace of `pid` (kernelkite's own with `None`): the inode of
+/// `/proc/PID/ns/mnt`, a kernel file; `None` when the process is gone.
+pub fn mount_namespace(pid: Option<u32>) -> Option<u64> {
+    let path = match pid {
+        Some(pid) => format!("/proc/{pid}/ns/mnt"),
+        None => "/proc/self/ns/mnt".to_string(),
+    };
+    std::fs::metadata(path)
+        .ok()
+        .map(|m| std::os::unix::fs::MetadataExt::ino(&m))
 }
 
 /// What the file must be to be read.
@@ -127,12 +236,51 @@ pub struct Credentials {
 impl Credentials {
     /// The filesystem uid and gid of live process `pid` (/proc/PID/status).
     pub fn of_process(pid: u32) -> Option<Credentials> {
-        let status = procfs::process::Process::new(pid as i32)
-            .and_then(|p| p.status())
-            .ok()?;
-        Some(Credentials {
-            uid: status.fuid,
-            gid: status.fgid,
+        ProcessStatus::of_process(pid).map(|s| s.who)
+    }
+}
+
+/// What the door needs of a live process, from one read of `/proc/PID/status`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProcessStatus {
+    /// Its filesystem uid and gid.
+    pub who: Credentials,
+    /// Its pid in its own pid namespace (the last number of `NSpid:`): the pid a JIT
+    /// runtime in a container names its perf map by. Its host pid on a kernel without
+    /// that line.
+    pub ns_pid: u32,
+}
+
+/// /proc/PID/status is a few KiB; more than this is not read.
+const MAX_STATUS_BYTES: u64 = 64 << 10;
+
+impl ProcessStatus {
+    /// `None` when the process is gone (or the file is not as the kernel writes it).
+    pub fn of_process(pid: u32) -> Option<ProcessStatus> {
+        let file = File::open(format!("/proc/{pid}/status")).ok()?;
+        let mut text = Vec::new();
+        file.take(MAX_STATUS_BYTES).read_to_end(&mut text).ok()?;
+        ProcessStatus::parse(pid, &String::from_utf8_lossy(&text))
+    }
+
+    fn parse(pid: u32, text: &str) -> Option<ProcessStatus> {
+        let field = |name: &str| {
+            (text.lines())
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+                .map(|v| v.split_whitespace().collect::<Vec<_>>())
+        };
+        // Real, effective, saved, filesystem.
+        let fs_id = |name: &str| field(name)?.get(3)?.parse::<u32>().ok();
+        let ns_pid = match field("NSpid") {
+            Some(pids) => pids.last()?.parse().ok()?,
+            None => pid,
+        };
+        Some(ProcessStatus {
+            who: Credentials {
+                uid: fs_id("Uid")?,
+                gid: fs_id("Gid")?,
+            },
+            ns_pid,
         })
     }
 }
@@ -206,7 +354,7 @@ impl Door {
     /// The file's contents, read by the rules of this module. [`Skip::TimedOut`] is
     /// not final: the read goes on, and asking again later may give its result.
     pub fn read(&mut self, place: &Place, rules: Rules, who: Credentials) -> Result<Vec<u8>, Skip> {
-        let path = place.open_path();
+        let path = place.key();
         if let Some(answer) = self.answered.remove(&path) {
             return answer;
         }
@@ -238,7 +386,7 @@ impl Door {
         }
         let held = Arc::clone(token);
         let (tx, rx) = mpsc::channel();
-        let opened = path.clone();
+        let opened = place.clone();
         let spawned = std::thread::Builder::new()
             .name("kk-untrusted-read".into())
             .spawn(move || {
@@ -410,14 +558,43 @@ fn fstat(fd: &OwnedFd) -> Result<libc::stat, Skip> {
     Ok(st)
 }
 
+/// `path` below `root`, as `O_PATH`: resolved as if `root` were `/` (`..` stops there,
+/// an absolute path starts there), through no symlink at all (ELOOP, a
+/// [`Skip::Symlink`]), magic links included; mount points inside the root are crossed
+/// (a container's /tmp is a mount of its own).
+fn open_in_root(root: &Root, path: &Path) -> Result<OwnedFd, Skip> {
+    let c = CString::new(path.as_os_str().as_bytes()).map_err(|_| Skip::Unreadable)?;
+    // SAFETY: a zeroed open_how is valid (no flags); the fields are set below.
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = (libc::O_PATH | libc::O_CLOEXEC) as u64;
+    how.resolve = libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS;
+    // SAFETY: a valid fd, C string and open_how of the size passed; the fd returned is
+    // ours.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            root.dir.as_raw_fd(),
+            c.as_ptr(),
+            &how as *const libc::open_how,
+            std::mem::size_of::<libc::open_how>(),
+        )
+    };
+    if fd < 0 {
+        return Err(errno_skip(&std::io::Error::last_os_error()));
+    }
+    // SAFETY: just opened, owned here only.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) })
+}
+
 /// Open (never following a symlink, never opening a non-regular file) and check.
-fn read_checked(path: &Path, rules: Rules, who: Credentials) -> Result<Vec<u8>, Skip> {
-    // map_files entries are the kernel's links to the mapped inode: followed. Any
-    // other path: its last component must not be a link.
-    let is_map_file =
-        path.starts_with("/proc") && path.components().any(|c| c.as_os_str() == "map_files");
-    let nofollow = if is_map_file { 0 } else { libc::O_NOFOLLOW };
-    let handle = open_raw(path, libc::O_PATH | nofollow)?;
+fn read_checked(place: &Place, rules: Rules, who: Credentials) -> Result<Vec<u8>, Skip> {
+    let handle = match place {
+        // map_files entries are the kernel's links to the mapped inode: followed.
+        Place::Mapped { .. } => open_raw(&place.key(), libc::O_PATH)?,
+        // Any other path: its last component must not be a link.
+        Place::Path(path) => open_raw(path, libc::O_PATH | libc::O_NOFOLLOW)?,
+        Place::InRoot { root, path } => open_in_root(root, path)?,
+    };
     let st = fstat(&handle)?;
     check(&st, rules, who)?;
     let fd = open_raw(
@@ -659,6 +836,88 @@ mod tests {
         child.wait().unwrap();
     }
 
+    /// A path in another root is resolved below it, as that root's `/`: `..` and
+    /// absolute paths stay inside, and no symlink is followed anywhere on the path.
+    #[test]
+    fn a_path_in_a_root_is_read_below_it_and_never_leaves_it() {
+        let outer = tempfile::tempdir().unwrap();
+        std::fs::write(outer.path().join("secret"), b"outside the root").unwrap();
+        let dir = outer.path().join("root");
+        std::fs::create_dir_all(dir.join("tmp")).unwrap();
+        std::fs::write(dir.join("tmp/perf-1.map"), b"1000 10 kk_jit\n").unwrap();
+        std::fs::write(dir.join("secret"), b"the root's own").unwrap();
+        std::os::unix::fs::symlink("../secret", dir.join("tmp/up")).unwrap();
+        std::os::unix::fs::symlink("tmp", dir.join("via")).unwrap();
+        let fifo = CString::new(dir.join("tmp/fifo").as_os_str().as_bytes()).unwrap();
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+        let held = Arc::new(Root::of_dir(&dir));
+        let at = |path: &str| Place::InRoot {
+            root: Arc::clone(&held),
+            path: PathBuf::from(path),
+        };
+        let mut door = Door::new(Duration::from_secs(5));
+        let mut read = |path: &str| door.read(&at(path), rules(100), root());
+        assert_eq!(read("/tmp/perf-1.map").unwrap(), b"1000 10 kk_jit\n");
+        assert_eq!(read("tmp/perf-1.map").unwrap(), b"1000 10 kk_jit\n");
+        // `..` stops at the root: the root's own file, never the one beside it.
+        assert_eq!(read("/../../secret").unwrap(), b"the root's own");
+        assert_eq!(read("/tmp/../../../secret").unwrap(), b"the root's own");
+        // No link, last component or not.
+        assert_eq!(read("/tmp/up"), Err(Skip::Symlink));
+        assert_eq!(read("/via/perf-1.map"), Err(Skip::Symlink));
+        assert_eq!(read("/tmp/fifo"), Err(Skip::NotRegular));
+        assert_eq!(read("/tmp/perf-2.map"), Err(Skip::Missing));
+        // Shown with the namespace it is in.
+        assert_eq!(
+            at("/tmp/perf-1.map").shown(),
+            format!("/tmp/perf-1.map in mnt:[{}]", held.key().mount_namespace)
+        );
+    }
+
+    /// The same path below two roots is two files to the door (its pending reads are
+    /// keyed by the root too).
+    #[test]
+    fn the_same_path_below_two_roots_is_two_files() {
+        let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        std::fs::write(a.path().join("f"), b"a").unwrap();
+        std::fs::write(b.path().join("f"), b"b").unwrap();
+        let place = |dir: &Path| Place::InRoot {
+            root: Arc::new(Root::of_dir(dir)),
+            path: PathBuf::from("/f"),
+        };
+        let mut door = Door::new(Duration::from_secs(5));
+        assert_eq!(
+            door.read(&place(a.path()), rules(10), root()).unwrap(),
+            b"a"
+        );
+        assert_eq!(
+            door.read(&place(b.path()), rules(10), root()).unwrap(),
+            b"b"
+        );
+    }
+
+    #[test]
+    fn a_status_gives_fs_ids_and_the_innermost_pid() {
+        let text = "Name:\tnode\nNSpid:\t4242\t17\t1\nNSpgid:\t9\t9\t9\n\
+                    Uid:\t1000\t1001\t1002\t1003\nGid:\t2000\t2001\t2002\t2003\n";
+        let status = ProcessStatus::parse(4242, text).unwrap();
+        assert_eq!(
+            status.who,
+            Credentials {
+                uid: 1003,
+                gid: 2003
+            }
+        );
+        assert_eq!(status.ns_pid, 1);
+        // No NSpid line (kernels before 4.1): the pid it was asked for.
+        let old = "Uid:\t0\t0\t0\t0\nGid:\t0\t0\t0\t0\n";
+        assert_eq!(ProcessStatus::parse(7, old).unwrap().ns_pid, 7);
+        assert_eq!(ProcessStatus::parse(7, "Uid:\t0\n"), None);
+        let me = std::process::id();
+        assert_eq!(ProcessStatus::of_process(me).unwrap().ns_pid, me);
+        assert_eq!(ProcessStatus::of_process(u32::MAX), None);
+    }
+
     #[test]
     fn our_own_vdso_is_an_elf_image() {
         let copy = own_vdso().expect("a vDSO");
@@ -734,6 +993,8 @@ mod tests {
                         || (code.contains("Elf::new(") && !code.contains(".fd_path()"))
                         || code.contains("Elf {")
                         || code.contains("Source::Process")
+                        || code.contains("openat2")
+                        || code.contains("}/root")
                         || code.contains("source::Process")
                         || (path.ends_with("source/ebpf/stacks.rs")
                             && (code.contains("File::open")

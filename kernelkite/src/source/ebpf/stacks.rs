@@ -12,6 +12,10 @@
 //! gives ELF symbols and DWARF file:line (DWARF only from the file itself: a
 //! `.gnu_debuglink` names a path the target chose, so such a file gives ELF symbols
 //! only). Addresses outside every file mapping: `/tmp/perf-<pid>.map` for JIT runtimes.
+//! A process of another mount namespace (a container) has its perf map, and its
+//! mapped files once it has exited, read below its own root (`untrusted::Root`, one
+//! held per namespace from when a process of it was seen alive), its perf map named by
+//! its pid in its own pid namespace.
 //! Kernel frames: kallsyms. Files refused are counted in the profile's `skipped_files`.
 
 use std::collections::{BTreeMap, HashMap as StdHashMap};
@@ -33,7 +37,9 @@ use super::loader::StackOptions;
 use super::map_batch::read_all;
 use super::unwind::{CopiedStack, Cut, ModuleInfo, ProcessUnwinder, UnwindCache};
 use crate::model::{SkippedFile, StackFrame, StackModule, StackProfile, StackSample};
-use crate::source::untrusted::{self, Credentials, Door, FileCopy, FileId, Place, Rules, Skip};
+use crate::source::untrusted::{
+    self, Credentials, Door, FileCopy, FileId, Place, ProcessStatus, Root, RootKey, Rules, Skip,
+};
 
 /// Symbolizing at one snapshot stops after this long; the stacks not reached wait for
 /// the next one. Keeps a signal's answer (trace's loop runs the snapshot) prompt.
@@ -103,6 +109,10 @@ const MAPS_REREAD: Duration = Duration::from_millis(10);
 /// (an instruction pointer is always in a mapping: only a read from before it was
 /// mapped misses it, so this bound only keeps one drain's copies to one read).
 const LEAF_MAPS_REREAD: Duration = Duration::from_millis(1);
+/// Roots of other mount namespaces held at once ([`untrusted::Root`]: two fds each);
+/// a process of one more is resolved as if it were in kernelkite's own, and counted in
+/// `roots_refused`.
+const MAX_ROOTS: usize = 256;
 /// Where distributions install separate debug files by build-id.
 const BUILD_ID_DEBUG_DIR: &str = "/usr/lib/debug/.build-id";
 /// The largest separate debug file read.
@@ -223,6 +233,15 @@ pub struct StackCollector {
     processes: BTreeMap<u32, TracedProcess>,
     /// Each process's perf map as last read (`None`: it has none, or it was refused).
     perf_maps: BTreeMap<u32, (Option<PerfMap>, Instant)>,
+    /// kernelkite's own mount namespace (`None`: unknown, then every process is
+    /// resolved as if in it).
+    own_mount_namespace: Option<u64>,
+    /// Roots of the other mount namespaces of traced processes, at most [`MAX_ROOTS`];
+    /// one is dropped when no process known holds it.
+    roots: BTreeMap<RootKey, Arc<Root>>,
+    /// Processes of another mount namespace resolved as if in ours: [`MAX_ROOTS`]
+    /// roots were held, or their root could not be opened.
+    roots_refused: u64,
     /// The last resolve of the session: a read past its deadline is then final.
     final_pass: bool,
     /// Bundle stack indices of user stacks that are truncated.
@@ -272,6 +291,11 @@ struct TracedProcess {
     /// Executable mappings of no file (JIT code), as (start, end).
     anon_exec: Vec<(u64, u64)>,
     who: Credentials,
+    /// Its pid in its own pid namespace (its perf map's name).
+    ns_pid: u32,
+    /// Its root, when its mount namespace is not kernelkite's: its files are read below
+    /// it (its perf map always, its mapped files once it has exited).
+    root: Option<Arc<Root>>,
     /// Whether the last refresh found it alive (its map_files then lead to its files).
     alive: bool,
     /// When `maps` were read (CLOCK_MONOTONIC ns, the clock of the BPF records).
@@ -338,6 +362,9 @@ impl StackCollector {
             module_build_ids: std::collections::BTreeSet::new(),
             processes: BTreeMap::new(),
             perf_maps: BTreeMap::new(),
+            own_mount_namespace: untrusted::mount_namespace(None),
+            roots: BTreeMap::new(),
+            roots_refused: 0,
             final_pass: false,
             read_pending: false,
         }
@@ -367,6 +394,8 @@ impl StackCollector {
             ("debug_files", self.debug_files.len() as u64),
             ("stack_processes", self.processes.len() as u64),
             ("perf_maps", self.perf_maps.len() as u64),
+            ("mount_roots", self.roots.len() as u64),
+            ("mount_roots_refused", self.roots_refused),
             ("truncated", self.truncated.len() as u64),
             ("deferred_copies", self.deferred.len() as u64),
             ("deferred_copies_held", self.deferred_held as u64),
@@ -392,9 +421,10 @@ impl StackCollector {
         let Some((maps, anon_exec)) = file_mappings(pid).filter(|f| !f.0.is_empty()) else {
             return;
         };
-        let Some(who) = Credentials::of_process(pid) else {
+        let Some(status) = ProcessStatus::of_process(pid) else {
             return;
         };
+        let root = self.root_of(pid);
         let same = self.processes.get(&pid).is_some_and(|p| {
             p.maps.len() == maps.len()
                 && (p.maps.iter().zip(&maps)).all(|(a, b)| {
@@ -409,11 +439,44 @@ impl StackCollector {
             TracedProcess {
                 maps,
                 anon_exec,
-                who,
+                who: status.who,
+                ns_pid: status.ns_pid,
+                root,
                 alive: true,
                 maps_read_ns,
             },
         );
+    }
+
+    /// The root to read live process `pid`'s files below: `None` when it is in
+    /// kernelkite's own mount namespace (its files are read as today, by host path) or
+    /// its namespace cannot be told. One root is held per namespace (and root
+    /// directory), opened when its first process is seen.
+    fn root_of(&mut self, pid: u32) -> Option<Arc<Root>> {
+        let ns = untrusted::mount_namespace(Some(pid))?;
+        if Some(ns) == self.own_mount_namespace || self.own_mount_namespace.is_none() {
+            return None;
+        }
+        // Most refreshes: the one it had, still its namespace.
+        if let Some(root) = (self.processes.get(&pid)).and_then(|p| p.root.as_ref()) {
+            if root.key().mount_namespace == ns {
+                return Some(Arc::clone(root));
+            }
+        }
+        let Some(opened) = Root::of_process(pid) else {
+            self.roots_refused += 1;
+            return None;
+        };
+        if let Some(held) = self.roots.get(&opened.key()) {
+            return Some(Arc::clone(held));
+        }
+        if self.roots.len() >= MAX_ROOTS {
+            self.roots_refused += 1;
+            return None;
+        }
+        let root = Arc::new(opened);
+        self.roots.insert(root.key(), Arc::clone(&root));
+        Some(root)
     }
 
     /// A STACK_COPY or STACK_PERIOD record (`stack`: the bytes after the record).
@@ -920,6 +983,9 @@ impl StackCollector {
             self.refused
                 .retain(|(pid, _), _| processes.contains_key(pid));
             self.perf_maps.retain(|pid, _| processes.contains_key(pid));
+            // A namespace's root is held while a process known is in it (or a read
+            // below it is under way).
+            self.roots.retain(|_, root| Arc::strong_count(root) > 1);
             self.unwinders.retain(|pid, _| processes.contains_key(pid));
             self.maps_read_at
                 .retain(|pid, _| processes.contains_key(pid));
@@ -1375,6 +1441,15 @@ impl StackCollector {
         }
         let (who, alive, path, maps_read_ns) =
             (p.who, p.alive, mapping.path.clone(), p.maps_read_ns);
+        // Once it has exited: the path as the process saw it, below its root when it
+        // is in another mount namespace (the host's path there is another file, or none).
+        let by_path = match &p.root {
+            Some(root) => Place::InRoot {
+                root: Arc::clone(root),
+                path: PathBuf::from(&path),
+            },
+            None => Place::Path(PathBuf::from(&path)),
+        };
         let rules = Rules {
             max_bytes: MAX_BINARY_BYTES,
             owner_is_target_or_root: false,
@@ -1392,9 +1467,7 @@ impl StackCollector {
             result = self.door.copy(&mapped, rules, who);
         }
         if matches!(result, Err(Skip::Missing)) {
-            result = self
-                .door
-                .copy(&Place::Path(PathBuf::from(&path)), rules, who);
+            result = self.door.copy(&by_path, rules, who);
         }
         match result {
             Ok(copy) => {
@@ -1464,19 +1537,27 @@ impl StackCollector {
     /// `pid`'s perf map, read through the door (owned by its uid or root); `None` when
     /// it has none or it was refused (counted).
     fn read_perf_map(&mut self, pid: u32) -> Option<PerfMap> {
-        let who = self.processes.get(&pid)?.who;
-        let path = untrusted::perf_map_path(pid);
+        let p = self.processes.get(&pid)?;
+        let who = p.who;
+        // In another mount namespace: its own /tmp, and the pid it knows itself by.
+        let place = match &p.root {
+            Some(root) => Place::InRoot {
+                root: Arc::clone(root),
+                path: untrusted::perf_map_path(p.ns_pid),
+            },
+            None => Place::Path(untrusted::perf_map_path(pid)),
+        };
         let rules = Rules {
             max_bytes: MAX_PERF_MAP_BYTES,
             owner_is_target_or_root: true,
             file: None,
         };
-        match self.door.read(&Place::Path(path.clone()), rules, who) {
+        match self.door.read(&place, rules, who) {
             Ok(bytes) => Some(PerfMap::parse(&bytes)),
             // Most processes have none.
             Err(Skip::Missing) => None,
             Err(skip) => {
-                self.skip(&path.to_string_lossy(), skip);
+                self.skip(&place.shown(), skip);
                 None
             }
         }
