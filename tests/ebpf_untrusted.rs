@@ -3,7 +3,9 @@
 //! process of `nobody` that runs JIT-style code from an anonymous page
 //! (tests/workloads/c/jitwork.c), whose `/tmp/perf-PID.map` is made a symlink to a
 //! root-only file, a FIFO, another user's file, a 2 GB sparse file, or a genuine map;
-//! and one that renames another binary over its own before it exits.
+//! and one that renames another binary over its own before it exits; and processes
+//! in a mount and pid namespace of their own, whose binary and perf map exist only
+//! there.
 
 #[path = "support/ebpf.rs"]
 mod support;
@@ -633,4 +635,256 @@ fn vdso_frames_are_named() {
         "{:?}",
         frames(&bundle)
     );
+}
+
+/// Where a program run in a namespace of its own is copied to, on that namespace's
+/// own /tmp (a tmpfs): the host has no such file.
+const IN_NAMESPACE: &str = "/tmp/kk-in-namespace";
+
+/// A program run as `nobody` in a mount and pid namespace of its own (`unshare`),
+/// from a copy on the namespace's own /tmp, a tmpfs only that namespace has: its
+/// binary, and any perf map, exist nowhere else.
+struct InNamespace {
+    unshare: Child,
+    /// Its pid on the host (it is pid 1 in its namespace).
+    pid: u32,
+    /// The first line it printed.
+    line: String,
+}
+
+impl InNamespace {
+    fn spawn(program: &Path, args: &[&str]) -> InNamespace {
+        assert!(
+            !program.starts_with("/tmp"),
+            "/tmp is mounted over before the copy"
+        );
+        let script = format!(
+            "mount -t tmpfs kk-tmp /tmp && cp \"$0\" {IN_NAMESPACE} && \
+             exec setpriv --reuid=nobody --regid=nogroup --clear-groups {IN_NAMESPACE} \"$@\""
+        );
+        let mut unshare = Command::new("unshare")
+            .args(["--pid", "--mount", "--fork", "--mount-proc", "--kill-child"])
+            .args(["sh", "-c", &script])
+            .arg(program)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("unshare (util-linux)");
+        let mut line = String::new();
+        use std::io::BufRead;
+        std::io::BufReader::new(unshare.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert!(
+            !line.is_empty(),
+            "the program in the namespace printed nothing"
+        );
+        // unshare's one child (sh, which exec'd setpriv, which exec'd the program).
+        let u = unshare.id();
+        let children = std::fs::read_to_string(format!("/proc/{u}/task/{u}/children")).unwrap();
+        let pid: u32 = children.split_whitespace().next().unwrap().parse().unwrap();
+        let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+        assert!(maps.contains(IN_NAMESPACE), "{maps}");
+        assert!(
+            !Path::new(IN_NAMESPACE).exists(),
+            "the host has a {IN_NAMESPACE}"
+        );
+        InNamespace { unshare, pid, line }
+    }
+
+    /// `path` as the program sees it, from the host.
+    fn inside(&self, path: &str) -> PathBuf {
+        PathBuf::from(format!("/proc/{}/root{path}", self.pid))
+    }
+}
+
+impl Drop for InNamespace {
+    fn drop(&mut self) {
+        // unshare's --kill-child ends the program with it.
+        let _ = self.unshare.kill();
+        let _ = self.unshare.wait();
+    }
+}
+
+/// A directory for programs built for a namespace: not below /tmp, which the
+/// namespace mounts over.
+fn build_dir() -> tempfile::TempDir {
+    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap()
+}
+
+/// A live process of another mount and pid namespace: its own code is named from the
+/// file it mapped, and its JIT code from the perf map in its own /tmp, named by its
+/// pid there (1), not the host's.
+#[test]
+fn a_process_in_another_mount_namespace_has_its_perf_map_read_in_its_own_root() {
+    let Some(_guard) =
+        ebpf_ready("a_process_in_another_mount_namespace_has_its_perf_map_read_in_its_own_root")
+    else {
+        return;
+    };
+    let dir = build_dir();
+    let bin = build_jitwork(dir.path(), "jitwork", "kk_spin_in_namespace");
+    let ns = InNamespace::spawn(&bin, &["30"]);
+    let mut words = ns.line.split_whitespace();
+    assert_eq!(words.next(), Some("jit"), "{:?}", ns.line);
+    let ns_pid: u32 = words.next().unwrap().parse().unwrap();
+    let addr = u64::from_str_radix(words.next().unwrap(), 16).unwrap();
+    assert_eq!(ns_pid, 1, "pid 1 of its own pid namespace");
+    // As the runtime writes it: in its /tmp, by its pid there, owned by its uid.
+    let perf_map = ns.inside(&format!("/tmp/perf-{ns_pid}.map"));
+    std::fs::write(&perf_map, format!("{addr:x} 2 kk_jit_in_namespace\n")).unwrap();
+    std::os::unix::fs::chown(&perf_map, Some(NOBODY), Some(NOGROUP)).unwrap();
+    for host in [ns_pid, ns.pid] {
+        let path = format!("/tmp/perf-{host}.map");
+        assert!(!Path::new(&path).exists(), "the host has a {path}");
+    }
+
+    let bundle_path = dir.path().join("b.json");
+    assert_ok(&trace(&[], ns.pid, "2", &bundle_path));
+    let bundle = load_bundle(&bundle_path).unwrap();
+    let in_page: Vec<&StackFrame> = (frames(&bundle).iter())
+        .filter(|f| f.addr >= addr && f.addr < addr + 2)
+        .collect();
+    assert!(!in_page.is_empty(), "no sample in the JIT page");
+    assert!(
+        in_page
+            .iter()
+            .any(|f| f.symbol.as_deref() == Some("kk_jit_in_namespace")
+                && f.module.as_deref() == Some("[perf-map]")),
+        "the perf map in the namespace's /tmp was not read: {in_page:?}; skipped {:?}",
+        skipped(&bundle)
+    );
+    assert!(
+        has_frame(&bundle, IN_NAMESPACE, "kk_spin_in_namespace"),
+        "{:?}",
+        frames(&bundle)
+    );
+    assert!(skipped(&bundle).is_empty(), "{:?}", skipped(&bundle));
+}
+
+/// A program that maps a JIT-style page (as tests/workloads/c/jitwork.c does), prints
+/// `spinner <pid> <hex address of the page>`, waits in read(2) for a line on stdin,
+/// then spins SECONDS (argv[1]) in the page on a thread and in `kk_spin_in_namespace`
+/// on the main thread, and exits.
+fn build_spinner(dir: &Path) -> PathBuf {
+    let src = dir.join("spinner.c");
+    std::fs::write(
+        &src,
+        r#"#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec / 1e9;
+}
+__attribute__((noinline)) void kk_spin_in_namespace(double seconds) {
+    double end = now() + seconds;
+    while (now() < end)
+        for (volatile int i = 0; i < 100000; i++) {
+        }
+}
+static void *jit(void *page) {
+    ((void (*)(void))page)();
+    return NULL;
+}
+int main(int argc, char **argv) {
+#if defined(__x86_64__)
+    unsigned char code[] = {0xeb, 0xfe}; /* jmp . */
+#elif defined(__aarch64__)
+    unsigned char code[] = {0x00, 0x00, 0x00, 0x14}; /* b . */
+#else
+#error "spinner: no spin loop for this architecture"
+#endif
+    unsigned char *page =
+        mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (page == MAP_FAILED)
+        return 1;
+    memcpy(page, code, sizeof code);
+    if (mprotect(page, 4096, PROT_READ | PROT_EXEC) != 0)
+        return 1;
+    __builtin___clear_cache((char *)page, (char *)page + sizeof code);
+    char go[16];
+    printf("spinner %d %lx\n", getpid(), (unsigned long)page);
+    fflush(stdout);
+    if (read(0, go, sizeof go) <= 0)
+        return 1;
+    pthread_t t;
+    pthread_create(&t, NULL, jit, page);
+    kk_spin_in_namespace(argc > 1 ? atof(argv[1]) : 2);
+    return 0;
+}
+"#,
+    )
+    .unwrap();
+    let bin = dir.join("spinner");
+    let status = Command::new("gcc")
+        .args(["-O0", "-g", "-fno-omit-frame-pointer", "-pthread"])
+        .arg(&src)
+        .arg("-o")
+        .arg(&bin)
+        .status()
+        .expect("gcc");
+    assert!(status.success(), "gcc failed");
+    bin
+}
+
+/// A process of another mount namespace that exits, and its namespace with it (it is
+/// its namespaces' pid 1 and only process), before its stacks are resolved: the perf
+/// map in its own /tmp is read after its exit, below the root held for its namespace,
+/// which keeps that namespace's mounts (without the namespace held, its /tmp tmpfs
+/// went with its last process). Its own code is named too; its binary is read by the
+/// unwinder while it lives (its on-CPU samples are copied), so this does not tell
+/// whether the binary's gone-process read below its root works: the door's unit tests
+/// (`a_path_in_a_root_is_read_below_it_and_never_leaves_it`) cover that read.
+#[test]
+fn a_gone_process_of_another_mount_namespace_is_named_from_its_own_root() {
+    let Some(_guard) =
+        ebpf_ready("a_gone_process_of_another_mount_namespace_is_named_from_its_own_root")
+    else {
+        return;
+    };
+    let dir = build_dir();
+    let bin = build_spinner(dir.path());
+    let mut ns = InNamespace::spawn(&bin, &["2"]);
+    let mut words = ns.line.split_whitespace();
+    assert_eq!(words.next(), Some("spinner"), "{:?}", ns.line);
+    assert_eq!(words.next(), Some("1"), "pid 1 of its own pid namespace");
+    let addr = u64::from_str_radix(words.next().unwrap(), 16).unwrap();
+    let perf_map = ns.inside("/tmp/perf-1.map");
+    std::fs::write(&perf_map, format!("{addr:x} 2 kk_jit_after_exit\n")).unwrap();
+    std::os::unix::fs::chown(&perf_map, Some(NOBODY), Some(NOGROUP)).unwrap();
+    let bundle_path = dir.path().join("b.json");
+    // One snapshot (at the start, while it waits in read) and none before it exits:
+    // its JIT frames are resolved only after it has gone.
+    let live = LiveTrace::start(&["--interval-ms", "600000"], ns.pid, "60", &bundle_path);
+    use std::io::Write;
+    writeln!(ns.unshare.stdin.as_mut().unwrap(), "go").unwrap();
+    assert!(ns.unshare.wait().unwrap().success(), "the spinner failed");
+    let (status, err) = live.wait(Duration::from_secs(60));
+    assert!(status.success(), "{err}");
+    assert!(err.contains("every traced process exited"), "{err}");
+    let bundle = load_bundle(&bundle_path).unwrap();
+    let in_page: Vec<&StackFrame> = (frames(&bundle).iter())
+        .filter(|f| f.addr >= addr && f.addr < addr + 2)
+        .collect();
+    assert!(!in_page.is_empty(), "no sample in the JIT page");
+    assert!(
+        in_page
+            .iter()
+            .any(|f| f.symbol.as_deref() == Some("kk_jit_after_exit")),
+        "the perf map was not read below its root after its exit: {in_page:?}; skipped {:?}",
+        skipped(&bundle)
+    );
+    assert!(
+        has_frame(&bundle, IN_NAMESPACE, "kk_spin_in_namespace"),
+        "{:?}",
+        frames(&bundle)
+    );
+    assert!(skipped(&bundle).is_empty(), "{:?}", skipped(&bundle));
 }
