@@ -239,8 +239,10 @@ pub struct StackCollector {
     /// Roots of the other mount namespaces of traced processes, at most [`MAX_ROOTS`];
     /// one is dropped when no process known holds it.
     roots: BTreeMap<RootKey, Arc<Root>>,
-    /// Processes of another mount namespace resolved as if in ours: [`MAX_ROOTS`]
-    /// roots were held, or their root could not be opened.
+    /// Refreshes of a process of another mount namespace that left it resolved as if
+    /// in ours: [`MAX_ROOTS`] roots were held, or its root could not be opened (it
+    /// exited in between). For `KERNELKITE_DEBUG_SIZES` only: `skipped_files` has no
+    /// reason for it.
     roots_refused: u64,
     /// The last resolve of the session: a read past its deadline is then final.
     final_pass: bool,
