@@ -867,6 +867,27 @@ mod tests {
         assert_eq!(read("/via/perf-1.map"), Err(Skip::Symlink));
         assert_eq!(read("/tmp/fifo"), Err(Skip::NotRegular));
         assert_eq!(read("/tmp/perf-2.map"), Err(Skip::Missing));
+        // A mapped file of a gone process: the mapping's device and inode, checked.
+        let st = std::fs::metadata(dir.join("tmp/perf-1.map")).unwrap();
+        let mapped = FileId {
+            dev_major: libc::major(std::os::unix::fs::MetadataExt::dev(&st)),
+            dev_minor: libc::minor(std::os::unix::fs::MetadataExt::dev(&st)),
+            inode: std::os::unix::fs::MetadataExt::ino(&st),
+        };
+        let other = FileId {
+            inode: mapped.inode + 1,
+            ..mapped
+        };
+        for (file, want) in [
+            (mapped, Ok(b"1000 10 kk_jit\n".to_vec())),
+            (other, Err(Skip::Replaced)),
+        ] {
+            let r = Rules {
+                file: Some(file),
+                ..rules(100)
+            };
+            assert_eq!(door.read(&at("/tmp/perf-1.map"), r, root()), want);
+        }
         // Shown with the namespace it is in.
         assert_eq!(
             at("/tmp/perf-1.map").shown(),
