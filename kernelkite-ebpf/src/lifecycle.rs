@@ -18,7 +18,7 @@ use crate::maps::{
     THREADS,
 };
 use crate::sched::close_interval;
-use crate::{stacks, task};
+use crate::{cgroup, stacks, task};
 
 /// An argv record and its bytes, assembled before it is sent (too large for the BPF
 /// stack).
@@ -84,10 +84,13 @@ pub fn on_fork(child: impl FnOnce(u32) -> (u32, u32)) -> i32 {
         }
         let _ = THREADS.remove(&child_tid);
     }
+    let new_process = child_tgid != parent_tgid;
+    // `--cgroup`: a process of the traced cgroup that is not traced yet (moved in after
+    // attach) brings its new processes in; its own threads wait for its next exec.
+    let traced = traced || (new_process && cgroup::selecting() && cgroup::current_in_target());
     if !traced {
         return 0;
     }
-    let new_process = child_tgid != parent_tgid;
     if new_process && unsafe { core::ptr::read_volatile(&FOLLOW) } == 0 {
         return 0;
     }
@@ -137,7 +140,7 @@ pub fn sched_process_exec(_ctx: BtfTracePointContext) -> i32 {
 /// An exec, in the thread that execs.
 #[inline(always)]
 pub fn on_exec() -> i32 {
-    let Some((tgid, tid, _)) = current_thread() else {
+    let Some((tgid, tid, _)) = current_thread().or_else(enter_target_cgroup) else {
         return 0;
     };
     // The command proper starts here: count its syscalls from now on (the exec call
@@ -161,6 +164,40 @@ pub fn on_exec() -> i32 {
         send_argv(tgid, tid, ts_ns);
     }
     0
+}
+
+/// `--cgroup`: the current process execs inside the traced cgroup without being traced
+/// (a runtime moved it in, then execs the container's command): trace it from here.
+/// Exec leaves one thread, the current one, on its CPU.
+#[inline(always)]
+fn enter_target_cgroup() -> Option<(u32, u32, &'static mut ThreadState)> {
+    if !cgroup::selecting() || !cgroup::current_in_target() {
+        return None;
+    }
+    let pid_tgid = aya_ebpf::helpers::bpf_get_current_pid_tgid();
+    let (tgid, tid) = ((pid_tgid >> 32) as u32, pid_tgid as u32);
+    // SAFETY: helper calls without preconditions; the current task_struct is valid.
+    let (now, runtime_ns) = unsafe {
+        let current = bpf_get_current_task() as *const u8;
+        (bpf_ktime_get_ns(), task::sum_exec_runtime(current))
+    };
+    let state = ThreadState {
+        tgid,
+        run_state: run_state::ON_CPU,
+        since_ns: now,
+        sleep_class: LatencyClass::UnknownWait as u32,
+        // Inside execve, entered untraced: its return has no start time.
+        sys_nr: NO_SYSCALL,
+        start_ns: now,
+        runtime_ns,
+        ..ThreadState::default()
+    };
+    if THREADS.insert(&tid, &state, BPF_NOEXIST as u64).is_err() {
+        count_lost(lost::THREADS_FULL);
+        return None;
+    }
+    set_target(tgid);
+    current_thread()
 }
 
 /// The new program's argv, read where the kernel just laid it out (so a process that

@@ -17,6 +17,7 @@
     reason = "map keys and values go by reference: a copy by value would take BPF stack (512 bytes in all)"
 )]
 
+mod cgroup;
 mod classic;
 mod critical_path;
 mod floor;

@@ -1,12 +1,15 @@
 //! Every map the programs share with userspace, declared in one place.
 
+use aya_ebpf::bindings::BPF_F_MMAPABLE;
 use aya_ebpf::macros::map;
 use aya_ebpf::maps::{Array, HashMap, PerCpuArray, RingBuf};
 use kernelkite_common::bpf::{lost, targets, SyscallHist, SyscallKey, ThreadState, MAX_SYSCALL_NR};
 
 /// Bit per tgid: set for every traced process (layout: `kernelkite_common::bpf::targets`).
+/// Mappable: userspace sets and clears bits with atomics on the same words (an update
+/// of a whole word from userspace would undo a bit a program set meanwhile).
 #[map]
-pub static TARGETS: Array<u64> = Array::with_max_entries(targets::WORDS, 0);
+pub static TARGETS: Array<u64> = Array::with_max_entries(targets::WORDS, BPF_F_MMAPABLE);
 
 /// Per-thread state and class counters, keyed by tid.
 #[map]

@@ -307,9 +307,26 @@ pub enum RecordCompression {
 
 #[derive(Debug, Args)]
 pub struct TraceArgs {
-    /// Process to trace (every thread); repeatable.
-    #[arg(long = "pid", required = true, num_args = 1)]
+    /// Process to trace (every thread), by its host pid (docs/CONTAINERS.md: finding
+    /// it from inside a container); repeatable.
+    #[arg(
+        long = "pid",
+        num_args = 1,
+        required_unless_present_any = ["cgroup", "container"],
+        conflicts_with_all = ["cgroup", "container"]
+    )]
     pub pids: Vec<i32>,
+    /// Trace every process of this cgroup v2 directory and the cgroups below it: those
+    /// there at the start and those that fork or exec there later, selected in the
+    /// kernel. A directory under the v2 mount (/sys/fs/cgroup/system.slice/my.service)
+    /// or a path within the hierarchy (/system.slice/my.service). Runs until Ctrl-C,
+    /// --duration, or the cgroup's removal.
+    #[arg(long, value_name = "PATH", conflicts_with = "container")]
+    pub cgroup: Option<PathBuf>,
+    /// Trace a container, by its id or a unique prefix of it (Docker, containerd and
+    /// Kubernetes, CRI-O, Podman): its cgroup, as with --cgroup.
+    #[arg(long, value_name = "ID")]
+    pub container: Option<String>,
     /// Also trace the descendants of the traced processes: those already running and
     /// those started while tracing. Without it only the given processes are traced.
     #[arg(long)]
@@ -353,9 +370,16 @@ pub struct TraceArgs {
 
 #[derive(Debug, Args)]
 pub struct TopArgs {
-    /// Process to watch (every thread); repeatable. Default: every process.
-    #[arg(long = "pid", num_args = 1, conflicts_with = "replay")]
+    /// Process to watch (every thread), by host pid; repeatable. Default: every process.
+    #[arg(long = "pid", num_args = 1, conflicts_with_all = ["replay", "cgroup", "container"])]
     pub pids: Vec<i32>,
+    /// Watch every process of this cgroup v2 directory and below it, as
+    /// `trace --cgroup` does (eBPF backend).
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["replay", "container"])]
+    pub cgroup: Option<PathBuf>,
+    /// Watch a container, by its id or a unique prefix of it (eBPF backend).
+    #[arg(long, value_name = "ID", conflicts_with = "replay")]
+    pub container: Option<String>,
     /// Also watch the children of the `--pid` processes (new ones too).
     #[arg(long, conflicts_with = "replay")]
     pub follow: bool,

@@ -377,7 +377,15 @@ impl Traced {
                 .find(|e| e.kind == LifecycleKind::Fork && e.tid == t.tid)
                 .map(|e| e.t_ns);
             let Some(end) = exit else { continue };
-            let start = fork.unwrap_or(0);
+            // Traced from its fork, or (`--cgroup`: entering at its exec) its exec, or
+            // else from the start.
+            let at_start = (self.bundle.frames.first())
+                .is_some_and(|f| f.processes.iter().any(|p| p.pid == t.pid));
+            let exec = (self.bundle.lifecycle.iter())
+                .find(|e| e.kind == LifecycleKind::Exec && e.tid == t.tid)
+                .map(|e| e.t_ns)
+                .filter(|_| !at_start);
+            let start = fork.or(exec).unwrap_or(0);
             let wall = end - start;
             let sum = t.classes.total_ns();
             let diff = sum.abs_diff(wall) as f64;

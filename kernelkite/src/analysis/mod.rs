@@ -21,10 +21,12 @@
 //!   which is `last − baseline` for well-formed data and never underflows.
 
 mod accumulate;
+pub mod cgroup_totals;
 mod classes;
 pub mod commands;
 pub mod compare;
 pub mod critical_path;
+pub mod placement;
 mod processes;
 pub mod stacks;
 pub mod timeline;
@@ -146,6 +148,13 @@ pub struct Analysis {
     /// (USER_HZ ticks × 1e9 / `clock_ticks_per_sec`). Not attributable to the profiled
     /// processes. `None` when the frames do not carry it.
     pub host_steal_ns: Option<u64>,
+    /// The processes by container, systemd unit or cgroup (`Bundle::process_identities`),
+    /// most CPU first; empty when no process's cgroup is known.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<placement::GroupRow>,
+    /// `--cgroup`, `--container`: the traced cgroup's own counters over the session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<cgroup_totals::CgroupTotals>,
 }
 
 /// A file not read for symbols, and why (docs/STACKS.md).
@@ -323,6 +332,10 @@ pub struct ProcessRow {
     /// not known (bundles without command lines: it keeps its comm).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub argv: Option<Vec<String>>,
+    /// Its cgroup, container, pod, unit and namespace pid (`Bundle::process_identities`);
+    /// absent when never read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement: Option<placement::Placement>,
 }
 
 /// One thread over its window in the session.
@@ -470,6 +483,7 @@ pub fn analyze(bundle: &Bundle) -> Analysis {
     let processes_without_io = acc.procs.values().filter(|p| !p.io_visible).count() as u64;
 
     let tree = build_tree(&processes);
+    let groups = placement::groups(&processes);
 
     Analysis {
         label: bundle.label.clone(),
@@ -519,6 +533,8 @@ pub fn analyze(bundle: &Bundle) -> Analysis {
         reap_folds,
         time_accounting: bundle.host.time_accounting.clone(),
         host_steal_ns: host_steal_ns(bundle),
+        groups,
+        cgroup: cgroup_totals::cgroup_totals(bundle),
     }
 }
 

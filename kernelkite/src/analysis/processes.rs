@@ -84,6 +84,7 @@ pub(super) fn process_rows(
                 .unwrap_or_default(),
             threads: a.threads.len() as u64,
             argv: None,
+            placement: None,
         })
         .collect();
     for (&pid, (ppid, comm, first, last)) in lifecycle_only {
@@ -112,11 +113,14 @@ pub(super) fn process_rows(
                 .unwrap_or_default(),
             threads: threads_seen,
             argv: None,
+            placement: None,
         });
     }
     let commands = commands::latest_by_pid(bundle);
+    let placements = super::placement::latest_by_pid(bundle);
     for p in &mut processes {
         p.argv = commands.get(&p.pid).map(|c| c.argv.clone());
+        p.placement = placements.get(&p.pid).cloned();
     }
     // The eBPF backend measured every process's on-CPU time exactly (switch-in to
     // switch-out, including processes that lived between two snapshots): use it

@@ -465,6 +465,7 @@ fn row(pid: i32, ppid: i32, first_seen_ns: u64) -> ProcessRow {
         classes: ClassTimes::default(),
         threads: 0,
         argv: None,
+        placement: None,
     }
 }
 

@@ -3,7 +3,7 @@
 use std::mem::take;
 
 use crate::model::frame_keeper::keep_capped;
-use crate::model::{Backend, Bundle, CommandLine, Frame, FrameCap, FrameKeeper};
+use crate::model::{Backend, Bundle, CommandLine, Frame, FrameCap, FrameKeeper, ProcessIdentity};
 use crate::recording::{Record, RecordRef, RecordSink, SessionStart};
 
 /// Folds a session's records, in the order they were made, into its bundle: frames
@@ -47,6 +47,9 @@ impl BundleFold {
             Record::SlowSyscall(s) => return keep_capped(&mut bundle.slow_syscalls, s),
             Record::CommandLine(c) => return keep_capped(&mut bundle.command_lines, c),
             Record::ThreadExit(e) => return keep_capped(&mut bundle.thread_exits, e),
+            Record::ProcessIdentity(i) => return keep_capped(&mut bundle.process_identities, i),
+            Record::CgroupSample(c) => return keep_capped(&mut bundle.cgroup_samples, c),
+            Record::TracedCgroup(c) => bundle.traced_cgroup = Some(c),
             Record::Histograms { histograms, .. } => bundle.syscalls = histograms,
             Record::EventsLost {
                 count, by_cause, ..
@@ -107,6 +110,10 @@ impl BundleFold {
 
     pub fn command_lines(&self) -> &[CommandLine] {
         &self.bundle.command_lines
+    }
+
+    pub fn process_identities(&self) -> &[ProcessIdentity] {
+        &self.bundle.process_identities
     }
 
     /// Drop the lifecycle events kept so far (a live view that reads none).

@@ -413,6 +413,7 @@ mod linux {
             label: global.label.clone(),
             stacks: crate::commands::stack_options(&args.stacks),
             critical_path: args.critical_path,
+            cgroup: None,
         })?;
         for note in session.notes() {
             crate::note!("kernelkite: {note}");

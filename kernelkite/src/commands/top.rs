@@ -46,9 +46,20 @@ pub fn execute(global: &GlobalArgs, args: &TopArgs) -> Result<ExitCode> {
     // Created before the session starts: a bad path fails before the terminal changes.
     let record = RecordingFile::create(&args.recording)?;
     let live = |record: &Option<RecordingFile>| -> Result<Box<dyn TopFeed>> {
+        let cgroup = match (&args.cgroup, &args.container) {
+            (Some(path), _) => Some(crate::source::cgroups::resolve_dir(path)?),
+            (None, Some(id)) => Some(crate::source::cgroups::resolve_container(id)?),
+            (None, None) => None,
+        };
+        if cgroup.is_some() && global.backend == BackendChoice::Proc {
+            bail!(
+                "--cgroup and --container select in the kernel: they need the eBPF backend (sudo)"
+            );
+        }
         let targets = LiveTargets {
             pids: args.pids.clone(),
             follow: args.follow,
+            cgroup,
         };
         // A pid that is no process (or a thread, or a kernel thread) is an error with
         // either backend, never a reason to fall back.
@@ -71,6 +82,9 @@ pub fn execute(global: &GlobalArgs, args: &TopArgs) -> Result<ExitCode> {
                 Some(why) if stacks.is_some() => {
                     bail!("--stacks needs the eBPF backend, which is not available: {why}")
                 }
+                Some(why) if targets.cgroup.is_some() => {
+                    bail!("--cgroup and --container need the eBPF backend, which is not available: {why}")
+                }
                 Some(why) => {
                     crate::note!(
                         "kernelkite: using the /proc sampler: eBPF is not available: {why}"
@@ -78,7 +92,7 @@ pub fn execute(global: &GlobalArgs, args: &TopArgs) -> Result<ExitCode> {
                     proc_feed(targets)?
                 }
                 // With --stacks, failing to load is the error (no stacks from /proc).
-                None if stacks.is_some() => ebpf_feed(targets)?,
+                None if stacks.is_some() || targets.cgroup.is_some() => ebpf_feed(targets)?,
                 None => match ebpf_feed(targets.clone()) {
                     Err(e) => {
                         crate::note!(

@@ -55,6 +55,7 @@ mod platform {
     use crate::report::summary::summary_json_with;
     use crate::report::trace::trace_text;
     use crate::report::{json_text, write_stdout};
+    use crate::source::cgroups;
     use crate::source::ebpf::availability::Availability;
     use crate::source::ebpf::session::{Session, TraceOptions};
 
@@ -71,9 +72,16 @@ mod platform {
             }
             None => None,
         };
+        let cgroup = match (&args.cgroup, &args.container) {
+            (Some(path), _) => Some(cgroups::resolve_dir(path)?),
+            (None, Some(id)) => Some(cgroups::resolve_container(id)?),
+            (None, None) => None,
+        };
         let options = TraceOptions {
             pids: args.pids.clone(),
-            follow: args.follow,
+            // A cgroup's new processes are its own, whoever forks them.
+            follow: args.follow || cgroup.is_some(),
+            cgroup: cgroup.clone(),
             min_latency_ns: args.min_latency_us.saturating_mul(1000),
             interval: Duration::from_millis(global.interval_ms),
             max_frames: args.frame_cap.max_frames,
@@ -120,13 +128,21 @@ mod platform {
         for note in session.notes() {
             crate::note!("kernelkite: {note}");
         }
+        let what = match &cgroup {
+            Some(c) => format!(
+                "cgroup {} ({} processes now)",
+                c.path,
+                session.live_pids().len()
+            ),
+            None => format!(
+                "pid {}",
+                (args.pids.iter().map(|p| p.to_string()))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ),
+        };
         crate::note!(
-            "kernelkite: tracing pid {} with eBPF ({} hooks live in {:.0} ms); Ctrl-C to stop",
-            args.pids
-                .iter()
-                .map(|p| p.to_string())
-                .collect::<Vec<_>>()
-                .join(","),
+            "kernelkite: tracing {what} with eBPF ({} hooks live in {:.0} ms); Ctrl-C to stop",
             session.hooks().len(),
             session.attach_ms()
         );
@@ -141,7 +157,8 @@ mod platform {
                 tokio::spawn(serve::serve(listener, tx));
                 scrapes = Some(rx);
             }
-            event_loop(&mut session, global, args, scrapes, signals).await
+            let cgroup_dir = cgroup.as_ref().map(|c| c.dir.as_path());
+            event_loop(&mut session, global, args, cgroup_dir, scrapes, signals).await
         })?;
         if std::io::stderr().is_terminal() {
             // Over the status line.
@@ -218,6 +235,7 @@ mod platform {
         session: &mut Session,
         global: &GlobalArgs,
         args: &TraceArgs,
+        cgroup_dir: Option<&std::path::Path>,
         mut scrapes: Option<tokio::sync::mpsc::Receiver<serve::Scrape>>,
         mut signals: Signals,
     ) -> Result<&'static str> {
@@ -250,7 +268,7 @@ mod platform {
                     let exits = session.drain();
                     guard.clear_ready();
                     // Stop as soon as the last traced thread is gone, not a tick later.
-                    if exits && !session.any_target_alive() {
+                    if exits && cgroup_dir.is_none() && !session.any_target_alive() {
                         break "every traced process exited";
                     }
                 }
@@ -281,8 +299,14 @@ mod platform {
                             sizes.join(", ")
                         );
                     }
-                    if !session.any_target_alive() {
-                        break "every traced process exited";
+                    match cgroup_dir {
+                        // A cgroup's processes come and go; it ends with the cgroup.
+                        Some(dir) if !dir.exists() => break "the cgroup was removed",
+                        Some(_) => {}
+                        None if !session.any_target_alive() => {
+                            break "every traced process exited";
+                        }
+                        None => {}
                     }
                 }
                 Some(reply) = next_scrape(&mut scrapes) => {

@@ -93,11 +93,38 @@ fn host_arch(arch: &str) -> &str {
     }
 }
 
-fn process_resource(bundle: &Bundle, pid: i32, ppid: i32, comm: &str) -> Resource {
+fn process_resource(
+    bundle: &Bundle,
+    analysis: &Analysis,
+    pid: i32,
+    ppid: i32,
+    comm: &str,
+) -> Resource {
     let mut attributes = session_attributes(bundle);
     attributes.push(kv_int("process.pid", pid as i64));
     attributes.push(kv_int("process.parent_pid", ppid as i64));
     attributes.push(kv_str("process.executable.name", comm));
+    let placement = (analysis.processes.iter().rev())
+        .find(|p| p.pid == pid)
+        .and_then(|p| p.placement.as_ref());
+    if let Some(place) = placement {
+        // OpenTelemetry semantic conventions (process, container, k8s).
+        if let Some(ns_pid) = place.ns_pid {
+            attributes.push(kv_int("process.vpid", ns_pid as i64));
+        }
+        if let Some(c) = &place.cgroup {
+            attributes.push(kv_str("process.linux.cgroup", &format!("0::{c}")));
+        }
+        if let Some(id) = &place.container_id {
+            attributes.push(kv_str("container.id", id));
+        }
+        if let Some(runtime) = &place.container_runtime {
+            attributes.push(kv_str("container.runtime.name", runtime));
+        }
+        if let Some(uid) = &place.pod_uid {
+            attributes.push(kv_str("k8s.pod.uid", uid));
+        }
+    }
     Resource {
         attributes,
         ..Default::default()
@@ -182,7 +209,7 @@ pub fn metrics_request(
             ));
         }
         resource_metrics.push(ResourceMetrics {
-            resource: Some(process_resource(bundle, p.pid, p.ppid, &p.comm)),
+            resource: Some(process_resource(bundle, analysis, p.pid, p.ppid, &p.comm)),
             scope_metrics: vec![ScopeMetrics {
                 scope: Some(scope()),
                 metrics,
@@ -437,7 +464,7 @@ pub fn traces_request(
             spans.push(syscall_span(bundle, seed, &trace, Some(&root), j, unix));
         }
         resource_spans.push(ResourceSpans {
-            resource: Some(process_resource(bundle, p.pid, p.ppid, &p.comm)),
+            resource: Some(process_resource(bundle, analysis, p.pid, p.ppid, &p.comm)),
             scope_spans: vec![ScopeSpans {
                 scope: Some(scope()),
                 spans,

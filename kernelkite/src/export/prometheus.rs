@@ -67,6 +67,11 @@ pub struct Snapshot {
     /// `Bundle::events_lost_by_cause`.
     events_lost_by_cause: BTreeMap<String, u64>,
     session_seconds: f64,
+    /// Each pid's `cgroup` and `container_id` labels, where known
+    /// (`Bundle::process_identities`); the `exited` series have none.
+    place_labels: BTreeMap<i32, Labels>,
+    /// `--cgroup`: the traced cgroup's counters.
+    cgroup: Option<crate::analysis::cgroup_totals::CgroupTotals>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -104,8 +109,20 @@ impl Snapshot {
             events_lost_by_cause: analysis.events_lost_by_cause.clone(),
             session_seconds: analysis.duration_ns as f64 / 1e9,
             exited_processes: live.as_ref().map(|_| 0),
+            cgroup: analysis.cgroup.clone(),
             ..Snapshot::default()
         };
+        for p in &analysis.processes {
+            let Some(place) = &p.placement else { continue };
+            let mut labels = Labels::new();
+            if let Some(c) = &place.cgroup {
+                labels.push(("cgroup", c.clone()));
+            }
+            if let Some(id) = &place.container_id {
+                labels.push(("container_id", id.clone()));
+            }
+            s.place_labels.insert(p.pid, labels);
+        }
         let exited_comm = || EXITED_COMM.to_string();
         let mut rows: Vec<&crate::analysis::ProcessRow> = analysis.processes.iter().collect();
         if live.is_some() {
@@ -183,6 +200,16 @@ fn pid_label(pid: SeriesPid) -> String {
     pid.map_or_else(|| EXITED_PID.to_string(), |p| p.to_string())
 }
 
+impl Snapshot {
+    /// `labels` with the pid's `cgroup` and `container_id` after them, where known.
+    fn placed(&self, pid: SeriesPid, mut labels: Labels) -> Labels {
+        if let Some(place) = pid.and_then(|p| self.place_labels.get(&p)) {
+            labels.extend(place.iter().cloned());
+        }
+        labels
+    }
+}
+
 impl Collector for Snapshot {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         if !self.class_seconds.is_empty() {
@@ -193,11 +220,14 @@ impl Collector for Snapshot {
                 MetricType::Counter,
             )?;
             for ((pid, comm, class), secs) in &self.class_seconds {
-                let labels: Labels = vec![
-                    ("pid", pid_label(*pid)),
-                    ("comm", comm.clone()),
-                    ("class", class.to_string()),
-                ];
+                let labels = self.placed(
+                    *pid,
+                    vec![
+                        ("pid", pid_label(*pid)),
+                        ("comm", comm.clone()),
+                        ("class", class.to_string()),
+                    ],
+                );
                 ConstCounter::new(*secs).encode(m.encode_family(&labels)?)?;
             }
         }
@@ -225,7 +255,8 @@ impl Collector for Snapshot {
                 MetricType::Counter,
             )?;
             for ((pid, comm), secs) in &self.cpu_seconds {
-                let labels: Labels = vec![("pid", pid_label(*pid)), ("comm", comm.clone())];
+                let labels =
+                    self.placed(*pid, vec![("pid", pid_label(*pid)), ("comm", comm.clone())]);
                 ConstCounter::new(*secs).encode(m.encode_family(&labels)?)?;
             }
         }
@@ -237,11 +268,14 @@ impl Collector for Snapshot {
                 MetricType::Histogram,
             )?;
             for ((pid, comm, syscall), h) in &self.syscalls {
-                let labels: Labels = vec![
-                    ("pid", pid_label(*pid)),
-                    ("comm", comm.clone()),
-                    ("syscall", syscall.clone()),
-                ];
+                let labels = self.placed(
+                    *pid,
+                    vec![
+                        ("pid", pid_label(*pid)),
+                        ("comm", comm.clone()),
+                        ("syscall", syscall.clone()),
+                    ],
+                );
                 m.encode_family(&labels)?.encode_histogram::<NoLabelSet>(
                     h.sum_seconds,
                     h.count,
@@ -308,6 +342,40 @@ impl Collector for Snapshot {
             for (cause, &n) in &self.events_lost_by_cause {
                 let labels: Labels = vec![("cause", cause.clone())];
                 ConstCounter::new(n).encode(m.encode_family(&labels)?)?;
+            }
+        }
+        if let Some(c) = &self.cgroup {
+            let cgroup: Labels = vec![("cgroup", c.path.clone())];
+            let seconds = |ns: u64| ns as f64 / 1e9;
+            if let Some(ns) = c.cpu_throttled_ns {
+                let mut m = encoder.encode_descriptor(
+                    "kernelkite_cgroup_throttled",
+                    "Time the traced cgroup was throttled by its CPU bandwidth limit (cpu.stat throttled_usec) since the session started.",
+                    Some(&Unit::Seconds),
+                    MetricType::Counter,
+                )?;
+                ConstCounter::new(seconds(ns)).encode(m.encode_family(&cgroup)?)?;
+            }
+            let mut m = encoder.encode_descriptor(
+                "kernelkite_cgroup_pressure_stall",
+                "Pressure stall time of the traced cgroup since the session started (cpu, io, memory .pressure totals; kind some: some task stalled, full: all did).",
+                Some(&Unit::Seconds),
+                MetricType::Counter,
+            )?;
+            let stalls = [
+                ("cpu", "some", c.cpu_some_ns),
+                ("cpu", "full", c.cpu_full_ns),
+                ("io", "some", c.io_some_ns),
+                ("io", "full", c.io_full_ns),
+                ("memory", "some", c.memory_some_ns),
+                ("memory", "full", c.memory_full_ns),
+            ];
+            for (resource, kind, ns) in stalls {
+                let Some(ns) = ns else { continue };
+                let mut labels = cgroup.clone();
+                labels.push(("resource", resource.to_string()));
+                labels.push(("kind", kind.to_string()));
+                ConstCounter::new(seconds(ns)).encode(m.encode_family(&labels)?)?;
             }
         }
         let m = encoder.encode_descriptor(

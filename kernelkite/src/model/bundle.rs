@@ -105,6 +105,79 @@ pub struct Bundle {
     /// bundles written before kernelkite read them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub thread_exits: Vec<ThreadExit>,
+    /// Where each process lives beyond its host pid: its cgroup v2 path and its pid in
+    /// its own pid namespace, read from /proc when the process is first seen and after
+    /// each exec. Empty (and absent from the file) for bundles written before
+    /// kernelkite read them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub process_identities: Vec<ProcessIdentity>,
+    /// `--cgroup`, `--container`: the traced cgroup's own counters, one reading per
+    /// frame (pressure stall totals and CPU time with its throttling). Empty (and absent
+    /// from the file) otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cgroup_samples: Vec<CgroupSample>,
+    /// `--cgroup`, `--container`: the cgroup the session traced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traced_cgroup: Option<TracedCgroup>,
+}
+
+/// The cgroup v2 subtree a session traced.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TracedCgroup {
+    /// Its path from the hierarchy's root.
+    pub path: String,
+    /// Its id (its directory's inode on the v2 mount).
+    pub id: u64,
+}
+
+/// The most of a cgroup path a bundle keeps (bytes); a longer one is not kept.
+pub const MAX_CGROUP_PATH_BYTES: usize = 4096;
+
+/// A process's cgroup and pid namespace, as /proc showed them at `t_ns`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProcessIdentity {
+    /// Nanoseconds since the session's start of the reading.
+    pub t_ns: u64,
+    /// Its host pid.
+    pub pid: i32,
+    /// /proc/<pid>/cgroup, the `0::` line: its cgroup v2 path from the hierarchy's root
+    /// (absent on a host without cgroup v2, or past [`MAX_CGROUP_PATH_BYTES`]).
+    pub cgroup: Option<String>,
+    /// The inode of that cgroup's directory on the v2 mount: the kernel's cgroup id
+    /// (absent when the directory was gone or not found).
+    pub cgroup_id: Option<u64>,
+    /// /proc/<pid>/status `NSpid`: its pid in each pid namespace it is in, the host's
+    /// first and its own last; one entry when it shares the host's.
+    pub ns_pids: Vec<i32>,
+}
+
+/// The traced cgroup's counters at `t_ns`, each cumulative as its file gives it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CgroupSample {
+    /// Nanoseconds since the session's start of the reading.
+    pub t_ns: u64,
+    /// `cpu.stat` `usage_usec`, `user_usec`, `system_usec`.
+    pub cpu_usage_us: Option<u64>,
+    pub cpu_user_us: Option<u64>,
+    pub cpu_system_us: Option<u64>,
+    /// `cpu.stat` `nr_periods`, `nr_throttled`, `throttled_usec`: the bandwidth
+    /// controller's (cpu.max) periods, periods it throttled the cgroup in, and time
+    /// throttled. From the v1 cpu controller's `cpu.stat` (`throttled_time`, ns, kept
+    /// here in µs) on hosts that bind it there, for the traced processes' cpu cgroup.
+    pub cpu_periods: Option<u64>,
+    pub cpu_throttled_periods: Option<u64>,
+    pub cpu_throttled_us: Option<u64>,
+    /// `cpu.pressure`, `io.pressure`, `memory.pressure`: `some` and `full` `total=`
+    /// (µs some/all of the cgroup's tasks stalled on the resource).
+    pub cpu_some_us: Option<u64>,
+    pub cpu_full_us: Option<u64>,
+    pub io_some_us: Option<u64>,
+    pub io_full_us: Option<u64>,
+    pub memory_some_us: Option<u64>,
+    pub memory_full_us: Option<u64>,
 }
 
 /// One thread's counters at its ptrace exit stop: the last moment they can be read.
@@ -1133,6 +1206,9 @@ impl Bundle {
             wakeups: None,
             command_lines: Vec::new(),
             thread_exits: Vec::new(),
+            process_identities: Vec::new(),
+            cgroup_samples: Vec::new(),
+            traced_cgroup: None,
         }
     }
 }

@@ -6,6 +6,7 @@
 //! `analysis` when a report is made, so the maths can change without migrating files.
 
 pub mod bundle;
+pub mod cgroup_path;
 pub mod fixture;
 pub mod frame_keeper;
 pub mod io;

@@ -18,11 +18,11 @@ use super::{
     FORMAT_VERSION, MAGIC, MAX_RAW_LEN, MAX_STORED_LEN,
 };
 use crate::model::{
-    Backend, ClassTimes, CommandLine, Frame, HostConstants, IoCounters, LaunchedCommand,
-    LifecycleEvent, LifecycleKind, NetDevCounters, OnCpuSource, ProcessSample, Rusage, Schedstat,
-    SkippedFile, SlowSyscall, StackFrame, StackModule, StackProfile, StackSample, SyscallHistogram,
-    SyscallInProgress, ThreadExit, ThreadSample, TimeAccounting, WakerProfile, WakerSample, Wakeup,
-    WakeupStream,
+    Backend, CgroupSample, ClassTimes, CommandLine, Frame, HostConstants, IoCounters,
+    LaunchedCommand, LifecycleEvent, LifecycleKind, NetDevCounters, OnCpuSource, ProcessIdentity,
+    ProcessSample, Rusage, Schedstat, SkippedFile, SlowSyscall, StackFrame, StackModule,
+    StackProfile, StackSample, SyscallHistogram, SyscallInProgress, ThreadExit, ThreadSample,
+    TimeAccounting, TracedCgroup, WakerProfile, WakerSample, Wakeup, WakeupStream,
 };
 
 /// Why a recording cannot be read. Displays as one line with the byte offset.
@@ -416,6 +416,18 @@ fn decode_body(kind: RecordType, t: &mut Take<'_>) -> FieldResult<Record> {
             pid: t.i32("pid")?,
             argv: t.vec("argv", 4, |t| t.str("argument"))?,
         }),
+        RecordType::ProcessIdentity => Record::ProcessIdentity(ProcessIdentity {
+            t_ns: t.u64("t_ns")?,
+            pid: t.i32("pid")?,
+            cgroup: t.opt("cgroup", |t| t.str("cgroup"))?,
+            cgroup_id: t.opt("cgroup_id", |t| t.u64("cgroup_id"))?,
+            ns_pids: t.vec("ns_pids", 4, |t| t.i32("ns_pid"))?,
+        }),
+        RecordType::CgroupSample => Record::CgroupSample(cgroup_sample(t)?),
+        RecordType::TracedCgroup => Record::TracedCgroup(TracedCgroup {
+            path: t.str("path")?,
+            id: t.u64("id")?,
+        }),
         RecordType::ThreadExit => Record::ThreadExit(ThreadExit {
             t_ns: t.u64("t_ns")?,
             process: process(t)?,
@@ -784,4 +796,28 @@ fn decompress(payload: &[u8], limit: usize) -> Result<Vec<u8>, String> {
         .read_to_end(&mut out)
         .map_err(|e| e.to_string())?;
     Ok(out)
+}
+
+/// The fields of `encode::cgroup_counters`, in order.
+fn cgroup_sample(t: &mut Take<'_>) -> FieldResult<CgroupSample> {
+    let t_ns = t.u64("t_ns")?;
+    let mut v = [None; 12];
+    for slot in &mut v {
+        *slot = t.opt("cgroup counter", |t| t.u64("cgroup counter"))?;
+    }
+    Ok(CgroupSample {
+        t_ns,
+        cpu_usage_us: v[0],
+        cpu_user_us: v[1],
+        cpu_system_us: v[2],
+        cpu_periods: v[3],
+        cpu_throttled_periods: v[4],
+        cpu_throttled_us: v[5],
+        cpu_some_us: v[6],
+        cpu_full_us: v[7],
+        io_some_us: v[8],
+        io_full_us: v[9],
+        memory_some_us: v[10],
+        memory_full_us: v[11],
+    })
 }

@@ -12,10 +12,10 @@ use super::{
     MAX_RAW_LEN,
 };
 use crate::model::{
-    Backend, ClassTimes, Frame, IoCounters, LaunchedCommand, LifecycleEvent, LifecycleKind,
-    NetDevCounters, ProcessSample, Rusage, Schedstat, SkippedFile, SlowSyscall, StackFrame,
-    StackModule, StackProfile, StackSample, SyscallHistogram, SyscallInProgress, ThreadSample,
-    WakerProfile, WakerSample, Wakeup, WakeupStream,
+    Backend, CgroupSample, ClassTimes, Frame, IoCounters, LaunchedCommand, LifecycleEvent,
+    LifecycleKind, NetDevCounters, ProcessSample, Rusage, Schedstat, SkippedFile, SlowSyscall,
+    StackFrame, StackModule, StackProfile, StackSample, SyscallHistogram, SyscallInProgress,
+    ThreadSample, WakerProfile, WakerSample, Wakeup, WakeupStream,
 };
 
 /// A chunk ends after every frame (so a killed session loses at most the events since
@@ -101,6 +101,23 @@ pub fn encode_record(record: RecordRef<'_>, out: &mut Vec<u8>) {
             p.i32(c.pid);
             p.vec(&c.argv, |p, a| p.str(a));
         }
+        RecordRef::ProcessIdentity(i) => {
+            p.u64(i.t_ns);
+            p.i32(i.pid);
+            p.opt(i.cgroup.as_deref(), |p, c| p.str(c));
+            p.opt(i.cgroup_id, |p, v| p.u64(v));
+            p.vec(&i.ns_pids, |p, v| p.i32(*v));
+        }
+        RecordRef::CgroupSample(c) => {
+            p.u64(c.t_ns);
+            for v in cgroup_counters(c) {
+                p.opt(v, |p, v| p.u64(v));
+            }
+        }
+        RecordRef::TracedCgroup(c) => {
+            p.str(&c.path);
+            p.u64(c.id);
+        }
         RecordRef::ThreadExit(e) => {
             p.u64(e.t_ns);
             process(&mut p, &e.process);
@@ -129,6 +146,9 @@ fn record_type(record: RecordRef<'_>) -> RecordType {
         RecordRef::Wakeups(_) => RecordType::Wakeups,
         RecordRef::CommandLine(_) => RecordType::CommandLine,
         RecordRef::ThreadExit(_) => RecordType::ThreadExit,
+        RecordRef::ProcessIdentity(_) => RecordType::ProcessIdentity,
+        RecordRef::CgroupSample(_) => RecordType::CgroupSample,
+        RecordRef::TracedCgroup(_) => RecordType::TracedCgroup,
         RecordRef::End { .. } => RecordType::End,
     }
 }
@@ -551,6 +571,24 @@ impl RecordSink for SharedRecording {
     fn record(&mut self, record: RecordRef<'_>) {
         self.append(record);
     }
+}
+
+/// A cgroup sample's counters in their order on the wire (decode's `cgroup_sample`).
+pub(super) fn cgroup_counters(c: &CgroupSample) -> [Option<u64>; 12] {
+    [
+        c.cpu_usage_us,
+        c.cpu_user_us,
+        c.cpu_system_us,
+        c.cpu_periods,
+        c.cpu_throttled_periods,
+        c.cpu_throttled_us,
+        c.cpu_some_us,
+        c.cpu_full_us,
+        c.io_some_us,
+        c.io_full_us,
+        c.memory_some_us,
+        c.memory_full_us,
+    ]
 }
 
 #[cfg(test)]

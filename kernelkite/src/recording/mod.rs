@@ -69,8 +69,9 @@ pub use decode::{DecodeError, IncompleteTail, RecordingReader};
 pub use encode::{Compression, RecordingWriter, SharedRecording};
 
 use crate::model::{
-    Backend, CommandLine, Frame, HostConstants, LaunchedCommand, LifecycleEvent, SlowSyscall,
-    StackProfile, SyscallHistogram, SyscallInProgress, ThreadExit, WakerProfile, WakeupStream,
+    Backend, CgroupSample, CommandLine, Frame, HostConstants, LaunchedCommand, LifecycleEvent,
+    ProcessIdentity, SlowSyscall, StackProfile, SyscallHistogram, SyscallInProgress, ThreadExit,
+    TracedCgroup, WakerProfile, WakeupStream,
 };
 use std::collections::BTreeMap;
 
@@ -78,7 +79,7 @@ use std::collections::BTreeMap;
 /// ^Z and LF, which text-mode transfers and line-ending conversions visibly break.
 pub const MAGIC: [u8; 8] = [0x89, b'K', b'K', b'R', b'\r', b'\n', 0x1a, b'\n'];
 /// The version this build writes (and the newest it reads).
-pub const FORMAT_VERSION: u16 = 7;
+pub const FORMAT_VERSION: u16 = 8;
 /// Length of the file header.
 pub const FILE_HEADER_LEN: usize = 16;
 /// Length of a chunk header.
@@ -115,6 +116,12 @@ pub enum RecordType {
     CommandLine = 13,
     /// A thread's counters at its exit stop (`Bundle::thread_exits`), version 7 on.
     ThreadExit = 14,
+    /// A process's cgroup and namespace pids (`Bundle::process_identities`), version 8 on.
+    ProcessIdentity = 15,
+    /// The traced cgroup's counters (`Bundle::cgroup_samples`), version 8 on.
+    CgroupSample = 16,
+    /// The cgroup traced (`Bundle::traced_cgroup`), once at the start; version 8 on.
+    TracedCgroup = 17,
 }
 
 impl RecordType {
@@ -134,6 +141,9 @@ impl RecordType {
             12 => RecordType::Wakeups,
             13 => RecordType::CommandLine,
             14 => RecordType::ThreadExit,
+            15 => RecordType::ProcessIdentity,
+            16 => RecordType::CgroupSample,
+            17 => RecordType::TracedCgroup,
             _ => return None,
         })
     }
@@ -224,6 +234,9 @@ pub enum Record {
     CommandLine(CommandLine),
     /// Version 7 on: a thread's final counters, read at its exit stop.
     ThreadExit(ThreadExit),
+    ProcessIdentity(ProcessIdentity),
+    CgroupSample(CgroupSample),
+    TracedCgroup(TracedCgroup),
     End {
         t_ns: u64,
     },
@@ -238,6 +251,9 @@ impl Record {
             Record::Lifecycle(e) => Some(e.t_ns),
             Record::CommandLine(c) => Some(c.t_ns),
             Record::ThreadExit(e) => Some(e.t_ns),
+            Record::ProcessIdentity(i) => Some(i.t_ns),
+            Record::CgroupSample(c) => Some(c.t_ns),
+            Record::TracedCgroup(_) => None,
             Record::SlowSyscall(s) => Some(s.t_ns),
             Record::Histograms { t_ns, .. }
             | Record::EventsLost { t_ns, .. }
@@ -282,6 +298,9 @@ impl Record {
             Record::Wakeups(w) => RecordRef::Wakeups(w),
             Record::CommandLine(c) => RecordRef::CommandLine(c),
             Record::ThreadExit(e) => RecordRef::ThreadExit(e),
+            Record::ProcessIdentity(i) => RecordRef::ProcessIdentity(i),
+            Record::CgroupSample(c) => RecordRef::CgroupSample(c),
+            Record::TracedCgroup(c) => RecordRef::TracedCgroup(c),
             Record::End { t_ns } => RecordRef::End { t_ns: *t_ns },
         }
     }
@@ -313,6 +332,9 @@ pub enum RecordRef<'a> {
     CommandLine(&'a CommandLine),
     /// A thread's counters at its exit stop (version 7 on).
     ThreadExit(&'a ThreadExit),
+    ProcessIdentity(&'a ProcessIdentity),
+    CgroupSample(&'a CgroupSample),
+    TracedCgroup(&'a TracedCgroup),
     Stacks {
         profile: &'a StackProfile,
         slow_stacks: &'a [(u32, u32)],

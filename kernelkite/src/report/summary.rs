@@ -93,7 +93,7 @@ fn summary_json_base(a: &Analysis) -> Value {
         .processes
         .iter()
         .map(|p| {
-            json!({
+            let mut row = json!({
                 "pid": p.pid,
                 "ppid": p.ppid,
                 "comm": p.comm,
@@ -111,7 +111,11 @@ fn summary_json_base(a: &Analysis) -> Value {
                 "io_visible": p.io_visible,
                 "threads": p.threads,
                 "latency_classes": classes_json(&p.classes),
-            })
+            });
+            if let Some(place) = &p.placement {
+                row["placement"] = json!(place);
+            }
+            row
         })
         .collect();
     let network = a.network.as_ref().map(|n| {
@@ -147,7 +151,7 @@ fn summary_json_base(a: &Analysis) -> Value {
             })
         })
         .collect();
-    json!({
+    let mut summary = json!({
         "schema_version": SUMMARY_SCHEMA_VERSION,
         "kind": "summary",
         "label": a.label,
@@ -188,7 +192,15 @@ fn summary_json_base(a: &Analysis) -> Value {
         "time_accounting": a.time_accounting,
         "steal_threads": steal_threads,
         "host_steal": host_steal,
-    })
+    });
+    // Present only where known, so bundles without cgroups read as before.
+    if !a.groups.is_empty() {
+        summary["groups"] = json!(a.groups);
+    }
+    if let Some(c) = &a.cgroup {
+        summary["cgroup"] = json!(c);
+    }
+    summary
 }
 
 /// The text summary.
@@ -349,6 +361,9 @@ pub fn summary_text_with(a: &Analysis, idle: Option<&IdleSplit>) -> String {
             ),
         );
     }
+    if let Some(c) = &a.cgroup {
+        cgroup_rows(c, &mut row);
+    }
     for line in columns(&rows, &[]).lines() {
         out.push_str("  ");
         out.push_str(line);
@@ -434,9 +449,19 @@ pub fn summary_text_with(a: &Analysis, idle: Option<&IdleSplit>) -> String {
     }
     // With exit accounting, each row says where its figures came from.
     let figures = a.processes_exact_at_exit > 0;
-    let mut header = vec![
-        "pid", "ppid", "comm", "seen", "cpu", "peak rss", "read", "write",
-    ];
+    // Processes in pid namespaces: their pid there too; in several containers, units
+    // or cgroups: which.
+    let place = |p: &crate::analysis::ProcessRow| p.placement.clone().unwrap_or_default();
+    let ns_pids = shown.iter().any(|p| place(p).ns_pid.is_some());
+    let groups = a.groups.len() > 1 || a.groups.iter().any(|g| g.container_id.is_some());
+    let mut header = vec!["pid"];
+    if ns_pids {
+        header.push("ns pid");
+    }
+    header.extend(["ppid", "comm", "seen", "cpu", "peak rss", "read", "write"]);
+    if groups {
+        header.push("group");
+    }
     if figures {
         header.push("figures");
     }
@@ -464,12 +489,107 @@ pub fn summary_text_with(a: &Analysis, idle: Option<&IdleSplit>) -> String {
             super::or_na(p.io_visible.then_some(p.read_bytes), fmt_bytes),
             super::or_na(p.io_visible.then_some(p.write_bytes), fmt_bytes),
         ]);
+        let row = rows.last_mut().expect("pushed above");
+        if ns_pids {
+            let ns = place(p).ns_pid.map_or("-".to_string(), |n| n.to_string());
+            row.insert(1, ns);
+        }
+        if groups {
+            row.push(super::clean(
+                &place(p).group_name().unwrap_or_else(|| "-".into()),
+            ));
+        }
         if figures {
             let row = rows.last_mut().expect("pushed above");
             row.push(if p.exact_at_exit { "exact" } else { "sampled" }.to_string());
         }
     }
-    for line in columns(&rows, &[0, 1, 4, 5, 6, 7]).lines() {
+    let shift = usize::from(ns_pids);
+    let mut right: Vec<usize> = vec![0, 1, 4 + shift, 5 + shift, 6 + shift, 7 + shift];
+    if ns_pids {
+        right.push(1);
+        right[1] = 2;
+    }
+    for line in columns(&rows, &right).lines() {
+        out.push_str("  ");
+        out.push_str(line);
+        out.push('\n');
+    }
+    if a.groups.len() > 1 {
+        out.push('\n');
+        out.push_str(&groups_text(&a.groups));
+    }
+    out
+}
+
+/// The header rows of a traced cgroup: what it is, and what its own counters say.
+fn cgroup_rows(
+    c: &crate::analysis::cgroup_totals::CgroupTotals,
+    row: &mut impl FnMut(&str, String),
+) {
+    let labels = crate::model::cgroup_path::labels(&c.path);
+    let mut named = super::clean(&c.path);
+    if let Some(id) = &labels.container_id {
+        named.push_str(&format!(
+            "  (container {}{})",
+            crate::model::cgroup_path::short_container_id(id),
+            labels.runtime.map(|r| format!(", {r}")).unwrap_or_default()
+        ));
+    }
+    row("cgroup", named);
+    let ns = |v: Option<u64>| v.map_or("n/a".to_string(), |v| fmt_ns(v as f64));
+    if let (Some(periods), Some(throttled)) = (c.cpu_periods, c.cpu_throttled_periods) {
+        row(
+            "cgroup throttled",
+            format!(
+                "{} in {throttled} of {periods} cpu.max periods  (cpu.stat; runnable threads wait for the next period)",
+                ns(c.cpu_throttled_ns)
+            ),
+        );
+    }
+    let pressure = |some: Option<u64>, full: Option<u64>| match (some, full) {
+        (None, None) => "n/a".to_string(),
+        _ => format!("some {} full {}", ns(some), ns(full)),
+    };
+    row(
+        "cgroup pressure",
+        format!(
+            "cpu {}; io {}; memory {}  (PSI stall time over the session)",
+            pressure(c.cpu_some_ns, c.cpu_full_ns),
+            pressure(c.io_some_ns, c.io_full_ns),
+            pressure(c.memory_some_ns, c.memory_full_ns)
+        ),
+    );
+}
+
+/// The processes by container, unit or cgroup.
+fn groups_text(groups: &[crate::analysis::placement::GroupRow]) -> String {
+    let mut out = String::from("by container, unit or cgroup\n");
+    let mut rows = vec![["group", "processes", "cpu", "dominant class", "cgroup"]
+        .map(str::to_string)
+        .to_vec()];
+    for g in groups {
+        let total = g.classes.total_ns();
+        let dominant = LatencyClass::ALL
+            .into_iter()
+            .max_by_key(|c| g.classes.get(*c))
+            .filter(|_| total > 0)
+            .map_or("-".to_string(), |c| {
+                format!(
+                    "{} {}",
+                    c.name(),
+                    fmt_share(g.classes.get(c) as f64 / total as f64)
+                )
+            });
+        rows.push(vec![
+            super::clean(&g.name),
+            g.processes.to_string(),
+            fmt_secs(g.cpu_seconds),
+            dominant,
+            super::clean(g.cgroup.as_deref().unwrap_or("-")),
+        ]);
+    }
+    for line in columns(&rows, &[1, 2]).lines() {
         out.push_str("  ");
         out.push_str(line);
         out.push('\n');

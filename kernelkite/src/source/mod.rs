@@ -2,6 +2,10 @@
 //! tests can replace (a procfs root path; a BPF loader).
 
 #[cfg(target_os = "linux")]
+pub mod cgroup_counters;
+#[cfg(target_os = "linux")]
+pub mod cgroups;
+#[cfg(target_os = "linux")]
 pub mod ebpf;
 #[cfg(target_os = "linux")]
 pub mod exit_stops;

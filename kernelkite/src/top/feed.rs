@@ -13,8 +13,8 @@ use anyhow::{Context, Result};
 use crate::collect::{BundleFold, RecordedFold};
 use crate::model::frame_keeper::DEFAULT_MAX_FRAMES_MB;
 use crate::model::{
-    Backend, Bundle, Frame, HostConstants, OnCpuSource, StackProfile, SyscallHistogram,
-    WakerProfile,
+    Backend, Bundle, Frame, HostConstants, OnCpuSource, ProcessIdentity, StackProfile,
+    SyscallHistogram, WakerProfile,
 };
 use crate::recording::{ClockAnchor, Record, RecordRef, RecordSink, RecordingReader, SessionStart};
 use crate::source::host::current_host;
@@ -36,6 +36,9 @@ pub struct Snapshot {
     /// What ended the traced threads' sleeps so far, cumulative (live eBPF; `None`
     /// for /proc and replays, whose recording holds it only at the end).
     pub wakers: Option<WakerProfile>,
+    /// Cgroup and namespace pid readings since the previous snapshot (live eBPF, and
+    /// replays of bundles that have them).
+    pub identities: Vec<ProcessIdentity>,
 }
 
 /// What a feed is, for the header and status line.
@@ -85,10 +88,17 @@ pub struct LiveTargets {
     pub pids: Vec<i32>,
     /// Also watch the pids' descendants (always on without pids).
     pub follow: bool,
+    /// `--cgroup`, `--container`: every process of this cgroup subtree instead (eBPF).
+    #[cfg(target_os = "linux")]
+    pub cgroup: Option<crate::source::cgroups::CgroupDir>,
 }
 
 impl LiveTargets {
     pub fn system_wide(&self) -> bool {
+        #[cfg(target_os = "linux")]
+        if self.cgroup.is_some() {
+            return false;
+        }
         self.pids.is_empty()
     }
 
@@ -103,6 +113,10 @@ impl LiveTargets {
     }
 
     fn describe(&self) -> String {
+        #[cfg(target_os = "linux")]
+        if let Some(c) = &self.cgroup {
+            return format!("cgroup {}", c.path);
+        }
         if self.pids.is_empty() {
             return "all processes".to_string();
         }
@@ -133,6 +147,9 @@ pub struct ProcFeed {
     /// so the fold keeps no frame).
     recorded: Option<RecordedFold>,
     last_t_ns: u64,
+    /// The processes whose cgroup and namespace pids were read.
+    identity_known: std::collections::BTreeSet<i32>,
+    cgroup_v2_mount: Option<std::path::PathBuf>,
 }
 
 impl ProcFeed {
@@ -197,6 +214,8 @@ impl ProcFeed {
             interval,
             recorded: None,
             last_t_ns: 0,
+            identity_known: std::collections::BTreeSet::new(),
+            cgroup_v2_mount: crate::source::cgroups::v2_mount().ok(),
         })
     }
 }
@@ -222,7 +241,19 @@ impl TopFeed for ProcFeed {
         if !self.targets.system_wide() && frame.processes.is_empty() {
             return Ok(None);
         }
+        let mut identities = Vec::new();
+        for p in &frame.processes {
+            if self.identity_known.insert(p.pid) {
+                let mount = self.cgroup_v2_mount.as_deref();
+                identities.extend(self.sampler.identity(p.pid, t_ns, mount).map(|(i, _)| i));
+            }
+        }
+        let live: std::collections::BTreeSet<i32> = frame.processes.iter().map(|p| p.pid).collect();
+        self.identity_known.retain(|pid| live.contains(pid));
         if let Some(recorded) = self.recorded.as_mut() {
+            for identity in &identities {
+                recorded.record_only(RecordRef::ProcessIdentity(identity));
+            }
             recorded.record_only(RecordRef::Frame(&frame));
         }
         self.last_t_ns = frame.t_ns;
@@ -232,6 +263,7 @@ impl TopFeed for ProcFeed {
             events_lost: None,
             stacks: None,
             wakers: None,
+            identities,
         }))
     }
 
@@ -281,7 +313,16 @@ impl TopFeed for BundleReplayFeed {
         };
         self.next += 1;
         let last = self.next == self.bundle.frames.len();
+        let after_ns = match self.next {
+            1 => None,
+            n => Some(self.bundle.frames[n - 2].t_ns),
+        };
+        let identities = (self.bundle.process_identities.iter())
+            .filter(|i| i.t_ns <= frame.t_ns && after_ns.is_none_or(|a| i.t_ns > a))
+            .cloned()
+            .collect();
         Ok(Some(Snapshot {
+            identities,
             frame: frame.clone(),
             syscalls: if last {
                 self.bundle.syscalls.clone()
@@ -366,6 +407,7 @@ impl RecordingReplayFeed {
             events_lost: so_far.events_lost,
             stacks: so_far.stacks.clone(),
             wakers: None,
+            identities: so_far.process_identities.clone(),
         }
     }
 }
@@ -433,6 +475,10 @@ mod ebpf_feed {
         session: Option<Session>,
         interval: Duration,
         system_wide: bool,
+        /// Tracing a cgroup: the view runs until `q`, whoever is in it.
+        cgroup: bool,
+        /// Identity readings handed over so far.
+        identities_seen: usize,
         ended: bool,
     }
 
@@ -449,7 +495,8 @@ mod ebpf_feed {
             record: Option<Box<dyn RecordSink>>,
         ) -> Result<EbpfFeed> {
             let system_wide = targets.system_wide();
-            let follow = targets.follow || system_wide;
+            let cgroup = targets.cgroup.is_some();
+            let follow = targets.follow || system_wide || cgroup;
             let options = TraceOptions {
                 pids: targets.roots(),
                 follow,
@@ -465,6 +512,7 @@ mod ebpf_feed {
                 label: None,
                 stacks,
                 critical_path: false,
+                cgroup: targets.cgroup.clone(),
             };
             let mut session = Session::start_recorded(options, record)?;
             session.count_initial_in_frames(true);
@@ -484,6 +532,8 @@ mod ebpf_feed {
                 session: Some(session),
                 interval,
                 system_wide,
+                cgroup,
+                identities_seen: 0,
                 ended: false,
             })
         }
@@ -504,7 +554,8 @@ mod ebpf_feed {
             };
             let frame = session.snapshot_now()?;
             // System-wide never ends (and checking walks every thread's map entry).
-            if !self.system_wide && !session.any_target_alive() {
+            // A cgroup's processes come and go: it ends with `q`.
+            if !self.system_wide && !self.cgroup && !session.any_target_alive() {
                 self.ended = true;
             }
             Ok(Some(Snapshot {
@@ -513,6 +564,11 @@ mod ebpf_feed {
                 events_lost: Some(session.events_lost()),
                 stacks: session.stack_profile_so_far(),
                 wakers: session.wakers_so_far(),
+                identities: {
+                    let new = session.identities_since(self.identities_seen).to_vec();
+                    self.identities_seen += new.len();
+                    new
+                },
             }))
         }
 

@@ -13,16 +13,17 @@ pub mod terminal;
 pub mod view;
 pub mod window;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use kernelkite_common::LatencyClass;
 use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 
+use crate::analysis::placement::Placement;
 use crate::analysis::stacks::{dominant_stack_class, top_stacks, HeavyStack};
 use crate::analysis::{syscall_stats, SyscallStats};
-use crate::model::ClassTimes;
+use crate::model::{ClassTimes, ProcessIdentity};
 use feed::{FeedInfo, Snapshot, TopFeed};
 use window::{History, Window, WindowData};
 
@@ -91,6 +92,9 @@ pub struct Row {
     pub expanded: bool,
     /// Thread rows (live eBPF): who ended most of its sleep time in the window.
     pub main_waker: Option<String>,
+    /// Grouped view (`g`): a container's, unit's or cgroup's row, its processes' sums,
+    /// followed by them; its `pid` is a negative index of no process.
+    pub group_header: bool,
 }
 
 impl Row {
@@ -120,6 +124,9 @@ pub struct StackPanel {
     /// Heaviest first.
     pub stacks: Vec<HeavyStack>,
 }
+
+/// A process's row and its threads' rows (when expanded).
+type ProcessRows = (Row, Vec<Row>);
 
 /// What a key press asks of the event loop.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -153,6 +160,10 @@ pub struct App {
     pub overhead_percent: Option<f64>,
     /// Why the feed stopped, once it has.
     pub ended: Option<String>,
+    /// Rows grouped by container, systemd unit or cgroup (`g`).
+    pub grouped: bool,
+    /// Each pid's latest cgroup and namespace pids, from every snapshot so far.
+    identities: BTreeMap<i32, ProcessIdentity>,
 }
 
 impl App {
@@ -176,11 +187,16 @@ impl App {
             rows: Vec::new(),
             overhead_percent: None,
             ended: None,
+            grouped: false,
+            identities: BTreeMap::new(),
         }
     }
 
     /// Add a snapshot and recompute the current window.
-    pub fn ingest(&mut self, snapshot: Snapshot) {
+    pub fn ingest(&mut self, mut snapshot: Snapshot) {
+        for identity in std::mem::take(&mut snapshot.identities) {
+            self.identities.insert(identity.pid, identity);
+        }
         self.history.push(snapshot);
         self.recompute();
     }
@@ -311,6 +327,7 @@ impl App {
                         off_cpu_ns: t.classes.off_cpu_ns(),
                         expanded: false,
                         main_waker: data.main_wakers.get(&(p.pid, t.tid)).cloned(),
+                        group_header: false,
                     })
                     .collect()
             } else {
@@ -326,20 +343,71 @@ impl App {
                 off_cpu_ns: p.classes.off_cpu_ns(),
                 expanded,
                 main_waker: None,
+                group_header: false,
             };
             procs.push((row, threads));
         }
         let (sort, descending) = (self.sort, self.descending);
         procs.sort_by(|a, b| compare_rows(&a.0, &b.0, sort, descending));
-        for (row, mut threads) in procs {
-            threads.sort_by(|a, b| compare_rows(a, b, sort, descending));
-            self.rows.push(row);
-            self.rows.extend(threads);
+        if !self.grouped {
+            for (row, mut threads) in procs {
+                threads.sort_by(|a, b| compare_rows(a, b, sort, descending));
+                self.rows.push(row);
+                self.rows.extend(threads);
+            }
+        } else {
+            self.push_grouped(procs);
         }
         if self.selected_index().is_none() {
             // The selected row went away (exited, filtered out): select nothing, so the
             // syscall panel shows every process.
             self.selected = None;
+        }
+    }
+
+    /// The rows under one header row per container, unit or cgroup (sorted as the
+    /// processes are), each header the sum of its processes.
+    fn push_grouped(&mut self, procs: Vec<ProcessRows>) {
+        let (sort, descending) = (self.sort, self.descending);
+        let mut groups: BTreeMap<String, (Row, Vec<ProcessRows>)> = BTreeMap::new();
+        for (row, threads) in procs {
+            let name = (self.identities.get(&row.pid))
+                .and_then(|i| Placement::of(i).group_name())
+                .unwrap_or_else(|| "(cgroup not known)".to_string());
+            let (header, members) = groups.entry(name.clone()).or_insert_with(|| {
+                let header = Row {
+                    pid: 0,
+                    tid: None,
+                    comm: name,
+                    threads: 0,
+                    classes: ClassTimes::default(),
+                    cpu_percent: 0.0,
+                    off_cpu_ns: 0,
+                    expanded: false,
+                    main_waker: None,
+                    group_header: true,
+                };
+                (header, Vec::new())
+            });
+            header.threads += row.threads;
+            header.classes = header.classes.saturating_add(&row.classes);
+            header.cpu_percent += row.cpu_percent;
+            header.off_cpu_ns += row.off_cpu_ns;
+            members.push((row, threads));
+        }
+        let mut groups: Vec<(Row, Vec<ProcessRows>)> = groups.into_values().collect();
+        // Header pids: negative and stable (by name), so a selected group stays selected.
+        for (i, (header, _)) in groups.iter_mut().enumerate() {
+            header.pid = -(i as i32) - 1;
+        }
+        groups.sort_by(|a, b| compare_rows(&a.0, &b.0, sort, descending));
+        for (header, members) in groups {
+            self.rows.push(header);
+            for (row, mut threads) in members {
+                threads.sort_by(|a, b| compare_rows(a, b, sort, descending));
+                self.rows.push(row);
+                self.rows.extend(threads);
+            }
         }
     }
 
@@ -393,6 +461,10 @@ impl App {
             KeyCode::Char('<') => self.set_sort(Column::ALL[self.sort.index().saturating_sub(1)]),
             KeyCode::Char('r') => {
                 self.descending = !self.descending;
+                self.rebuild_rows();
+            }
+            KeyCode::Char('g') => {
+                self.grouped = !self.grouped;
                 self.rebuild_rows();
             }
             KeyCode::Char('/') => {

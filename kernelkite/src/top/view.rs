@@ -109,7 +109,11 @@ fn header_line(app: &App) -> Line<'static> {
         None => "-".to_string(),
     };
     let arrow = if app.descending { "▼" } else { "▲" };
-    let processes = app.rows().iter().filter(|r| r.tid.is_none()).count();
+    let processes = app
+        .rows()
+        .iter()
+        .filter(|r| r.tid.is_none() && !r.group_header)
+        .count();
     let spans = vec![
         Span::styled("kernelkite top", Style::new().add_modifier(Modifier::BOLD)),
         Span::raw(format!(
@@ -239,6 +243,7 @@ fn draw_table(f: &mut Frame<'_>, app: &mut App, area: Rect) {
         .take(visible)
         .map(|r| {
             let (id, name) = match r.tid {
+                _ if r.group_header => (String::new(), format!("■ {}", clean(&r.comm))),
                 Some(tid) => (format!("  {tid}"), format!("  └ {}", clean(&r.comm))),
                 None => {
                     let marker = if r.expanded {
@@ -555,7 +560,7 @@ fn keys_line(app: &App) -> String {
         return "type a name or pid · Enter keep · Esc clear".to_string();
     }
     let mut keys =
-        "q quit · ? help · w window · s < > sort · r reverse · / filter · p pause · ↵ → ← threads"
+        "q quit · ? help · w window · s < > sort · r reverse · / filter · g group · p pause · ↵ → ← threads"
             .to_string();
     if app.info.replay_of.is_some() {
         keys.push_str(" · + - speed");
@@ -572,6 +577,7 @@ pub fn help_lines(hooks: &[String]) -> Vec<String> {
         "w            window: last 1 s, last 10 s, since start".to_string(),
         "s, <, >      sort column: next, left, right".to_string(),
         "r            reverse the sort order".to_string(),
+        "g            group by container, systemd unit or cgroup (and back)".to_string(),
         "/            filter by name or pid (Enter keeps, Esc clears)".to_string(),
         "p, space     pause / resume".to_string(),
         "↑ ↓ j k      select a row (the syscall and stacks panels follow it)".to_string(),

@@ -452,6 +452,7 @@ mod tests {
             events_lost: None,
             stacks: None,
             wakers: None,
+            identities: Vec::new(),
         }
     }
 

@@ -396,6 +396,29 @@ pub(super) fn processes_section(h: &mut String, a: &Analysis) {
             a.processes.len()
         );
     }
+    if let Some(c) = &a.cgroup {
+        let ns = |v: Option<u64>| v.map_or("n/a".to_string(), fmt_ns_compact);
+        let throttled = match (c.cpu_periods, c.cpu_throttled_periods) {
+            (Some(periods), Some(n)) => format!(
+                "; throttled {} in {n} of {periods} cpu.max periods",
+                ns(c.cpu_throttled_ns)
+            ),
+            _ => String::new(),
+        };
+        let _ = writeln!(
+            h,
+            "<p class=\"hint\">Traced cgroup <code>{}</code>{}; pressure stall (some/full): \
+             cpu {}/{}, io {}/{}, memory {}/{}.</p>",
+            esc(&c.path),
+            esc(&throttled),
+            ns(c.cpu_some_ns),
+            ns(c.cpu_full_ns),
+            ns(c.io_some_ns),
+            ns(c.io_full_ns),
+            ns(c.memory_some_ns),
+            ns(c.memory_full_ns)
+        );
+    }
     if rows.len() > MAX_TABLE_ROWS {
         let _ = writeln!(
             h,
@@ -403,12 +426,17 @@ pub(super) fn processes_section(h: &mut String, a: &Analysis) {
             rows.len()
         );
     }
+    // Processes in several containers, units or cgroups: which.
+    let groups = a.groups.len() > 1 || a.groups.iter().any(|g| g.container_id.is_some());
     h.push_str(
         "<table class=\"data\">\n<thead><tr><th class=\"num\">PID</th><th>Command</th>\
          <th class=\"num\">Parent</th><th class=\"num\">CPU</th><th class=\"num\">Peak RSS</th>\
-         <th class=\"num\">Read</th><th class=\"num\">Written</th><th class=\"num\">Threads</th>\
-         <th>Time split</th></tr></thead>\n<tbody>\n",
+         <th class=\"num\">Read</th><th class=\"num\">Written</th><th class=\"num\">Threads</th>",
     );
+    if groups {
+        h.push_str("<th>Group</th>");
+    }
+    h.push_str("<th>Time split</th></tr></thead>\n<tbody>\n");
     for p in rows.iter().take(MAX_TABLE_ROWS) {
         let io = |b: u64| {
             if p.io_visible {
@@ -417,12 +445,24 @@ pub(super) fn processes_section(h: &mut String, a: &Analysis) {
                 "n/a".to_string()
             }
         };
+        let place = p.placement.clone().unwrap_or_default();
+        let group = if groups {
+            format!(
+                "<td>{}</td>",
+                esc(&place.group_name().unwrap_or_else(|| "-".into()))
+            )
+        } else {
+            String::new()
+        };
         let _ = writeln!(
             h,
             "<tr><td class=\"num\">{}</td><td><code>{}</code></td><td class=\"num\">{}</td>\
              <td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>\
-             <td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td></tr>",
-            p.pid,
+             <td class=\"num\">{}</td><td class=\"num\">{}</td>{group}<td>{}</td></tr>",
+            match place.ns_pid {
+                Some(ns) => format!("{} (ns {ns})", p.pid),
+                None => p.pid.to_string(),
+            },
             esc(&p.comm),
             p.ppid,
             esc(&format!(

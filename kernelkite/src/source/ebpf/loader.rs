@@ -107,6 +107,17 @@ pub struct ProbeOptions {
     /// Stream every wakeup of the traced threads (`--critical-path`); it needs the waker
     /// hooks, attached then even with `KERNELKITE_WAKERS=off`.
     pub critical_path: bool,
+    /// `--cgroup`: also make targets of the processes that fork or exec inside this
+    /// cgroup v2 subtree (`kernelkite-ebpf`'s `cgroup` module).
+    pub cgroup: Option<TargetCgroup>,
+}
+
+/// The cgroup v2 subtree a session traces: its root's id (the directory's inode) and
+/// depth below the hierarchy's root (the root is 0).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TargetCgroup {
+    pub id: u64,
+    pub level: u32,
 }
 
 /// What `--stacks` captures.
@@ -177,6 +188,8 @@ pub enum MapAccessError {
     Detached,
     #[error(transparent)]
     Aya(#[from] aya::maps::MapError),
+    #[error("cannot map it into memory: {0}")]
+    Mmap(std::io::Error),
 }
 
 impl MapAccessError {
@@ -308,6 +321,7 @@ fn load_programs(
         0
     };
     let follow = u32::from(options.follow);
+    let (cgroup_id, cgroup_level) = options.cgroup.map_or((0, 0), |c| (c.id, c.level));
     let min_block_ns = options.stacks.map_or(0, |s| s.min_block_ns.max(1));
     let sample_period_ns = options
         .stacks
@@ -354,6 +368,8 @@ fn load_programs(
         )
         .override_global("MIN_LATENCY_NS", &options.min_latency_ns, true)
         .override_global("FOLLOW", &follow, true)
+        .override_global("TARGET_CGROUP_ID", &cgroup_id, true)
+        .override_global("TARGET_CGROUP_LEVEL", &cgroup_level, true)
         .override_global("STACK_MIN_BLOCK_NS", &min_block_ns, true)
         .override_global("SAMPLE_PERIOD_NS", &sample_period_ns, true)
         .override_global("WAKERS_ON", &wakers_flag, true)
@@ -438,6 +454,7 @@ fn load_classic(options: ProbeOptions) -> Result<Probes, ProbeError> {
         nr("exit_group"),
     );
     let follow = u32::from(options.follow);
+    let (cgroup_id, cgroup_level) = options.cgroup.map_or((0, 0), |c| (c.id, c.level));
     let wakers_flag = u32::from(wakers_on());
     let critical_path_flag = u32::from(options.critical_path);
     let mut loader = EbpfLoader::new();
@@ -466,6 +483,8 @@ fn load_classic(options: ProbeOptions) -> Result<Probes, ProbeError> {
         .override_global("NR_EXIT_GROUP", &nr_exit_group, true)
         .override_global("MIN_LATENCY_NS", &options.min_latency_ns, true)
         .override_global("FOLLOW", &follow, true)
+        .override_global("TARGET_CGROUP_ID", &cgroup_id, true)
+        .override_global("TARGET_CGROUP_LEVEL", &cgroup_level, true)
         .override_global("WAKERS_ON", &wakers_flag, true)
         .override_global("CRITICAL_PATH_ON", &critical_path_flag, true);
     let mut ebpf = loader

@@ -13,6 +13,7 @@ pub mod records;
 pub mod session;
 pub mod stacks;
 pub mod syscall_table;
+pub mod target_bits;
 pub mod tracefs;
 pub mod tracked;
 pub mod unwind;

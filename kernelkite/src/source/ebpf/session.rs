@@ -3,22 +3,25 @@
 //! lifecycle events. The result is an ordinary [`Bundle`] with `backend: ebpf`.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use aya::maps::{Array, HashMap, MapData, PerCpuArray, RingBuf};
 use kernelkite_common::bpf::{
-    exit_flags, lost, map_names, record_flags, record_kind, run_state, sys_flags, targets,
-    ThreadState, COPIED_STACK, NO_PENDING, NO_STACK, NO_SYSCALL, SYSCALL_BEFORE_START,
+    exit_flags, lost, map_names, record_flags, record_kind, run_state, sys_flags, ThreadState,
+    COPIED_STACK, NO_PENDING, NO_STACK, NO_SYSCALL, SYSCALL_BEFORE_START,
 };
 use kernelkite_common::LatencyClass;
 
 use super::histograms::SyscallHistograms;
-use super::loader::{self, MapAccessError, ProbeError, ProbeOptions, Probes, StackOptions};
+use super::loader::{
+    self, MapAccessError, ProbeError, ProbeOptions, Probes, StackOptions, TargetCgroup,
+};
 use super::map_batch::read_all;
 use super::records::{argv_bytes, comm_string, decode, stack_bytes, Record};
 use super::stacks::{InProgressWait, StackCollector, UserStack};
 use super::syscall_table;
+use super::target_bits::TargetBits;
 use super::tracked::{ThreadKey, Tracked};
 use super::wakers::{waker_kind_name, WakerReader};
 use crate::collect::RecordedFold;
@@ -26,10 +29,12 @@ use crate::model::frame_keeper::MAX_EVENTS;
 use crate::model::syscalls::sample_class;
 use crate::model::{
     Backend, Bundle, ClassTimes, CommandLine, Frame, HostConstants, LifecycleEvent, LifecycleKind,
-    OnCpuSource, SlowSyscall, SyscallHistogram, SyscallInProgress, ThreadSample, Wakeup,
-    WakeupStream, MAX_ARGV_BYTES, NEW_TASK_CLASS,
+    OnCpuSource, SlowSyscall, SyscallHistogram, SyscallInProgress, ThreadSample, TracedCgroup,
+    Wakeup, WakeupStream, MAX_ARGV_BYTES, NEW_TASK_CLASS,
 };
 use crate::recording::{ClockAnchor, Record as KeptRecord, RecordRef, RecordSink, SessionStart};
+use crate::source::cgroup_counters::CgroupCounters;
+use crate::source::cgroups::{self, CgroupDir};
 use crate::source::host::current_host;
 use crate::source::procfs::{Sampler, SamplerOptions, Scope, PROC_ROOT};
 use kernelkite_common::wake::NEW_TASK;
@@ -52,6 +57,9 @@ pub struct TraceOptions {
     pub stacks: Option<StackOptions>,
     /// Record every wakeup (`--critical-path`).
     pub critical_path: bool,
+    /// `--cgroup`, `--container`: trace every process of this cgroup v2 subtree, those
+    /// there at attach and those that fork or exec there later (`pids` is then ignored).
+    pub cgroup: Option<CgroupDir>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -87,6 +95,13 @@ pub struct Session {
     /// The processes whose current program's command line is known (the live ones:
     /// the others are read from /proc at the next snapshot).
     argv_known: BTreeSet<i32>,
+    /// The processes whose cgroup and namespace pids were read since their last exec.
+    identity_known: BTreeSet<i32>,
+    /// Where the cgroup v2 hierarchy is mounted (the processes' cgroup ids are found
+    /// below it); `None` on a host without one.
+    cgroup_v2_mount: Option<PathBuf>,
+    /// `--cgroup`: the traced cgroup's counters, read at every snapshot.
+    cgroup_counters: Option<CgroupCounters>,
     hooks: Vec<String>,
     attach_ms: f64,
     /// Where the attached programs take on_cpu from (the bundle's time accounting).
@@ -97,7 +112,8 @@ pub struct Session {
     /// The syscall latency histograms: the kernel map's, and exited processes'.
     hists: SyscallHistograms,
     lost: PerCpuArray<MapData, u64>,
-    targets: Array<MapData, u64>,
+    /// The TARGETS bitmap, mapped: bits set and cleared atomically beside the programs'.
+    targets: TargetBits,
     sampler: Sampler,
     options: TraceOptions,
     start_mono_ns: u64,
@@ -199,6 +215,14 @@ pub(crate) fn check_pids_exist(pids: &[i32]) -> Result<(), SessionError> {
     Ok(())
 }
 
+/// The user-space processes of the cgroup subtree at `dir`, but kernelkite.
+fn cgroup_processes(dir: &Path) -> Vec<i32> {
+    let me = std::process::id() as i32;
+    (cgroups::processes_in(dir).into_iter())
+        .filter(|&pid| pid != me && check_pids_exist(&[pid]).is_ok())
+        .collect()
+}
+
 /// CLOCK_MONOTONIC in ns: the clock `bpf_ktime_get_ns` reads.
 pub fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {
@@ -235,9 +259,17 @@ impl Session {
         options: TraceOptions,
         sink: Option<Box<dyn RecordSink>>,
     ) -> Result<Session, SessionError> {
-        let pids = options.pids.clone();
-        check_pids_exist(&pids)?;
+        let mut pids = options.pids.clone();
+        if options.cgroup.is_none() {
+            check_pids_exist(&pids)?;
+        }
+        let cgroup_dir = options.cgroup.as_ref().map(|c| c.dir.clone());
         let mut session = Session::load(options)?;
+        if let Some(dir) = cgroup_dir {
+            // Listed once the hooks are live: a process forked since is caught by the
+            // fork hook (its parent is in the cgroup), one that leaves is not missed.
+            pids = cgroup_processes(&dir);
+        }
         session.sink_at_attach = sink;
         session.attach_to(&pids)?;
         Ok(session)
@@ -258,6 +290,10 @@ impl Session {
             stacks: options.stacks,
             max_threads: options.max_threads,
             critical_path: options.critical_path,
+            cgroup: options.cgroup.as_ref().map(|c| TargetCgroup {
+                id: c.id,
+                level: c.level,
+            }),
         })?;
         let stacks = match options.stacks {
             Some(stack_options) => Some(StackCollector::new(
@@ -272,7 +308,9 @@ impl Session {
         let threads = take_map(&mut probes, map_names::THREADS)?;
         let hists = take_map(&mut probes, map_names::SYSCALL_HISTS)?;
         let lost = take_map(&mut probes, map_names::LOST)?;
-        let targets = take_map(&mut probes, map_names::TARGETS)?;
+        let targets: Array<MapData, u64> = take_map(&mut probes, map_names::TARGETS)?;
+        let targets = TargetBits::map(targets)
+            .map_err(|e| SessionError::map(map_names::TARGETS, MapAccessError::Mmap(e)))?;
         let wakers = WakerReader {
             map: take_map(&mut probes, map_names::WAKERS)?,
             lost: take_map(&mut probes, map_names::WAKERS_LOST)?,
@@ -302,6 +340,9 @@ impl Session {
             probes: Some(probes),
             ring: Some(ring),
             argv_known: BTreeSet::new(),
+            identity_known: BTreeSet::new(),
+            cgroup_v2_mount: cgroups::v2_mount().ok(),
+            cgroup_counters: (options.cgroup.as_ref()).map(|c| CgroupCounters::new(&c.dir)),
             targets,
             tracked: Tracked::default(),
             threads,
@@ -347,7 +388,9 @@ impl Session {
 
     /// `gated`: the one pid is `run`'s gate process (see [`Session::attach_to_gated`]).
     fn attach(&mut self, pids: &[i32], gated: bool) -> Result<(), SessionError> {
-        check_pids_exist(pids)?;
+        if self.options.cgroup.is_none() {
+            check_pids_exist(pids)?;
+        }
         self.options.pids = pids.to_vec();
         let clock = ClockAnchor::read();
         self.start_mono_ns = clock.monotonic_ns;
@@ -357,6 +400,13 @@ impl Session {
             self.options.max_frame_bytes,
             self.sink_at_attach.take(),
         );
+        if let Some(c) = &self.options.cgroup {
+            let traced = TracedCgroup {
+                path: c.path.clone(),
+                id: c.id,
+            };
+            self.keep_event(KeptRecord::TracedCgroup(traced));
+        }
         if gated {
             // Still kernelkite until its exec: its command line is the exec's.
             self.argv_known.insert(pids[0]);
@@ -552,7 +602,9 @@ impl Session {
             let frame = self.sampler.sample(Scope::Subtrees(&roots), 0)?;
             let mut tgids = BTreeSet::new();
             for p in &frame.processes {
-                if !self.options.follow && !roots.contains(&p.pid) {
+                // A cgroup's processes are its own; their children elsewhere are not.
+                let only_roots = !self.options.follow || self.options.cgroup.is_some();
+                if only_roots && !roots.contains(&p.pid) {
                     continue;
                 }
                 // The retired threads' exit events need it before the first snapshot.
@@ -606,22 +658,13 @@ impl Session {
     }
 
     fn clear_target_bit(&mut self, tgid: u32) -> Result<(), SessionError> {
-        let map_err = |e: aya::maps::MapError| SessionError::map(map_names::TARGETS, e.into());
-        let word = targets::word(tgid);
-        let bits = self.targets.get(&word, 0).map_err(map_err)?;
-        self.targets
-            .set(word, bits & !targets::bit(tgid), 0)
-            .map_err(map_err)
+        self.targets.clear(tgid);
+        Ok(())
     }
 
     fn set_target_bits(&mut self, tgids: &BTreeSet<u32>) -> Result<(), SessionError> {
-        let map_err = |e: aya::maps::MapError| SessionError::map(map_names::TARGETS, e.into());
         for &tgid in tgids {
-            let word = targets::word(tgid);
-            let bits = self.targets.get(&word, 0).map_err(map_err)?;
-            self.targets
-                .set(word, bits | targets::bit(tgid), 0)
-                .map_err(map_err)?;
+            self.targets.set(tgid);
         }
         Ok(())
     }
@@ -671,6 +714,11 @@ impl Session {
                     // A new program: its ARGV record follows, or the next snapshot reads
                     // /proc.
                     self.argv_known.remove(&(r.tgid as i32));
+                    // Its cgroup now (a runtime moves a container's first process in
+                    // before the exec), while it surely lives: a short one is gone by
+                    // the next snapshot.
+                    self.identity_known.remove(&(r.tgid as i32));
+                    self.read_identity(r.tgid as i32, self.t_ns(r.ts_ns));
                     if let Some(stacks) = &mut self.stacks {
                         stacks.on_exec(r.tgid, r.ts_ns);
                     }
@@ -806,6 +854,46 @@ impl Session {
         }
         let live: BTreeSet<i32> = frame.processes.iter().map(|p| p.pid).collect();
         self.argv_known.retain(|pid| live.contains(pid));
+    }
+
+    /// Read the cgroup and namespace pids of the processes in `frame` not read since
+    /// they were first seen or exec'd (a runtime moves a container's first process into
+    /// its cgroup before the exec), and forget the processes no longer in it.
+    fn read_identities(&mut self, t_ns: u64, frame: &Frame) {
+        for p in &frame.processes {
+            self.read_identity(p.pid, t_ns);
+        }
+        let live: BTreeSet<i32> = frame.processes.iter().map(|p| p.pid).collect();
+        self.identity_known.retain(|pid| live.contains(pid));
+    }
+
+    /// Read `pid`'s cgroup and namespace pids once (until its next exec), and keep them
+    /// unless they are what was kept last for it.
+    fn read_identity(&mut self, pid: i32, t_ns: u64) {
+        if !self.identity_known.insert(pid) {
+            return;
+        }
+        let mount = self.cgroup_v2_mount.as_deref();
+        let Some((identity, ppid)) = self.sampler.identity(pid, t_ns, mount) else {
+            return;
+        };
+        // A process that entered the session at its exec (`--cgroup`) has no fork record.
+        if let Some(ppid) = ppid {
+            self.parent_of.entry(pid as u32).or_insert(ppid);
+        }
+        let same = (self.kept.fold().process_identities().iter().rev())
+            .find(|i| i.pid == identity.pid)
+            .is_some_and(|i| i.cgroup == identity.cgroup && i.ns_pids == identity.ns_pids);
+        if !same {
+            self.keep_event(KeptRecord::ProcessIdentity(identity));
+        }
+    }
+
+    /// The cgroup and namespace pid readings kept, from the `from`th on (live views
+    /// take the new ones at each snapshot).
+    pub fn identities_since(&self, from: usize) -> &[crate::model::ProcessIdentity] {
+        let all = self.kept.fold().process_identities();
+        &all[from.min(all.len())..]
     }
 
     /// Take a snapshot frame and keep it.
@@ -1251,6 +1339,17 @@ impl Session {
                 .collect();
         }
         self.read_command_lines(t_ns, &frame);
+        self.read_identities(t_ns, &frame);
+        if let Some(counters) = self.cgroup_counters.as_mut() {
+            if counters.wants_v1_cpu() {
+                let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+                if let Some(p) = frame.processes.first() {
+                    counters.find_v1_cpu(Path::new(PROC_ROOT), p.pid, &mountinfo);
+                }
+            }
+            let sample = counters.sample(t_ns);
+            self.keep_event(KeptRecord::CgroupSample(sample));
+        }
         Ok(frame)
     }
 

@@ -93,9 +93,24 @@ pub(crate) fn syscall_nr(bytes: &[u8]) -> Option<i64> {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct StatusFields {
     pub tgid: Option<i32>,
+    pub ppid: Option<i32>,
     pub peak_rss_kib: Option<u64>,
     pub voluntary_switches: Option<u64>,
     pub involuntary_switches: Option<u64>,
+}
+
+/// /proc/<pid>/status `NSpid`: the pid in each pid namespace, the reader's first (at
+/// most 32 levels, the kernel's limit); empty when the line is missing.
+pub(crate) fn ns_pids(bytes: &[u8]) -> Vec<i32> {
+    let Some(line) = (bytes.split(|b| *b == b'\n')).find_map(|l| l.strip_prefix(b"NSpid:")) else {
+        return Vec::new();
+    };
+    (std::str::from_utf8(line)
+        .unwrap_or("")
+        .split_ascii_whitespace())
+    .take(32)
+    .map_while(|v| v.parse::<i32>().ok())
+    .collect()
 }
 
 /// /proc/<tid>/status: `Name:\tvalue` lines; a line that does not parse is skipped.
@@ -110,6 +125,7 @@ pub(crate) fn status(bytes: &[u8]) -> StatusFields {
         let number = || value.split_ascii_whitespace().next()?.parse::<u64>().ok();
         match &line[..colon] {
             b"Tgid" => f.tgid = number().and_then(|v| i32::try_from(v).ok()),
+            b"PPid" => f.ppid = number().and_then(|v| i32::try_from(v).ok()),
             b"VmHWM" => f.peak_rss_kib = number(),
             b"voluntary_ctxt_switches" => f.voluntary_switches = number(),
             b"nonvoluntary_ctxt_switches" => f.involuntary_switches = number(),

@@ -16,8 +16,8 @@ use super::parse::{self, StatFields};
 use super::pidmap::PidMap;
 use super::tree::{Scope, TreeWalker};
 use crate::model::{
-    CommandLine, Frame, IoCounters, ProcessSample, Schedstat, ThreadExit, ThreadSample,
-    MAX_ARGV_BYTES,
+    CommandLine, Frame, IoCounters, ProcessIdentity, ProcessSample, Schedstat, ThreadExit,
+    ThreadSample, MAX_ARGV_BYTES,
 };
 
 /// What a sample records besides /proc/<pid>/{stat,io}.
@@ -194,6 +194,40 @@ impl Sampler {
             .read_at_most(format_args!("{pid}/cmdline"), &mut self.buf, MAX_ARGV_BYTES)
             .ok()?;
         CommandLine::from_nul_separated(t_ns, pid, &self.buf)
+    }
+
+    /// Process `pid`'s cgroup v2 path (and, with the v2 hierarchy's mount point, the
+    /// cgroup's id: its directory's inode) and its namespace pids, with its parent's
+    /// pid; `None` once it is gone. The path is the process's to choose below a
+    /// delegated cgroup: bounded, and only ever looked up below `v2_mount`.
+    pub fn identity(
+        &mut self,
+        pid: i32,
+        t_ns: u64,
+        v2_mount: Option<&Path>,
+    ) -> Option<(ProcessIdentity, Option<i32>)> {
+        (self.dir)
+            .read_at_most(format_args!("{pid}/status"), &mut self.buf, 64 << 10)
+            .ok()?;
+        let ns_pids = parse::ns_pids(&self.buf);
+        let ppid = parse::status(&self.buf).ppid;
+        (self.dir)
+            .read_at_most(format_args!("{pid}/cgroup"), &mut self.buf, 64 << 10)
+            .ok()?;
+        let cgroup =
+            crate::model::cgroup_path::parse_proc_cgroup(&String::from_utf8_lossy(&self.buf));
+        let cgroup_id = match (&cgroup, v2_mount) {
+            (Some(c), Some(mount)) => cgroup_dir_id(mount, c),
+            _ => None,
+        };
+        let identity = ProcessIdentity {
+            t_ns,
+            pid,
+            cgroup,
+            cgroup_id,
+            ns_pids,
+        };
+        Some((identity, ppid))
     }
 
     fn process(&mut self, ino: u64, stat: StatFields) -> Result<ProcessSample, Vanished> {
@@ -424,4 +458,20 @@ fn find_thread(threads: &[PrevThread], tid: i32) -> Option<&PrevThread> {
         .binary_search_by_key(&tid, |t| t.tid)
         .ok()
         .map(|i| &threads[i])
+}
+
+/// The id of the cgroup at `path` (from the hierarchy's root) below `v2_mount`: its
+/// directory's inode, which is the kernel's cgroup id on cgroup2. Components that could
+/// leave the mount (`..`, empty) are refused; cgroupfs has no symlinks.
+fn cgroup_dir_id(v2_mount: &Path, path: &str) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    let mut dir = v2_mount.to_path_buf();
+    for part in path.split('/').filter(|p| !p.is_empty()) {
+        if part == "." || part == ".." {
+            return None;
+        }
+        dir.push(part);
+    }
+    let meta = std::fs::symlink_metadata(&dir).ok()?;
+    meta.is_dir().then(|| meta.ino())
 }
