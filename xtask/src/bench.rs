@@ -23,6 +23,9 @@
 //!   `bench/stacks.rs`; needs root, gcc and the peers).
 //! - `exits`: exit accounting's added wall time on a churn of 1,000 short processes,
 //!   against `run --no-exit-stops` and the bare command (see `bench/exits.rs`).
+//! - `cgroup`: what `trace --cgroup` adds to a process it does not trace (the target
+//!   check), against `trace --pid` of another process, per read() (see `bench/ebpf.rs`;
+//!   needs root and a cgroup v2 mount).
 //!
 //! Everything runs the release build (`cargo build --release` first); the sampler and
 //! command benchmarks need nothing beyond the workspace.
@@ -42,7 +45,8 @@ mod stacks;
 mod top;
 
 const USAGE: &str = "usage: cargo xtask bench [options]
-  --only GROUPS      comma-separated: sampler, commands, ebpf, top, stacks, exits
+  --only GROUPS      comma-separated: sampler, commands, ebpf, top, stacks, exits,
+                     cgroup
                      (default: all)
   --runs N           timed runs per command benchmark; the median is reported (default 5)
   --seconds S        length of each sampler run (default 10)
@@ -75,6 +79,7 @@ fn parse_opts(args: &[String]) -> Result<Opts> {
             "top".into(),
             "stacks".into(),
             "exits".into(),
+            "cgroup".into(),
         ],
         runs: 5,
         seconds: 10.0,
@@ -94,7 +99,7 @@ fn parse_opts(args: &[String]) -> Result<Opts> {
             "--only" => {
                 o.groups = value("--only")?.split(',').map(str::to_string).collect();
                 for g in &o.groups {
-                    if !["sampler", "commands", "ebpf", "top", "stacks", "exits"]
+                    if !["sampler", "commands", "ebpf", "top", "stacks", "exits", "cgroup"]
                         .contains(&g.as_str())
                     {
                         bail!("unknown group {g:?}\n{USAGE}");
@@ -249,6 +254,11 @@ pub fn run(args: &[String]) -> Result<()> {
     if wants("exits") {
         println!("==> exit accounting: 1,000 short processes");
         rows.extend(exits::benchmarks(&ctx)?);
+    }
+
+    if wants("cgroup") {
+        println!("==> an untraced process while trace --cgroup runs, against trace --pid");
+        rows.extend(ebpf::cgroup_benchmarks(&ctx)?);
     }
 
     if wants("top") {

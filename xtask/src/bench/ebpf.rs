@@ -141,6 +141,7 @@ enum ReadConfig {
     ClockFloor,
     Kernelkite,
     Untargeted,
+    UntargetedCgroup,
     Bpftrace,
     Syscount,
 }
@@ -155,6 +156,9 @@ impl ReadConfig {
             }
             ReadConfig::Kernelkite => "kernelkite trace --pid (classes + syscall latency)",
             ReadConfig::Untargeted => "untargeted, while kernelkite traces another pid",
+            ReadConfig::UntargetedCgroup => {
+                "untargeted, while kernelkite traces a cgroup (--cgroup)"
+            }
             ReadConfig::Bpftrace => "bpftrace hist() of syscall latency",
             ReadConfig::Syscount => "libbpf-tools syscount -L",
         }
@@ -164,6 +168,16 @@ impl ReadConfig {
 /// One read-loop run under `config`: wall-clock nanoseconds per read(), and the time
 /// the tracer's BPF programs ran per read() when kernel BPF stats are on.
 fn read_run(ctx: &Ctx, config: ReadConfig, idle_pid: u32) -> Result<(f64, Option<f64>)> {
+    read_run_beside(ctx, config, idle_pid, None)
+}
+
+/// [`read_run`]; `cgroup` is the cgroup `UntargetedCgroup` traces.
+fn read_run_beside(
+    ctx: &Ctx,
+    config: ReadConfig,
+    idle_pid: u32,
+    cgroup: Option<&Path>,
+) -> Result<(f64, Option<f64>)> {
     let args = ["read_loop", "--count", &READS.to_string()];
     let (child, stdin, lines, pid) = spawn_gated(&ctx.workload, &args)?;
     let tracer = match config {
@@ -186,6 +200,12 @@ fn read_run(ctx: &Ctx, config: ReadConfig, idle_pid: u32) -> Result<(f64, Option
             };
             let mut c = Command::new(&ctx.kernelkite);
             c.args(["trace", "--pid", &target.to_string()]);
+            Some(Tracer::start(c)?)
+        }
+        ReadConfig::UntargetedCgroup => {
+            let dir = cgroup.context("no cgroup to trace")?;
+            let mut c = Command::new(&ctx.kernelkite);
+            c.arg("trace").arg("--cgroup").arg(dir);
             Some(Tracer::start(c)?)
         }
         ReadConfig::Bpftrace => {
@@ -914,4 +934,126 @@ fn tracer_rss(ctx: &Ctx) -> Result<Vec<Row>> {
             &shown,
         ),
     ])
+}
+
+/// A cgroup v2 directory made for the benchmark, removed when dropped.
+struct BenchCgroup(std::path::PathBuf);
+
+impl BenchCgroup {
+    fn new() -> Result<BenchCgroup> {
+        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")?;
+        let mount = mountinfo
+            .lines()
+            .find_map(|l| {
+                let (left, right) = l.split_once(" - ")?;
+                if right.split(' ').next()? != "cgroup2" {
+                    return None;
+                }
+                Some(std::path::PathBuf::from(left.split(' ').nth(4)?))
+            })
+            .context("no cgroup v2 mount")?;
+        let dir = mount.join(format!("kk-bench-{}", std::process::id()));
+        std::fs::create_dir(&dir).with_context(|| format!("mkdir {}", dir.display()))?;
+        Ok(BenchCgroup(dir))
+    }
+}
+
+impl Drop for BenchCgroup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
+/// `--only cgroup`: a read loop outside the traced set while `trace --cgroup` traces a
+/// cgroup holding one idle process, against `trace --pid` of that process: the target
+/// check is the same bit test, so the ratio is the cost of selecting by cgroup.
+pub(super) fn cgroup_benchmarks(ctx: &Ctx) -> Result<Vec<Row>> {
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        return Ok(vec![Row::missing(
+            "trace --cgroup overhead",
+            "needs root",
+            "cargo xtask bench --only cgroup",
+        )]);
+    }
+    mount_tracefs();
+    let cgroup = BenchCgroup::new()?;
+    let mut idle = Command::new(&ctx.workload)
+        .args(["idle", "--seconds", "3600"])
+        .stdout(Stdio::null())
+        .spawn()
+        .context("cannot start the idle workload")?;
+    std::fs::write(cgroup.0.join("cgroup.procs"), idle.id().to_string())?;
+    let configs = [
+        ReadConfig::Untraced,
+        ReadConfig::Floor,
+        ReadConfig::Untargeted,
+        ReadConfig::UntargetedCgroup,
+    ];
+    let runs = ctx.opts.runs;
+    let mut samples: Vec<Vec<f64>> = vec![Vec::new(); configs.len()];
+    for round in 0..runs {
+        print!("    read() round {}/{runs}:", round + 1);
+        for (i, &config) in configs.iter().enumerate() {
+            let (ns, _) = read_run_beside(ctx, config, idle.id(), Some(&cgroup.0))?;
+            print!(" {ns:.0}");
+            let _ = std::io::stdout().flush();
+            samples[i].push(ns);
+        }
+        println!(" ns/call");
+    }
+    let mut program_ns: Vec<Option<f64>> = vec![None; configs.len()];
+    if let Some(_stats) = BpfStats::enable() {
+        for (i, &config) in configs.iter().enumerate().skip(1) {
+            program_ns[i] = read_run_beside(ctx, config, idle.id(), Some(&cgroup.0))?.1;
+        }
+    }
+    let _ = idle.kill();
+    let _ = idle.wait();
+    let med: Vec<f64> = (samples.iter_mut())
+        .map(|s| {
+            s.sort_by(f64::total_cmp);
+            median(s)
+        })
+        .collect();
+    let shown = format!("kk-workload read_loop --count {READS}");
+    let stats_shown = format!(
+        "{shown}, kernel.bpf_stats_enabled=1: run_time_ns of the tracer's programs / reads"
+    );
+    let mut rows = Vec::new();
+    for (i, &config) in configs.iter().enumerate() {
+        rows.push(Row::new(
+            format!("read(): {}", config.label()),
+            med[i],
+            "ns/call",
+            &shown,
+        ));
+        if let Some(ns) = program_ns[i] {
+            rows.push(Row::new(
+                format!("BPF program time per read(): {}", config.label()),
+                ns,
+                "ns/call",
+                &stats_shown,
+            ));
+        }
+    }
+    if let (Some(pid), Some(cg)) = (program_ns[2], program_ns[3]) {
+        rows.push(
+            Row::new(
+                "BPF program time per read(): untargeted under --cgroup / under --pid",
+                cg / pid,
+                "×",
+                &stats_shown,
+            )
+            .target(1.05),
+        );
+    }
+    let (base, pid, cg) = (med[0], med[2], med[3]);
+    rows.push(Row::new(
+        "read(): untargeted added cost under --cgroup / under --pid",
+        (cg - base) / (pid - base),
+        "×",
+        &shown,
+    ));
+    Ok(rows)
 }
