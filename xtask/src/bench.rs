@@ -99,8 +99,10 @@ fn parse_opts(args: &[String]) -> Result<Opts> {
             "--only" => {
                 o.groups = value("--only")?.split(',').map(str::to_string).collect();
                 for g in &o.groups {
-                    if !["sampler", "commands", "ebpf", "top", "stacks", "exits", "cgroup"]
-                        .contains(&g.as_str())
+                    if ![
+                        "sampler", "commands", "ebpf", "top", "stacks", "exits", "cgroup",
+                    ]
+                    .contains(&g.as_str())
                     {
                         bail!("unknown group {g:?}\n{USAGE}");
                     }
