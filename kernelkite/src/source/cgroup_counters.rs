@@ -46,7 +46,8 @@ impl CgroupCounters {
         let Some(text) = read_small(&proc_root.join(pid.to_string()).join("cgroup")) else {
             return;
         };
-        let Some(path) = v1_controller_path(&text, "cpu") else {
+        // The root of the v1 hierarchy has no bandwidth limit: nothing to read there.
+        let Some(path) = v1_controller_path(&text, "cpu").filter(|p| p != "/") else {
             return;
         };
         let mut dir = mount;
