@@ -55,7 +55,7 @@ fn serve_exposes_live_metrics_that_promtool_accepts() {
     workload.go();
     // Scrape while the workload runs until its lock_wait shows up (snapshots every 50 ms).
     let class_line = format!(
-        "kernelkite_process_latency_class_seconds_total{{pid=\"{}\",comm=\"kk-workload\",class=\"lock_wait\"}}",
+        "kernelkite_process_latency_class_seconds_total{{pid=\"{}\",comm=\"kk-workload\",class=\"lock_wait\"",
         workload.pid
     );
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -73,6 +73,8 @@ fn serve_exposes_live_metrics_that_promtool_accepts() {
         std::thread::sleep(Duration::from_millis(200));
     };
     let (head, body) = response.split_once("\r\n\r\n").expect("an HTTP response");
+    // Every process lives in a cgroup: its series carry it (docs/EXPORTS.md).
+    assert!(body.contains(&format!("{class_line},cgroup=\"/")), "{body}");
     assert!(head.starts_with("HTTP/1.1 200 OK"), "{head}");
     assert!(
         head.contains("Content-Type: text/plain; version=0.0.4"),
@@ -459,13 +461,13 @@ fn serve_shows_a_process_stuck_in_one_call_while_it_is_stuck() {
             .unwrap_or(0.0)
     };
     let blocked = format!(
-        "kernelkite_process_latency_class_seconds_total{{pid=\"{pid}\",comm=\"sleep\",class=\"syscall_blocked\"}}"
+        "kernelkite_process_latency_class_seconds_total{{pid=\"{pid}\",comm=\"sleep\",class=\"syscall_blocked\""
     );
     let calls = format!(
-        "kernelkite_syscalls_in_progress{{pid=\"{pid}\",comm=\"sleep\",syscall=\"clock_nanosleep\"}}"
+        "kernelkite_syscalls_in_progress{{pid=\"{pid}\",comm=\"sleep\",syscall=\"clock_nanosleep\""
     );
     let longest = format!(
-        "kernelkite_syscall_in_progress_longest_seconds{{pid=\"{pid}\",comm=\"sleep\",syscall=\"clock_nanosleep\"}}"
+        "kernelkite_syscall_in_progress_longest_seconds{{pid=\"{pid}\",comm=\"sleep\",syscall=\"clock_nanosleep\""
     );
     // Two scrapes at least a second apart, both while it sleeps.
     std::thread::sleep(Duration::from_millis(500));

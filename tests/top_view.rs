@@ -286,3 +286,34 @@ fn a_recordings_histograms_fill_the_syscall_panel_as_it_plays() {
     // The feed streams every frame of the recording.
     assert_eq!(counts.len(), 4, "{counts:?}");
 }
+
+#[test]
+fn g_groups_the_rows_by_cgroup_and_back() {
+    // A `trace --cgroup` recording (pid-namespaced shell loop in /kk-fixture).
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/recordings/trace-ebpf-cgroup.kkr");
+    let mut feed = RecordingReplayFeed::open(&path, false).unwrap();
+    let mut app = App::new(feed.info().clone(), feed.interval());
+    // Up to the middle of the loop, while its processes live.
+    for _ in 0..4 {
+        let s = feed.next_snapshot().unwrap().expect("a frame");
+        app.ingest(s);
+    }
+    let flat: Vec<i32> = app.rows().iter().map(|r| r.pid).collect();
+    assert!(!flat.is_empty() && app.rows().iter().all(|r| !r.group_header));
+    keys(&mut app, "g");
+    let rows = app.rows();
+    assert!(rows[0].group_header, "{rows:?}");
+    assert_eq!(rows[0].comm, "/kk-fixture");
+    assert_eq!(rows.len(), flat.len() + 1, "one group, then every process");
+    let members = &rows[1..];
+    assert_eq!(
+        rows[0].threads,
+        members.iter().map(|r| r.threads).sum::<u64>(),
+        "the group's row is the sum of its processes"
+    );
+    let text = screen(&mut app, 120, 30);
+    assert!(text.contains("■ /kk-fixture"), "{text}");
+    keys(&mut app, "g");
+    assert_eq!(app.rows().iter().map(|r| r.pid).collect::<Vec<_>>(), flat);
+}

@@ -1,5 +1,7 @@
-//! Any bytes given to the /proc file parsers (stat, io, schedstat, syscall, net/dev)
-//! give fields or nothing, never a panic: a comm holds any bytes a process chose.
+//! Any bytes given to the /proc file parsers (stat, io, schedstat, syscall, net/dev,
+//! status) and the cgroup files' parsers (/proc/PID/cgroup and the names in its path,
+//! mountinfo, cpu.stat, pressure) give fields or nothing, never a panic: a comm and a
+//! cgroup name hold any bytes their owner chose.
 
 #![no_main]
 

@@ -129,11 +129,11 @@ mod platform {
             crate::note!("kernelkite: {note}");
         }
         let what = match &cgroup {
-            Some(c) => format!(
-                "cgroup {} ({} processes now)",
-                c.path,
-                session.live_pids().len()
-            ),
+            Some(c) => {
+                let n = session.live_pids().len();
+                let s = if n == 1 { "" } else { "es" };
+                format!("cgroup {} ({n} process{s} now)", c.path)
+            }
             None => format!(
                 "pid {}",
                 (args.pids.iter().map(|p| p.to_string()))

@@ -292,11 +292,14 @@ impl Collector for Snapshot {
                 MetricType::Gauge,
             )?;
             for ((pid, comm, syscall), (calls, _)) in &self.in_progress {
-                let labels: Labels = vec![
-                    ("pid", pid.to_string()),
-                    ("comm", comm.clone()),
-                    ("syscall", syscall.clone()),
-                ];
+                let labels = self.placed(
+                    Some(*pid),
+                    vec![
+                        ("pid", pid.to_string()),
+                        ("comm", comm.clone()),
+                        ("syscall", syscall.clone()),
+                    ],
+                );
                 ConstGauge::new(*calls as i64).encode(m.encode_family(&labels)?)?;
             }
             let mut m = encoder.encode_descriptor(
@@ -306,11 +309,14 @@ impl Collector for Snapshot {
                 MetricType::Gauge,
             )?;
             for ((pid, comm, syscall), (_, longest)) in &self.in_progress {
-                let labels: Labels = vec![
-                    ("pid", pid.to_string()),
-                    ("comm", comm.clone()),
-                    ("syscall", syscall.clone()),
-                ];
+                let labels = self.placed(
+                    Some(*pid),
+                    vec![
+                        ("pid", pid.to_string()),
+                        ("comm", comm.clone()),
+                        ("syscall", syscall.clone()),
+                    ],
+                );
                 ConstGauge::new(*longest).encode(m.encode_family(&labels)?)?;
             }
         }

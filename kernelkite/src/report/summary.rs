@@ -361,8 +361,8 @@ pub fn summary_text_with(a: &Analysis, idle: Option<&IdleSplit>) -> String {
             ),
         );
     }
-    if let Some(c) = &a.cgroup {
-        cgroup_rows(c, &mut row);
+    for (key, value) in a.cgroup.iter().flat_map(cgroup_rows) {
+        row(key, value);
     }
     for line in columns(&rows, &[]).lines() {
         out.push_str("  ");
@@ -523,10 +523,9 @@ pub fn summary_text_with(a: &Analysis, idle: Option<&IdleSplit>) -> String {
 }
 
 /// The header rows of a traced cgroup: what it is, and what its own counters say.
-fn cgroup_rows(
+pub(super) fn cgroup_rows(
     c: &crate::analysis::cgroup_totals::CgroupTotals,
-    row: &mut impl FnMut(&str, String),
-) {
+) -> Vec<(&'static str, String)> {
     let labels = crate::model::cgroup_path::labels(&c.path);
     let mut named = super::clean(&c.path);
     if let Some(id) = &labels.container_id {
@@ -536,22 +535,22 @@ fn cgroup_rows(
             labels.runtime.map(|r| format!(", {r}")).unwrap_or_default()
         ));
     }
-    row("cgroup", named);
+    let mut rows = vec![("cgroup", named)];
     let ns = |v: Option<u64>| v.map_or("n/a".to_string(), |v| fmt_ns(v as f64));
     if let (Some(periods), Some(throttled)) = (c.cpu_periods, c.cpu_throttled_periods) {
-        row(
+        rows.push((
             "cgroup throttled",
             format!(
-                "{} in {throttled} of {periods} cpu.max periods  (cpu.stat; runnable threads wait for the next period)",
+                "{} in {throttled} of {periods} periods of its CPU limit  (cpu.stat; its runnable threads wait for the next period: runqueue)",
                 ns(c.cpu_throttled_ns)
             ),
-        );
+        ));
     }
     let pressure = |some: Option<u64>, full: Option<u64>| match (some, full) {
         (None, None) => "n/a".to_string(),
         _ => format!("some {} full {}", ns(some), ns(full)),
     };
-    row(
+    rows.push((
         "cgroup pressure",
         format!(
             "cpu {}; io {}; memory {}  (PSI stall time over the session)",
@@ -559,7 +558,8 @@ fn cgroup_rows(
             pressure(c.io_some_ns, c.io_full_ns),
             pressure(c.memory_some_ns, c.memory_full_ns)
         ),
-    );
+    ));
+    rows
 }
 
 /// The processes by container, unit or cgroup.

@@ -36,12 +36,24 @@ pub fn trace_text(a: &Analysis, per_thread: bool) -> String {
         "estimated"
     };
     out.push_str(&format!(
-        "traced {} process(es) for {} with {} ({} latency classes)\n\n",
+        "traced {} process(es) for {} with {} ({} latency classes)\n",
         a.distinct_pids,
         fmt_ns(a.duration_ns as f64),
         a.backend,
         exact
     ));
+    // `--cgroup`: which, and what its own counters say.
+    if let Some(c) = &a.cgroup {
+        let rows: Vec<Vec<String>> = (super::summary::cgroup_rows(c).into_iter())
+            .map(|(k, v)| vec![k.to_string(), v])
+            .collect();
+        for line in columns(&rows, &[]).lines() {
+            out.push_str("  ");
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out.push('\n');
     if per_thread {
         let mut rows = vec![class_header(&["PID", "TID", "THREAD", "WALL"])];
         for t in &a.threads {

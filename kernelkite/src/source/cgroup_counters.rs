@@ -110,7 +110,7 @@ fn read_small(path: &Path) -> Option<String> {
 }
 
 /// `key value` lines (cpu.stat).
-fn keyed_value(text: &str, key: &str) -> Option<u64> {
+pub(crate) fn keyed_value(text: &str, key: &str) -> Option<u64> {
     text.lines().find_map(|l| {
         let (k, v) = l.split_once(' ')?;
         (k == key).then(|| v.trim().parse().ok()).flatten()
@@ -118,7 +118,7 @@ fn keyed_value(text: &str, key: &str) -> Option<u64> {
 }
 
 /// A pressure file's `some` and `full` `total=` values (µs).
-fn pressure_totals(text: &str) -> (Option<u64>, Option<u64>) {
+pub(crate) fn pressure_totals(text: &str) -> (Option<u64>, Option<u64>) {
     let total = |kind: &str| {
         text.lines()
             .find(|l| l.split_whitespace().next() == Some(kind))

@@ -359,6 +359,8 @@ pub struct RecordingReplayFeed {
     interval: Duration,
     /// The last frame read, handed out once the records that follow it are applied.
     pending: Option<Frame>,
+    /// Identity readings not handed over yet.
+    identities: Vec<ProcessIdentity>,
     /// Every other record, folded as `replay` folds them: each snapshot shows the
     /// histograms, losses and stacks as they are so far.
     fold: BundleFold,
@@ -395,11 +397,12 @@ impl RecordingReplayFeed {
             reader,
             interval: Duration::from_millis(start.interval_ms.max(1)),
             pending: None,
+            identities: Vec::new(),
             fold: BundleFold::new(&start, DEFAULT_MAX_FRAMES_MB << 20),
         })
     }
 
-    fn snapshot_of(&self, frame: Frame) -> Snapshot {
+    fn snapshot_of(&mut self, frame: Frame) -> Snapshot {
         let so_far = self.fold.so_far();
         Snapshot {
             frame,
@@ -407,7 +410,7 @@ impl RecordingReplayFeed {
             events_lost: so_far.events_lost,
             stacks: so_far.stacks.clone(),
             wakers: None,
-            identities: so_far.process_identities.clone(),
+            identities: std::mem::take(&mut self.identities),
         }
     }
 }
@@ -437,6 +440,8 @@ impl TopFeed for RecordingReplayFeed {
                 ) => {
                     self.fold.apply(record);
                 }
+                // Handed over once, with the next frame (`g` groups by them).
+                Some(Record::ProcessIdentity(identity)) => self.identities.push(identity),
                 Some(_) => {}
                 None => {
                     let last = self.pending.take();

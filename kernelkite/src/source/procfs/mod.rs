@@ -37,6 +37,29 @@ pub mod fuzz_support {
             parse::schedstat(bytes).is_some(),
             parse::syscall_nr(bytes).is_some(),
             parse::net_dev(bytes).is_some(),
+            !parse::ns_pids(bytes).is_empty(),
+            parse::status(bytes).tgid.is_some(),
+        ]
+        .into_iter()
+        .filter(|&ok| ok)
+        .count()
+            + cgroup_files(&String::from_utf8_lossy(bytes))
+    }
+
+    /// The cgroup files' parsers: /proc/PID/cgroup and the names in its path,
+    /// mountinfo, `cpu.stat` and the pressure files.
+    fn cgroup_files(text: &str) -> usize {
+        use crate::model::cgroup_path;
+        use crate::source::{cgroup_counters, cgroups};
+        let path = cgroup_path::parse_proc_cgroup(text);
+        let labels = cgroup_path::labels(text);
+        [
+            path.is_some(),
+            labels.container_id.is_some(),
+            cgroups::mounts_of_type(text, "cgroup").count() > 0,
+            cgroups::v2_mount_from_mountinfo(text).is_some(),
+            cgroup_counters::keyed_value(text, "nr_throttled").is_some(),
+            cgroup_counters::pressure_totals(text).0.is_some(),
         ]
         .into_iter()
         .filter(|&ok| ok)
