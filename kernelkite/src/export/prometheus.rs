@@ -285,22 +285,25 @@ impl Collector for Snapshot {
             }
         }
         if !self.in_progress.is_empty() {
+            // (labels, calls, longest seconds) of each (process, syscall).
+            let series: Vec<(Labels, u64, f64)> = (self.in_progress.iter())
+                .map(|((pid, comm, syscall), &(calls, longest))| {
+                    let labels = vec![
+                        ("pid", pid.to_string()),
+                        ("comm", comm.clone()),
+                        ("syscall", syscall.clone()),
+                    ];
+                    (self.placed(Some(*pid), labels), calls, longest)
+                })
+                .collect();
             let mut m = encoder.encode_descriptor(
                 "kernelkite_syscalls_in_progress",
                 "Calls still running at the latest snapshot, per process and syscall (not yet in kernelkite_syscall_latency, which counts calls that returned).",
                 None,
                 MetricType::Gauge,
             )?;
-            for ((pid, comm, syscall), (calls, _)) in &self.in_progress {
-                let labels = self.placed(
-                    Some(*pid),
-                    vec![
-                        ("pid", pid.to_string()),
-                        ("comm", comm.clone()),
-                        ("syscall", syscall.clone()),
-                    ],
-                );
-                ConstGauge::new(*calls as i64).encode(m.encode_family(&labels)?)?;
+            for (labels, calls, _) in &series {
+                ConstGauge::new(*calls as i64).encode(m.encode_family(labels)?)?;
             }
             let mut m = encoder.encode_descriptor(
                 "kernelkite_syscall_in_progress_longest",
@@ -308,16 +311,8 @@ impl Collector for Snapshot {
                 Some(&Unit::Seconds),
                 MetricType::Gauge,
             )?;
-            for ((pid, comm, syscall), (_, longest)) in &self.in_progress {
-                let labels = self.placed(
-                    Some(*pid),
-                    vec![
-                        ("pid", pid.to_string()),
-                        ("comm", comm.clone()),
-                        ("syscall", syscall.clone()),
-                    ],
-                );
-                ConstGauge::new(*longest).encode(m.encode_family(&labels)?)?;
+            for (labels, _, longest) in &series {
+                ConstGauge::new(*longest).encode(m.encode_family(labels)?)?;
             }
         }
         if let Some(exited) = self.exited_processes {
