@@ -247,6 +247,8 @@ fn test_classic_hooks(root: &Path) -> Result<()> {
             "ebpf_export",
             "--test",
             "ebpf_waits",
+            "--test",
+            "ebpf_cgroup",
         ],
         &[("KERNELKITE_HOOKS", "classic")],
     )
