@@ -761,6 +761,27 @@ fn a_process_in_another_mount_namespace_has_its_perf_map_read_in_its_own_root() 
         frames(&bundle)
     );
     assert!(skipped(&bundle).is_empty(), "{:?}", skipped(&bundle));
+    // Both of its pids are shown: the host's, and its own namespace's.
+    let analysis = kernelkite::analysis::analyze(&bundle);
+    let row = (analysis.processes.iter())
+        .find(|p| p.pid == ns.pid as i32)
+        .expect("its process row");
+    let placement = row.placement.as_ref().expect("its placement");
+    assert_eq!(placement.ns_pid, Some(ns_pid as i32), "{placement:?}");
+    let text = String::from_utf8_lossy(
+        &Command::new(kernelkite_bin())
+            .arg("summary")
+            .arg(&bundle_path)
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .into_owned();
+    let line = (text.lines())
+        .skip_while(|l| !l.starts_with("processes"))
+        .find(|l| l.split_whitespace().next() == Some(&ns.pid.to_string()))
+        .unwrap_or_else(|| panic!("no row of {} in {text}", ns.pid));
+    assert_eq!(line.split_whitespace().nth(1), Some("1"), "{text}");
 }
 
 /// A program that maps a JIT-style page (as tests/workloads/c/jitwork.c does), prints

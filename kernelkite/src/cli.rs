@@ -324,7 +324,8 @@ pub struct TraceArgs {
     #[arg(long, value_name = "PATH", conflicts_with = "container")]
     pub cgroup: Option<PathBuf>,
     /// Trace a container, by its id or a unique prefix of it (Docker, containerd and
-    /// Kubernetes, CRI-O, Podman): its cgroup, as with --cgroup.
+    /// Kubernetes, CRI-O, Podman), or a systemd unit by name (nginx.service, nginx):
+    /// its cgroup, as with --cgroup.
     #[arg(long, value_name = "ID")]
     pub container: Option<String>,
     /// Also trace the descendants of the traced processes: those already running and
@@ -377,7 +378,8 @@ pub struct TopArgs {
     /// `trace --cgroup` does (eBPF backend).
     #[arg(long, value_name = "PATH", conflicts_with_all = ["replay", "container"])]
     pub cgroup: Option<PathBuf>,
-    /// Watch a container, by its id or a unique prefix of it (eBPF backend).
+    /// Watch a container, by its id or a unique prefix of it, or a systemd unit by
+    /// name (eBPF backend).
     #[arg(long, value_name = "ID", conflicts_with = "replay")]
     pub container: Option<String>,
     /// Also watch the children of the `--pid` processes (new ones too).

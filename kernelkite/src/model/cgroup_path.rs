@@ -225,6 +225,11 @@ const UNIT_SUFFIXES: &[&str] = &[
     ".service", ".scope", ".socket", ".mount", ".swap", ".timer", ".path", ".device", ".target",
 ];
 
+/// Whether `component` is named like a systemd unit (`nginx.service`; slices are not).
+pub fn is_unit_name(component: &str) -> bool {
+    is_unit(component)
+}
+
 fn is_unit(component: &str) -> bool {
     UNIT_SUFFIXES.iter().any(|suffix| {
         component

@@ -69,6 +69,21 @@ pub enum CgroupError {
     },
     #[error("container id prefix {prefix:?} is not 1 to 64 hex characters: give the id `docker ps` or `crictl ps` shows")]
     BadPrefix { prefix: String },
+    #[error("{name:?} is neither a container id (hex) nor a systemd unit name: give the id `docker ps` or `crictl ps` shows, or a unit such as nginx.service")]
+    BadUnit { name: String },
+    #[error("no systemd unit {name:?}{} has a cgroup below {}: list them with `systemd-cgls` or `systemctl list-units`", Truncated(*truncated), mount.display())]
+    NoUnit {
+        name: String,
+        mount: PathBuf,
+        truncated: bool,
+    },
+    #[error("{count} cgroups are named {name:?} ({}, {}): give the cgroup path to --cgroup", first.display(), second.display())]
+    AmbiguousUnit {
+        name: String,
+        count: usize,
+        first: PathBuf,
+        second: PathBuf,
+    },
     #[error("no container matches {prefix:?}{}: searched the cgroup names of docker (docker-<id>.scope, /docker/<id>), containerd (cri-containerd-<id>.scope, nerdctl-<id>.scope), CRI-O (crio-<id>.scope), podman (libpod-<id>) and 64-hex names (/kubepods/…/<id>) below {}; check the id with `docker ps --no-trunc` or `crictl ps`", Truncated(*truncated), mount.display())]
     NoContainer {
         prefix: String,
@@ -296,12 +311,62 @@ fn check_cgroup2(dir: &Path, mount: &Path) -> Result<(), CgroupError> {
     }
 }
 
-/// The cgroup of the container whose id starts with `prefix`, on this host's v2
-/// hierarchy.
+/// The cgroup of the container whose id starts with `prefix` (hex), or else of the
+/// systemd unit named `prefix` (`nginx.service`, `nginx`, a `systemd-nspawn` machine's
+/// `machine-web.scope`), on this host's v2 hierarchy.
 pub fn resolve_container(prefix: &str) -> Result<CgroupDir, CgroupError> {
     let mount = v2_mount()?;
     check_cgroup2(&mount, &mount)?;
-    resolve_container_under(&mount, prefix)
+    if !prefix.is_empty() && prefix.bytes().all(|b| b.is_ascii_hexdigit()) {
+        resolve_container_under(&mount, prefix)
+    } else {
+        resolve_unit_under(&mount, prefix)
+    }
+}
+
+/// The cgroup of systemd unit `name` below `root`: the one cgroup whose last component
+/// is `name` (or, without a unit suffix, `name.service` or `name.scope`).
+pub fn resolve_unit_under(root: &Path, name: &str) -> Result<CgroupDir, CgroupError> {
+    let valid = |b: u8| b.is_ascii_alphanumeric() || b":_.@-\\".contains(&b);
+    if name.is_empty() || name.len() > 255 || !name.bytes().all(valid) {
+        return Err(CgroupError::BadUnit {
+            name: name.to_owned(),
+        });
+    }
+    let wanted: Vec<String> = if crate::model::cgroup_path::is_unit_name(name) {
+        vec![name.to_owned()]
+    } else {
+        vec![format!("{name}.service"), format!("{name}.scope")]
+    };
+    let mut matches: Vec<CgroupDir> = Vec::new();
+    let complete = walk(root, |dir, path, level, ino| {
+        let last = path.rsplit('/').next().unwrap_or("");
+        if wanted.iter().any(|w| w == last) {
+            matches.push(CgroupDir {
+                dir: dir.to_owned(),
+                path: path.to_owned(),
+                id: ino,
+                level,
+            });
+        }
+    });
+    match matches.len() {
+        0 => Err(CgroupError::NoUnit {
+            name: name.to_owned(),
+            mount: root.to_owned(),
+            truncated: !complete,
+        }),
+        1 => Ok(matches.swap_remove(0)),
+        count => {
+            matches.sort_by(|a, b| a.dir.cmp(&b.dir));
+            Err(CgroupError::AmbiguousUnit {
+                name: name.to_owned(),
+                count,
+                first: matches[0].dir.clone(),
+                second: matches[1].dir.clone(),
+            })
+        }
+    }
 }
 
 /// The cgroup of the container whose id starts with `prefix` (1 to 64 hex characters,
@@ -682,6 +747,34 @@ mod tests {
         assert!(matches!(err, CgroupError::Outside { .. }), "{err:?}");
         let err = locate(root.path(), Path::new("/x/../..")).unwrap_err();
         assert!(matches!(err, CgroupError::Outside { .. }), "{err:?}");
+    }
+
+    #[test]
+    fn a_systemd_unit_is_found_by_its_name() {
+        let root = tree(&[
+            ("/system.slice/nginx.service", &[3]),
+            (
+                "/user.slice/user-1000.slice/user@1000.service/app.slice/nginx.service",
+                &[4],
+            ),
+            ("/system.slice/redis-server.service", &[5]),
+            ("/machine.slice/machine-web.scope", &[6]),
+        ]);
+        let redis = resolve_unit_under(root.path(), "redis-server").unwrap();
+        assert_eq!(redis.path, "/system.slice/redis-server.service");
+        assert_eq!(redis.level, 2);
+        let web = resolve_unit_under(root.path(), "machine-web.scope").unwrap();
+        assert_eq!(web.path, "/machine.slice/machine-web.scope");
+        let err = resolve_unit_under(root.path(), "nginx.service").unwrap_err();
+        assert!(
+            matches!(err, CgroupError::AmbiguousUnit { count: 2, .. }),
+            "{err}"
+        );
+        assert!(err.to_string().contains("--cgroup"), "{err}");
+        let err = resolve_unit_under(root.path(), "postgres").unwrap_err();
+        assert!(matches!(err, CgroupError::NoUnit { .. }), "{err}");
+        let err = resolve_unit_under(root.path(), "../etc").unwrap_err();
+        assert!(matches!(err, CgroupError::BadUnit { .. }), "{err}");
     }
 
     #[test]

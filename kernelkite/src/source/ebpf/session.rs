@@ -304,6 +304,14 @@ impl Session {
             )),
             None => None,
         };
+        // Attribution needs the v2 hierarchy; without it, say so once.
+        let cgroup_v2_mount = match cgroups::v2_mount() {
+            Ok(mount) => Some(mount),
+            Err(e) => {
+                probes.notes.push(format!("no cgroup attribution: {e}"));
+                None
+            }
+        };
         let ring = take_map(&mut probes, map_names::EVENTS)?;
         let threads = take_map(&mut probes, map_names::THREADS)?;
         let hists = take_map(&mut probes, map_names::SYSCALL_HISTS)?;
@@ -341,7 +349,7 @@ impl Session {
             ring: Some(ring),
             argv_known: BTreeSet::new(),
             identity_known: BTreeSet::new(),
-            cgroup_v2_mount: cgroups::v2_mount().ok(),
+            cgroup_v2_mount,
             cgroup_counters: (options.cgroup.as_ref()).map(|c| CgroupCounters::new(&c.dir)),
             targets,
             tracked: Tracked::default(),
