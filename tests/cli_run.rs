@@ -1240,3 +1240,42 @@ fn proc_frames_carry_host_wide_steal() {
     let text = String::from_utf8(text.stdout).unwrap();
     assert!(text.contains("steal (host-wide)"), "{text}");
 }
+
+/// Every process of the tree carries its cgroup (the one the test runs in: children
+/// inherit it) and its namespace pids, however short its life: read at first sight, or
+/// at its exit stop (exit accounting).
+#[test]
+fn every_process_carries_its_cgroup() {
+    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap();
+    let Some(cgroup) = own.lines().find_map(|l| l.strip_prefix("0::")) else {
+        eprintln!("skipped: no cgroup v2 here");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let bundle_path = dir.path().join("cg.json");
+    kk().arg("run")
+        .arg(&bundle_path)
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "for i in 1 2 3 4 5; do /bin/true; done; sleep 0.3",
+        ])
+        .assert()
+        .success();
+    let bundle = load_bundle(&bundle_path).unwrap();
+    let pids: BTreeSet<i32> = (bundle.frames.iter())
+        .flat_map(|f| f.processes.iter().map(|p| p.pid))
+        .chain(bundle.thread_exits.iter().map(|e| e.process.pid))
+        .collect();
+    assert!(pids.len() >= 6, "the shell and five /bin/true: {pids:?}");
+    for pid in &pids {
+        let identity = (bundle.process_identities.iter())
+            .find(|i| i.pid == *pid)
+            .unwrap_or_else(|| {
+                panic!("pid {pid} has no identity: {:?}", bundle.process_identities)
+            });
+        assert_eq!(identity.cgroup.as_deref(), Some(cgroup), "{identity:?}");
+        assert_eq!(identity.ns_pids.first(), Some(pid), "{identity:?}");
+    }
+}

@@ -84,7 +84,9 @@ mod linux {
     use crate::source::launch::{
         find_program, raise_open_file_limit, signal_child, ChildEvent, CommandUsers, Exit, Launcher,
     };
-    use crate::source::procfs::{Sampler, SamplerOptions, Schedule, Scope, PROC_ROOT};
+    use crate::source::procfs::{
+        IdentityReader, Sampler, SamplerOptions, Schedule, Scope, PROC_ROOT,
+    };
 
     /// `run` streams single syscalls at least this slow (10 ms), as `trace` does by default.
     const RUN_MIN_LATENCY_NS: u64 = 10_000_000;
@@ -234,6 +236,11 @@ mod linux {
         let mut schedule = Schedule::new(start, Duration::from_millis(global.interval_ms));
         // At an exit stop, the thread's final counters, and a process's command line.
         let exits_past_cap = std::cell::Cell::new(0u64);
+        let (identities, note) = IdentityReader::new();
+        if let Some(note) = note {
+            crate::note!("kernelkite: {note}");
+        }
+        let identities = std::cell::RefCell::new(identities);
         let at_stop = |kept: &mut RecordedFold, sampler: &mut Sampler, stop: Stop, t_ns| {
             let (exit, leader_alive) = match stop {
                 Stop::Exit { tid } => (sampler.sample_exit(tid, t_ns), true),
@@ -257,6 +264,11 @@ mod linux {
             if let Some(line) = leader.then(|| sampler.command_line(tid, t_ns)).flatten() {
                 kept.push(Record::CommandLine(line));
             }
+            // A process shorter than a frame is read here, at its exit, if not before.
+            let identity = leader.then(|| identities.borrow_mut().read(sampler, tid, t_ns));
+            if let Some(Some((Some(identity), _))) = identity {
+                kept.push(Record::ProcessIdentity(identity));
+            }
             read_again
         };
         if args.no_exit_stops {
@@ -278,6 +290,15 @@ mod linux {
             // The whole tree is below kernelkite, its subreaper; only a vanished /proc
             // can fail here, and then the tick is skipped.
             if let Ok(frame) = sampler.sample(Scope::DescendantsOf(me), schedule.t_ns(now)) {
+                let mut identities = identities.borrow_mut();
+                for p in &frame.processes {
+                    if let Some((Some(identity), _)) = identities.read(sampler, p.pid, frame.t_ns) {
+                        kept.push(Record::ProcessIdentity(identity));
+                    }
+                }
+                let live: std::collections::BTreeSet<i32> =
+                    frame.processes.iter().map(|p| p.pid).collect();
+                identities.retain(|pid| live.contains(&pid));
                 kept.push(Record::Frame(frame));
             }
         };

@@ -18,7 +18,7 @@ use crate::model::{
 };
 use crate::recording::{ClockAnchor, Record, RecordRef, RecordSink, RecordingReader, SessionStart};
 use crate::source::host::current_host;
-use crate::source::procfs::{Sampler, SamplerOptions, Scope, PROC_ROOT};
+use crate::source::procfs::{IdentityReader, Sampler, SamplerOptions, Scope, PROC_ROOT};
 
 /// One instant of the observed processes: cumulative counters only.
 #[derive(Clone, Debug, PartialEq)]
@@ -148,8 +148,7 @@ pub struct ProcFeed {
     recorded: Option<RecordedFold>,
     last_t_ns: u64,
     /// The processes whose cgroup and namespace pids were read.
-    identity_known: std::collections::BTreeSet<i32>,
-    cgroup_v2_mount: Option<std::path::PathBuf>,
+    identities: IdentityReader,
 }
 
 impl ProcFeed {
@@ -214,8 +213,7 @@ impl ProcFeed {
             interval,
             recorded: None,
             last_t_ns: 0,
-            identity_known: std::collections::BTreeSet::new(),
-            cgroup_v2_mount: crate::source::cgroups::v2_mount().ok(),
+            identities: IdentityReader::new().0,
         })
     }
 }
@@ -243,13 +241,13 @@ impl TopFeed for ProcFeed {
         }
         let mut identities = Vec::new();
         for p in &frame.processes {
-            if self.identity_known.insert(p.pid) {
-                let mount = self.cgroup_v2_mount.as_deref();
-                identities.extend(self.sampler.identity(p.pid, t_ns, mount).map(|(i, _)| i));
+            if let Some((Some(identity), _)) = self.identities.read(&mut self.sampler, p.pid, t_ns)
+            {
+                identities.push(identity);
             }
         }
         let live: std::collections::BTreeSet<i32> = frame.processes.iter().map(|p| p.pid).collect();
-        self.identity_known.retain(|pid| live.contains(pid));
+        self.identities.retain(|pid| live.contains(&pid));
         if let Some(recorded) = self.recorded.as_mut() {
             for identity in &identities {
                 recorded.record_only(RecordRef::ProcessIdentity(identity));

@@ -3,7 +3,7 @@
 //! lifecycle events. The result is an ordinary [`Bundle`] with `backend: ebpf`.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use aya::maps::{Array, HashMap, MapData, PerCpuArray, RingBuf};
@@ -36,7 +36,7 @@ use crate::recording::{ClockAnchor, Record as KeptRecord, RecordRef, RecordSink,
 use crate::source::cgroup_counters::CgroupCounters;
 use crate::source::cgroups::{self, CgroupDir};
 use crate::source::host::current_host;
-use crate::source::procfs::{Sampler, SamplerOptions, Scope, PROC_ROOT};
+use crate::source::procfs::{IdentityReader, Sampler, SamplerOptions, Scope, PROC_ROOT};
 use kernelkite_common::wake::NEW_TASK;
 
 /// What to trace.
@@ -95,11 +95,8 @@ pub struct Session {
     /// The processes whose current program's command line is known (the live ones:
     /// the others are read from /proc at the next snapshot).
     argv_known: BTreeSet<i32>,
-    /// The processes whose cgroup and namespace pids were read since their last exec.
-    identity_known: BTreeSet<i32>,
-    /// Where the cgroup v2 hierarchy is mounted (the processes' cgroup ids are found
-    /// below it); `None` on a host without one.
-    cgroup_v2_mount: Option<PathBuf>,
+    /// Each process's cgroup and namespace pids, read once per program.
+    identities: IdentityReader,
     /// `--cgroup`: the traced cgroup's counters, read at every snapshot.
     cgroup_counters: Option<CgroupCounters>,
     hooks: Vec<String>,
@@ -305,13 +302,8 @@ impl Session {
             None => None,
         };
         // Attribution needs the v2 hierarchy; without it, say so once.
-        let cgroup_v2_mount = match cgroups::v2_mount() {
-            Ok(mount) => Some(mount),
-            Err(e) => {
-                probes.notes.push(format!("no cgroup attribution: {e}"));
-                None
-            }
-        };
+        let (identities, note) = IdentityReader::new();
+        probes.notes.extend(note);
         let ring = take_map(&mut probes, map_names::EVENTS)?;
         let threads = take_map(&mut probes, map_names::THREADS)?;
         let hists = take_map(&mut probes, map_names::SYSCALL_HISTS)?;
@@ -348,8 +340,7 @@ impl Session {
             probes: Some(probes),
             ring: Some(ring),
             argv_known: BTreeSet::new(),
-            identity_known: BTreeSet::new(),
-            cgroup_v2_mount,
+            identities,
             cgroup_counters: (options.cgroup.as_ref()).map(|c| CgroupCounters::new(&c.dir)),
             targets,
             tracked: Tracked::default(),
@@ -725,7 +716,7 @@ impl Session {
                     // Its cgroup now (a runtime moves a container's first process in
                     // before the exec), while it surely lives: a short one is gone by
                     // the next snapshot.
-                    self.identity_known.remove(&(r.tgid as i32));
+                    self.identities.exec(r.tgid as i32);
                     self.read_identity(r.tgid as i32, self.t_ns(r.ts_ns));
                     if let Some(stacks) = &mut self.stacks {
                         stacks.on_exec(r.tgid, r.ts_ns);
@@ -872,27 +863,20 @@ impl Session {
             self.read_identity(p.pid, t_ns);
         }
         let live: BTreeSet<i32> = frame.processes.iter().map(|p| p.pid).collect();
-        self.identity_known.retain(|pid| live.contains(pid));
+        self.identities.retain(|pid| live.contains(&pid));
     }
 
     /// Read `pid`'s cgroup and namespace pids once (until its next exec), and keep them
     /// unless they are what was kept last for it.
     fn read_identity(&mut self, pid: i32, t_ns: u64) {
-        if !self.identity_known.insert(pid) {
-            return;
-        }
-        let mount = self.cgroup_v2_mount.as_deref();
-        let Some((identity, ppid)) = self.sampler.identity(pid, t_ns, mount) else {
+        let Some((identity, ppid)) = self.identities.read(&mut self.sampler, pid, t_ns) else {
             return;
         };
         // A process that entered the session at its exec (`--cgroup`) has no fork record.
         if let Some(ppid) = ppid {
             self.parent_of.entry(pid as u32).or_insert(ppid);
         }
-        let same = (self.kept.fold().process_identities().iter().rev())
-            .find(|i| i.pid == identity.pid)
-            .is_some_and(|i| i.cgroup == identity.cgroup && i.ns_pids == identity.ns_pids);
-        if !same {
+        if let Some(identity) = identity {
             self.keep_event(KeptRecord::ProcessIdentity(identity));
         }
     }

@@ -7,9 +7,11 @@
 //!
 //! Modules: `files` (reading below the root), `parse` (procfs crate types to model
 //! types), `tree` (which processes are in the subtree), `sampler` (one frame),
-//! `schedule` (the sampling deadlines).
+//! `schedule` (the sampling deadlines), `identities` (each process's cgroup and
+//! namespace pids, once per program).
 
 mod files;
+mod identities;
 pub mod parse;
 mod pidmap;
 mod sampler;
@@ -20,6 +22,7 @@ mod tree;
 #[cfg(test)]
 mod tests;
 
+pub use identities::IdentityReader;
 pub use sampler::{Sampler, SamplerOptions};
 pub use schedule::Schedule;
 pub use tree::Scope;
