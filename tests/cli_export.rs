@@ -439,3 +439,84 @@ fn steal_is_reported_per_thread_in_the_summary_and_every_export() {
         );
     }
 }
+
+/// `go tool pprof -top` reads the pprof export of a real `--stacks` session and names
+/// its functions with the weights `kernelkite stacks` gives them, in every class.
+#[test]
+fn pprof_export_reads_in_go_tool_pprof_with_the_stacks_weights() {
+    let go_ok = StdCommand::new("go")
+        .arg("version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if tool_ready("pprof_export", go_ok, "go (golang-go)").is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = repo().join("fixtures/recordings/run-ebpf-unwound.bundle.json");
+    let out = dir.path().join("profile.pb.gz");
+    export(&bundle, "pprof", &out);
+    let stacks = kk()
+        .args(["--json", "stacks", "--top", "100"])
+        .arg(&bundle)
+        .output()
+        .unwrap();
+    assert!(stacks.status.success());
+    let stacks: serde_json::Value = serde_json::from_slice(&stacks.stdout).unwrap();
+    let mut checked = 0;
+    for class in stacks["classes"].as_array().unwrap() {
+        let name = class["class"].as_str().unwrap();
+        let with_stacks = class["stack_ns"].as_u64().unwrap();
+        if with_stacks == 0 {
+            continue;
+        }
+        let top = StdCommand::new("go")
+            .args(["tool", "pprof", "-top", "-nodecount=1000", "-unit=ns"])
+            .arg(format!("-sample_index={name}"))
+            .arg(&out)
+            .env("HOME", dir.path())
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&top.stdout);
+        assert!(
+            top.status.success(),
+            "{}",
+            String::from_utf8_lossy(&top.stderr)
+        );
+        // "Showing nodes accounting for N ns, 100% of N ns total"
+        let total: f64 = (text.lines())
+            .find_map(|l| {
+                l.split(" of ")
+                    .nth(1)?
+                    .strip_suffix("ns total")
+                    .map(str::to_string)
+            })
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no total in {text}"));
+        assert_eq!(total as u64, with_stacks, "{name}: {text}");
+        // The heaviest stack's leaf (frames are root first) is a flat entry with at
+        // least its weight; kernel frames end in `_[k]`, as in folded stacks.
+        let heaviest = &class["stacks"][0];
+        let leaf_frame = heaviest["frames"].as_array().unwrap().last().unwrap();
+        let mut leaf = leaf_frame["name"].as_str().unwrap().to_string();
+        if leaf_frame["kernel"].as_bool().unwrap() {
+            leaf.push_str("_[k]");
+        }
+        let weight = heaviest["total_ns"].as_u64().unwrap() as f64;
+        let flat: f64 = (text.lines())
+            .filter(|l| l.trim_end().ends_with(&format!(" {leaf}")))
+            .filter_map(|l| {
+                l.split_whitespace()
+                    .next()?
+                    .strip_suffix("ns")?
+                    .parse::<f64>()
+                    .ok()
+            })
+            .sum();
+        assert!(
+            flat >= weight * 0.999,
+            "{name}: {leaf} flat {flat} < {weight}: {text}"
+        );
+        checked += 1;
+    }
+    assert!(checked >= 2, "{stacks}");
+}

@@ -147,15 +147,17 @@ pub enum Command {
     Viewer(ViewerArgs),
     /// Write a self-contained HTML report of a bundle.
     Report(ReportArgs),
-    /// Export a bundle for other tools: Prometheus, OpenTelemetry (OTLP), Perfetto, JSON.
+    /// Export a bundle for other tools: Prometheus, OpenTelemetry (OTLP), Perfetto, pprof,
+    /// JSON.
     ///
     /// Formats (docs/EXPORTS.md maps every field): `prometheus` (text exposition format,
     /// as `promtool check metrics` reads it), `otlp` (OTLP/JSON metrics request),
     /// `otlp-traces` (OTLP/JSON traces request: process and slow-syscall spans),
     /// `otlp-proto` and `otlp-traces-proto` (the same as protobuf bytes),
     /// `chrome-trace` (Trace Event JSON for Perfetto UI and chrome://tracing), `json`
-    /// (the analysis, schema in docs/export.schema.json) and `folded` (folded stacks;
-    /// refused while bundles carry no stacks).
+    /// (the analysis, schema in docs/export.schema.json), `folded` (folded stacks) and
+    /// `pprof` (the stacks as gzip profile.proto, one sample type per latency class, for
+    /// go tool pprof, Parca and Pyroscope); the last two need a bundle with stacks.
     Export(ExportArgs),
     /// The heaviest stacks of each latency class, with time and share (needs a bundle
     /// recorded with --stacks).

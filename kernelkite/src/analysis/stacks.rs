@@ -252,6 +252,57 @@ impl FrameViews {
 }
 
 /// The last comm of every thread and process seen in the bundle's frames.
+/// Every stack sample of a profile with its frames as views, for formats that keep
+/// stacks apart per thread (pprof).
+pub struct StackRows {
+    /// Distinct frames as reports show them; rows index into it.
+    pub views: Vec<FrameView>,
+    pub rows: Vec<StackRow>,
+}
+
+/// One (thread, class, stack)'s time.
+pub struct StackRow {
+    pub pid: i32,
+    pub tid: i32,
+    /// Its process's comm (the last frame's), when sampled.
+    pub comm: Option<String>,
+    pub class: LatencyClass,
+    /// Leaf first: kernel frames, then user frames, then `[truncated]` above a user
+    /// stack not unwound to its end.
+    pub frames_leaf_first: Vec<u32>,
+    /// Its time (exact, plus estimated for sampled blocks), ns.
+    pub time_ns: u64,
+    /// Blocks or on-CPU samples it adds up.
+    pub count: u64,
+}
+
+/// The rows of `bundle`'s stacks with any time; `None` without stacks.
+pub fn stack_rows(bundle: &Bundle) -> Option<StackRows> {
+    let profile = bundle.stacks.as_ref()?;
+    let (process_names, _) = names(bundle);
+    let views = FrameViews::new(profile);
+    let rows = (profile.samples.iter())
+        .filter(|s| s.time_ns() > 0)
+        .filter_map(|s| {
+            let mut frames = views.joined(profile, s);
+            frames.reverse();
+            Some(StackRow {
+                pid: s.pid,
+                tid: s.tid,
+                comm: process_names.get(&s.pid).cloned(),
+                class: sample_class(s)?,
+                frames_leaf_first: frames,
+                time_ns: s.time_ns(),
+                count: s.count.saturating_add(s.sampled_count),
+            })
+        })
+        .collect();
+    Some(StackRows {
+        views: views.views,
+        rows,
+    })
+}
+
 fn names(bundle: &Bundle) -> (BTreeMap<i32, String>, BTreeMap<(i32, i32), String>) {
     let mut procs = BTreeMap::new();
     let mut threads = BTreeMap::new();

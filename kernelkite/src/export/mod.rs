@@ -9,6 +9,7 @@ pub mod chrome_trace;
 pub mod folded;
 pub mod json;
 pub mod otlp;
+pub mod pprof;
 pub mod prometheus;
 #[cfg(target_os = "linux")]
 pub mod serve;
@@ -33,9 +34,12 @@ pub enum Format {
     ChromeTrace,
     /// The analysis as versioned JSON (schema: docs/export.schema.json).
     Json,
-    /// Folded stacks (`frame;frame;frame count`) for flame graph tools; refused until
-    /// bundles carry stacks.
+    /// Folded stacks (`frame;frame;frame count`) for flame graph tools (bundles with
+    /// stacks).
     Folded,
+    /// The stacks as a gzip `profile.proto` (go tool pprof, Parca, Pyroscope): one
+    /// sample type per latency class (ns) and the samples' counts.
+    Pprof,
 }
 
 /// Options that apply to exporters with absolute timestamps.
@@ -75,6 +79,7 @@ pub fn render(
         Format::ChromeTrace => Ok(chrome_trace::render(bundle, analysis)),
         Format::Json => Ok(json::render(analysis)),
         Format::Folded => folded::render(bundle),
+        Format::Pprof => pprof::render(bundle),
     }
 }
 
