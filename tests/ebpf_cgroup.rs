@@ -7,6 +7,8 @@
 
 #[path = "support/ebpf.rs"]
 mod support;
+#[path = "support/tmux.rs"]
+mod tmux;
 
 use std::io::Write;
 use std::os::unix::process::CommandExt;
@@ -376,4 +378,67 @@ fn container_ids_resolve_by_unique_prefix_and_bad_selections_say_what_to_do() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     assert!(err.contains(&format!("docker-{a}.scope")), "{err}");
+}
+
+/// `top --cgroup` in a real terminal: a workload that execs into the cgroup after top
+/// started gets its row (lock_wait), and `g` puts it under its cgroup's row.
+#[test]
+fn top_cgroup_shows_a_process_that_enters_later_and_g_groups_it() {
+    let test = "top_cgroup_shows_a_process_that_enters_later";
+    let Some(_serial) = ebpf_ready(test) else {
+        return;
+    };
+    if !tmux::tmux_ready(test) {
+        return;
+    }
+    let cg = TestCgroup::new(&v2_mount(), "top");
+    let name = cg.dir.file_name().unwrap().to_string_lossy().into_owned();
+    let cmd = format!(
+        "{} --backend ebpf top --cgroup {} --refresh 0.5",
+        tmux::shell_quote(&kernelkite_bin().to_string_lossy()),
+        tmux::shell_quote(&cg.dir.to_string_lossy())
+    );
+    let t = tmux::Tmux::start(test, &cmd, 160, 40);
+    let wait = Duration::from_secs(30);
+    let s = t.wait_for(wait, |s| s.contains("hooks ·"));
+    assert!(s.contains(&format!("cgroup /{name}")), "{s}");
+    let workload = spawn_in(
+        &[&cg.dir],
+        Command::new(workload_bin())
+            .args(["futex_stress", "--threads", "4", "--seconds", "60"])
+            .stdout(Stdio::null()),
+    );
+    let mut workload = KillOnDrop(workload);
+    let pid = workload.0.id().to_string();
+    let row = |s: &str| {
+        s.lines()
+            .any(|l| l.split_whitespace().next() == Some(pid.as_str()) && l.contains("lock_wait"))
+    };
+    let s = t.wait_for(wait, row);
+    assert!(row(&s), "{s}");
+    t.keys(&["g"]);
+    // The group's row: its short name, its full path and dominant class at the end.
+    let header = |s: &str| {
+        s.lines().any(|l| {
+            l.trim_start().starts_with("■ kk-test-top")
+                && l.contains(&format!("/{name} · lock_wait"))
+        })
+    };
+    let s = t.wait_for(wait, |s| header(s) && row(s));
+    assert!(header(&s) && row(&s), "{s}");
+    t.keys(&["q"]);
+    let s = t.wait_for(wait, |s| s.contains("EXIT="));
+    assert!(s.contains("EXIT=0"), "{s}");
+    let _ = workload.0.kill();
+    let _ = workload.0.wait();
+}
+
+/// A child killed and reaped when the test ends, however it ends.
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }

@@ -243,7 +243,11 @@ fn draw_table(f: &mut Frame<'_>, app: &mut App, area: Rect) {
         .take(visible)
         .map(|r| {
             let (id, name) = match r.tid {
-                _ if r.group_header => (String::new(), format!("■ {}", clean(&r.comm))),
+                // The group's name in full goes in the last (widest) column.
+                _ if r.group_header => {
+                    let short = r.comm.rsplit(['/', ' ']).next().unwrap_or(&r.comm);
+                    (String::new(), format!("■ {}", clean(short)))
+                }
                 Some(tid) => (format!("  {tid}"), format!("  └ {}", clean(&r.comm))),
                 None => {
                     let marker = if r.expanded {
@@ -260,6 +264,9 @@ fn draw_table(f: &mut Frame<'_>, app: &mut App, area: Rect) {
                 Some((class, share)) => format!("{} {:.0}%", class.name(), share * 100.0),
                 None => "-".to_string(),
             };
+            if r.group_header {
+                dominant = format!("{} · {dominant}", clean(&r.comm));
+            }
             // A thread row names who ended most of its sleeps in the window.
             if let Some(waker) = &r.main_waker {
                 dominant.push_str(&format!(" ← {}", clean(waker)));
