@@ -313,7 +313,10 @@ fn g_groups_the_rows_by_cgroup_and_back() {
         "the group's row is the sum of its processes"
     );
     let text = screen(&mut app, 120, 30);
-    assert!(text.contains("■ kk-fixture") && text.contains("/kk-fixture · "), "{text}");
+    assert!(
+        text.contains("■ kk-fixture") && text.contains("/kk-fixture · "),
+        "{text}"
+    );
     keys(&mut app, "g");
     assert_eq!(app.rows().iter().map(|r| r.pid).collect::<Vec<_>>(), flat);
 }
