@@ -86,6 +86,30 @@ fn serve_exposes_live_metrics_that_promtool_accepts() {
     );
     assert!(body.contains("syscall=\"futex\""), "{body}");
     assert!(body.contains("kernelkite_events_lost_total"), "{body}");
+    // Every thread's time is counted while it passes, waits in progress included: a
+    // second later, the process's class seconds over the session's are its five
+    // threads, less the few ms its four contenders were not yet made after attach.
+    // (Live series never go down: an open interval a frame counted in one class and
+    // that closed in another stays in both, by at most a few hundred µs per thread.)
+    std::thread::sleep(Duration::from_secs(1));
+    let later = scrape(port).unwrap();
+    let series_value = |prefix: &str| -> Vec<f64> {
+        (later.lines())
+            .filter(|l| l.starts_with(prefix))
+            .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
+            .collect()
+    };
+    let class_prefix = format!(
+        "kernelkite_process_latency_class_seconds_total{{pid=\"{}\",",
+        workload.pid
+    );
+    let classes: f64 = series_value(&class_prefix).iter().sum();
+    let session = series_value("kernelkite_session_duration_seconds ")[0];
+    let threads = classes / session;
+    assert!(
+        (4.8..=5.0 * 1.001).contains(&threads),
+        "{threads} threads: {later}"
+    );
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("live.prom");
     std::fs::write(&file, body).unwrap();

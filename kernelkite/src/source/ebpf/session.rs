@@ -1206,18 +1206,22 @@ impl Session {
     }
 
     fn snapshot_frame(&mut self, final_frame: bool) -> Result<Frame, SessionError> {
-        let now = monotonic_ns();
-        let t_ns = self.t_ns(now);
         // Read the map first: a thread's counters are then never ahead of its /proc row.
         let mut by_tgid: BTreeMap<u32, BTreeMap<u32, ThreadState>> = BTreeMap::new();
         let mut lost_exits = Vec::new();
-        let entries: Vec<(u32, ThreadState)> = read_all(&self.threads);
+        let entries: Vec<(u32, ThreadState)> = (read_all(&self.threads).into_iter())
+            .map(|(tid, state)| (tid, self.read_thread(tid, state)))
+            .collect();
+        // The clock after the copies: no interval a copy closed ends after it, so a
+        // thread's classes add up to its time in the frame, never more (read before,
+        // a thread that switched during the read was ahead of the frame by the read).
+        let now = monotonic_ns();
+        let t_ns = self.t_ns(now);
         let present: BTreeSet<ThreadKey> = entries.iter().map(|(t, s)| (*t, s.start_ns)).collect();
         if final_frame {
             self.final_states = (entries.clone(), now);
         }
         for (tid, state) in entries {
-            let state = self.read_thread(tid, state);
             if state.run_state == run_state::EXITED {
                 lost_exits.push((tid, state));
                 continue;
