@@ -1305,6 +1305,25 @@ fn a_live_process_traced_mid_life_matches_schedstat_per_thread() {
         worst_runqueue = worst_runqueue.max(queue_err);
     }
     eprintln!("worst spinner: on_cpu {worst_on_cpu:.5}, runqueue {worst_runqueue:.5}");
+    // A sched_switch run the kernel skipped (its BPF recursion guard, more frequent with
+    // other tracers on the machine; the trace says so on stderr) leaves a switch-in
+    // unseen: that timeslice reads as runqueue, not lost. Then each spinner's on_cpu +
+    // runqueue must still be schedstat's, to the same 0.1 %.
+    let skipped = (traced.stderr.iter()).any(|l| l.contains("the kernel skipped"));
+    if skipped && worst_on_cpu > 0.001 {
+        eprintln!("the kernel skipped program runs: on_cpu + runqueue held to schedstat instead");
+        for tid in &spinners {
+            let ((cpu0, delay0), (cpu1, delay1)) = (before[tid], after[tid]);
+            let row = (traced.analysis.threads.iter())
+                .find(|t| t.tid == *tid)
+                .unwrap();
+            let kernel = (cpu1 - cpu0) + (delay1 - delay0);
+            let ours = row.classes.on_cpu + row.classes.runqueue;
+            let err = ours.abs_diff(kernel) as f64 / kernel.max(1) as f64;
+            assert!(err <= 0.001, "tid {tid}: on_cpu + runqueue off by {err:.5}");
+        }
+        return;
+    }
     assert!(worst_on_cpu <= 0.001, "on_cpu off by {worst_on_cpu:.5}");
     // Not 0.1 %: run_delay runs between the rq clock reads at the start of the two
     // `__schedule` calls, the hooks between the tracepoints after each pick, and where
