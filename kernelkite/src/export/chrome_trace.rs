@@ -242,6 +242,17 @@ pub fn document(bundle: &Bundle, analysis: &Analysis) -> Value {
         };
         meta.push(json!({"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": name}}));
     }
+    // The container, unit or cgroup of each process, where known: Perfetto shows a
+    // process's labels beside its name.
+    let mut labelled = std::collections::BTreeSet::new();
+    for p in &analysis.processes {
+        let Some(group) = p.placement.as_ref().and_then(|pl| pl.group_name()) else {
+            continue;
+        };
+        if process_names.contains_key(&p.pid) && labelled.insert(p.pid) {
+            meta.push(json!({"name": "process_labels", "ph": "M", "pid": p.pid, "tid": 0, "args": {"labels": group}}));
+        }
+    }
     for ((pid, tid), name) in &thread_names {
         let name = if name.is_empty() {
             format!("thread {tid}")
@@ -370,13 +381,15 @@ pub fn rule_violations(doc: &Value) -> Vec<String> {
         }
         match ph {
             "M" => {
-                if !e["args"]["name"].is_string() {
+                let labels = e["name"].as_str() == Some("process_labels");
+                if !labels && !e["args"]["name"].is_string() {
                     errors.push(format!("event {i}: metadata without args.name"));
                 }
                 match e["name"].as_str() {
                     Some("process_name") => {
                         named_pids.insert(pid);
                     }
+                    Some("process_labels") if e["args"]["labels"].is_string() => {}
                     Some("thread_name") => {
                         named_tracks.insert((pid, tid));
                     }
@@ -497,6 +510,25 @@ mod tests {
             let errors = rule_violations(&doc);
             assert!(errors.is_empty(), "{name}: {errors:#?}");
         }
+    }
+
+    /// The `--cgroup` recording: each process is labelled with its cgroup, within the
+    /// format's rules.
+    #[test]
+    fn processes_are_labelled_with_their_cgroup() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../fixtures/recordings/trace-ebpf-cgroup.bundle.json");
+        let b = crate::model::load_bundle(&path).unwrap();
+        let doc: Value = serde_json::from_slice(&super::render(&b, &analyze(&b))).unwrap();
+        assert_eq!(rule_violations(&doc), Vec::<String>::new());
+        let labels: Vec<&Value> = (doc["traceEvents"].as_array().unwrap().iter())
+            .filter(|e| e["name"] == "process_labels")
+            .collect();
+        assert!(!labels.is_empty());
+        assert!(
+            labels.iter().all(|e| e["args"]["labels"] == "/kk-fixture"),
+            "{labels:?}"
+        );
     }
 
     /// The `--critical-path` recording (sh with a background loop): every wakeup one

@@ -5,7 +5,7 @@
 //! Each (thread, class, stack) of the bundle is one sample: its class's column holds
 //! its time (exact, plus the estimate of sampled short blocks: docs/STACKS.md), the
 //! other class columns 0, and `samples` its count; labels `pid`, `tid` (numbers),
-//! `comm` and `class`. Locations are the report's frames (a symbol, else
+//! `comm` and `class`, and `cgroup` and `container_id` where the bundle knows them. Locations are the report's frames (a symbol, else
 //! `module+0xoffset`), leaf first, kernel frames named with `_[k]` as in folded stacks.
 //! The default sample type is the class with the most time. Encoded with `prost` from
 //! the message definitions of github.com/google/pprof `proto/profile.proto`.
@@ -174,6 +174,8 @@ pub fn profile(bundle: &Bundle) -> Result<Profile, ExportError> {
         strings.id("comm"),
         strings.id("class"),
     );
+    let (cgroup, container_id) = (strings.id("cgroup"), strings.id("container_id"));
+    let placements = crate::analysis::placement::latest_by_pid(bundle);
     let mut class_ns = [0u64; LatencyClass::ALL.len()];
     let sample = (stacks.rows.iter())
         .map(|row| {
@@ -205,6 +207,20 @@ pub fn profile(bundle: &Bundle) -> Result<Profile, ExportError> {
                     str: strings.id(&crate::format::clean(c)),
                     num: 0,
                 });
+            }
+            // Its cgroup and container, where the bundle knows them.
+            let place = placements.get(&row.pid);
+            for (key, value) in [
+                (cgroup, place.and_then(|p| p.cgroup.as_deref())),
+                (container_id, place.and_then(|p| p.container_id.as_deref())),
+            ] {
+                if let Some(value) = value {
+                    label.push(Label {
+                        key,
+                        str: strings.id(value),
+                        num: 0,
+                    });
+                }
             }
             Sample {
                 location_id: row
