@@ -20,27 +20,39 @@ const MAX_FILE_BYTES: u64 = 16 << 10;
 pub struct CgroupCounters {
     /// The traced cgroup's v2 directory.
     v2_dir: PathBuf,
-    /// The v1 cpu controller's directory of the traced processes, once found (only
-    /// where the v2 `cpu.stat` has no throttling counters).
+    /// Where the v1 cpu controller is mounted, when the v2 cgroup has no cpu controller
+    /// (no `cpu.max`) and v1 has one: read once, from `mountinfo`, at the start.
+    v1_cpu_mount: Option<PathBuf>,
+    /// The v1 cpu controller's directory of the traced processes, once found.
     v1_cpu_dir: Option<PathBuf>,
 }
 
 impl CgroupCounters {
-    pub fn new(v2_dir: &Path) -> CgroupCounters {
+    /// The counters of `v2_dir`; `mountinfo` is /proc/self/mountinfo's text.
+    pub fn new(v2_dir: &Path, mountinfo: &str) -> CgroupCounters {
+        let v1_cpu_mount = (!v2_dir.join("cpu.max").exists())
+            .then(|| v1_controller_mount(mountinfo, "cpu"))
+            .flatten();
         CgroupCounters {
             v2_dir: v2_dir.to_path_buf(),
+            v1_cpu_mount,
             v1_cpu_dir: None,
         }
     }
 
-    /// The v1 cpu cgroup of `pid`, for the throttling counters, when the v2 hierarchy
-    /// has no cpu controller and none was found yet. Below the v1 cpu controller's
-    /// mount point in `mountinfo`; `proc_root` is /proc.
-    pub fn find_v1_cpu(&mut self, proc_root: &Path, pid: i32, mountinfo: &str) {
-        if self.v1_cpu_dir.is_some() || self.v2_dir.join("cpu.max").exists() {
-            return;
-        }
-        let Some(mount) = v1_controller_mount(mountinfo, "cpu") else {
+    /// Whether the throttling counters are still to be found in v1.
+    pub fn wants_v1_cpu(&self) -> bool {
+        self.v1_cpu_mount.is_some() && self.v1_cpu_dir.is_none()
+    }
+
+    /// The v1 cpu cgroup of `pid`, for the throttling counters, while
+    /// [`CgroupCounters::wants_v1_cpu`]; `proc_root` is /proc.
+    pub fn find_v1_cpu(&mut self, proc_root: &Path, pid: i32) {
+        let Some(mount) = self
+            .v1_cpu_mount
+            .as_deref()
+            .filter(|_| self.v1_cpu_dir.is_none())
+        else {
             return;
         };
         let Some(text) = read_small(&proc_root.join(pid.to_string()).join("cgroup")) else {
@@ -50,21 +62,12 @@ impl CgroupCounters {
         let Some(path) = v1_controller_path(&text, "cpu").filter(|p| p != "/") else {
             return;
         };
-        let mut dir = mount;
-        for part in path.split('/').filter(|p| !p.is_empty()) {
-            if part == ".." || part == "." {
-                return;
-            }
-            dir.push(part);
-        }
+        let Some(dir) = crate::source::cgroups::below(mount, &path) else {
+            return;
+        };
         if dir.join("cpu.stat").is_file() {
             self.v1_cpu_dir = Some(dir);
         }
-    }
-
-    /// Whether the throttling counters are still to be found in v1.
-    pub fn wants_v1_cpu(&self) -> bool {
-        self.v1_cpu_dir.is_none() && !self.v2_dir.join("cpu.max").exists()
     }
 
     /// One reading at `t_ns`; a file that is missing (the cgroup removed, a controller

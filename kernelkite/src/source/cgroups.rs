@@ -209,6 +209,20 @@ fn unescape(field: &str) -> PathBuf {
     PathBuf::from(OsString::from_vec(out))
 }
 
+/// The directory of hierarchy path `path` (as /proc/PID/cgroup gives it) below the
+/// hierarchy mounted at `mount`, component by component; `None` for a `.` or `..`
+/// component, which could leave the mount (cgroupfs has no symlinks).
+pub fn below(mount: &Path, path: &str) -> Option<PathBuf> {
+    let mut dir = mount.to_path_buf();
+    for part in path.split('/').filter(|p| !p.is_empty()) {
+        if part == "." || part == ".." {
+            return None;
+        }
+        dir.push(part);
+    }
+    Some(dir)
+}
+
 /// The cgroup v2 mount point of this host.
 pub fn v2_mount() -> Result<PathBuf, CgroupError> {
     let text = fs::read_to_string(MOUNTINFO).map_err(|source| CgroupError::Mountinfo { source })?;

@@ -341,7 +341,10 @@ impl Session {
             ring: Some(ring),
             argv_known: BTreeSet::new(),
             identities,
-            cgroup_counters: (options.cgroup.as_ref()).map(|c| CgroupCounters::new(&c.dir)),
+            cgroup_counters: (options.cgroup.as_ref()).map(|c| {
+                let mountinfo = std::fs::read_to_string("/proc/self/mountinfo");
+                CgroupCounters::new(&c.dir, &mountinfo.unwrap_or_default())
+            }),
             targets,
             tracked: Tracked::default(),
             threads,
@@ -1337,11 +1340,8 @@ impl Session {
         self.read_command_lines(t_ns, &frame);
         self.read_identities(t_ns, &frame);
         if let Some(counters) = self.cgroup_counters.as_mut() {
-            if counters.wants_v1_cpu() {
-                let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-                if let Some(p) = frame.processes.first() {
-                    counters.find_v1_cpu(Path::new(PROC_ROOT), p.pid, &mountinfo);
-                }
+            if let Some(p) = frame.processes.first().filter(|_| counters.wants_v1_cpu()) {
+                counters.find_v1_cpu(Path::new(PROC_ROOT), p.pid);
             }
             let sample = counters.sample(t_ns);
             self.keep_event(KeptRecord::CgroupSample(sample));

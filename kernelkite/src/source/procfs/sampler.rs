@@ -465,13 +465,7 @@ fn find_thread(threads: &[PrevThread], tid: i32) -> Option<&PrevThread> {
 /// leave the mount (`..`, empty) are refused; cgroupfs has no symlinks.
 fn cgroup_dir_id(v2_mount: &Path, path: &str) -> Option<u64> {
     use std::os::unix::fs::MetadataExt;
-    let mut dir = v2_mount.to_path_buf();
-    for part in path.split('/').filter(|p| !p.is_empty()) {
-        if part == "." || part == ".." {
-            return None;
-        }
-        dir.push(part);
-    }
+    let dir = crate::source::cgroups::below(v2_mount, path)?;
     let meta = std::fs::symlink_metadata(&dir).ok()?;
     meta.is_dir().then(|| meta.ino())
 }
