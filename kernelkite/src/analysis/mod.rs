@@ -404,6 +404,12 @@ pub struct InterfaceDelta {
 }
 
 impl Analysis {
+    /// Whether reports name each process's group: its processes span several
+    /// containers, units or cgroups, or sit in a container.
+    pub fn shows_groups(&self) -> bool {
+        self.groups.len() > 1 || self.groups.iter().any(|g| g.container_id.is_some())
+    }
+
     /// The class share of the total, 0..=1 (0 when no class time was observed).
     pub fn class_share(&self, class: LatencyClass) -> f64 {
         let total = self.latency_classes.total_ns();

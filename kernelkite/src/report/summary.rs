@@ -453,7 +453,7 @@ pub fn summary_text_with(a: &Analysis, idle: Option<&IdleSplit>) -> String {
     // or cgroups: which.
     let place = |p: &crate::analysis::ProcessRow| p.placement.clone().unwrap_or_default();
     let ns_pids = shown.iter().any(|p| place(p).ns_pid.is_some());
-    let groups = a.groups.len() > 1 || a.groups.iter().any(|g| g.container_id.is_some());
+    let groups = a.shows_groups();
     let mut header = vec!["pid"];
     if ns_pids {
         header.push("ns pid");

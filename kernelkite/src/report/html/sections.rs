@@ -427,7 +427,7 @@ pub(super) fn processes_section(h: &mut String, a: &Analysis) {
         );
     }
     // Processes in several containers, units or cgroups: which.
-    let groups = a.groups.len() > 1 || a.groups.iter().any(|g| g.container_id.is_some());
+    let groups = a.shows_groups();
     h.push_str(
         "<table class=\"data\">\n<thead><tr><th class=\"num\">PID</th><th>Command</th>\
          <th class=\"num\">Parent</th><th class=\"num\">CPU</th><th class=\"num\">Peak RSS</th>\
