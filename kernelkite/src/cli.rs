@@ -97,6 +97,16 @@ pub enum Command {
     /// (less than libbpf-tools `syscount -L`); other processes pay a bitmap check
     /// (docs/PERFORMANCE.md has the measurements).
     Trace(TraceArgs),
+    /// Run as an always-on agent: trace the whole machine (or a selection) with eBPF
+    /// and serve Prometheus metrics, push OTLP metrics, and serve pprof profiles (needs
+    /// root, or CAP_BPF, CAP_PERFMON, CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH).
+    ///
+    /// Memory is bounded by configuration, not by uptime: at most --top-processes live
+    /// processes have series of their own; every other process's time adds up in the
+    /// series of its command name or cgroup (--fold-by), at most --max-groups of them
+    /// (docs/AGENT.md has the rule and every metric). SIGHUP rereads --config; SIGTERM
+    /// and Ctrl-C detach everything and exit. Logs are logfmt lines on stderr.
+    Agent(AgentArgs),
     /// A live terminal view of where time goes, per process (and thread).
     ///
     /// Each row is a process (Enter or → shows its threads) with a stacked bar of its
@@ -369,6 +379,69 @@ pub struct TraceArgs {
     pub serve: Option<std::net::SocketAddr>,
     #[command(flatten)]
     pub recording: RecordArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct AgentArgs {
+    /// A TOML file of settings (docs/AGENT.md): the keys are this command's long
+    /// options in snake_case (`top_processes = 30`, `otlp_endpoint = "..."`,
+    /// `otlp_headers = { authorization = "..." }`). An option given on the command line
+    /// wins. SIGHUP rereads it: the series limits and the OTLP settings change at once;
+    /// a change of what is traced, --listen or --stacks is logged and needs a restart.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Serve /metrics (and, with --stacks, /debug/pprof/profile) at IP:PORT (default
+    /// 127.0.0.1:9464).
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<std::net::SocketAddr>,
+    /// Allow --listen on an address other than loopback (the metrics name every
+    /// process and command on the host).
+    #[arg(long)]
+    pub allow_remote: bool,
+    /// Trace only these processes (and their descendants), by host pid; repeatable.
+    /// Default: every process on the machine.
+    #[arg(long = "pid", num_args = 1, conflicts_with_all = ["cgroup", "container"])]
+    pub pids: Vec<i32>,
+    /// Trace only this cgroup v2 subtree (as `trace --cgroup`).
+    #[arg(long, value_name = "PATH", conflicts_with = "container")]
+    pub cgroup: Option<PathBuf>,
+    /// Trace only this container or systemd unit (as `trace --container`).
+    #[arg(long, value_name = "ID")]
+    pub container: Option<String>,
+    /// Live processes with series of their own, the busiest first (default 20).
+    #[arg(long, value_name = "N")]
+    pub top_processes: Option<usize>,
+    /// What ranks processes for a series of their own (default busy: every class but
+    /// syscall_blocked).
+    #[arg(long, value_name = "TIME")]
+    pub rank_by: Option<crate::analysis::rolling::RankBy>,
+    /// What the other processes add up by (default comm).
+    #[arg(long, value_name = "KEY")]
+    pub fold_by: Option<crate::analysis::rolling::FoldBy>,
+    /// Group series at most (default 50); later names add up in "(other)".
+    #[arg(long, value_name = "N")]
+    pub max_groups: Option<usize>,
+    /// Seconds between snapshots (default 1).
+    #[arg(long, value_name = "SECS")]
+    pub interval: Option<f64>,
+    /// Push OTLP metrics over HTTP/protobuf to this URL (http://HOST[:PORT][/PATH];
+    /// default port 4318, path /v1/metrics). Plain HTTP: send to a local OpenTelemetry
+    /// Collector, which forwards with TLS.
+    #[arg(long, value_name = "URL")]
+    pub otlp_endpoint: Option<String>,
+    /// Seconds between OTLP pushes (default 10).
+    #[arg(long, value_name = "SECS")]
+    pub otlp_interval: Option<f64>,
+    /// A header for every OTLP request (NAME=VALUE, repeatable), e.g. an API key.
+    #[arg(long = "otlp-header", value_name = "NAME=VALUE")]
+    pub otlp_headers: Vec<String>,
+    /// Threads the kernel side can track at once (its THREADS map).
+    #[arg(long, default_value_t = 65_536, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_threads: u32,
+    /// With --stacks, /debug/pprof/profile?seconds=N serves the stacks of the next N
+    /// seconds (default 30, at most 300) as a gzip profile.proto.
+    #[command(flatten)]
+    pub stacks: StackArgs,
 }
 
 #[derive(Debug, Args)]

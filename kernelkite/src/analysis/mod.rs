@@ -28,6 +28,7 @@ pub mod compare;
 pub mod critical_path;
 pub mod placement;
 mod processes;
+pub mod rolling;
 pub mod stacks;
 pub mod timeline;
 pub mod waits;

@@ -627,6 +627,48 @@ pub fn folded_lines(bundle: &Bundle, opts: &FoldOptions) -> Vec<String> {
     lines
 }
 
+/// The stack time of `later` that `earlier` did not have yet: two profiles of one
+/// running capture (`Session::stack_profile_so_far`), whose frame and stack tables only
+/// grow, so a sample's key means the same in both. The agent's
+/// `/debug/pprof/profile?seconds=N` is the profile between its start and its end.
+pub fn profile_between(earlier: &StackProfile, later: &StackProfile) -> StackProfile {
+    fn key(s: &StackSample) -> (i32, i32, &str, Option<u32>, Option<u32>, bool) {
+        (
+            s.pid,
+            s.tid,
+            s.class.as_str(),
+            s.user_stack,
+            s.kernel_stack,
+            s.in_progress,
+        )
+    }
+    let before: HashMap<_, &StackSample> = earlier.samples.iter().map(|s| (key(s), s)).collect();
+    let samples = (later.samples.iter())
+        .filter_map(|s| {
+            let mut d = s.clone();
+            if let Some(b) = before.get(&key(s)) {
+                d.total_ns = s.total_ns.saturating_sub(b.total_ns);
+                d.count = s.count.saturating_sub(b.count);
+                d.estimated_ns = s.estimated_ns.saturating_sub(b.estimated_ns);
+                d.sampled_count = s.sampled_count.saturating_sub(b.sampled_count);
+            }
+            (d.total_ns > 0 || d.count > 0 || d.estimated_ns > 0).then_some(d)
+        })
+        .collect();
+    StackProfile {
+        samples,
+        captures_lost: later.captures_lost.saturating_sub(earlier.captures_lost),
+        stack_copies: later.stack_copies.saturating_sub(earlier.stack_copies),
+        stack_copies_short: later
+            .stack_copies_short
+            .saturating_sub(earlier.stack_copies_short),
+        stack_copies_lost: later
+            .stack_copies_lost
+            .saturating_sub(earlier.stack_copies_lost),
+        ..later.clone()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

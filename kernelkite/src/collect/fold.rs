@@ -3,7 +3,9 @@
 use std::mem::take;
 
 use crate::model::frame_keeper::keep_capped;
-use crate::model::{Backend, Bundle, CommandLine, Frame, FrameCap, FrameKeeper, ProcessIdentity};
+use crate::model::{
+    Backend, Bundle, CommandLine, Frame, FrameCap, FrameKeeper, LifecycleEvent, ProcessIdentity,
+};
 use crate::recording::{Record, RecordRef, RecordSink, SessionStart};
 
 /// Folds a session's records, in the order they were made, into its bundle: frames
@@ -119,6 +121,21 @@ impl BundleFold {
     /// Drop the lifecycle events kept so far (a live view that reads none).
     pub fn drop_lifecycle(&mut self) {
         self.bundle.lifecycle = Vec::new();
+    }
+
+    /// Move out the lifecycle events and identity readings kept so far, and drop the
+    /// other per-event records (command lines, thread exits, slow calls, cgroup
+    /// samples): an always-on view (`agent`) folds what it needs at every snapshot and
+    /// must keep nothing that grows with uptime.
+    pub fn take_live_events(&mut self) -> (Vec<LifecycleEvent>, Vec<ProcessIdentity>) {
+        let b = &mut self.bundle;
+        b.command_lines = Vec::new();
+        b.thread_exits = Vec::new();
+        b.slow_syscalls = Vec::new();
+        b.cgroup_samples = Vec::new();
+        let mut lifecycle = take(&mut b.lifecycle);
+        sort_lifecycle(&mut lifecycle);
+        (lifecycle, take(&mut b.process_identities))
     }
 
     /// The first slow syscall index a stacks record named that was never folded in.

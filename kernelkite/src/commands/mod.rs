@@ -7,6 +7,7 @@ use clap::CommandFactory;
 
 use crate::cli::{Cli, Command};
 
+pub mod agent;
 pub mod compare;
 pub mod critical_path;
 pub mod doctor;
@@ -78,6 +79,7 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Command::Run(args) => run::execute(&global, &args),
         Command::Trace(args) => trace::execute(&global, &args),
+        Command::Agent(args) => agent::execute(&global, &args),
         Command::Top(args) => top::execute(&global, &args),
         Command::Replay(args) => replay::execute(&global, &args),
         Command::Summary(args) => summary::execute(&global, &args),

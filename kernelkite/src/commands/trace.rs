@@ -154,7 +154,7 @@ mod platform {
                     "kernelkite: serving metrics at http://{}/metrics",
                     listener.local_addr()?
                 );
-                tokio::spawn(serve::serve(listener, tx));
+                tokio::spawn(serve::serve(listener, tx, false));
                 scrapes = Some(rx);
             }
             let cgroup_dir = cgroup.as_ref().map(|c| c.dir.as_path());
@@ -309,8 +309,11 @@ mod platform {
                         None => {}
                     }
                 }
-                Some(reply) = next_scrape(&mut scrapes) => {
-                    let _ = reply.send(session.with_bundle_so_far(serve::exposition));
+                Some(ask) = next_scrape(&mut scrapes) => {
+                    // Profiles are not served here (the server answers 404).
+                    if let serve::Ask::Metrics(reply) = ask {
+                        let _ = reply.send(session.with_bundle_so_far(serve::exposition));
+                    }
                 }
                 _ = signals.interrupt.recv() => break "interrupted",
                 _ = signals.terminate.recv() => break "terminated",

@@ -287,6 +287,158 @@ pub fn metrics_request(
 }
 
 /// `kernelkite.syscall.duration` with one point per histogram; `None` without any.
+/// What every resource of the agent's requests carries.
+pub struct AgentResource<'a> {
+    /// `host.name` (the node's hostname).
+    pub host_name: &'a str,
+    pub arch: &'a str,
+    pub kernel_release: Option<&'a str>,
+}
+
+/// The agent's push (`kernelkite agent --otlp-endpoint`): one resource per series of
+/// `rolling` (a process's own: `process.pid`, `process.executable.name`, its container;
+/// a group: `kernelkite.group.comm` or `process.linux.cgroup`, and
+/// `kernelkite.folded=true`), each with `kernelkite.latency_class.time` and
+/// `kernelkite.syscall.duration` cumulative since `start_unix_ns`; and the agent's own
+/// resource with `kernelkite.events.lost`.
+pub fn agent_metrics_request(
+    rolling: &crate::analysis::rolling::RollingTotals,
+    resource: &AgentResource<'_>,
+    events_lost: u64,
+    start_unix_ns: u64,
+    now_unix_ns: u64,
+) -> ExportMetricsServiceRequest {
+    use crate::analysis::rolling::{FoldByKey, SeriesKey, COARSE_BOUNDS_NS};
+    let base = || {
+        let mut out = vec![
+            kv_str("service.name", "kernelkite"),
+            kv_str("host.name", resource.host_name),
+            kv_str("os.type", "linux"),
+            kv_str("host.arch", host_arch(resource.arch)),
+        ];
+        if let Some(release) = resource.kernel_release {
+            out.push(kv_str("os.version", release));
+        }
+        out
+    };
+    let place = |attributes: &mut Vec<KeyValue>, path: &str| {
+        attributes.push(kv_str("process.linux.cgroup", &format!("0::{path}")));
+        let named = crate::model::cgroup_path::labels(path);
+        if let Some(id) = &named.container_id {
+            attributes.push(kv_str("container.id", id));
+        }
+        if let Some(runtime) = named.runtime {
+            attributes.push(kv_str("container.runtime.name", runtime));
+        }
+        if let Some(uid) = &named.pod_uid {
+            attributes.push(kv_str("k8s.pod.uid", uid));
+        }
+    };
+    let point = |attributes: Vec<KeyValue>, v: f64| NumberDataPoint {
+        attributes,
+        start_time_unix_nano: start_unix_ns,
+        time_unix_nano: now_unix_ns,
+        value: Some(number_data_point::Value::AsDouble(v)),
+        ..Default::default()
+    };
+    let mut resource_metrics = Vec::new();
+    for (key, totals) in rolling.series() {
+        let mut attributes = base();
+        match key {
+            SeriesKey::Process { pid, comm } => {
+                attributes.push(kv_int("process.pid", *pid as i64));
+                attributes.push(kv_str("process.executable.name", comm));
+                if let Some(path) = rolling.cgroup_of(*pid) {
+                    place(&mut attributes, path);
+                }
+            }
+            SeriesKey::Group { fold_by, name } => {
+                attributes.push(kv("kernelkite.folded", any_value::Value::BoolValue(true)));
+                match fold_by {
+                    FoldByKey::Comm => attributes.push(kv_str("kernelkite.group.comm", name)),
+                    FoldByKey::Cgroup => place(&mut attributes, name),
+                }
+            }
+        }
+        let class_points = (LatencyClass::ALL.iter())
+            .map(|c| {
+                let ns = totals.class_ns[c.id() as usize];
+                point(
+                    vec![kv_str("kernelkite.latency_class", c.name())],
+                    ns as f64 / 1e9,
+                )
+            })
+            .collect();
+        let mut metrics = vec![monotonic_sum(
+            "kernelkite.latency_class.time",
+            "Time the threads spent in each latency class.",
+            "s",
+            class_points,
+        )];
+        let hist_points: Vec<HistogramDataPoint> = (totals.syscalls.iter())
+            .map(|(syscall, h)| HistogramDataPoint {
+                attributes: vec![kv_str("kernelkite.syscall.name", syscall)],
+                start_time_unix_nano: start_unix_ns,
+                time_unix_nano: now_unix_ns,
+                count: h.count,
+                sum: Some(h.sum_ns as f64 / 1e9),
+                bucket_counts: h.buckets_calls.to_vec(),
+                // Inclusive bounds: a call below 2^k ns is at most 2^k - 1 ns.
+                explicit_bounds: (COARSE_BOUNDS_NS.iter())
+                    .map(|&b| (b - 1) as f64 / 1e9)
+                    .collect(),
+                ..Default::default()
+            })
+            .collect();
+        if !hist_points.is_empty() {
+            metrics.push(Metric {
+                name: "kernelkite.syscall.duration".to_string(),
+                description: "Latency of each syscall (power-of-four buckets, bounds inclusive)."
+                    .to_string(),
+                unit: "s".to_string(),
+                data: Some(metric::Data::Histogram(Histogram {
+                    data_points: hist_points,
+                    aggregation_temporality: AggregationTemporality::Cumulative as i32,
+                })),
+                ..Default::default()
+            });
+        }
+        resource_metrics.push(ResourceMetrics {
+            resource: Some(Resource {
+                attributes,
+                ..Default::default()
+            }),
+            scope_metrics: vec![ScopeMetrics {
+                scope: Some(scope()),
+                metrics,
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+    }
+    let mut attributes = base();
+    attributes.push(kv_int("process.pid", std::process::id() as i64));
+    attributes.push(kv_str("process.executable.name", "kernelkite"));
+    resource_metrics.push(ResourceMetrics {
+        resource: Some(Resource {
+            attributes,
+            ..Default::default()
+        }),
+        scope_metrics: vec![ScopeMetrics {
+            scope: Some(scope()),
+            metrics: vec![monotonic_sum(
+                "kernelkite.events.lost",
+                "Ring-buffer records and map entries the BPF programs could not store.",
+                "{event}",
+                vec![point(Vec::new(), events_lost as f64)],
+            )],
+            ..Default::default()
+        }],
+        ..Default::default()
+    });
+    ExportMetricsServiceRequest { resource_metrics }
+}
+
 fn histogram_metric<'a>(
     histograms: impl Iterator<Item = &'a ExportHistogram<'a>>,
     start: u64,

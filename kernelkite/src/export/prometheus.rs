@@ -18,8 +18,9 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
 
 use super::{syscall_histograms, ExportError};
+use crate::analysis::rolling::RollingTotals;
 use crate::analysis::Analysis;
-use crate::model::Bundle;
+use crate::model::{Bundle, SyscallInProgress};
 
 /// `Content-Type` of [`render`]'s output.
 pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
@@ -42,9 +43,17 @@ pub enum ProcessSeries {
     LiveOnly,
 }
 
-/// A series' process: a pid, or every exited process ([`ProcessSeries::LiveOnly`]);
-/// the aggregate sorts first.
-type SeriesPid = Option<i32>;
+/// A series' process: every exited process ([`ProcessSeries::LiveOnly`]), a group of
+/// the agent's (its index in `Snapshot::folded_labels`), or a pid; in that order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum SeriesPid {
+    Exited,
+    Folded(usize),
+    Pid(i32),
+}
+
+/// The `pid` label of the agent's group series.
+pub const FOLDED_PID: &str = "folded";
 
 /// The numbers one exposition shows, owned (a registry keeps its collectors).
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -60,7 +69,7 @@ pub struct Snapshot {
     /// `((pid, comm, syscall), (calls, longest seconds so far))` of the calls still
     /// running at the latest snapshot (`Bundle::syscalls_in_progress`): a process
     /// stuck in one call shows it while it is stuck, not when the call returns.
-    in_progress: BTreeMap<(i32, String, String), (u64, f64)>,
+    in_progress: BTreeMap<(SeriesPid, String, String), (u64, f64)>,
     /// With [`ProcessSeries::LiveOnly`]: the processes folded into the `exited` series.
     exited_processes: Option<u64>,
     events_lost: Option<u64>,
@@ -72,6 +81,10 @@ pub struct Snapshot {
     place_labels: BTreeMap<i32, Labels>,
     /// `--cgroup`: the traced cgroup's counters.
     cgroup: Option<crate::analysis::cgroup_totals::CgroupTotals>,
+    /// The agent's groups' labels beside `pid="folded"` (`comm`, or `cgroup`).
+    folded_labels: Vec<Labels>,
+    /// The agent's own numbers.
+    agent: Option<AgentMetrics>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -134,9 +147,9 @@ impl Snapshot {
             let (pid, comm) = match &live {
                 Some(live) if !live.contains(&(p.pid, p.start_time_ticks)) => {
                     *s.exited_processes.get_or_insert(0) += 1;
-                    (None, exited_comm())
+                    (SeriesPid::Exited, exited_comm())
                 }
-                _ => (Some(p.pid), p.comm.clone()),
+                _ => (SeriesPid::Pid(p.pid), p.comm.clone()),
             };
             for class in LatencyClass::ALL {
                 *s.class_seconds
@@ -161,7 +174,7 @@ impl Snapshot {
         for call in &bundle.syscalls_in_progress {
             let comm = comms.get(&call.pid).copied().unwrap_or("?").to_string();
             let e = (s.in_progress)
-                .entry((call.pid, comm, call.name.clone()))
+                .entry((SeriesPid::Pid(call.pid), comm, call.name.clone()))
                 .or_default();
             e.0 += 1;
             e.1 = e.1.max(call.elapsed_ns as f64 / 1e9);
@@ -170,8 +183,8 @@ impl Snapshot {
             // Histograms are per pid: a live pid's include an earlier process's of the
             // same pid (reuse), as its label set does without folding.
             let (pid, comm) = match &live_pids {
-                Some(live) if !live.contains(&h.pid) => (None, exited_comm()),
-                _ => (Some(h.pid), h.comm.to_string()),
+                Some(live) if !live.contains(&h.pid) => (SeriesPid::Exited, exited_comm()),
+                _ => (SeriesPid::Pid(h.pid), h.comm.to_string()),
             };
             let e = s
                 .syscalls
@@ -194,18 +207,136 @@ impl Snapshot {
     }
 }
 
+/// The agent's own numbers (`kernelkite agent`), beside its series.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct AgentMetrics {
+    /// How the series were decided (`RollingTotals::stats`).
+    pub rolling: crate::analysis::rolling::RollingStats,
+    /// Live processes with a series of their own.
+    pub own_series: usize,
+    /// The agent process: CPU seconds (user + system), resident bytes, start time
+    /// (Unix seconds), from /proc/self.
+    pub cpu_seconds: f64,
+    pub resident_bytes: u64,
+    pub start_time_seconds: f64,
+    /// `--otlp-endpoint`: the pusher's counters.
+    pub otlp: Option<OtlpCounters>,
+}
+
+/// The OTLP pusher's counters (`export::otlp_push::PushStats`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OtlpCounters {
+    pub sent_requests: u64,
+    pub dropped_requests: u64,
+    pub rejected_requests: u64,
+    pub failed_attempts: u64,
+    pub queued_requests: u64,
+}
+
+impl Snapshot {
+    /// The agent's exposition: one series per [`RollingTotals`] series (a process's
+    /// own, labelled with its pid, or a group's, labelled `pid="folded"` and its command
+    /// name or cgroup), the calls in progress by the same series, and the agent's own
+    /// numbers. `series_of(pid)` names the series a pid's time goes to now.
+    pub fn from_rolling(
+        rolling: &RollingTotals,
+        in_progress: &[SyscallInProgress],
+        events_lost: u64,
+        events_lost_by_cause: BTreeMap<String, u64>,
+        session_seconds: f64,
+        agent: AgentMetrics,
+    ) -> Snapshot {
+        use crate::analysis::rolling::{FoldByKey, SeriesKey, COARSE_BOUNDS_NS};
+        let mut s = Snapshot {
+            events_lost: Some(events_lost),
+            events_lost_by_cause,
+            session_seconds,
+            agent: Some(agent),
+            ..Snapshot::default()
+        };
+        let mut labels_of: BTreeMap<&SeriesKey, (SeriesPid, String)> = BTreeMap::new();
+        for (key, totals) in rolling.series() {
+            let (pid, comm) = match key {
+                SeriesKey::Process { pid, comm } => {
+                    if let Some(path) = rolling.cgroup_of(*pid) {
+                        let mut labels: Labels = vec![("cgroup", path.to_string())];
+                        let named = crate::model::cgroup_path::labels(path);
+                        labels.extend(named.container_id.map(|id| ("container_id", id)));
+                        s.place_labels.insert(*pid, labels);
+                    }
+                    (SeriesPid::Pid(*pid), comm.clone())
+                }
+                SeriesKey::Group { fold_by, name } => {
+                    let i = s.folded_labels.len();
+                    match fold_by {
+                        FoldByKey::Comm => {
+                            s.folded_labels.push(Vec::new());
+                            (SeriesPid::Folded(i), name.clone())
+                        }
+                        FoldByKey::Cgroup => {
+                            s.folded_labels.push(vec![("cgroup", name.clone())]);
+                            (SeriesPid::Folded(i), String::new())
+                        }
+                    }
+                }
+            };
+            labels_of.insert(key, (pid, comm.clone()));
+            for class in LatencyClass::ALL {
+                let ns = totals.class_ns[class.id() as usize];
+                s.class_seconds
+                    .insert((pid, comm.clone(), class.name()), ns as f64 / 1e9);
+            }
+            for (syscall, h) in &totals.syscalls {
+                let bounds = COARSE_BOUNDS_NS.iter().map(|&b| (b - 1) as f64 / 1e9);
+                s.syscalls.insert(
+                    (pid, comm.clone(), syscall.clone()),
+                    Hist {
+                        sum_seconds: h.sum_ns as f64 / 1e9,
+                        count: h.count,
+                        // The +Inf bucket is the count's.
+                        buckets: bounds.zip(h.buckets_calls).collect(),
+                    },
+                );
+            }
+        }
+        for call in in_progress {
+            // In the series the process's time goes to (its own, or its group's).
+            let (pid, comm) = match rolling
+                .current_series(call.pid)
+                .and_then(|k| labels_of.get(k))
+            {
+                Some(labels) => labels.clone(),
+                None => continue,
+            };
+            let e = (s.in_progress)
+                .entry((pid, comm, call.name.clone()))
+                .or_default();
+            e.0 += 1;
+            e.1 = e.1.max(call.elapsed_ns as f64 / 1e9);
+        }
+        s
+    }
+}
+
 type Labels = Vec<(&'static str, String)>;
 
 fn pid_label(pid: SeriesPid) -> String {
-    pid.map_or_else(|| EXITED_PID.to_string(), |p| p.to_string())
+    match pid {
+        SeriesPid::Exited => EXITED_PID.to_string(),
+        SeriesPid::Folded(_) => FOLDED_PID.to_string(),
+        SeriesPid::Pid(p) => p.to_string(),
+    }
 }
 
 impl Snapshot {
     /// `labels` with the pid's `cgroup` and `container_id` after them, where known.
     fn placed(&self, pid: SeriesPid, mut labels: Labels) -> Labels {
-        if let Some(place) = pid.and_then(|p| self.place_labels.get(&p)) {
-            labels.extend(place.iter().cloned());
-        }
+        let place = match pid {
+            SeriesPid::Pid(p) => self.place_labels.get(&p),
+            SeriesPid::Folded(i) => self.folded_labels.get(i),
+            SeriesPid::Exited => None,
+        };
+        labels.extend(place.into_iter().flatten().cloned());
         labels
     }
 }
@@ -289,11 +420,11 @@ impl Collector for Snapshot {
             let series: Vec<(Labels, u64, f64)> = (self.in_progress.iter())
                 .map(|((pid, comm, syscall), &(calls, longest))| {
                     let labels = vec![
-                        ("pid", pid.to_string()),
+                        ("pid", pid_label(*pid)),
                         ("comm", comm.clone()),
                         ("syscall", syscall.clone()),
                     ];
-                    (self.placed(Some(*pid), labels), calls, longest)
+                    (self.placed(*pid, labels), calls, longest)
                 })
                 .collect();
             let mut m = encoder.encode_descriptor(
@@ -379,6 +510,9 @@ impl Collector for Snapshot {
                 ConstCounter::new(seconds(ns)).encode(m.encode_family(&labels)?)?;
             }
         }
+        if let Some(agent) = &self.agent {
+            encode_agent(&mut encoder, agent)?;
+        }
         let m = encoder.encode_descriptor(
             "kernelkite_session_duration",
             "Length of the session window so far.",
@@ -387,6 +521,145 @@ impl Collector for Snapshot {
         )?;
         ConstGauge::new(self.session_seconds).encode(m)?;
         Ok(())
+    }
+}
+
+/// The agent's own numbers: the `process_*` series every exporter has (so standard
+/// dashboards and alerts see the agent itself), how its series were decided, and its
+/// OTLP pusher.
+fn encode_agent(encoder: &mut DescriptorEncoder, a: &AgentMetrics) -> Result<(), std::fmt::Error> {
+    one(
+        encoder,
+        MetricType::Counter,
+        "process_cpu",
+        "Total user and system CPU time of the agent itself.",
+        Some(&Unit::Seconds),
+        a.cpu_seconds,
+    )?;
+    one(
+        encoder,
+        MetricType::Gauge,
+        "process_resident_memory",
+        "Resident memory of the agent itself.",
+        Some(&Unit::Bytes),
+        a.resident_bytes as f64,
+    )?;
+    one(
+        encoder,
+        MetricType::Gauge,
+        "process_start_time",
+        "Start time of the agent since the Unix epoch.",
+        Some(&Unit::Seconds),
+        a.start_time_seconds,
+    )?;
+    let r = &a.rolling;
+    one(
+        encoder,
+        MetricType::Gauge,
+        "kernelkite_agent_process_series",
+        "Live processes with series of their own (at most --top-processes).",
+        None,
+        a.own_series as f64,
+    )?;
+    one(
+        encoder,
+        MetricType::Counter,
+        "kernelkite_agent_processes_seen",
+        "Processes the agent has seen.",
+        None,
+        r.processes_seen as f64,
+    )?;
+    one(
+        encoder,
+        MetricType::Counter,
+        "kernelkite_agent_processes_given_series",
+        "Processes given series of their own.",
+        None,
+        r.processes_given_series as f64,
+    )?;
+    one(
+        encoder,
+        MetricType::Counter,
+        "kernelkite_agent_processes_folded",
+        "Processes that ended with their time in a group series (pid=\"folded\") only.",
+        None,
+        r.processes_folded as f64,
+    )?;
+    one(
+        encoder,
+        MetricType::Counter,
+        "kernelkite_agent_series_evicted",
+        "Series of their own taken back from idle processes for busier ones.",
+        None,
+        r.slots_evicted as f64,
+    )?;
+    one(
+        encoder,
+        MetricType::Counter,
+        "kernelkite_agent_groups_overflowed",
+        "Group names folded into the (other) group because --max-groups was reached.",
+        None,
+        r.groups_overflowed as f64,
+    )?;
+    one(
+        encoder,
+        MetricType::Counter,
+        "kernelkite_agent_threads_missing",
+        "Threads forgotten without an exit record (their last interval is not counted).",
+        None,
+        r.threads_missing as f64,
+    )?;
+    if let Some(o) = &a.otlp {
+        one(
+            encoder,
+            MetricType::Counter,
+            "kernelkite_agent_otlp_sent_requests",
+            "OTLP export requests the collector accepted.",
+            None,
+            o.sent_requests as f64,
+        )?;
+        one(encoder, MetricType::Counter, "kernelkite_agent_otlp_dropped_requests", "OTLP export requests dropped because the bounded queue was full (the oldest go first).", None, o.dropped_requests as f64)?;
+        one(
+            encoder,
+            MetricType::Counter,
+            "kernelkite_agent_otlp_rejected_requests",
+            "OTLP export requests the collector refused with a status that is not retried.",
+            None,
+            o.rejected_requests as f64,
+        )?;
+        one(
+            encoder,
+            MetricType::Counter,
+            "kernelkite_agent_otlp_failed_attempts",
+            "OTLP export attempts that failed (each retry counts).",
+            None,
+            o.failed_attempts as f64,
+        )?;
+        one(
+            encoder,
+            MetricType::Gauge,
+            "kernelkite_agent_otlp_queued_requests",
+            "OTLP export requests waiting to be sent.",
+            None,
+            o.queued_requests as f64,
+        )?;
+    }
+    Ok(())
+}
+
+/// One unlabelled series of `kind` (a counter or a gauge) with value `v`.
+fn one(
+    encoder: &mut DescriptorEncoder,
+    kind: MetricType,
+    name: &str,
+    help: &str,
+    unit: Option<&Unit>,
+    v: f64,
+) -> Result<(), std::fmt::Error> {
+    let m = encoder.encode_descriptor(name, help, unit, kind)?;
+    match kind {
+        MetricType::Counter => ConstCounter::new(v).encode(m),
+        _ => ConstGauge::new(v).encode(m),
     }
 }
 

@@ -1,5 +1,7 @@
-//! `kernelkite trace --serve ADDR`: Prometheus metrics of the running session at
-//! `http://ADDR/metrics`.
+//! `kernelkite trace --serve ADDR` and `kernelkite agent --listen ADDR`: Prometheus
+//! metrics of the running session at `http://ADDR/metrics`, and (the agent with
+//! `--stacks`) a pprof profile of the next N seconds at
+//! `http://ADDR/debug/pprof/profile?seconds=N`, the path Parca and Pyroscope scrape.
 //!
 //! A deliberately small HTTP/1.1 responder on a tokio listener: it reads one request
 //! head (at most [`MAX_HEAD_BYTES`], within [`READ_TIMEOUT`]), answers `GET /metrics`
@@ -30,8 +32,24 @@ pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Connections served at once; Prometheus opens one per scrape.
 pub const MAX_CONNECTIONS: usize = 16;
 
-/// One scrape: the trace loop answers with the exposition of the session so far.
-pub type Scrape = oneshot::Sender<String>;
+/// What a request asks the trace loop for.
+pub enum Ask {
+    /// The exposition of the session so far.
+    Metrics(oneshot::Sender<String>),
+    /// The gzip profile.proto of the next `seconds` (an error: a one-line reason).
+    Profile {
+        seconds: u32,
+        reply: oneshot::Sender<Result<Vec<u8>, String>>,
+    },
+}
+
+/// A scrape of /metrics (the name `trace --serve` uses).
+pub type Scrape = Ask;
+
+/// `/debug/pprof/profile` without `seconds=`: Go's default.
+pub const DEFAULT_PROFILE_SECONDS: u32 = 30;
+/// The longest profile served.
+pub const MAX_PROFILE_SECONDS: u32 = 300;
 
 /// Bind `addr` now (before tracing starts, so a taken port fails early).
 pub fn bind(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
@@ -47,8 +65,9 @@ pub fn exposition(bundle: &Bundle) -> String {
         .unwrap_or_else(|e| format!("# kernelkite: cannot render metrics: {e}\n"))
 }
 
-/// Accept connections until the runtime stops; each scrape is sent to `scrapes`.
-pub async fn serve(listener: std::net::TcpListener, scrapes: mpsc::Sender<Scrape>) {
+/// Accept connections until the runtime stops; each request is sent to `scrapes`.
+/// `profiles`: whether /debug/pprof/profile is served (else 404).
+pub async fn serve(listener: std::net::TcpListener, scrapes: mpsc::Sender<Ask>, profiles: bool) {
     let listener = match TcpListener::from_std(listener) {
         Ok(l) => l,
         Err(e) => {
@@ -70,13 +89,17 @@ pub async fn serve(listener: std::net::TcpListener, scrapes: mpsc::Sender<Scrape
         };
         let scrapes = scrapes.clone();
         tokio::spawn(async move {
-            let _ = respond(stream, scrapes).await;
+            let _ = respond(stream, scrapes, profiles).await;
             drop(slot);
         });
     }
 }
 
-async fn respond(mut stream: TcpStream, scrapes: mpsc::Sender<Scrape>) -> std::io::Result<()> {
+async fn respond(
+    mut stream: TcpStream,
+    scrapes: mpsc::Sender<Ask>,
+    profiles: bool,
+) -> std::io::Result<()> {
     let head = match tokio::time::timeout(READ_TIMEOUT, read_head(&mut stream)).await {
         Ok(Ok(Some(head))) => head,
         Ok(Ok(None)) => {
@@ -84,7 +107,7 @@ async fn respond(mut stream: TcpStream, scrapes: mpsc::Sender<Scrape>) -> std::i
                 &mut stream,
                 "431 Request Header Fields Too Large",
                 "text/plain",
-                "request head too large\n",
+                b"request head too large\n",
                 true,
             )
             .await
@@ -95,7 +118,7 @@ async fn respond(mut stream: TcpStream, scrapes: mpsc::Sender<Scrape>) -> std::i
                 &mut stream,
                 "408 Request Timeout",
                 "text/plain",
-                "timeout\n",
+                b"timeout\n",
                 true,
             )
             .await
@@ -103,12 +126,19 @@ async fn respond(mut stream: TcpStream, scrapes: mpsc::Sender<Scrape>) -> std::i
     };
     let with_body = match parse_request(head.as_bytes()) {
         Request::Metrics { with_body } => with_body,
-        Request::NotFound => {
+        Request::Profile { seconds } if profiles => {
+            return respond_profile(&mut stream, scrapes, seconds).await
+        }
+        Request::Profile { .. } | Request::NotFound => {
             return write(
                 &mut stream,
                 "404 Not Found",
                 "text/plain",
-                "kernelkite serves /metrics\n",
+                if profiles {
+                    b"kernelkite serves /metrics and /debug/pprof/profile?seconds=N\n"
+                } else {
+                    b"kernelkite serves /metrics\n"
+                },
                 true,
             )
             .await
@@ -118,14 +148,14 @@ async fn respond(mut stream: TcpStream, scrapes: mpsc::Sender<Scrape>) -> std::i
                 &mut stream,
                 "405 Method Not Allowed",
                 "text/plain",
-                "GET /metrics\n",
+                b"GET /metrics (or /debug/pprof/profile)\n",
                 true,
             )
             .await
         }
     };
     let (reply, answer) = oneshot::channel();
-    let body = if scrapes.send(reply).await.is_ok() {
+    let body = if scrapes.send(Ask::Metrics(reply)).await.is_ok() {
         answer.await.ok()
     } else {
         None
@@ -136,7 +166,7 @@ async fn respond(mut stream: TcpStream, scrapes: mpsc::Sender<Scrape>) -> std::i
                 &mut stream,
                 "200 OK",
                 super::prometheus::CONTENT_TYPE,
-                &body,
+                body.as_bytes(),
                 with_body,
             )
             .await
@@ -146,10 +176,57 @@ async fn respond(mut stream: TcpStream, scrapes: mpsc::Sender<Scrape>) -> std::i
                 &mut stream,
                 "503 Service Unavailable",
                 "text/plain",
-                "the session has ended\n",
+                b"the session has ended\n",
                 true,
             )
             .await
+        }
+    }
+}
+
+/// `/debug/pprof/profile?seconds=N`: the trace loop answers after N seconds.
+async fn respond_profile(
+    stream: &mut TcpStream,
+    scrapes: mpsc::Sender<Ask>,
+    seconds: Option<u32>,
+) -> std::io::Result<()> {
+    let seconds = seconds.unwrap_or(DEFAULT_PROFILE_SECONDS);
+    if !(1..=MAX_PROFILE_SECONDS).contains(&seconds) {
+        let body = format!("seconds must be between 1 and {MAX_PROFILE_SECONDS}\n");
+        return write(
+            stream,
+            "400 Bad Request",
+            "text/plain",
+            body.as_bytes(),
+            true,
+        )
+        .await;
+    }
+    let (reply, answer) = oneshot::channel();
+    let ask = Ask::Profile { seconds, reply };
+    let body = if scrapes.send(ask).await.is_ok() {
+        answer.await.ok()
+    } else {
+        None
+    };
+    match body {
+        Some(Ok(profile)) => {
+            write(stream, "200 OK", "application/octet-stream", &profile, true).await
+        }
+        Some(Err(why)) => {
+            let body = format!("{why}\n");
+            write(
+                stream,
+                "503 Service Unavailable",
+                "text/plain",
+                body.as_bytes(),
+                true,
+            )
+            .await
+        }
+        None => {
+            let body = b"the session has ended\n";
+            write(stream, "503 Service Unavailable", "text/plain", body, true).await
         }
     }
 }
@@ -159,6 +236,9 @@ async fn respond(mut stream: TcpStream, scrapes: mpsc::Sender<Scrape>) -> std::i
 pub enum Request {
     /// `GET /metrics` (with the body) or `HEAD /metrics` (without).
     Metrics { with_body: bool },
+    /// `GET /debug/pprof/profile`, with `seconds=N` if given (a value that is no
+    /// number: 0, refused).
+    Profile { seconds: Option<u32> },
     /// Any other path.
     NotFound,
     /// `/metrics` with a method other than GET or HEAD.
@@ -172,15 +252,18 @@ pub fn parse_request(head: &[u8]) -> Request {
     let request_line = head.lines().next().unwrap_or("");
     let mut parts = request_line.split_whitespace();
     let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-    let path = target.split('?').next().unwrap_or("");
-    if path != "/metrics" {
-        Request::NotFound
-    } else if method != "GET" && method != "HEAD" {
-        Request::MethodNotAllowed
-    } else {
-        Request::Metrics {
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    match path {
+        "/metrics" if method == "GET" || method == "HEAD" => Request::Metrics {
             with_body: method == "GET",
-        }
+        },
+        "/debug/pprof/profile" if method == "GET" => Request::Profile {
+            seconds: (query.split('&'))
+                .find_map(|kv| kv.strip_prefix("seconds="))
+                .map(|v| v.parse().unwrap_or(0)),
+        },
+        "/metrics" | "/debug/pprof/profile" => Request::MethodNotAllowed,
+        _ => Request::NotFound,
     }
 }
 
@@ -210,7 +293,7 @@ async fn write(
     stream: &mut TcpStream,
     status: &str,
     content_type: &str,
-    body: &str,
+    body: &[u8],
     with_body: bool,
 ) -> std::io::Result<()> {
     let written = write_untimed(stream, status, content_type, body, with_body);
@@ -224,7 +307,7 @@ async fn write_untimed(
     stream: &mut TcpStream,
     status: &str,
     content_type: &str,
-    body: &str,
+    body: &[u8],
     with_body: bool,
 ) -> std::io::Result<()> {
     let head = format!(
@@ -233,7 +316,7 @@ async fn write_untimed(
     );
     stream.write_all(head.as_bytes()).await?;
     if with_body {
-        stream.write_all(body.as_bytes()).await?;
+        stream.write_all(body).await?;
     }
     stream.shutdown().await
 }
@@ -263,14 +346,16 @@ mod tests {
         rt.block_on(async {
             let listener = bind("127.0.0.1:0".parse().unwrap()).unwrap();
             let addr = listener.local_addr().unwrap();
-            let (tx, mut rx) = mpsc::channel::<Scrape>(4);
-            tokio::spawn(serve(listener, tx));
+            let (tx, mut rx) = mpsc::channel::<Ask>(4);
+            tokio::spawn(serve(listener, tx, false));
             // The "trace loop": answers every scrape with a counter that grows.
             tokio::spawn(async move {
                 let mut n = 0;
-                while let Some(reply) = rx.recv().await {
+                while let Some(ask) = rx.recv().await {
                     n += 1;
-                    let _ = reply.send(format!("scrape_total {n}\n"));
+                    if let Ask::Metrics(reply) = ask {
+                        let _ = reply.send(format!("scrape_total {n}\n"));
+                    }
                 }
             });
             let first = get(addr, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").await;

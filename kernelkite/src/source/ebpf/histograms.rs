@@ -67,6 +67,11 @@ impl SyscallHistograms {
         syscalls
     }
 
+    /// Drop the exited processes' histograms (see `Session::forget_exited_histograms`).
+    pub fn forget_exited(&mut self) {
+        self.folded = BTreeMap::new();
+    }
+
     /// Move the histograms of processes with no live thread out of the kernel map.
     pub fn fold_exited(&mut self, live: &BTreeMap<u32, BTreeMap<u32, ThreadState>>) {
         let (dead, alive): (Vec<_>, Vec<_>) = read_all(&self.map)

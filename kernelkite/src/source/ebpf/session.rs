@@ -980,6 +980,28 @@ impl Session {
         self.kept.fold_mut().drop_lifecycle();
     }
 
+    /// The lifecycle events and identity readings since the last call, moved out; the
+    /// other per-event records are dropped (see `BundleFold::take_live_events`).
+    pub fn take_live_events(
+        &mut self,
+    ) -> (
+        Vec<crate::model::LifecycleEvent>,
+        Vec<crate::model::ProcessIdentity>,
+    ) {
+        self.kept.fold_mut().take_live_events()
+    }
+
+    /// The syscalls in progress at the latest snapshot.
+    pub fn syscalls_in_progress(&self) -> Vec<SyscallInProgress> {
+        self.in_progress.clone()
+    }
+
+    /// Forget the histograms of exited processes, once read (an always-on view keeps
+    /// their totals in its own series).
+    pub fn forget_exited_histograms(&mut self) {
+        self.hists.forget_exited();
+    }
+
     /// Number of frames kept so far.
     pub fn frames(&self) -> usize {
         self.kept.fold().frames().len()

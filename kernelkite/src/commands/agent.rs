@@ -1,0 +1,656 @@
+//! `kernelkite agent`: always-on tracing of the whole machine (or a selection), served
+//! as Prometheus metrics, pushed as OTLP metrics, and profiled on request as pprof.
+//!
+//! The session is the one `trace` runs, with nothing kept that grows with uptime:
+//! frames are handed over (`Session::snapshot_now`), lifecycle events and identity
+//! readings are taken at every snapshot, exited processes' histograms are forgotten
+//! once read. Everything the agent shows lives in its [`RollingTotals`], which its
+//! configuration bounds (docs/AGENT.md).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use serde::Deserialize;
+
+use crate::analysis::rolling::{FoldBy, RankBy, RollingConfig};
+use crate::cli::{AgentArgs, GlobalArgs};
+
+/// `--listen` without one.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:9464";
+/// The largest --config file read.
+const MAX_CONFIG_BYTES: u64 = 1 << 20;
+
+/// The --config file: the long options in snake_case, each optional.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    pub listen: Option<SocketAddr>,
+    pub allow_remote: Option<bool>,
+    pub stacks: Option<bool>,
+    pub top_processes: Option<usize>,
+    pub rank_by: Option<RankBy>,
+    pub fold_by: Option<FoldBy>,
+    pub max_groups: Option<usize>,
+    pub interval: Option<f64>,
+    pub otlp_endpoint: Option<String>,
+    pub otlp_interval: Option<f64>,
+    pub otlp_headers: Option<BTreeMap<String, String>>,
+}
+
+/// The settings in force: the command line over the file over the defaults.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Settings {
+    pub listen: SocketAddr,
+    pub allow_remote: bool,
+    pub stacks: bool,
+    pub rolling: RollingConfig,
+    pub interval: Duration,
+    pub otlp: Option<OtlpSettings>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct OtlpSettings {
+    pub endpoint: String,
+    pub interval: Duration,
+    pub headers: Vec<(String, String)>,
+}
+
+/// Read and parse the --config file (one line on error: the file and what is wrong).
+pub fn read_config(path: &Path) -> Result<FileConfig> {
+    use std::io::Read;
+    let file = std::fs::File::open(path).with_context(|| format!("{}", path.display()))?;
+    let mut text = String::new();
+    file.take(MAX_CONFIG_BYTES + 1)
+        .read_to_string(&mut text)
+        .with_context(|| format!("{}: not UTF-8 text", path.display()))?;
+    if text.len() as u64 > MAX_CONFIG_BYTES {
+        bail!("{}: larger than {MAX_CONFIG_BYTES} bytes", path.display());
+    }
+    toml::from_str(&text).map_err(|e| {
+        let what = e.message().trim().to_string();
+        match e.span() {
+            Some(span) => {
+                let before = &text.as_bytes()[..span.start.min(text.len())];
+                let line = 1 + before.iter().filter(|&&b| b == b'\n').count();
+                anyhow::anyhow!("{} line {line}: {what}", path.display())
+            }
+            None => anyhow::anyhow!("{}: {what}", path.display()),
+        }
+    })
+}
+
+/// The settings from the command line and the file, checked.
+pub fn resolve(args: &AgentArgs, file: &FileConfig) -> Result<Settings> {
+    let listen = match (args.listen, file.listen) {
+        (Some(a), _) | (None, Some(a)) => a,
+        (None, None) => DEFAULT_LISTEN.parse().expect("a valid address"),
+    };
+    let allow_remote = args.allow_remote || file.allow_remote.unwrap_or(false);
+    if !listen.ip().is_loopback() && !allow_remote {
+        bail!(
+            "--listen {listen} is not a loopback address: the metrics name every process on \
+             the host; add --allow-remote (allow_remote = true) to serve them beyond it"
+        );
+    }
+    let top_processes = args.top_processes.or(file.top_processes).unwrap_or(20);
+    if top_processes > 10_000 {
+        bail!("--top-processes must be at most 10000, got {top_processes}");
+    }
+    let max_groups = args.max_groups.or(file.max_groups).unwrap_or(50);
+    if !(1..=10_000).contains(&max_groups) {
+        bail!("--max-groups must be between 1 and 10000, got {max_groups}");
+    }
+    let seconds = |name: &str, v: f64, lo: f64, hi: f64| -> Result<Duration> {
+        if !(v.is_finite() && (lo..=hi).contains(&v)) {
+            bail!("{name} must be between {lo} and {hi} seconds, got {v}");
+        }
+        Ok(Duration::from_secs_f64(v))
+    };
+    let interval = seconds(
+        "--interval",
+        args.interval.or(file.interval).unwrap_or(1.0),
+        0.1,
+        60.0,
+    )?;
+    let endpoint = args.otlp_endpoint.clone().or(file.otlp_endpoint.clone());
+    let otlp = match endpoint {
+        None => None,
+        Some(endpoint) => {
+            let interval = seconds(
+                "--otlp-interval",
+                args.otlp_interval.or(file.otlp_interval).unwrap_or(10.0),
+                1.0,
+                3600.0,
+            )?;
+            let mut headers: Vec<(String, String)> = (file.otlp_headers.iter().flatten())
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            for h in &args.otlp_headers {
+                let Some((k, v)) = h.split_once('=') else {
+                    bail!("--otlp-header {h:?}: expected NAME=VALUE");
+                };
+                headers.retain(|(name, _)| !name.eq_ignore_ascii_case(k));
+                headers.push((k.to_string(), v.to_string()));
+            }
+            Some(OtlpSettings {
+                endpoint,
+                interval,
+                headers,
+            })
+        }
+    };
+    Ok(Settings {
+        listen,
+        allow_remote,
+        stacks: args.stacks.stacks || file.stacks.unwrap_or(false),
+        rolling: RollingConfig {
+            top_processes,
+            max_groups,
+            fold_by: args.fold_by.or(file.fold_by).unwrap_or_default(),
+            rank_by: args.rank_by.or(file.rank_by).unwrap_or_default(),
+        },
+        interval,
+        otlp,
+    })
+}
+
+/// One logfmt line on stderr (journald and `kubectl logs` keep it as one record):
+/// `level=info msg="..." key=value ...`.
+pub fn log(level: &str, msg: &str, fields: &[(&str, String)]) {
+    let mut line = format!("level={level} msg={}", logfmt_value(msg));
+    for (k, v) in fields {
+        line.push_str(&format!(" {k}={}", logfmt_value(v)));
+    }
+    crate::note!("{line}");
+}
+
+/// A logfmt value: bare when it has no space, quote or `=`, else quoted and escaped
+/// (control characters too: a process name cannot forge a log line).
+fn logfmt_value(v: &str) -> String {
+    let bare = !v.is_empty()
+        && v.chars()
+            .all(|c| !c.is_whitespace() && !c.is_control() && c != '"' && c != '=');
+    if bare {
+        return v.to_string();
+    }
+    let mut out = String::with_capacity(v.len() + 2);
+    out.push('"');
+    for c in v.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            c if c.is_control() => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+pub fn execute(global: &GlobalArgs, args: &AgentArgs) -> Result<ExitCode> {
+    let file = match &args.config {
+        Some(path) => read_config(path)?,
+        None => FileConfig::default(),
+    };
+    let settings = resolve(args, &file)?;
+    platform::execute(global, args, settings)
+}
+
+#[cfg(not(target_os = "linux"))]
+mod platform {
+    use super::*;
+    pub fn execute(_: &GlobalArgs, _: &AgentArgs, _: Settings) -> Result<ExitCode> {
+        bail!("kernelkite agent needs Linux")
+    }
+}
+
+#[cfg(target_os = "linux")]
+mod platform {
+    use std::time::Instant;
+
+    use tokio::io::unix::AsyncFd;
+    use tokio::signal::unix::{signal, SignalKind};
+    use tokio::sync::{mpsc, oneshot};
+
+    use super::*;
+    use crate::analysis::rolling::{RollingTotals, Tick};
+    use crate::export::prometheus::{render_snapshot, AgentMetrics, Snapshot};
+    use crate::export::serve::{self, Ask};
+    use crate::model::StackProfile;
+    use crate::source::cgroups;
+    use crate::source::ebpf::availability::Availability;
+    use crate::source::ebpf::session::{Session, TraceOptions};
+
+    /// Profiles being taken at once (each holds a copy of the stack profile).
+    const MAX_PENDING_PROFILES: usize = 4;
+
+    /// A `/debug/pprof/profile` request: the profile at its start, and when to answer.
+    struct PendingProfile {
+        since: StackProfile,
+        due: Instant,
+        seconds: u32,
+        reply: oneshot::Sender<Result<Vec<u8>, String>>,
+    }
+
+    pub fn execute(global: &GlobalArgs, args: &AgentArgs, settings: Settings) -> Result<ExitCode> {
+        if global.backend == crate::cli::BackendChoice::Proc {
+            bail!("the agent needs the eBPF backend; `kernelkite top` samples /proc");
+        }
+        if let Some(reason) = Availability::probe().unavailable_reason() {
+            bail!("eBPF is not available: {reason}");
+        }
+        let listener = serve::bind(settings.listen)
+            .with_context(|| format!("cannot listen on {}", settings.listen))?;
+        // Port 0 picks a free port: the log says which.
+        let bound = listener.local_addr()?;
+        let cgroup = match (&args.cgroup, &args.container) {
+            (Some(path), _) => Some(cgroups::resolve_dir(path)?),
+            (None, Some(id)) => Some(cgroups::resolve_container(id)?),
+            (None, None) => None,
+        };
+        let whole_machine = args.pids.is_empty() && cgroup.is_none();
+        crate::source::ebpf::session::check_pids_exist(&args.pids)?;
+        let options = TraceOptions {
+            // The whole machine: pid 1 and everything it forks (as `top` does).
+            pids: if whole_machine {
+                vec![1]
+            } else {
+                args.pids.clone()
+            },
+            follow: true,
+            cgroup: cgroup.clone(),
+            // No slow-call stream: the histograms have every call.
+            min_latency_ns: 0,
+            interval: settings.interval,
+            // Frames are handed over, never kept.
+            max_frames: 2,
+            max_frame_bytes: 64 << 20,
+            max_threads: Some(args.max_threads),
+            network: false,
+            label: None,
+            stacks: settings
+                .stacks
+                .then(|| crate::commands::stack_options(&args.stacks))
+                .flatten()
+                .or_else(|| {
+                    // `stacks = true` in the file, without --stacks' own options.
+                    settings
+                        .stacks
+                        .then_some(crate::source::ebpf::loader::StackOptions {
+                            min_block_ns: args.stacks.min_block_us.saturating_mul(1000),
+                            sample_hz: args.stacks.sample_hz,
+                        })
+                }),
+            critical_path: false,
+        };
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("starting the event loop")?;
+        let (mut interrupt, mut terminate, mut hangup) = {
+            let _runtime = runtime.enter();
+            (
+                signal(SignalKind::interrupt())?,
+                signal(SignalKind::terminate())?,
+                signal(SignalKind::hangup())?,
+            )
+        };
+        let mut session = Session::start_recorded(options, None)?;
+        session.count_initial_in_frames(true);
+        if whole_machine {
+            session.untrack_self()?;
+        }
+        for note in session.notes() {
+            log("warn", note, &[]);
+        }
+        let what = match (&cgroup, whole_machine) {
+            (Some(c), _) => format!("cgroup {}", c.path),
+            (None, true) => "the whole machine".to_string(),
+            (None, false) => format!("{} process trees", args.pids.len()),
+        };
+        log(
+            "info",
+            &format!("tracing {what}"),
+            &[
+                ("hooks", session.hooks().len().to_string()),
+                ("attach_ms", format!("{:.0}", session.attach_ms())),
+                ("listen", bound.to_string()),
+            ],
+        );
+        if !settings.listen.ip().is_loopback() {
+            log(
+                "warn",
+                "serving metrics beyond loopback (--allow-remote)",
+                &[("listen", settings.listen.to_string())],
+            );
+        }
+        let mut agent = Agent {
+            rolling: RollingTotals::new(settings.rolling),
+            settings,
+            args,
+            started: Instant::now(),
+            start_unix_s: unix_now_s(),
+            pending: Vec::new(),
+            snapshot_ns: 0,
+        };
+        let stop = runtime.block_on(async {
+            let (tx, mut asks) = mpsc::channel::<Ask>(16);
+            tokio::spawn(serve::serve(listener, tx, agent.settings.stacks));
+            // SAFETY: the session keeps its ring buffer's fd open and outlives this
+            // block, where the AsyncFd is dropped.
+            let ring = unsafe { AsyncFd::register(RingFd(session.ring_fd())) }
+                .map_err(|e| anyhow::anyhow!("polling the ring buffer: {}", e.into_parts().1))?;
+            let mut tick = tokio::time::interval(agent.settings.interval);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut last_log = Instant::now();
+            let stop: Result<&str> = loop {
+                tokio::select! {
+                    guard = ring.readable() => {
+                        let mut guard = guard?;
+                        session.drain();
+                        guard.clear_ready();
+                    }
+                    _ = tick.tick() => {
+                        if let Err(e) = agent.snapshot(&mut session) {
+                            break Err(e);
+                        }
+                        agent.answer_due_profiles(&session);
+                        if last_log.elapsed() >= Duration::from_secs(300) {
+                            last_log = Instant::now();
+                            agent.log_status(&session);
+                        }
+                    }
+                    Some(ask) = asks.recv() => agent.answer(ask, &session),
+                    _ = hangup.recv() => agent.reload(),
+                    _ = interrupt.recv() => break Ok("interrupted"),
+                    _ = terminate.recv() => break Ok("terminated"),
+                }
+            };
+            stop
+        })?;
+        session.detach();
+        agent.log_status(&session);
+        log("info", "stopped", &[("reason", stop.to_string())]);
+        drop(session);
+        Ok(ExitCode::SUCCESS)
+    }
+
+    struct Agent<'a> {
+        rolling: RollingTotals,
+        settings: Settings,
+        args: &'a AgentArgs,
+        started: Instant,
+        start_unix_s: f64,
+        pending: Vec<PendingProfile>,
+        /// Session time of the latest snapshot, which every series is as of.
+        snapshot_ns: u64,
+    }
+
+    impl Agent<'_> {
+        /// Take a snapshot and fold it into the series.
+        fn snapshot(&mut self, session: &mut Session) -> Result<()> {
+            // Exit records queued before the snapshot belong before it.
+            session.drain();
+            let frame = session.snapshot_now()?;
+            self.snapshot_ns = frame.t_ns;
+            let (events, identities) = session.take_live_events();
+            let cgroups: Vec<(i32, String)> = (identities.into_iter())
+                .filter_map(|i| Some((i.pid, i.cgroup?)))
+                .collect();
+            let histograms = session.syscall_histograms();
+            let arch = session.host().arch.clone();
+            self.rolling.apply(Tick {
+                frame: &frame,
+                events: &events,
+                histograms: &histograms,
+                cgroups: &cgroups,
+                arch: &arch,
+            });
+            session.forget_exited_histograms();
+            Ok(())
+        }
+
+        fn answer(&mut self, ask: Ask, session: &Session) {
+            match ask {
+                Ask::Metrics(reply) => {
+                    let _ = reply.send(self.exposition(session));
+                }
+                Ask::Profile { seconds, reply } => {
+                    let Some(since) = session.stack_profile_so_far() else {
+                        let _ = reply.send(Err("the agent runs without --stacks".into()));
+                        return;
+                    };
+                    if self.pending.len() >= MAX_PENDING_PROFILES {
+                        let _ = reply.send(Err(format!(
+                            "{MAX_PENDING_PROFILES} profiles are being taken already"
+                        )));
+                        return;
+                    }
+                    self.pending.push(PendingProfile {
+                        since,
+                        due: Instant::now() + Duration::from_secs(seconds.into()),
+                        seconds,
+                        reply,
+                    });
+                }
+            }
+        }
+
+        /// Answer the profiles whose time is up with the stacks since they began.
+        fn answer_due_profiles(&mut self, session: &Session) {
+            let now = Instant::now();
+            let (due, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.pending)
+                .into_iter()
+                .partition(|p| p.due <= now);
+            self.pending = waiting;
+            for p in due {
+                let body = session
+                    .stack_profile_so_far()
+                    .ok_or_else(|| "no stacks".to_string())
+                    .and_then(|now| {
+                        let stacks = crate::analysis::stacks::profile_between(&p.since, &now);
+                        let mut bundle = crate::model::Bundle::new(
+                            crate::model::Backend::Ebpf,
+                            session.host().clone(),
+                            self.settings.interval.as_millis() as u64,
+                        );
+                        bundle.stacks = Some(stacks);
+                        // The profile's duration; process names come from the stacks'
+                        // own processes (pprof labels them by pid and comm).
+                        bundle.frames = vec![crate::model::Frame {
+                            t_ns: u64::from(p.seconds) * 1_000_000_000,
+                            processes: Vec::new(),
+                            network: None,
+                            host_steal_ticks: None,
+                        }];
+                        crate::export::pprof::render(&bundle).map_err(|e| e.to_string())
+                    });
+                let _ = p.reply.send(body);
+            }
+        }
+
+        fn exposition(&self, session: &Session) -> String {
+            let (cpu_seconds, resident_bytes) = self_usage();
+            let agent = AgentMetrics {
+                rolling: self.rolling.stats(),
+                own_series: self.rolling.own_series(),
+                cpu_seconds,
+                resident_bytes,
+                start_time_seconds: self.start_unix_s,
+                otlp: None,
+            };
+            let snapshot = Snapshot::from_rolling(
+                &self.rolling,
+                &session.syscalls_in_progress(),
+                session.events_lost(),
+                session.events_lost_by_cause(),
+                // The series are as of the latest snapshot: rates over this are exact.
+                self.snapshot_ns as f64 / 1e9,
+                agent,
+            );
+            render_snapshot(snapshot)
+                .unwrap_or_else(|e| format!("# kernelkite: cannot render metrics: {e}\n"))
+        }
+
+        /// SIGHUP: reread --config and apply what can change without a restart.
+        fn reload(&mut self) {
+            let Some(path) = &self.args.config else {
+                log("info", "SIGHUP: no --config to reread", &[]);
+                return;
+            };
+            let next = read_config(path).and_then(|file| resolve(self.args, &file));
+            let next = match next {
+                Ok(next) => next,
+                Err(e) => {
+                    log(
+                        "error",
+                        "SIGHUP: configuration not reloaded",
+                        &[("error", format!("{e:#}"))],
+                    );
+                    return;
+                }
+            };
+            for (what, changed) in [
+                ("listen", next.listen != self.settings.listen),
+                (
+                    "allow_remote",
+                    next.allow_remote != self.settings.allow_remote,
+                ),
+                ("stacks", next.stacks != self.settings.stacks),
+                ("interval", next.interval != self.settings.interval),
+            ] {
+                if changed {
+                    log(
+                        "warn",
+                        "SIGHUP: this setting changes at the next restart",
+                        &[("setting", what.to_string())],
+                    );
+                }
+            }
+            self.rolling.set_config(next.rolling);
+            self.settings.rolling = next.rolling;
+            self.settings.otlp = next.otlp;
+            log(
+                "info",
+                "SIGHUP: configuration reloaded",
+                &[
+                    ("top_processes", next.rolling.top_processes.to_string()),
+                    ("max_groups", next.rolling.max_groups.to_string()),
+                ],
+            );
+        }
+
+        fn log_status(&self, session: &Session) {
+            let stats = self.rolling.stats();
+            let (cpu_seconds, resident_bytes) = self_usage();
+            log(
+                "info",
+                "status",
+                &[
+                    (
+                        "uptime_s",
+                        format!("{:.0}", self.started.elapsed().as_secs_f64()),
+                    ),
+                    ("processes_seen", stats.processes_seen.to_string()),
+                    ("process_series", self.rolling.own_series().to_string()),
+                    ("events_lost", session.events_lost().to_string()),
+                    ("cpu_s", format!("{cpu_seconds:.2}")),
+                    ("rss_kib", (resident_bytes >> 10).to_string()),
+                ],
+            );
+        }
+    }
+
+    /// The agent's own CPU seconds and resident bytes (/proc/self).
+    fn self_usage() -> (f64, u64) {
+        let me = procfs::process::Process::myself().ok();
+        let stat = me.as_ref().and_then(|p| p.stat().ok());
+        let ticks = procfs::ticks_per_second() as f64;
+        let cpu = stat
+            .as_ref()
+            .map_or(0.0, |s| (s.utime + s.stime) as f64 / ticks);
+        let rss = stat
+            .as_ref()
+            .map_or(0, |s| s.rss.saturating_mul(procfs::page_size()));
+        (cpu, rss)
+    }
+
+    fn unix_now_s() -> f64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64())
+    }
+
+    /// The session's ring buffer fd, to poll.
+    struct RingFd(std::os::fd::RawFd);
+
+    impl std::os::fd::AsRawFd for RingFd {
+        fn as_raw_fd(&self) -> std::os::fd::RawFd {
+            self.0
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn args(line: &[&str]) -> AgentArgs {
+        let mut argv = vec!["kernelkite", "agent"];
+        argv.extend(line);
+        match crate::cli::Cli::parse_from(argv).command {
+            crate::cli::Command::Agent(a) => a,
+            _ => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn the_command_line_wins_over_the_file_and_remote_needs_consent() {
+        let file: FileConfig = toml::from_str(
+            "top_processes = 7\nmax_groups = 3\nfold_by = \"cgroup\"\notlp_endpoint = \"http://c:4318\"\n\
+             otlp_headers = { authorization = \"x\" }\n",
+        )
+        .unwrap();
+        let s = resolve(&args(&["--top-processes", "9"]), &file).unwrap();
+        assert_eq!(s.rolling.top_processes, 9);
+        assert_eq!(s.rolling.max_groups, 3);
+        assert_eq!(s.rolling.fold_by, FoldBy::Cgroup);
+        assert_eq!(s.listen.to_string(), DEFAULT_LISTEN);
+        let otlp = s.otlp.unwrap();
+        assert_eq!(otlp.headers, vec![("authorization".into(), "x".into())]);
+        assert_eq!(otlp.interval, Duration::from_secs(10));
+        let e = resolve(&args(&["--listen", "0.0.0.0:9464"]), &file).unwrap_err();
+        assert!(e.to_string().contains("--allow-remote"), "{e}");
+        assert!(resolve(
+            &args(&["--listen", "0.0.0.0:9464", "--allow-remote"]),
+            &file
+        )
+        .is_ok());
+        let e = resolve(&args(&["--interval", "0"]), &file).unwrap_err();
+        assert!(e.to_string().contains("--interval"), "{e}");
+    }
+
+    #[test]
+    fn a_bad_config_file_is_one_line_with_its_line_number() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("agent.toml");
+        std::fs::write(&path, "top_processes = 5\nbogus = 1\n").unwrap();
+        let e = format!("{:#}", read_config(&path).unwrap_err());
+        assert!(e.contains("line 2") && e.contains("bogus"), "{e}");
+        assert!(!e.contains('\n'), "{e}");
+    }
+
+    #[test]
+    fn log_values_cannot_forge_lines() {
+        assert_eq!(logfmt_value("redis"), "redis");
+        assert_eq!(logfmt_value("a b"), "\"a b\"");
+        assert_eq!(logfmt_value("x\nlevel=error"), "\"x\\nlevel=error\"");
+        assert_eq!(logfmt_value(""), "\"\"");
+    }
+}

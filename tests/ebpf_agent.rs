@@ -1,0 +1,370 @@
+//! `kernelkite agent` on a real kernel (root): its /metrics count waits still in
+//! progress (a process's class rates add up to its threads), a real Prometheus server
+//! scrapes it and stores what it serves, `go tool pprof` reads its profile endpoint,
+//! and SIGTERM leaves none of its BPF programs loaded.
+
+#[path = "support/ebpf.rs"]
+mod support;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use support::{ebpf_ready, kernelkite_bin, GatedWorkload};
+
+/// A running agent whose hooks are live, and where it listens.
+struct Agent {
+    child: Child,
+    addr: SocketAddr,
+    stderr: std::sync::mpsc::Receiver<String>,
+    log: Vec<String>,
+}
+
+impl Agent {
+    fn start(args: &[&str]) -> Agent {
+        let mut child = Command::new(kernelkite_bin())
+            .args(["agent", "--listen", "127.0.0.1:0"])
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn kernelkite agent");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let stderr = BufReader::new(child.stderr.take().unwrap());
+        std::thread::spawn(move || {
+            for line in stderr.lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        let mut log = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let addr = loop {
+            let line = rx
+                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+                .unwrap_or_else(|_| panic!("the agent did not start: {log:#?}"));
+            log.push(line.clone());
+            if line.contains("msg=\"tracing") {
+                let addr = (line.split_whitespace())
+                    .find_map(|kv| kv.strip_prefix("listen="))
+                    .expect("listen= in the start line");
+                break addr.parse().unwrap();
+            }
+        };
+        Agent {
+            child,
+            addr,
+            stderr: rx,
+            log,
+        }
+    }
+
+    fn metrics(&self) -> String {
+        let (status, body) = http_get(self.addr, "/metrics");
+        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+        String::from_utf8(body).unwrap()
+    }
+
+    /// SIGTERM, and the log lines to its end.
+    fn stop(mut self) -> Vec<String> {
+        // SAFETY: kill(2) on our own child.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let status = self.child.wait().unwrap();
+        let mut log = std::mem::take(&mut self.log);
+        log.extend(self.stderr.try_iter());
+        assert!(status.success(), "agent exit {status}: {log:#?}");
+        log
+    }
+}
+
+impl Drop for Agent {
+    /// A test that failed must not leave its agent tracing.
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// GET `path`: (status, body).
+fn http_get(addr: SocketAddr, path: &str) -> (u16, Vec<u8>) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).unwrap();
+    let end = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+    let head = String::from_utf8_lossy(&raw[..end]);
+    let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+    (status, raw[end + 4..].to_vec())
+}
+
+/// The value of the series of `metric` whose labels include every one of `want`.
+fn value(text: &str, metric: &str, want: &[(&str, &str)]) -> Option<f64> {
+    (text.lines())
+        .filter_map(|l| l.strip_prefix(metric)?.strip_prefix('{'))
+        .filter_map(|l| l.rsplit_once("} "))
+        .filter(|(labels, _)| {
+            want.iter()
+                .all(|(k, v)| labels.contains(&format!("{k}=\"{v}\"")))
+        })
+        .map(|(_, v)| v.parse().unwrap())
+        .reduce(|a, b| a + b)
+}
+
+const CLASSES: &str = "kernelkite_process_latency_class_seconds_total";
+
+/// The sum over classes of `pid`'s series, and the snapshot time they are as of.
+fn class_sum(agent: &Agent, pid: i32) -> (f64, f64) {
+    let text = agent.metrics();
+    let sum = value(&text, CLASSES, &[("pid", &pid.to_string())]).unwrap_or(0.0);
+    let t = value(&text, "kernelkite_session_duration_seconds", &[])
+        .or_else(|| {
+            (text.lines())
+                .find_map(|l| l.strip_prefix("kernelkite_session_duration_seconds "))
+                .map(|v| v.parse().unwrap())
+        })
+        .unwrap();
+    (sum, t)
+}
+
+/// A five-thread process (four contending threads and a main thread blocked in
+/// pthread_join since before the agent started): between two scrapes its class times
+/// grow by five times the time between the snapshots they show — the wait still in
+/// progress counts as it passes, not when it ends.
+#[test]
+fn class_rates_of_a_process_add_up_to_its_threads() {
+    let Some(_guard) = ebpf_ready("class_rates_of_a_process_add_up_to_its_threads") else {
+        return;
+    };
+    let mut work = GatedWorkload::spawn(&["futex_stress", "--threads", "4", "--seconds", "8"]);
+    work.go();
+    std::thread::sleep(Duration::from_millis(300));
+    let pid = work.pid;
+    let agent = Agent::start(&["--pid", &pid.to_string(), "--interval", "0.5"]);
+    std::thread::sleep(Duration::from_secs(2));
+    let (a, ta) = class_sum(&agent, pid);
+    std::thread::sleep(Duration::from_secs(3));
+    let (b, tb) = class_sum(&agent, pid);
+    let threads = (b - a) / (tb - ta);
+    assert!(
+        (4.8..=5.005).contains(&threads),
+        "class seconds grew {} over {} s of snapshots: {threads} threads",
+        b - a,
+        tb - ta
+    );
+    work.finish();
+    let log = agent.stop();
+    assert!(log.iter().any(|l| l.contains("msg=stopped")), "{log:#?}");
+}
+
+/// A free port on loopback (bound and released: Prometheus binds it next).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A real Prometheus server scrapes the whole-machine agent; once a contention
+/// workload has exited, the lock_wait Prometheus stored for it is the agent's own
+/// figure, and the agent's self metrics are there too.
+#[test]
+fn a_prometheus_server_stores_what_the_agent_serves() {
+    let Some(_guard) = ebpf_ready("a_prometheus_server_stores_what_the_agent_serves") else {
+        return;
+    };
+    let Ok(prometheus) = which("prometheus") else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "prometheus is not installed (CI installs Debian's prometheus)"
+        );
+        eprintln!("skipped: no prometheus");
+        return;
+    };
+    // Every busy process gets a series of its own, whatever else the machine runs.
+    let agent = Agent::start(&["--top-processes", "1000", "--interval", "0.5"]);
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: kernelkite\n    static_configs:\n      - targets: ['{}']\n",
+            agent.addr
+        ),
+    )
+    .unwrap();
+    let web: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let mut server = Command::new(prometheus)
+        .arg(format!("--config.file={}", config.display()))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.path().join("data").display()
+        ))
+        .arg(format!("--web.listen-address={web}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start prometheus");
+    let work = GatedWorkload::spawn(&["futex_stress", "--threads", "3", "--seconds", "3"]);
+    let pid = work.pid.to_string();
+    let mut work = work;
+    work.go();
+    work.finish();
+    // The agent's figure, once its last snapshot has the exit.
+    std::thread::sleep(Duration::from_secs(2));
+    let labels = [("pid", pid.as_str()), ("class", "lock_wait")];
+    let ours = value(&agent.metrics(), CLASSES, &labels).expect("the workload's series");
+    assert!(ours > 1.0, "lock_wait {ours}");
+    let query = format!("{CLASSES}{{pid=\"{pid}\",class=\"lock_wait\"}}");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let stored = loop {
+        let path = format!("/api/v1/query?query={}", percent_encode(&query));
+        let answer = std::panic::catch_unwind(|| http_get(web, &path)).ok();
+        let got = answer.and_then(|(status, body)| {
+            let v: serde_json::Value = serde_json::from_slice(&body).ok()?;
+            (status == 200).then_some(())?;
+            let s = v["data"]["result"][0]["value"][1].as_str()?.to_string();
+            s.parse::<f64>().ok()
+        });
+        match got {
+            Some(v) if (v - ours).abs() <= 1e-9 * ours => break v,
+            _ if Instant::now() > deadline => {
+                panic!("Prometheus has {got:?} for {query}, the agent {ours}")
+            }
+            _ => std::thread::sleep(Duration::from_millis(500)),
+        }
+    };
+    assert_eq!(stored, ours);
+    // The agent's own numbers are scraped as well.
+    let (_, body) = http_get(web, "/api/v1/query?query=process_resident_memory_bytes");
+    let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    let rss: f64 = v["data"]["result"][0]["value"][1]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(rss > 1e6, "{v}");
+    let _ = server.kill();
+    let _ = server.wait();
+    agent.stop();
+}
+
+/// With --stacks, `go tool pprof` fetches /debug/pprof/profile?seconds=N and names the
+/// spinning workload's own function; SIGTERM then leaves none of the agent's BPF
+/// programs loaded.
+#[test]
+fn go_tool_pprof_reads_the_profile_endpoint_and_sigterm_unloads_everything() {
+    let Some(_guard) = ebpf_ready("go_tool_pprof_reads_the_profile_endpoint") else {
+        return;
+    };
+    let go_ok = Command::new("go")
+        .arg("version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !go_ok {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "go (golang-go) is missing"
+        );
+        eprintln!("skipped: no go");
+        return;
+    }
+    let mut work = GatedWorkload::spawn(&["cpu_stress", "--threads", "2", "--seconds", "8"]);
+    let pid = work.pid;
+    let agent = Agent::start(&["--pid", &pid.to_string(), "--stacks"]);
+    let programs = programs_of(agent.child.id());
+    assert!(
+        !programs.is_empty(),
+        "bpftool lists no program of the agent"
+    );
+    work.go();
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("http://{}/debug/pprof/profile?seconds=3", agent.addr);
+    let top = Command::new("go")
+        .args(["tool", "pprof", "-top", "-sample_index=samples"])
+        .arg(&url)
+        .env("HOME", dir.path())
+        .env("PPROF_TMPDIR", dir.path())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&top.stdout);
+    assert!(
+        top.status.success(),
+        "{}",
+        String::from_utf8_lossy(&top.stderr)
+    );
+    // The workload's spin loop, by its Rust name.
+    assert!(text.contains("cpu::spin_for"), "{text}");
+    // A bad request is a clear 400.
+    let (status, body) = http_get(agent.addr, "/debug/pprof/profile?seconds=9999");
+    assert_eq!(status, 400, "{}", String::from_utf8_lossy(&body));
+    work.finish();
+    agent.stop();
+    // The kernel frees a program shortly after its last reference goes (RCU).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let left: Vec<u64> = (loaded_programs().into_iter())
+            .filter(|id| programs.contains(id))
+            .collect();
+        if left.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still loaded 20 s after SIGTERM: {left:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Ids of the BPF programs `pid` holds: the `prog_id` of each of its program and link
+/// file descriptors (/proc/PID/fdinfo).
+fn programs_of(pid: u32) -> Vec<u64> {
+    let mut ids: Vec<u64> = std::fs::read_dir(format!("/proc/{pid}/fdinfo"))
+        .unwrap()
+        .filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok())
+        .filter_map(|info| {
+            (info.lines())
+                .find_map(|l| l.strip_prefix("prog_id:"))
+                .and_then(|v| v.trim().parse().ok())
+        })
+        .collect();
+    ids.sort();
+    ids.dedup();
+    ids
+}
+
+fn loaded_programs() -> Vec<u64> {
+    let out = Command::new("bpftool")
+        .args(["-j", "prog", "show"])
+        .output()
+        .expect("bpftool");
+    let all: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    (all.as_array().into_iter().flatten())
+        .filter_map(|p| p["id"].as_u64())
+        .collect()
+}
+
+fn which(name: &str) -> Result<std::path::PathBuf, ()> {
+    std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+        .ok_or(())
+}
+
+fn percent_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'_' | b'-' | b'.' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
