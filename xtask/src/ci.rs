@@ -8,7 +8,7 @@
 //!    (libFuzzer), redis-server and redis-tools (a real server), golang-go, nginx,
 //!    apache2-utils and bpftrace (real runtimes and servers, another tracer), make (a real build),
 //!    prometheus (promtool), man-db, python3-pip and llvm-22-dev;
-//!    `pip install opentelemetry-proto protobuf`; `rustup component add rust-src`; bpf-linker
+//!    `pip install opentelemetry-proto protobuf kubernetes-validate`; `rustup component add rust-src`; bpf-linker
 //!    (`cargo install`, built against LLVM 22) when the eBPF crate is present;
 //!    cargo-fuzz and cargo-deb (`cargo install`);
 //! 2. `cargo fmt --all -- --check`;
@@ -415,6 +415,11 @@ const NEEDS: &[Need] = &[
         packages: &[&["prometheus"]],
     },
     Need {
+        what: "systemd-analyze (the agent's unit, tests/agent_deploy.rs)",
+        present: &["systemd-analyze"],
+        packages: &[&["systemd"]],
+    },
+    Need {
         what: "python3 and pip3 (OTLP export tests)",
         present: &["pip3"],
         packages: &[&["python3", "python3-pip"]],
@@ -507,10 +512,12 @@ fn install_dependencies() -> Result<()> {
     crate::build_ebpf::ensure_tools()
 }
 
-/// The official OpenTelemetry protobuf bindings the OTLP export tests parse with.
-const PYTHON_IMPORT_CHECK: &str =
-    "import google.protobuf, opentelemetry.proto.collector.trace.v1.trace_service_pb2";
-const PYTHON_PACKAGES: &[&str] = &["opentelemetry-proto", "protobuf"];
+/// The official OpenTelemetry protobuf bindings the OTLP export tests parse with, and
+/// kubernetes-validate (the Kubernetes schemas, bundled; PyYAML with it) for the
+/// DaemonSet in tests/agent_deploy.rs.
+const PYTHON_IMPORT_CHECK: &str = "import google.protobuf, \
+    opentelemetry.proto.collector.trace.v1.trace_service_pb2, kubernetes_validate, yaml";
+const PYTHON_PACKAGES: &[&str] = &["opentelemetry-proto", "protobuf", "kubernetes-validate"];
 
 /// `pip install` the Python packages the tests need, when they do not import yet.
 /// Debian's own python3 refuses pip installs outside a venv (PEP 668); the packages
@@ -525,7 +532,10 @@ fn ensure_python_packages() -> Result<()> {
             .is_ok_and(|s| s.success())
     };
     let state = if imports() { "ok" } else { "missing" };
-    println!("  {:<42} {state}", "python opentelemetry-proto, protobuf");
+    println!(
+        "  {:<42} {state}",
+        "python opentelemetry-proto, protobuf, kubernetes-validate"
+    );
     if imports() {
         return Ok(());
     }
@@ -538,10 +548,10 @@ fn ensure_python_packages() -> Result<()> {
     };
     if pip(&[]).is_err() {
         pip(&["--break-system-packages"])
-            .context("pip install opentelemetry-proto protobuf failed")?;
+            .with_context(|| format!("pip install {} failed", PYTHON_PACKAGES.join(" ")))?;
     }
     if !imports() {
-        bail!("opentelemetry-proto was installed but does not import ({PYTHON_IMPORT_CHECK})");
+        bail!("the Python packages were installed but do not import ({PYTHON_IMPORT_CHECK})");
     }
     Ok(())
 }

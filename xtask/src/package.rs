@@ -12,7 +12,8 @@
 //!
 //! `--check` (CI's last step, root) then installs the package with `dpkg -i`, runs the
 //! installed `kernelkite --version`, `kernelkite doctor` and `man kernelkite`, checks that
-//! the completions are where the shells look, removes it with `dpkg --purge` and checks
+//! the completions and the agent's unit and config are where they belong, runs
+//! `systemd-analyze verify` on the installed unit, removes it with `dpkg --purge` and checks
 //! that every file it installed is gone.
 
 use std::path::{Path, PathBuf};
@@ -43,6 +44,8 @@ const INSTALLED: &[&str] = &[
     "/usr/share/doc/kernelkite/README.md",
     "/usr/share/doc/kernelkite/SECURITY.md",
     "/usr/share/doc/kernelkite/copyright",
+    "/lib/systemd/system/kernelkite-agent.service",
+    "/etc/kernelkite/agent.toml",
 ];
 
 pub fn run(args: &[String]) -> Result<()> {
@@ -137,6 +140,15 @@ fn round_trip(deb: &Path) -> Result<()> {
         }
         let version = output_of(Command::new("/usr/bin/kernelkite").arg("--version"))?;
         println!("installed: {}", version.trim());
+        // The unit as installed, against the installed binary.
+        let verify = Command::new("systemd-analyze")
+            .args(["verify", "/lib/systemd/system/kernelkite-agent.service"])
+            .output()
+            .context("running systemd-analyze verify")?;
+        let said = String::from_utf8_lossy(&verify.stderr);
+        if !verify.status.success() || said.contains("kernelkite-agent") {
+            bail!("systemd-analyze verify of the installed unit:\n{said}");
+        }
         let doctor = output_of(Command::new("/usr/bin/kernelkite").arg("doctor"))?;
         println!("{doctor}");
         for page in ["kernelkite", "kernelkite-run"] {
