@@ -218,7 +218,29 @@ fn a_prometheus_server_stores_what_the_agent_serves() {
     // The agent's figure, once its last snapshot has the exit.
     std::thread::sleep(Duration::from_secs(2));
     let labels = [("pid", pid.as_str()), ("class", "lock_wait")];
-    let ours = value(&agent.metrics(), CLASSES, &labels).expect("the workload's series");
+    let text = agent.metrics();
+    let ours = value(&text, CLASSES, &labels).expect("the workload's series");
+    // promtool's linter accepts the exposition as it is.
+    let mut check = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool");
+    check
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let checked = check.wait_with_output().unwrap();
+    assert!(
+        checked.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&checked.stdout),
+        String::from_utf8_lossy(&checked.stderr)
+    );
     assert!(ours > 1.0, "lock_wait {ours}");
     let query = format!("{CLASSES}{{pid=\"{pid}\",class=\"lock_wait\"}}");
     let deadline = Instant::now() + Duration::from_secs(60);

@@ -7,9 +7,9 @@
 //!
 //! * a process's own series, for at most [`RollingConfig::top_processes`] live
 //!   processes at a time. A free slot goes to the busiest process without one (the
-//!   most [`RankBy`] time in the last snapshot interval); a process keeps its slot
-//!   until it exits, or until it has done no ranked work for [`IDLE_EVICT_NS`] while a
-//!   busier process waits for a slot.
+//!   most [`RankBy`] time, smoothed over about ten snapshots); a process keeps its
+//!   slot until it exits, or, after [`MIN_TENURE_NS`], until a waiting process is
+//!   [`DISPLACE_FACTOR`] times busier or it has been idle for [`IDLE_EVICT_NS`].
 //! * otherwise its **group**: its command name, or its cgroup ([`FoldBy`]), for at most
 //!   [`RollingConfig::max_groups`] groups; every later group name folds into
 //!   [`OTHER_GROUP`].
@@ -34,9 +34,13 @@ use crate::model::{ClassTimes, Frame, LifecycleEvent, LifecycleKind, SyscallHist
 pub const OTHER_GROUP: &str = "(other)";
 /// The group of a process whose cgroup is not known (`--fold-by cgroup`).
 pub const UNKNOWN_CGROUP: &str = "(unknown)";
-/// A slotted process that did no ranked work for this long gives its slot to a busier
-/// one.
+/// A slotted process that did no ranked work for this long gives its slot to any
+/// busier one.
 pub const IDLE_EVICT_NS: u64 = 60_000_000_000;
+/// A slotted process keeps its slot at least this long.
+pub const MIN_TENURE_NS: u64 = 60_000_000_000;
+/// How many times busier (smoothed) a waiting process must be to take a slot.
+pub const DISPLACE_FACTOR: u64 = 2;
 /// How long the series of an exited process is still shown (scrapers see its final
 /// value), after which it is dropped.
 pub const EXITED_RETENTION_NS: u64 = 60_000_000_000;
@@ -217,6 +221,11 @@ struct ProcessState {
     rank_ns: u64,
     /// Session time it last did ranked work.
     last_busy_ns: u64,
+    /// `rank_ns` smoothed over about ten snapshots, and whether it has been ranked once.
+    rank_avg_ns: u64,
+    ranked: bool,
+    /// Session time it got its slot.
+    slot_since_ns: u64,
     /// Whether any of its time has gone to its group.
     folded: bool,
     /// Snapshots in a row it was not in the frame.
@@ -380,6 +389,15 @@ impl RollingTotals {
                 }
             }
         }
+        for p in self.processes.values_mut() {
+            // Smoothed over about ten snapshots; a new process starts at its first.
+            p.rank_avg_ns = if p.ranked {
+                (p.rank_avg_ns / 10) * 9 + p.rank_ns / 10
+            } else {
+                p.rank_ns
+            };
+            p.ranked = true;
+        }
         self.give_slots(t_ns);
         for (pid, d) in deltas {
             let key = self.series_of(pid);
@@ -411,6 +429,9 @@ impl RollingTotals {
                     group: None,
                     rank_ns: 0,
                     last_busy_ns: 0,
+                    rank_avg_ns: 0,
+                    ranked: false,
+                    slot_since_ns: 0,
                     folded: false,
                     missing: 0,
                 },
@@ -432,40 +453,54 @@ impl RollingTotals {
         }
     }
 
-    /// Give free slots to the busiest processes without one; take slots back from
-    /// processes idle for [`IDLE_EVICT_NS`] when a busier one waits.
+    /// Give free slots to the busiest processes without one (by their smoothed rank).
+    /// With no slot free, a waiting process takes the slot of the least busy slotted
+    /// one that has held it for [`MIN_TENURE_NS`], if that one has been idle for
+    /// [`IDLE_EVICT_NS`] or the waiting one is [`DISPLACE_FACTOR`] times busier: the top
+    /// processes get series of their own without series flapping between neighbours.
     fn give_slots(&mut self, t_ns: u64) {
-        let mut slotted: Vec<(u64, i32)> = (self.processes.iter())
+        let mut slotted: Vec<(u64, u64, i32)> = (self.processes.iter())
             .filter(|(_, p)| p.own.is_some() && p.missing == 0)
-            .map(|(&pid, p)| (p.last_busy_ns, pid))
+            .map(|(&pid, p)| (p.rank_avg_ns, p.last_busy_ns, pid))
             .collect();
-        // Longest idle first.
+        // Least busy first (then longest idle).
         slotted.sort();
-        // Fewer slots after a reload: the longest idle give theirs back.
+        // Fewer slots after a reload: the least busy give theirs back.
         let excess = slotted.len().saturating_sub(self.config.top_processes);
-        for (_, pid) in slotted.drain(..excess) {
+        for (_, _, pid) in slotted.drain(..excess) {
             self.evict(pid);
         }
         let mut waiting: Vec<(u64, i32)> = (self.processes.iter())
-            .filter(|(_, p)| p.own.is_none() && p.missing == 0 && p.rank_ns > 0)
-            .map(|(&pid, p)| (p.rank_ns, pid))
+            .filter(|(_, p)| p.own.is_none() && p.missing == 0 && p.rank_avg_ns > 0)
+            .map(|(&pid, p)| (p.rank_avg_ns, pid))
             .collect();
         if waiting.is_empty() {
             return;
         }
         // Busiest first; pid breaks ties so the choice does not depend on hash order.
         waiting.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-        let mut evictable = slotted
-            .iter()
-            .filter(|(busy, _)| t_ns.saturating_sub(*busy) >= IDLE_EVICT_NS)
-            .map(|&(_, pid)| pid)
+        let mut displaceable = (slotted.iter())
+            .filter(|&&(_, _, pid)| {
+                (self.processes.get(&pid))
+                    .is_some_and(|p| t_ns.saturating_sub(p.slot_since_ns) >= MIN_TENURE_NS)
+            })
+            .copied()
             .collect::<Vec<_>>()
-            .into_iter();
+            .into_iter()
+            .peekable();
         let mut free = self.config.top_processes.saturating_sub(slotted.len());
-        for (_, pid) in waiting {
+        for (rank, pid) in waiting {
             if free == 0 {
-                let Some(idle) = evictable.next() else { break };
-                self.evict(idle);
+                let Some(&(their_rank, their_busy, victim)) = displaceable.peek() else {
+                    break;
+                };
+                let idle = t_ns.saturating_sub(their_busy) >= IDLE_EVICT_NS;
+                if !idle && rank < their_rank.saturating_mul(DISPLACE_FACTOR) {
+                    // The rest wait less busy still.
+                    break;
+                }
+                displaceable.next();
+                self.evict(victim);
                 free += 1;
             }
             let p = self.processes.get_mut(&pid).expect("listed above");
@@ -474,6 +509,7 @@ impl RollingTotals {
                 comm: p.comm.clone(),
             };
             p.own = Some(key.clone());
+            p.slot_since_ns = t_ns;
             free -= 1;
             self.stats.processes_given_series += 1;
             let s = self.series.entry(key).or_default();

@@ -188,9 +188,9 @@ fn the_busiest_get_slots_and_an_idle_one_gives_its_slot_back() {
             })
             .map(|(_, s)| s.class_ns.iter().sum::<u64>())
     };
-    // pid 10 had the slot for its busy 5 s; pid 20 got it once pid 10 had been idle
-    // for IDLE_EVICT_NS, and what it did before sits in its group.
-    let evicted_at = 5 + IDLE_EVICT_NS / 1_000_000_000;
+    // pid 10 had the slot from the first snapshot; pid 20 got it once pid 10 had held
+    // it for MIN_TENURE_NS, and what it did before sits in its group.
+    let evicted_at = 1 + MIN_TENURE_NS / 1_000_000_000;
     assert_eq!(own(10, "first"), None, "dropped after its retention");
     // From the tick of the eviction on (ticks evicted_at..=200).
     assert_eq!(own(20, "second"), Some((200 - evicted_at + 1) * 100));
@@ -273,4 +273,41 @@ fn a_process_seen_only_in_its_exit_record_goes_to_its_group() {
         }
     );
     assert_eq!((s.class_ns.iter().sum::<u64>(), s.processes), (42, 1));
+}
+
+#[test]
+fn a_much_busier_process_takes_a_slot_after_the_tenure_and_a_little_busier_one_does_not() {
+    let mut r = RollingTotals::new(RollingConfig {
+        top_processes: 1,
+        ..RollingConfig::default()
+    });
+    let own = |r: &RollingTotals| -> Vec<i32> {
+        (r.series())
+            .filter(|(_, s)| s.exited_at_ns.is_none())
+            .filter_map(|(k, _)| match k {
+                SeriesKey::Process { pid, .. } => Some(*pid),
+                _ => None,
+            })
+            .collect()
+    };
+    for t in 1..=100u64 {
+        // A: 10 ns a snapshot from the start; B (from t=2): 15, not twice A's; C (from
+        // t=30): 100.
+        let mut processes = vec![process(1, 1, "a", vec![thread(1, on_cpu(t * 10))])];
+        if t >= 2 {
+            processes.push(process(2, 2, "b", vec![thread(2, on_cpu((t - 1) * 15))]));
+        }
+        if t >= 30 {
+            processes.push(process(3, 3, "c", vec![thread(3, on_cpu((t - 29) * 100))]));
+        }
+        tick(&mut r, &frame(t, processes), &[]);
+        let holder = own(&r);
+        let want = if t <= MIN_TENURE_NS / 1_000_000_000 {
+            1
+        } else {
+            3
+        };
+        assert_eq!(holder, vec![want], "at {t}");
+    }
+    assert_eq!(r.stats().slots_evicted, 1);
 }
