@@ -122,11 +122,11 @@ impl Endpoint {
                 Some((host, port)) => (host, Some(port)),
                 None => (authority, None),
             };
-            if host.is_empty() {
-                return Err(bad("has no host"));
-            }
             if port.is_some_and(|p| p.contains(':')) {
                 return Err(bad("has an IPv6 address without [brackets]"));
+            }
+            if host.is_empty() {
+                return Err(bad("has no host"));
             }
             let name_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_');
             if !host.chars().all(name_char) {
@@ -856,4 +856,610 @@ fn partial_success(answer: &Answer) -> Option<String> {
         "the collector rejected {} data points: {message}",
         partial.rejected_data_points
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::SocketAddr;
+    use tokio::net::TcpListener;
+    use tokio::sync::mpsc;
+
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
+    #[test]
+    fn parses_endpoints() {
+        let ok = |url: &str, host: &str, port: u16, path: &str| {
+            let want = Endpoint {
+                host: host.into(),
+                port,
+                path: path.into(),
+            };
+            assert_eq!(Endpoint::parse(url), Ok(want), "{url}");
+        };
+        ok("http://collector", "collector", 4318, "/v1/metrics");
+        ok("http://collector/", "collector", 4318, "/v1/metrics");
+        ok("HTTP://Collector:9000", "Collector", 9000, "/v1/metrics");
+        ok(
+            "http://10.0.0.7:4318/v1/metrics",
+            "10.0.0.7",
+            4318,
+            "/v1/metrics",
+        );
+        ok(
+            "http://otel-1.example_x.net/otlp/v1/metrics",
+            "otel-1.example_x.net",
+            4318,
+            "/otlp/v1/metrics",
+        );
+        ok("http://[::1]", "::1", 4318, "/v1/metrics");
+        ok(
+            "http://[2001:db8::7]:80/m?tenant=a",
+            "2001:db8::7",
+            80,
+            "/m?tenant=a",
+        );
+        ok("http://h?tenant=a", "h", 4318, "/v1/metrics?tenant=a");
+        let e = Endpoint::parse("http://[::1]:80/x").unwrap();
+        assert_eq!(e.authority(), "[::1]");
+        assert_eq!(e.to_string(), "http://[::1]/x");
+        let e = Endpoint::parse("http://localhost").unwrap();
+        assert_eq!(e.to_string(), "http://localhost:4318/v1/metrics");
+    }
+
+    #[test]
+    fn refuses_bad_endpoints_in_one_line() {
+        let https = Endpoint::parse("https://collector:4318").unwrap_err();
+        assert!(matches!(https, PushError::Https(_)));
+        let text = https.to_string();
+        assert!(!text.contains('\n'), "{text}");
+        assert!(
+            text.contains("OpenTelemetry Collector") && text.contains("TLS"),
+            "{text}"
+        );
+        for (url, reason) in [
+            ("collector:4318", "must start with http://"),
+            ("ftp://collector", "must start with http://"),
+            ("http://", "no host"),
+            ("http://:4318", "no host"),
+            ("http://user:pw@collector", "user information"),
+            ("http://collector/v1/metrics#x", "fragment"),
+            ("http://collector:0", "invalid port"),
+            ("http://collector:65536", "invalid port"),
+            ("http://collector:+80", "invalid port"),
+            ("http://collector:", "invalid port"),
+            ("http://::1", "without [brackets]"),
+            ("http://[::1", "unclosed ["),
+            ("http://[nope]", "invalid IPv6"),
+            ("http://[::1]x", "junk after ]"),
+            ("http://coll ector", "spaces"),
+            ("http://collector\r\nX: y", "control"),
+            ("http://col%6Cector", "invalid host name"),
+            ("http://caf\u{e9}", "non-ASCII"),
+        ] {
+            let e = Endpoint::parse(url).unwrap_err();
+            assert!(e.to_string().contains(reason), "{url}: {e}");
+            assert!(!e.to_string().contains('\n'), "{url}: {e}");
+        }
+    }
+
+    #[test]
+    fn headers_are_checked() {
+        assert_eq!(
+            parse_header("Authorization = Bearer abc"),
+            Ok(("Authorization".into(), "Bearer abc".into()))
+        );
+        assert_eq!(
+            parse_header("x-scope-orgid=a=b"),
+            Ok(("x-scope-orgid".into(), "a=b".into()))
+        );
+        for (spec, reason) in [
+            ("no-equals", "name=value"),
+            ("=v", "not a valid header name"),
+            ("bad name=v", "not a valid header name"),
+            ("x:y=v", "not a valid header name"),
+            ("Content-Type=text/plain", "written by kernelkite"),
+            ("HOST=evil", "written by kernelkite"),
+            ("x=a\r\nInjected: 1", "control character"),
+            ("x=a\nb", "control character"),
+        ] {
+            let e = parse_header(spec).unwrap_err();
+            assert!(e.to_string().contains(reason), "{spec:?}: {e}");
+        }
+        let mut config = PushConfig::new(Endpoint::parse("http://h").unwrap());
+        assert!(config.add_header("x-api-key", "k").is_ok());
+        assert!(config.add_header("x", "a\rb").is_err());
+        assert_eq!(config.headers, [("x-api-key".into(), "k".into())]);
+    }
+
+    #[test]
+    fn answers_are_parsed_and_classified_as_the_otlp_spec_says() {
+        let raw = b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 7\r\ncontent-length: 5\r\n\r\nbusy!extra";
+        let answer = parse_answer(raw).unwrap();
+        assert_eq!(answer.status, 503);
+        assert_eq!(answer.reason, "Service Unavailable");
+        assert_eq!(answer.retry_after, Some(Duration::from_secs(7)));
+        assert_eq!(answer.body, b"busy!");
+        // An HTTP date is not honoured (the backoff applies).
+        let raw = b"HTTP/1.0 429 Too Many\r\nRetry-After: Wed, 21 Oct 2015 07:28:00 GMT\r\n\r\n";
+        assert_eq!(parse_answer(raw).unwrap().retry_after, None);
+        for junk in [
+            &b"HTTP/1.1 200 OK\r\n"[..],
+            b"SSH-2.0\r\n\r\n",
+            b"HTTP/1.1 20 OK\r\n\r\n",
+            b"\xff\r\n\r\n",
+        ] {
+            assert_eq!(parse_answer(junk), None, "{junk:?}");
+        }
+        let endpoint = Endpoint::parse("http://h").unwrap();
+        let kind = |status: u16| {
+            let raw = format!("HTTP/1.1 {status} X\r\nRetry-After: 2\r\n\r\n");
+            match classify(&endpoint, &parse_answer(raw.as_bytes()).unwrap()) {
+                Outcome::Sent { .. } => "sent",
+                Outcome::Rejected { .. } => "rejected",
+                Outcome::Retry { retry_after, .. } => {
+                    assert_eq!(retry_after, Some(Duration::from_secs(2)));
+                    "retry"
+                }
+            }
+        };
+        for status in [200, 202, 204] {
+            assert_eq!(kind(status), "sent", "{status}");
+        }
+        for status in [429, 502, 503, 504] {
+            assert_eq!(kind(status), "retry", "{status}");
+        }
+        for status in [301, 400, 401, 403, 404, 408, 413, 415, 500, 501] {
+            assert_eq!(kind(status), "rejected", "{status}");
+        }
+    }
+
+    #[test]
+    fn error_details_come_from_the_status_message_or_the_text() {
+        let status = RpcStatus {
+            code: 3,
+            message: "metric name\nis empty".into(),
+        }
+        .encode_to_vec();
+        let mut raw =
+            b"HTTP/1.1 400 Bad Request\r\nContent-Type: application/x-protobuf\r\n\r\n".to_vec();
+        raw.extend_from_slice(&status);
+        let answer = parse_answer(&raw).unwrap();
+        assert_eq!(detail(&answer).as_deref(), Some("metric name is empty"));
+        let long = format!(
+            "HTTP/1.1 400 Bad\r\nContent-Type: text/plain\r\n\r\n{}",
+            "e".repeat(5000)
+        );
+        let answer = parse_answer(long.as_bytes()).unwrap();
+        assert_eq!(detail(&answer).unwrap().len(), MAX_DETAIL_CHARS);
+        // A partial success is a warning.
+        let response = ExportMetricsServiceResponse {
+            partial_success: Some(
+                opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsPartialSuccess {
+                    rejected_data_points: 3,
+                    error_message: "bad units".into(),
+                },
+            ),
+        };
+        let mut raw = b"HTTP/1.1 200 OK\r\nContent-Type: application/x-protobuf\r\n\r\n".to_vec();
+        raw.extend_from_slice(&response.encode_to_vec());
+        let endpoint = Endpoint::parse("http://h").unwrap();
+        let Outcome::Sent { warning } = classify(&endpoint, &parse_answer(&raw).unwrap()) else {
+            panic!("not sent");
+        };
+        assert_eq!(
+            warning.as_deref(),
+            Some("http://h:4318/v1/metrics: the collector rejected 3 data points: bad units")
+        );
+    }
+
+    #[test]
+    fn jitter_stays_between_half_and_all_of_the_delay() {
+        let mut jitter = Jitter::new();
+        let delay = Duration::from_millis(100);
+        let mut seen = HashSet::new();
+        for _ in 0..100 {
+            let d = jitter.apply(delay);
+            assert!(d >= delay / 2 && d <= delay, "{d:?}");
+            seen.insert(d);
+        }
+        assert!(seen.len() > 50);
+        assert_eq!(jitter.apply(Duration::ZERO), Duration::ZERO);
+    }
+
+    /// A request as the fake collector saw it.
+    #[derive(Debug)]
+    struct Seen {
+        head: String,
+        body: Vec<u8>,
+    }
+
+    /// What the fake collector answers to its n-th request (from 0): raw bytes, or
+    /// nothing at all (it holds the connection open).
+    type Script = fn(usize) -> Option<Vec<u8>>;
+
+    fn ok_answer(_: usize) -> Option<Vec<u8>> {
+        let body = ExportMetricsServiceResponse::default().encode_to_vec();
+        let head = format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: application/x-protobuf\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        );
+        Some([head.into_bytes(), body].concat())
+    }
+
+    /// A fake collector on `listener`: every request goes to the returned channel.
+    fn fake_collector(listener: TcpListener, script: Script) -> mpsc::UnboundedReceiver<Seen> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            let mut n = 0;
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let Some(seen) = read_request(&mut stream).await else {
+                    continue;
+                };
+                let _ = tx.send(seen);
+                let answer = script(n);
+                n += 1;
+                tokio::spawn(async move {
+                    match answer {
+                        Some(bytes) => {
+                            let _ = stream.write_all(&bytes).await;
+                            let _ = stream.shutdown().await;
+                        }
+                        None => tokio::time::sleep(Duration::from_secs(3600)).await,
+                    }
+                });
+            }
+        });
+        rx
+    }
+
+    async fn read_request(stream: &mut TcpStream) -> Option<Seen> {
+        let mut buf = Vec::new();
+        let mut chunk = [0u8; 4096];
+        loop {
+            if let Some(end) = head_end(&buf) {
+                let head = String::from_utf8(buf[..end].to_vec()).ok()?;
+                let length: usize = (head.lines())
+                    .find_map(|l| l.strip_prefix("Content-Length: "))?
+                    .parse()
+                    .ok()?;
+                if buf.len() >= end + length {
+                    let body = buf[end..end + length].to_vec();
+                    return Some(Seen { head, body });
+                }
+            }
+            let n = stream.read(&mut chunk).await.ok()?;
+            if n == 0 {
+                return None;
+            }
+            buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+
+    async fn listener() -> (TcpListener, SocketAddr) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        (listener, addr)
+    }
+
+    /// Fast retries for tests.
+    fn test_config(addr: SocketAddr) -> PushConfig {
+        let mut config = PushConfig::new(Endpoint::parse(&format!("http://{addr}")).unwrap());
+        config.request_timeout = Duration::from_millis(500);
+        config.initial_backoff = Duration::from_millis(10);
+        config.max_backoff = Duration::from_millis(40);
+        config
+    }
+
+    /// Poll the pusher's stats until `ok` holds (5 s at most).
+    async fn until(pusher: &Pusher, what: &str, ok: impl Fn(&PushStats) -> bool) -> PushStats {
+        let start = Instant::now();
+        loop {
+            let stats = pusher.stats();
+            if ok(&stats) {
+                return stats;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(5),
+                "{what}: {stats:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    #[test]
+    fn a_request_arrives_as_an_otlp_http_post() {
+        runtime().block_on(async {
+            let (listener, addr) = listener().await;
+            let mut seen = fake_collector(listener, ok_answer);
+            let mut config = test_config(addr);
+            config.add_header("x-api-key", "secret").unwrap();
+            let pusher = spawn(config);
+            pusher.enqueue(b"\x0a\x00first".to_vec());
+            let request = seen.recv().await.unwrap();
+            let stats = until(&pusher, "sent", |s| s.sent_requests == 1).await;
+            assert_eq!((stats.queued_requests, stats.queued_bytes), (0, 0));
+            assert_eq!(stats.failed_attempts, 0);
+            assert_eq!(stats.last_error, None);
+            let lines: Vec<&str> = request.head.split("\r\n").collect();
+            assert_eq!(lines[0], "POST /v1/metrics HTTP/1.1");
+            for header in [
+                format!("Host: {addr}"),
+                "Content-Type: application/x-protobuf".into(),
+                "Content-Length: 7".into(),
+                "x-api-key: secret".into(),
+                "Connection: close".into(),
+            ] {
+                assert!(lines.contains(&header.as_str()), "{header} in {lines:?}");
+            }
+            assert!(lines
+                .iter()
+                .any(|l| l.starts_with("User-Agent: kernelkite/")));
+            assert_eq!(request.body, b"\x0a\x00first");
+            // Requests go in order.
+            pusher.enqueue(b"second".to_vec());
+            pusher.enqueue(b"third".to_vec());
+            assert_eq!(seen.recv().await.unwrap().body, b"second");
+            assert_eq!(seen.recv().await.unwrap().body, b"third");
+            until(&pusher, "all sent", |s| s.sent_requests == 3).await;
+        });
+    }
+
+    #[test]
+    fn a_503_with_retry_after_is_retried_after_it() {
+        runtime().block_on(async {
+            let (listener, addr) = listener().await;
+            let mut seen = fake_collector(listener, |n| match n {
+                0 => Some(b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Length: 5\r\n\r\nbusy\n".to_vec()),
+                _ => ok_answer(n),
+            });
+            let pusher = spawn(test_config(addr));
+            pusher.enqueue(b"metrics".to_vec());
+            let first = seen.recv().await.unwrap();
+            let refused_at = Instant::now();
+            let stats = until(&pusher, "a failed attempt", |s| s.failed_attempts == 1).await;
+            let error = stats.last_error.unwrap();
+            assert!(error.contains("HTTP 503 Service Unavailable: busy"), "{error}");
+            assert_eq!(stats.queued_requests, 1);
+            let second = seen.recv().await.unwrap();
+            // Retry-After, not the 10 ms backoff.
+            let waited = refused_at.elapsed();
+            assert!(waited >= Duration::from_millis(900), "{waited:?}");
+            assert_eq!(first.body, second.body);
+            let stats = until(&pusher, "sent", |s| s.sent_requests == 1).await;
+            assert_eq!((stats.failed_attempts, stats.rejected_requests), (1, 0));
+            assert_eq!(stats.queued_requests, 0);
+        });
+    }
+
+    #[test]
+    fn with_the_collector_down_the_queue_stays_bounded_and_drops_the_oldest() {
+        runtime().block_on(async {
+            // A port with nothing listening.
+            let (listener, addr) = listener().await;
+            drop(listener);
+            let mut config = test_config(addr);
+            config.queue_capacity_requests = 4;
+            let pusher = spawn(config);
+            for i in 0..20u8 {
+                pusher.enqueue(vec![i; 10]);
+            }
+            let stats = pusher.stats();
+            assert_eq!((stats.queued_requests, stats.queued_bytes), (4, 40));
+            assert_eq!(stats.dropped_requests, 16);
+            // Retries fail (connection refused) and keep the queue as it is.
+            let stats = until(&pusher, "retries", |s| s.failed_attempts >= 3).await;
+            assert_eq!((stats.queued_requests, stats.dropped_requests), (4, 16));
+            assert_eq!((stats.sent_requests, stats.rejected_requests), (0, 0));
+            let error = stats.last_error.unwrap();
+            assert!(
+                error.contains("connecting") && error.contains("refused"),
+                "{error}"
+            );
+            for i in 20..23u8 {
+                pusher.enqueue(vec![i; 10]);
+                tokio::time::sleep(Duration::from_millis(7)).await;
+            }
+            let stats = pusher.stats();
+            assert_eq!((stats.queued_requests, stats.dropped_requests), (4, 19));
+            // The collector comes back: the four newest arrive, in order.
+            let listener = TcpListener::bind(addr).await.unwrap();
+            let mut seen = fake_collector(listener, ok_answer);
+            let stats = until(&pusher, "sent", |s| s.sent_requests == 4).await;
+            assert_eq!((stats.queued_requests, stats.dropped_requests), (0, 19));
+            for i in 19..23u8 {
+                assert_eq!(seen.recv().await.unwrap().body, vec![i; 10]);
+            }
+        });
+    }
+
+    #[test]
+    fn the_queue_is_bounded_in_bytes_too() {
+        runtime().block_on(async {
+            let (listener, addr) = listener().await;
+            drop(listener);
+            let mut config = test_config(addr);
+            config.queue_capacity_bytes = 100;
+            let pusher = spawn(config);
+            for _ in 0..5 {
+                pusher.enqueue(vec![0; 30]);
+            }
+            let stats = pusher.stats();
+            assert_eq!((stats.queued_requests, stats.queued_bytes), (3, 90));
+            assert_eq!(stats.dropped_requests, 2);
+            // Larger than the whole queue: dropped alone, the queue kept.
+            pusher.enqueue(vec![0; 101]);
+            let stats = pusher.stats();
+            assert_eq!((stats.queued_requests, stats.dropped_requests), (3, 3));
+            assert!(stats.last_error.unwrap().contains("101 bytes"));
+        });
+    }
+
+    #[test]
+    fn a_400_is_rejected_and_not_retried() {
+        runtime().block_on(async {
+            let (listener, addr) = listener().await;
+            let mut seen = fake_collector(listener, |_| {
+                let status = RpcStatus {
+                    code: 3,
+                    message: "unknown field 7".into(),
+                }
+                .encode_to_vec();
+                let head = format!(
+                    "HTTP/1.1 400 Bad Request\r\nContent-Type: application/x-protobuf\r\nContent-Length: {}\r\n\r\n",
+                    status.len()
+                );
+                Some([head.into_bytes(), status].concat())
+            });
+            let pusher = spawn(test_config(addr));
+            pusher.enqueue(b"one".to_vec());
+            pusher.enqueue(b"two".to_vec());
+            let stats = until(&pusher, "rejected", |s| s.rejected_requests == 2).await;
+            assert_eq!(stats.failed_attempts, 2);
+            assert_eq!((stats.sent_requests, stats.dropped_requests), (0, 0));
+            assert_eq!(stats.queued_requests, 0);
+            let error = stats.last_error.unwrap();
+            assert!(error.ends_with("HTTP 400 Bad Request: unknown field 7"), "{error}");
+            // No retry: nothing more arrives.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            assert_eq!(seen.recv().await.unwrap().body, b"one");
+            assert_eq!(seen.recv().await.unwrap().body, b"two");
+            assert!(seen.try_recv().is_err());
+            assert_eq!(pusher.stats().failed_attempts, 2);
+        });
+    }
+
+    #[test]
+    fn a_collector_that_never_answers_is_timed_out() {
+        runtime().block_on(async {
+            let (listener, addr) = listener().await;
+            let mut seen = fake_collector(listener, |_| None);
+            let mut config = test_config(addr);
+            config.request_timeout = Duration::from_millis(100);
+            let pusher = spawn(config);
+            pusher.enqueue(b"m".to_vec());
+            let stats = until(&pusher, "timeouts", |s| s.failed_attempts >= 2).await;
+            let error = stats.last_error.unwrap();
+            assert!(error.contains("no answer within 100 ms"), "{error}");
+            assert_eq!((stats.sent_requests, stats.queued_requests), (0, 1));
+            assert!(seen.recv().await.is_some());
+        });
+    }
+
+    #[test]
+    fn a_huge_error_body_is_read_only_in_part() {
+        runtime().block_on(async {
+            let (listener, addr) = listener().await;
+            // A 400 announcing 10 MiB, sent by a server that then keeps the connection open.
+            let _seen = fake_collector(listener, |_| {
+                let mut answer =
+                    b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\nContent-Length: 10485760\r\n\r\n"
+                        .to_vec();
+                answer.resize(answer.len() + (10 << 20), b'x');
+                Some(answer)
+            });
+            let mut config = test_config(addr);
+            config.request_timeout = Duration::from_secs(5);
+            let pusher = spawn(config);
+            let start = Instant::now();
+            pusher.enqueue(b"m".to_vec());
+            let stats = until(&pusher, "rejected", |s| s.rejected_requests == 1).await;
+            assert!(start.elapsed() < Duration::from_secs(2), "{:?}", start.elapsed());
+            let error = stats.last_error.unwrap();
+            assert!(error.ends_with(&"x".repeat(MAX_DETAIL_CHARS)), "{error}");
+        });
+    }
+
+    #[test]
+    fn a_request_superseded_while_it_is_sent_is_not_retried() {
+        runtime().block_on(async {
+            let (listener, addr) = listener().await;
+            // It never answers: every attempt times out.
+            let mut seen = fake_collector(listener, |_| None);
+            let mut config = test_config(addr);
+            config.queue_capacity_requests = 1;
+            config.request_timeout = Duration::from_millis(200);
+            let pusher = spawn(config);
+            pusher.enqueue(b"old".to_vec());
+            assert_eq!(seen.recv().await.unwrap().body, b"old");
+            // "old" is on the wire; "new" takes its place in the queue.
+            pusher.enqueue(b"new".to_vec());
+            let stats = pusher.stats();
+            assert_eq!((stats.queued_requests, stats.dropped_requests), (1, 0));
+            // "old" times out and counts as dropped; "new" is tried next.
+            assert_eq!(seen.recv().await.unwrap().body, b"new");
+            let stats = pusher.stats();
+            assert_eq!((stats.failed_attempts, stats.dropped_requests), (1, 1));
+        });
+    }
+
+    #[test]
+    fn shutdown_flushes_the_queue_within_its_deadline() {
+        runtime().block_on(async {
+            let (listener, addr) = listener().await;
+            let mut seen = fake_collector(listener, ok_answer);
+            let pusher = spawn(test_config(addr));
+            let handle = pusher.clone();
+            for i in 0..3u8 {
+                pusher.enqueue(vec![i]);
+            }
+            pusher.shutdown(Duration::from_secs(5)).await;
+            let stats = handle.stats();
+            assert_eq!((stats.sent_requests, stats.dropped_requests), (3, 0));
+            for i in 0..3u8 {
+                assert_eq!(seen.recv().await.unwrap().body, [i]);
+            }
+            // Stopped: later requests are dropped.
+            handle.enqueue(vec![9]);
+            assert_eq!(handle.stats().dropped_requests, 1);
+            assert_eq!(handle.stats().queued_requests, 0);
+        });
+    }
+
+    #[test]
+    fn shutdown_with_the_collector_down_gives_up_at_the_deadline() {
+        runtime().block_on(async {
+            let (listener, addr) = listener().await;
+            drop(listener);
+            let pusher = spawn(test_config(addr));
+            let handle = pusher.clone();
+            pusher.enqueue(vec![1]);
+            pusher.enqueue(vec![2]);
+            let start = Instant::now();
+            pusher.shutdown(Duration::from_millis(150)).await;
+            let took = start.elapsed();
+            assert!(
+                took >= Duration::from_millis(140) && took < Duration::from_millis(400),
+                "{took:?}"
+            );
+            let stats = handle.stats();
+            assert_eq!((stats.sent_requests, stats.dropped_requests), (0, 2));
+            assert_eq!(stats.queued_requests, 0);
+            assert!(stats.failed_attempts >= 1);
+        });
+    }
+
+    #[test]
+    fn shutdown_cuts_off_an_attempt_that_outlives_the_deadline() {
+        runtime().block_on(async {
+            let (listener, addr) = listener().await;
+            let mut seen = fake_collector(listener, |_| None);
+            let mut config = test_config(addr);
+            config.request_timeout = Duration::from_secs(30);
+            let pusher = spawn(config);
+            let handle = pusher.clone();
+            pusher.enqueue(vec![1]);
+            seen.recv().await.unwrap();
+            let start = Instant::now();
+            pusher.shutdown(Duration::from_millis(100)).await;
+            assert!(start.elapsed() < Duration::from_millis(500));
+            let stats = handle.stats();
+            assert_eq!((stats.dropped_requests, stats.queued_requests), (1, 0));
+        });
+    }
 }
