@@ -777,6 +777,10 @@ fn parse_answer(buf: &[u8]) -> Option<Answer<'_>> {
             _ => {}
         }
     }
+    // These have no body whatever their headers say (RFC 9112, section 6.3).
+    if matches!(answer.status, 100..=199 | 204 | 304) {
+        answer.content_length = Some(0);
+    }
     if let Some(length) = answer.content_length {
         answer.body = &answer.body[..length.min(answer.body.len())];
     }
@@ -988,6 +992,9 @@ mod tests {
         // An HTTP date is not honoured (the backoff applies).
         let raw = b"HTTP/1.0 429 Too Many\r\nRetry-After: Wed, 21 Oct 2015 07:28:00 GMT\r\n\r\n";
         assert_eq!(parse_answer(raw).unwrap().retry_after, None);
+        // A 204 ends at its head: the read does not wait for a close.
+        let raw = b"HTTP/1.1 204 No Content\r\nContent-Length: 9\r\n\r\n";
+        assert_eq!(parse_answer(raw).unwrap().content_length, Some(0));
         for junk in [
             &b"HTTP/1.1 200 OK\r\n"[..],
             b"SSH-2.0\r\n\r\n",
