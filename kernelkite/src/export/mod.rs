@@ -9,6 +9,8 @@ pub mod chrome_trace;
 pub mod folded;
 pub mod json;
 pub mod otlp;
+#[cfg(target_os = "linux")]
+pub mod otlp_push;
 pub mod pprof;
 pub mod prometheus;
 #[cfg(target_os = "linux")]
