@@ -390,3 +390,160 @@ fn percent_encode(s: &str) -> String {
         })
         .collect()
 }
+
+/// The OTLP receiver of tests/support (opentelemetry-proto), on a free port.
+struct Receiver {
+    child: Child,
+    port: u16,
+    out: std::path::PathBuf,
+}
+
+impl Receiver {
+    fn start(dir: &std::path::Path) -> Receiver {
+        let port_file = dir.join("port");
+        let out = dir.join("requests.jsonl");
+        let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/support/otlp_receiver.py");
+        let child = Command::new("python3")
+            .arg(script)
+            .arg("--port-file")
+            .arg(&port_file)
+            .arg("--out")
+            .arg(&out)
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("python3 runs");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let port = loop {
+            if let Some(p) = std::fs::read_to_string(&port_file)
+                .ok()
+                .and_then(|p| p.trim().parse().ok())
+            {
+                break p;
+            }
+            assert!(Instant::now() < deadline, "the OTLP receiver did not start");
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        Receiver { child, port, out }
+    }
+
+    /// Every request received so far, parsed.
+    fn requests(&self) -> Vec<serde_json::Value> {
+        (std::fs::read_to_string(&self.out)
+            .unwrap_or_default()
+            .lines())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+    }
+
+    fn stop(&mut self) {
+        // SAFETY: kill(2) on our own child.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "receiver exit {status}");
+    }
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The agent pushes OTLP metrics that the official opentelemetry-proto package parses:
+/// the workload's resource (host.name, process.pid, its command), its class times equal
+/// to what /metrics says, its syscall histograms; with the receiver stopped, the queue
+/// stays at --otlp-queue and the overflow is counted.
+#[test]
+fn otlp_push_reaches_a_real_receiver_and_a_down_one_costs_a_bounded_queue() {
+    let Some(_guard) = ebpf_ready("otlp_push_reaches_a_real_receiver") else {
+        return;
+    };
+    let python_ok = Command::new("python3")
+        .args([
+            "-c",
+            "import opentelemetry.proto.collector.metrics.v1.metrics_service_pb2",
+        ])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    assert!(
+        python_ok,
+        "python3 with opentelemetry-proto is needed (`cargo xtask ci` installs it)"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let mut receiver = Receiver::start(dir.path());
+    let mut work = GatedWorkload::spawn(&["futex_stress", "--threads", "2", "--seconds", "2"]);
+    let pid = work.pid;
+    let endpoint = format!("http://127.0.0.1:{}", receiver.port);
+    let agent = Agent::start(&[
+        "--pid",
+        &pid.to_string(),
+        "--interval",
+        "0.5",
+        "--otlp-endpoint",
+        &endpoint,
+        "--otlp-interval",
+        "1",
+        "--otlp-queue",
+        "3",
+    ]);
+    work.go();
+    work.finish();
+    // Past the exit: the last snapshots, and a push of them.
+    std::thread::sleep(Duration::from_millis(3500));
+    let text = agent.metrics();
+    let labels = [("pid", pid.to_string()), ("class", "lock_wait".to_string())];
+    let labels: Vec<(&str, &str)> = labels.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let ours = value(&text, CLASSES, &labels).expect("the workload's series");
+    assert!(ours > 0.5, "lock_wait {ours}");
+    let requests = receiver.requests();
+    assert!(requests.len() >= 2, "{} requests", requests.len());
+    let last = requests.last().unwrap();
+    assert_eq!(last["status"], 200);
+    let resources = last["resources"].as_array().unwrap();
+    let mine = (resources.iter())
+        .find(|r| r["attributes"]["process.pid"].as_i64() == Some(pid.into()))
+        .unwrap_or_else(|| panic!("no resource of pid {pid}: {last}"));
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    assert_eq!(mine["attributes"]["host.name"], host.trim());
+    assert_eq!(mine["attributes"]["process.executable.name"], "kk-workload");
+    let metric = |name: &str| {
+        (mine["metrics"].as_array().unwrap().iter())
+            .find(|m| m["name"] == name)
+            .unwrap_or_else(|| panic!("no {name}: {mine}"))
+            .clone()
+    };
+    let classes = metric("kernelkite.latency_class.time");
+    assert_eq!(classes["type"], "sum");
+    assert_eq!(classes["is_monotonic"], true);
+    let lock_wait = (classes["data_points"].as_array().unwrap().iter())
+        .find(|p| p["attributes"]["kernelkite.latency_class"] == "lock_wait")
+        .and_then(|p| p["as_double"].as_f64())
+        .unwrap();
+    assert!(
+        (lock_wait - ours).abs() <= 1e-9 * ours,
+        "OTLP {lock_wait}, /metrics {ours}"
+    );
+    let syscalls = metric("kernelkite.syscall.duration");
+    assert!(
+        (syscalls["data_points"].as_array().unwrap().iter())
+            .any(|p| p["attributes"]["kernelkite.syscall.name"] == "futex"),
+        "{syscalls}"
+    );
+    // The collector goes away: the queue stays at 3 requests, the rest are dropped.
+    receiver.stop();
+    std::thread::sleep(Duration::from_secs(7));
+    let text = agent.metrics();
+    let counter = |name: &str| {
+        (text.lines())
+            .find_map(|l| l.strip_prefix(&format!("{name} ")))
+            .map(|v| v.parse::<f64>().unwrap())
+            .unwrap_or_else(|| panic!("no {name}"))
+    };
+    assert!(counter("kernelkite_agent_otlp_queued_requests") <= 3.0);
+    assert!(counter("kernelkite_agent_otlp_dropped_requests_total") >= 1.0);
+    assert!(counter("kernelkite_agent_otlp_failed_attempts_total") >= 1.0);
+    assert!(counter("kernelkite_agent_otlp_sent_requests_total") >= 2.0);
+    agent.stop();
+}

@@ -25,8 +25,10 @@ const LAYERS: &[(&str, &[&str])] = &[
     // Renderers of analyses.
     ("report", &["analysis", "format", "model", "output"]),
     ("export", &["analysis", "format", "model", "output"]),
-    // The interfaces: arguments, the live view, the subcommands that wire it all.
-    ("cli", &["export", "model"]),
+    // The interfaces: arguments, the live view, the subcommands that wire it all. The
+    // arguments name option types of the layers below (export formats, the agent's
+    // --fold-by and --rank-by).
+    ("cli", &["analysis", "export", "model"]),
     (
         "top",
         &[

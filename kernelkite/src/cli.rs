@@ -435,6 +435,10 @@ pub struct AgentArgs {
     /// A header for every OTLP request (NAME=VALUE, repeatable), e.g. an API key.
     #[arg(long = "otlp-header", value_name = "NAME=VALUE")]
     pub otlp_headers: Vec<String>,
+    /// OTLP requests kept while the collector is unreachable (default 64); past it the
+    /// oldest are dropped and counted (kernelkite_agent_otlp_dropped_requests_total).
+    #[arg(long, value_name = "N")]
+    pub otlp_queue: Option<usize>,
     /// Threads the kernel side can track at once (its THREADS map).
     #[arg(long, default_value_t = 65_536, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_threads: u32,

@@ -39,6 +39,7 @@ pub struct FileConfig {
     pub otlp_endpoint: Option<String>,
     pub otlp_interval: Option<f64>,
     pub otlp_headers: Option<BTreeMap<String, String>>,
+    pub otlp_queue: Option<usize>,
 }
 
 /// The settings in force: the command line over the file over the defaults.
@@ -57,6 +58,8 @@ pub struct OtlpSettings {
     pub endpoint: String,
     pub interval: Duration,
     pub headers: Vec<(String, String)>,
+    /// Requests kept while the collector is unreachable.
+    pub queue_requests: usize,
 }
 
 /// Read and parse the --config file (one line on error: the file and what is wrong).
@@ -136,10 +139,15 @@ pub fn resolve(args: &AgentArgs, file: &FileConfig) -> Result<Settings> {
                 headers.retain(|(name, _)| !name.eq_ignore_ascii_case(k));
                 headers.push((k.to_string(), v.to_string()));
             }
+            let queue_requests = args.otlp_queue.or(file.otlp_queue).unwrap_or(64);
+            if !(1..=10_000).contains(&queue_requests) {
+                bail!("--otlp-queue must be between 1 and 10000, got {queue_requests}");
+            }
             Some(OtlpSettings {
                 endpoint,
                 interval,
                 headers,
+                queue_requests,
             })
         }
     };
@@ -219,6 +227,7 @@ mod platform {
 
     use super::*;
     use crate::analysis::rolling::{RollingTotals, Tick};
+    use crate::export::otlp_push::{self, Endpoint, PushConfig, Pusher};
     use crate::export::prometheus::{render_snapshot, AgentMetrics, Snapshot};
     use crate::export::serve::{self, Ask};
     use crate::model::StackProfile;
@@ -228,6 +237,19 @@ mod platform {
 
     /// Profiles being taken at once (each holds a copy of the stack profile).
     const MAX_PENDING_PROFILES: usize = 4;
+    /// How long SIGTERM waits for the last OTLP requests to be delivered.
+    const OTLP_FLUSH: Duration = Duration::from_secs(5);
+
+    /// The pusher's configuration, checked (a bad URL or header is one line).
+    fn push_config(o: &OtlpSettings) -> Result<PushConfig> {
+        let endpoint = Endpoint::parse(&o.endpoint)?;
+        let mut config = PushConfig::new(endpoint);
+        for (name, value) in &o.headers {
+            config.add_header(name, value)?;
+        }
+        config.queue_capacity_requests = o.queue_requests;
+        Ok(config)
+    }
 
     /// A `/debug/pprof/profile` request: the profile at its start, and when to answer.
     struct PendingProfile {
@@ -254,6 +276,8 @@ mod platform {
             (None, None) => None,
         };
         let whole_machine = args.pids.is_empty() && cgroup.is_none();
+        // A bad OTLP endpoint or header fails before anything is attached.
+        let push = settings.otlp.as_ref().map(push_config).transpose()?;
         crate::source::ebpf::session::check_pids_exist(&args.pids)?;
         let options = TraceOptions {
             // The whole machine: pid 1 and everything it forks (as `top` does).
@@ -337,8 +361,16 @@ mod platform {
             start_unix_s: unix_now_s(),
             pending: Vec::new(),
             snapshot_ns: 0,
+            pusher: None,
+            next_push: Instant::now(),
+            host_name: std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .map(|h| h.trim().to_string())
+                .unwrap_or_default(),
         };
         let stop = runtime.block_on(async {
+            if let Some(config) = push {
+                agent.start_pusher(config);
+            }
             let (tx, mut asks) = mpsc::channel::<Ask>(16);
             tokio::spawn(serve::serve(listener, tx, agent.settings.stacks));
             // SAFETY: the session keeps its ring buffer's fd open and outlives this
@@ -360,6 +392,7 @@ mod platform {
                             break Err(e);
                         }
                         agent.answer_due_profiles(&session);
+                        agent.push_if_due(&session);
                         if last_log.elapsed() >= Duration::from_secs(300) {
                             last_log = Instant::now();
                             agent.log_status(&session);
@@ -371,6 +404,20 @@ mod platform {
                     _ = terminate.recv() => break Ok("terminated"),
                 }
             };
+            // What was measured last goes to the collector before the agent stops.
+            if let Some(pusher) = agent.pusher.take() {
+                agent.push(&session, &pusher);
+                let stats = pusher.stats();
+                pusher.shutdown(OTLP_FLUSH).await;
+                log(
+                    "info",
+                    "otlp: stopped",
+                    &[
+                        ("sent", stats.sent_requests.to_string()),
+                        ("dropped", stats.dropped_requests.to_string()),
+                    ],
+                );
+            }
             stop
         })?;
         session.detach();
@@ -389,6 +436,10 @@ mod platform {
         pending: Vec<PendingProfile>,
         /// Session time of the latest snapshot, which every series is as of.
         snapshot_ns: u64,
+        /// `--otlp-endpoint`: the pusher, and when it is next given a request.
+        pusher: Option<Pusher>,
+        next_push: Instant,
+        host_name: String,
     }
 
     impl Agent<'_> {
@@ -474,6 +525,49 @@ mod platform {
             }
         }
 
+        fn start_pusher(&mut self, config: PushConfig) {
+            log(
+                "info",
+                "otlp: pushing metrics",
+                &[("endpoint", config.endpoint.to_string())],
+            );
+            self.pusher = Some(otlp_push::spawn(config));
+            self.next_push = Instant::now();
+        }
+
+        /// Give the pusher a request of the series as of the latest snapshot, every
+        /// --otlp-interval.
+        fn push_if_due(&mut self, session: &Session) {
+            let (Some(pusher), Some(o)) = (&self.pusher, &self.settings.otlp) else {
+                return;
+            };
+            if Instant::now() < self.next_push {
+                return;
+            }
+            self.next_push = Instant::now() + o.interval;
+            self.push(session, pusher);
+        }
+
+        fn push(&self, session: &Session, pusher: &Pusher) {
+            use prost::Message;
+            let host = session.host();
+            let resource = crate::export::otlp::AgentResource {
+                host_name: &self.host_name,
+                arch: &host.arch,
+                kernel_release: host.kernel_release.as_deref(),
+            };
+            let start_unix_ns = (self.start_unix_s * 1e9) as u64;
+            let now_unix_ns = start_unix_ns + self.snapshot_ns;
+            let request = crate::export::otlp::agent_metrics_request(
+                &self.rolling,
+                &resource,
+                session.events_lost(),
+                start_unix_ns,
+                now_unix_ns,
+            );
+            pusher.enqueue(request.encode_to_vec());
+        }
+
         fn exposition(&self, session: &Session) -> String {
             let (cpu_seconds, resident_bytes) = self_usage();
             let agent = AgentMetrics {
@@ -482,7 +576,16 @@ mod platform {
                 cpu_seconds,
                 resident_bytes,
                 start_time_seconds: self.start_unix_s,
-                otlp: None,
+                otlp: self.pusher.as_ref().map(|p| {
+                    let s = p.stats();
+                    crate::export::prometheus::OtlpCounters {
+                        sent_requests: s.sent_requests,
+                        dropped_requests: s.dropped_requests,
+                        rejected_requests: s.rejected_requests,
+                        failed_attempts: s.failed_attempts,
+                        queued_requests: s.queued_requests as u64,
+                    }
+                }),
             };
             let snapshot = Snapshot::from_rolling(
                 &self.rolling,
@@ -504,7 +607,11 @@ mod platform {
                 return;
             };
             let next = read_config(path).and_then(|file| resolve(self.args, &file));
-            let next = match next {
+            let next = next.and_then(|next| {
+                let push = next.otlp.as_ref().map(push_config).transpose()?;
+                Ok((next, push))
+            });
+            let (next, push) = match next {
                 Ok(next) => next,
                 Err(e) => {
                     log(
@@ -534,6 +641,14 @@ mod platform {
             }
             self.rolling.set_config(next.rolling);
             self.settings.rolling = next.rolling;
+            if next.otlp != self.settings.otlp {
+                // The old pusher's queue goes with it (dropping it stops its task).
+                self.pusher = None;
+                match push {
+                    Some(config) => self.start_pusher(config),
+                    None => log("info", "otlp: push stopped", &[]),
+                }
+            }
             self.settings.otlp = next.otlp;
             log(
                 "info",
