@@ -547,3 +547,63 @@ fn otlp_push_reaches_a_real_receiver_and_a_down_one_costs_a_bounded_queue() {
     assert!(counter("kernelkite_agent_otlp_sent_requests_total") >= 2.0);
     agent.stop();
 }
+
+/// SIGHUP rereads --config: a bad file is logged and changes nothing, a good one
+/// applies its series limits at once, and a setting that needs a restart says so.
+#[test]
+fn sighup_rereads_the_config() {
+    let Some(_guard) = ebpf_ready("sighup_rereads_the_config") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("agent.toml");
+    std::fs::write(&config, "top_processes = 1\nmax_groups = 5\n").unwrap();
+    let mut work = GatedWorkload::spawn(&["idle", "--seconds", "30"]);
+    let mut agent = Agent::start(&[
+        "--pid",
+        &work.pid.to_string(),
+        "--config",
+        config.to_str().unwrap(),
+    ]);
+    let hup_until = |agent: &mut Agent, want: &str| {
+        // SAFETY: kill(2) on our own child.
+        unsafe { libc::kill(agent.child.id() as i32, libc::SIGHUP) };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let line = agent
+                .stderr
+                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+                .unwrap_or_else(|_| panic!("no {want:?} after SIGHUP: {:#?}", agent.log));
+            agent.log.push(line.clone());
+            if line.contains(want) {
+                return line;
+            }
+        }
+    };
+    std::fs::write(&config, "top_processes = 2\nbogus = 1\n").unwrap();
+    let line = hup_until(&mut agent, "not reloaded");
+    assert!(
+        line.contains("level=error") && line.contains("bogus"),
+        "{line}"
+    );
+    std::fs::write(
+        &config,
+        "top_processes = 2\nmax_groups = 7\nstacks = true\n",
+    )
+    .unwrap();
+    let line = hup_until(&mut agent, "changes at the next restart");
+    assert!(line.contains("setting=stacks"), "{line}");
+    let line = hup_until(&mut agent, "configuration reloaded");
+    assert!(
+        line.contains("top_processes=2") && line.contains("max_groups=7"),
+        "{line}"
+    );
+    // Still serving.
+    assert!(agent
+        .metrics()
+        .contains("kernelkite_session_duration_seconds"));
+    agent.stop();
+    work.go();
+    let _ = work.child.kill();
+    let _ = work.child.wait();
+}
