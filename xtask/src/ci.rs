@@ -249,6 +249,8 @@ fn test_classic_hooks(root: &Path) -> Result<()> {
             "ebpf_waits",
             "--test",
             "ebpf_cgroup",
+            "--test",
+            "ebpf_agent",
         ],
         &[("KERNELKITE_HOOKS", "classic")],
     )

@@ -251,10 +251,13 @@ mod platform {
         Ok(config)
     }
 
-    /// A `/debug/pprof/profile` request: the profile at its start, and when to answer.
+    /// A `/debug/pprof/profile` request: the profile as of the latest snapshot when it
+    /// came, and that snapshot's session time. Stacks are resolved at snapshots, so the
+    /// profile spans whole snapshot intervals: it is answered at the first snapshot at
+    /// least `seconds` after `since_ns`, with its real length.
     struct PendingProfile {
         since: StackProfile,
-        due: Instant,
+        since_ns: u64,
         seconds: u32,
         reply: oneshot::Sender<Result<Vec<u8>, String>>,
     }
@@ -484,7 +487,7 @@ mod platform {
                     }
                     self.pending.push(PendingProfile {
                         since,
-                        due: Instant::now() + Duration::from_secs(seconds.into()),
+                        since_ns: self.snapshot_ns,
                         seconds,
                         reply,
                     });
@@ -494,10 +497,11 @@ mod platform {
 
         /// Answer the profiles whose time is up with the stacks since they began.
         fn answer_due_profiles(&mut self, session: &Session) {
-            let now = Instant::now();
-            let (due, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.pending)
-                .into_iter()
-                .partition(|p| p.due <= now);
+            let now_ns = self.snapshot_ns;
+            let (due, waiting): (Vec<_>, Vec<_>) = (std::mem::take(&mut self.pending).into_iter())
+                .partition(|p| {
+                    now_ns.saturating_sub(p.since_ns) >= u64::from(p.seconds) * 1_000_000_000
+                });
             self.pending = waiting;
             for p in due {
                 let body = session
@@ -511,10 +515,9 @@ mod platform {
                             self.settings.interval.as_millis() as u64,
                         );
                         bundle.stacks = Some(stacks);
-                        // The profile's duration; process names come from the stacks'
-                        // own processes (pprof labels them by pid and comm).
+                        // The profile's real length (pprof's duration).
                         bundle.frames = vec![crate::model::Frame {
-                            t_ns: u64::from(p.seconds) * 1_000_000_000,
+                            t_ns: now_ns.saturating_sub(p.since_ns),
                             processes: Vec::new(),
                             network: None,
                             host_steal_ticks: None,
