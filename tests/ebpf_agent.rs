@@ -632,3 +632,63 @@ fn sighup_rereads_the_config() {
     let _ = work.child.kill();
     let _ = work.child.wait();
 }
+
+/// --stacks-epoch: the stack capture starts over (a new session), the series go on
+/// without a step back or a double count, and the profile endpoint works after it.
+#[test]
+fn a_new_stack_epoch_keeps_the_series_going() {
+    let Some(_guard) = ebpf_ready("a_new_stack_epoch_keeps_the_series_going") else {
+        return;
+    };
+    if classic_hooks() {
+        return;
+    }
+    let mut work = GatedWorkload::spawn(&["cpu_stress", "--threads", "2", "--seconds", "16"]);
+    let pid = work.pid;
+    work.go();
+    let mut agent = Agent::start(&[
+        "--pid",
+        &pid.to_string(),
+        "--stacks",
+        "--stacks-epoch",
+        "10",
+        "--interval",
+        "0.5",
+    ]);
+    let (a, ta) = class_sum(&agent, pid);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let restarted = loop {
+        let line = agent
+            .stderr
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .unwrap_or_else(|_| panic!("no new epoch: {:#?}", agent.log));
+        agent.log.push(line.clone());
+        if line.contains("capture started over") {
+            break line;
+        }
+    };
+    std::thread::sleep(Duration::from_secs(2));
+    let (b, tb) = class_sum(&agent, pid);
+    // Two spinning threads and the main thread joining them: three threads' worth of
+    // class time per second of snapshots, less the re-attaching gap, which neither
+    // session counts (the log says how long it was).
+    let gap_s: f64 = (restarted.split_whitespace())
+        .find_map(|kv| kv.strip_prefix("gap_ms="))
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap()
+        / 1e3;
+    let want = 3.0 * (tb - ta - gap_s);
+    let got = b - a;
+    assert!(
+        (got - want).abs() <= 0.02 * want + 0.5,
+        "{got} s of class time over {} s of snapshots with a {gap_s} s gap: want {want}",
+        tb - ta
+    );
+    let text = agent.metrics();
+    assert!(text.contains("kernelkite_agent_stack_epochs_total 1"), "{text}");
+    let (status, body) = http_get(agent.addr, "/debug/pprof/profile?seconds=1");
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    assert_eq!(&body[..2], &[0x1f, 0x8b], "a gzip profile");
+    agent.stop();
+    work.finish();
+}

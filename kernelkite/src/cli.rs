@@ -442,6 +442,11 @@ pub struct AgentArgs {
     /// Threads the kernel side can track at once (its THREADS map).
     #[arg(long, default_value_t = 65_536, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_threads: u32,
+    /// With --stacks: the stack capture starts over every this many seconds (default
+    /// 600; at once when no profile is being taken), which bounds what it keeps by the
+    /// distinct stacks of one period rather than of the agent's whole uptime.
+    #[arg(long, value_name = "SECS")]
+    pub stacks_epoch: Option<f64>,
     /// With --stacks, /debug/pprof/profile?seconds=N serves the stacks of the next N
     /// seconds (default 30, at most 300) as a gzip profile.proto.
     #[command(flatten)]

@@ -313,6 +313,13 @@ impl RollingTotals {
         ]
     }
 
+    /// The session was replaced by a new one whose counters start from zero: forget
+    /// the previous readings (slots, groups and series stay).
+    pub fn session_restarted(&mut self) {
+        self.threads.clear();
+        self.hists.clear();
+    }
+
     /// Fold in one snapshot.
     pub fn apply(&mut self, tick: Tick<'_>) {
         let t_ns = tick.frame.t_ns;

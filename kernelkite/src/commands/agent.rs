@@ -40,6 +40,7 @@ pub struct FileConfig {
     pub otlp_interval: Option<f64>,
     pub otlp_headers: Option<BTreeMap<String, String>>,
     pub otlp_queue: Option<usize>,
+    pub stacks_epoch: Option<f64>,
 }
 
 /// The settings in force: the command line over the file over the defaults.
@@ -48,6 +49,8 @@ pub struct Settings {
     pub listen: SocketAddr,
     pub allow_remote: bool,
     pub stacks: bool,
+    /// With `stacks`: how often the stack capture starts over.
+    pub stacks_epoch: Duration,
     pub rolling: RollingConfig,
     pub interval: Duration,
     pub otlp: Option<OtlpSettings>,
@@ -155,6 +158,12 @@ pub fn resolve(args: &AgentArgs, file: &FileConfig) -> Result<Settings> {
         listen,
         allow_remote,
         stacks: args.stacks.stacks || file.stacks.unwrap_or(false),
+        stacks_epoch: seconds(
+            "--stacks-epoch",
+            args.stacks_epoch.or(file.stacks_epoch).unwrap_or(600.0),
+            10.0,
+            86_400.0,
+        )?,
         rolling: RollingConfig {
             top_processes,
             max_groups,
@@ -327,11 +336,15 @@ mod platform {
                 signal(SignalKind::hangup())?,
             )
         };
-        let mut session = Session::start_recorded(options, None)?;
-        session.count_initial_in_frames(true);
-        if whole_machine {
-            session.untrack_self()?;
-        }
+        let start = |options: TraceOptions| -> Result<Session> {
+            let mut session = Session::start_recorded(options, None)?;
+            session.count_initial_in_frames(true);
+            if whole_machine {
+                session.untrack_self()?;
+            }
+            Ok(session)
+        };
+        let mut session = start(options.clone())?;
         for note in session.notes() {
             log("warn", note, &[]);
         }
@@ -366,6 +379,8 @@ mod platform {
             snapshot_ns: 0,
             pusher: None,
             next_push: Instant::now(),
+            stack_epochs: 0,
+            epoch_offset_ns: 0,
             host_name: std::fs::read_to_string("/proc/sys/kernel/hostname")
                 .map(|h| h.trim().to_string())
                 .unwrap_or_default(),
@@ -376,36 +391,83 @@ mod platform {
             }
             let (tx, mut asks) = mpsc::channel::<Ask>(16);
             tokio::spawn(serve::serve(listener, tx, agent.settings.stacks));
-            // SAFETY: the session keeps its ring buffer's fd open and outlives this
-            // block, where the AsyncFd is dropped.
-            let ring = unsafe { AsyncFd::register(RingFd(session.ring_fd())) }
-                .map_err(|e| anyhow::anyhow!("polling the ring buffer: {}", e.into_parts().1))?;
+            let mut epoch_started = Instant::now();
             let mut tick = tokio::time::interval(agent.settings.interval);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             let mut last_log = Instant::now();
-            let stop: Result<&str> = loop {
-                tokio::select! {
-                    guard = ring.readable() => {
-                        let mut guard = guard?;
-                        session.drain();
-                        guard.clear_ready();
-                    }
-                    _ = tick.tick() => {
-                        if let Err(e) = agent.snapshot(&mut session) {
-                            break Err(e);
+            // KERNELKITE_DEBUG_SIZES=SECONDS: what the session and the series keep, every
+            // SECONDS (the soak reads it to find what grows; docs/TESTING.md).
+            let sizes_every = std::env::var("KERNELKITE_DEBUG_SIZES")
+                .ok()
+                .and_then(|v| v.parse::<f64>().ok())
+                .filter(|s| s.is_finite() && *s > 0.0)
+                .map(Duration::from_secs_f64);
+            let mut last_sizes = Instant::now();
+            let stop: Result<&str> = 'sessions: loop {
+                // SAFETY: the session keeps its ring buffer's fd open while this AsyncFd
+                // lives (it is dropped before the session is replaced or ends).
+                let ring =
+                    unsafe { AsyncFd::register(RingFd(session.ring_fd())) }.map_err(|e| {
+                        anyhow::anyhow!("polling the ring buffer: {}", e.into_parts().1)
+                    })?;
+                loop {
+                    tokio::select! {
+                        guard = ring.readable() => {
+                            let mut guard = guard?;
+                            session.drain();
+                            guard.clear_ready();
                         }
-                        agent.answer_due_profiles(&session);
-                        agent.push_if_due(&session);
-                        if last_log.elapsed() >= Duration::from_secs(300) {
-                            last_log = Instant::now();
-                            agent.log_status(&session);
+                        _ = tick.tick() => {
+                            if let Err(e) = agent.snapshot(&mut session) {
+                                break 'sessions Err(e);
+                            }
+                            agent.answer_due_profiles(&session);
+                            agent.push_if_due(&session);
+                            if sizes_every.is_some_and(|every| last_sizes.elapsed() >= every) {
+                                last_sizes = Instant::now();
+                                let fields: Vec<(&str, String)> = (session.sizes().into_iter())
+                                    .chain(agent.rolling.sizes())
+                                    .map(|(name, n)| (name, n.to_string()))
+                                    .collect();
+                                log("debug", "sizes", &fields);
+                            }
+                            if last_log.elapsed() >= Duration::from_secs(300) {
+                                last_log = Instant::now();
+                                agent.log_status(&session);
+                            }
+                            let epoch_over = agent.settings.stacks
+                                && epoch_started.elapsed() >= agent.settings.stacks_epoch;
+                            if epoch_over && agent.pending.is_empty() {
+                                break;
+                            }
                         }
+                        Some(ask) = asks.recv() => agent.answer(ask, &session),
+                        _ = hangup.recv() => agent.reload(),
+                        _ = interrupt.recv() => break 'sessions Ok("interrupted"),
+                        _ = terminate.recv() => break 'sessions Ok("terminated"),
                     }
-                    Some(ask) = asks.recv() => agent.answer(ask, &session),
-                    _ = hangup.recv() => agent.reload(),
-                    _ = interrupt.recv() => break Ok("interrupted"),
-                    _ = terminate.recv() => break Ok("terminated"),
                 }
+                // A new stack epoch: a new session, whose counters start from zero.
+                drop(ring);
+                let gap = Instant::now();
+                session.detach();
+                session = match start(options.clone()) {
+                    Ok(s) => s,
+                    Err(e) => break 'sessions Err(e),
+                };
+                agent.rolling.session_restarted();
+                agent.stack_epochs += 1;
+                // Agent time goes on across sessions, the gap included.
+                agent.epoch_offset_ns = agent.snapshot_ns + gap.elapsed().as_nanos() as u64;
+                epoch_started = Instant::now();
+                log(
+                    "info",
+                    "stacks: the capture started over",
+                    &[(
+                        "gap_ms",
+                        format!("{:.0}", gap.elapsed().as_secs_f64() * 1e3),
+                    )],
+                );
             };
             // What was measured last goes to the collector before the agent stops.
             if let Some(pusher) = agent.pusher.take() {
@@ -443,6 +505,10 @@ mod platform {
         pusher: Option<Pusher>,
         next_push: Instant,
         host_name: String,
+        /// Times the stack capture started over (`--stacks-epoch`), and the agent time
+        /// the current session started at.
+        stack_epochs: u64,
+        epoch_offset_ns: u64,
     }
 
     impl Agent<'_> {
@@ -451,7 +517,7 @@ mod platform {
             // Exit records queued before the snapshot belong before it.
             session.drain();
             let frame = session.snapshot_now()?;
-            self.snapshot_ns = frame.t_ns;
+            self.snapshot_ns = self.epoch_offset_ns + frame.t_ns;
             let (events, identities) = session.take_live_events();
             let cgroups: Vec<(i32, String)> = (identities.into_iter())
                 .filter_map(|i| Some((i.pid, i.cgroup?)))
@@ -466,6 +532,9 @@ mod platform {
                 arch: &arch,
             });
             session.forget_exited_histograms();
+            // The agent does not report wakers (yet): what the session folds out of
+            // the kernel map for them would only grow.
+            session.forget_folded_wakers();
             Ok(())
         }
 
@@ -576,6 +645,7 @@ mod platform {
             let agent = AgentMetrics {
                 rolling: self.rolling.stats(),
                 own_series: self.rolling.own_series(),
+                stack_epochs: self.stack_epochs,
                 cpu_seconds,
                 resident_bytes,
                 start_time_seconds: self.start_unix_s,

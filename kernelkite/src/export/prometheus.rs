@@ -214,6 +214,8 @@ pub struct AgentMetrics {
     pub rolling: crate::analysis::rolling::RollingStats,
     /// Live processes with a series of their own.
     pub own_series: usize,
+    /// Times the stack capture started over (`--stacks-epoch`).
+    pub stack_epochs: u64,
     /// The agent process: CPU seconds (user + system), resident bytes, start time
     /// (Unix seconds), from /proc/self.
     pub cpu_seconds: f64,
@@ -608,6 +610,14 @@ fn encode_agent(encoder: &mut DescriptorEncoder, a: &AgentMetrics) -> Result<(),
         "Threads forgotten without an exit record (their last interval is not counted).",
         None,
         r.threads_missing as f64,
+    )?;
+    one(
+        encoder,
+        MetricType::Counter,
+        "kernelkite_agent_stack_epochs",
+        "Times the stack capture started over (--stacks-epoch); each loses the moment it takes to re-attach.",
+        None,
+        a.stack_epochs as f64,
     )?;
     if let Some(o) = &a.otlp {
         one(

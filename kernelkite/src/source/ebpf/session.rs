@@ -996,6 +996,12 @@ impl Session {
         self.in_progress.clone()
     }
 
+    /// Forget the waker entries folded out of the kernel map (exited wakees, gone
+    /// wakers): an always-on view that does not report wakers must not keep them.
+    pub fn forget_folded_wakers(&mut self) {
+        self.wakers.folded = BTreeMap::new();
+    }
+
     /// Forget the histograms of exited processes, once read (an always-on view keeps
     /// their totals in its own series).
     pub fn forget_exited_histograms(&mut self) {
