@@ -296,6 +296,35 @@ pub(super) fn run(bins: &Bins, work: &std::path::Path, minutes: f64, rate: f64) 
     if !by_cause.is_empty() {
         line(format!("  events lost by cause: {}", by_cause.join(", ")));
     }
+    // What the lines are: the largest metric families, and the series they are in.
+    let _ = std::fs::write(work.join("agent-metrics-end.txt"), &last_text);
+    let mut families: std::collections::BTreeMap<&str, usize> = Default::default();
+    let mut pids = std::collections::BTreeSet::new();
+    let mut groups = std::collections::BTreeSet::new();
+    for l in last_text.lines().filter(|l| !l.starts_with('#')) {
+        let name = l.split(['{', ' ']).next().unwrap_or("");
+        *families.entry(name).or_default() += 1;
+        if let Some(p) = l.split("pid=\"").nth(1).and_then(|r| r.split('"').next()) {
+            pids.insert(p);
+            if p == "folded" {
+                if let Some(c) = l.split("comm=\"").nth(1).and_then(|r| r.split('"').next()) {
+                    groups.insert(c);
+                }
+            }
+        }
+    }
+    let mut families: Vec<_> = families.into_iter().collect();
+    families.sort_by_key(|f| std::cmp::Reverse(f.1));
+    let top: Vec<String> = (families.iter().take(4))
+        .map(|(n, c)| format!("{n} {c}"))
+        .collect();
+    line(format!(
+        "  sample lines at the end by family: {}; {} distinct pid labels (\"folded\" included), {} folded groups; kept in {}",
+        top.join(", "),
+        pids.len(),
+        groups.len(),
+        work.join("agent-metrics-end.txt").display()
+    ));
     for l in log.lines().filter(|l| l.contains("msg=status")) {
         line(format!("  agent log: {l}"));
     }
