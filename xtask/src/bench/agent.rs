@@ -408,13 +408,24 @@ fn per_syscall_ns(d: &[ProgStat]) -> Option<f64> {
 /// BPF time per context switch: every other program's time over the switch program's
 /// runs.
 fn per_switch_ns(d: &[ProgStat]) -> Option<f64> {
+    per_switch_ns_of(d, &|name| !is_syscall_hook(name))
+}
+
+/// The programs runqlat also has (switch and wake-up), not the agent's process
+/// lifecycle and irq/softirq/hrtimer waker notes.
+fn is_scheduler_hook(name: &str) -> bool {
+    name.starts_with("sched_") && !name.starts_with("sched_process")
+}
+
+/// The time of the programs `keep` names over the switch program's runs.
+fn per_switch_ns_of(d: &[ProgStat], keep: &dyn Fn(&str) -> bool) -> Option<f64> {
     let switches = d
         .iter()
         .filter(|p| p.name.contains("switch"))
         .map(|p| p.run_cnt)
         .max()?;
     let ns: u64 = (d.iter())
-        .filter(|p| !is_syscall_hook(&p.name))
+        .filter(|p| keep(&p.name))
         .map(|p| p.run_time_ns)
         .sum();
     (switches > 0).then(|| ns as f64 / switches as f64)
@@ -574,6 +585,8 @@ fn cost_benchmarks(ctx: &Ctx) -> Result<Vec<Row>> {
     );
     let agent_syscall = get(Config::Agent).and_then(|s| per_syscall_ns(&s.read_progs));
     let agent_switch = get(Config::Agent).and_then(|s| per_switch_ns(&s.pipe_progs));
+    let agent_sched =
+        get(Config::Agent).and_then(|s| per_switch_ns_of(&s.pipe_progs, &is_scheduler_hook));
     let syscount = get(Config::Syscount).and_then(|s| per_syscall_ns(&s.read_progs));
     let runqlat = get(Config::Runqlat).and_then(|s| per_switch_ns(&s.pipe_progs));
     for (what, v, shown) in [
@@ -586,6 +599,11 @@ fn cost_benchmarks(ctx: &Ctx) -> Result<Vec<Row>> {
         (
             "BPF time per context switch: kernelkite agent (every non-syscall hook)",
             agent_switch,
+            &stats_pipe,
+        ),
+        (
+            "BPF time per context switch: kernelkite agent, sched_switch/waking/wakeup hooks (what runqlat hooks)",
+            agent_sched,
             &stats_pipe,
         ),
         ("BPF time per context switch: runqlat", runqlat, &stats_pipe),
@@ -609,7 +627,18 @@ fn cost_benchmarks(ctx: &Ctx) -> Result<Vec<Row>> {
     if let (Some(a), Some(p)) = (agent_switch, runqlat) {
         rows.push(
             Row::new(
-                "BPF time per context switch: agent / runqlat",
+                "BPF time per context switch: agent (every non-syscall hook) / runqlat",
+                a / p,
+                "×",
+                &stats_pipe,
+            )
+            .target(1.0),
+        );
+    }
+    if let (Some(a), Some(p)) = (agent_sched, runqlat) {
+        rows.push(
+            Row::new(
+                "BPF time per context switch: agent's scheduler hooks / runqlat",
                 a / p,
                 "×",
                 &stats_pipe,
@@ -657,7 +686,8 @@ mod tests {
 
     #[test]
     fn reads_unlabelled_samples_and_counts_sample_lines() {
-        let text = "# HELP kernelkite_events_lost Events lost.\n# TYPE kernelkite_events_lost counter\n\
+        let text =
+            "# HELP kernelkite_events_lost Events lost.\n# TYPE kernelkite_events_lost counter\n\
                     kernelkite_events_lost_total 12\n\
                     kernelkite_events_lost_by_cause_total{cause=\"x\"} 3\n\
                     kernelkite_agent_process_series 20\n# EOF\n";
@@ -683,5 +713,9 @@ mod tests {
         assert_eq!(per_syscall_ns(&d), Some(80.0));
         assert_eq!(per_switch_ns(&d), Some(150.0));
         assert_eq!(per_switch_ns(&d[..2]), None);
+        let lifecycle = p("sched_process_exit", 600, 1);
+        let d = [d, vec![lifecycle]].concat();
+        assert_eq!(per_switch_ns(&d), Some(300.0));
+        assert_eq!(per_switch_ns_of(&d, &is_scheduler_hook), Some(150.0));
     }
 }
