@@ -23,6 +23,11 @@
 //!   `bench/stacks.rs`; needs root, gcc and the peers).
 //! - `exits`: exit accounting's added wall time on a churn of 1,000 short processes,
 //!   against `run --no-exit-stops` and the bare command (see `bench/exits.rs`).
+//! - `agent`: `kernelkite agent` (whole machine) at 1 Hz with 500 extra idle processes
+//!   and a syscall load: its CPU and RSS; its BPF program time per syscall and per
+//!   context switch against libbpf-tools `syscount -L` and `runqlat` run system-wide,
+//!   and wall time per read() and per sched-pipe op beside them (see `bench/agent.rs`;
+//!   needs root).
 //! - `cgroup`: what `trace --cgroup` adds to a process it does not trace (the target
 //!   check), against `trace --pid` of another process, per read() (see `bench/ebpf.rs`;
 //!   needs root and a cgroup v2 mount).
@@ -39,6 +44,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
+pub(crate) mod agent;
 mod ebpf;
 mod exits;
 mod stacks;
@@ -46,7 +52,7 @@ mod top;
 
 const USAGE: &str = "usage: cargo xtask bench [options]
   --only GROUPS      comma-separated: sampler, commands, ebpf, top, stacks, exits,
-                     cgroup
+                     cgroup, agent
                      (default: all)
   --runs N           timed runs per command benchmark; the median is reported (default 5)
   --seconds S        length of each sampler run (default 10)
@@ -80,6 +86,7 @@ fn parse_opts(args: &[String]) -> Result<Opts> {
             "stacks".into(),
             "exits".into(),
             "cgroup".into(),
+            "agent".into(),
         ],
         runs: 5,
         seconds: 10.0,
@@ -100,7 +107,7 @@ fn parse_opts(args: &[String]) -> Result<Opts> {
                 o.groups = value("--only")?.split(',').map(str::to_string).collect();
                 for g in &o.groups {
                     if ![
-                        "sampler", "commands", "ebpf", "top", "stacks", "exits", "cgroup",
+                        "sampler", "commands", "ebpf", "top", "stacks", "exits", "cgroup", "agent",
                     ]
                     .contains(&g.as_str())
                     {
@@ -261,6 +268,11 @@ pub fn run(args: &[String]) -> Result<()> {
     if wants("cgroup") {
         println!("==> an untraced process while trace --cgroup runs, against trace --pid");
         rows.extend(ebpf::cgroup_benchmarks(&ctx)?);
+    }
+
+    if wants("agent") {
+        println!("==> agent: its CPU at 1 Hz on a busy machine, and its cost per syscall and per context switch against syscount and runqlat");
+        rows.extend(agent::benchmarks(&ctx)?);
     }
 
     if wants("top") {

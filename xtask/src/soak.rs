@@ -15,6 +15,8 @@
 //! leaves a BPF program, link or map behind: every id the tracer held (from its
 //! /proc/PID/fdinfo) must be gone (`bpftool prog|link|map show id N` fails) once it
 //! has exited, for every way of ending it.
+//!
+//! `--agent` soaks `kernelkite agent` (the whole machine) instead: see `soak/agent.rs`.
 
 use std::io::{BufRead, BufReader, Write as _};
 use std::os::unix::process::{CommandExt as _, ExitStatusExt as _};
@@ -27,10 +29,16 @@ use anyhow::{bail, Context, Result};
 
 use crate::bench::{build_release, stat_fields, vm_rss_kb};
 
-const USAGE: &str = "usage: cargo xtask soak [--minutes N] [--no-build]
+mod agent;
+
+const USAGE: &str =
+    "usage: cargo xtask soak [--agent [--rate STARTS_PER_SEC]] [--minutes N] [--no-build]
   Traces a process-churn plus syscall-heavy workload with `kernelkite trace --follow
   --stacks` for N minutes (default 10), sampling the tracer's RSS; then ends short
   sessions with SIGKILL, SIGTERM and SIGHUP and checks nothing stays attached. Root.
+  --agent      soak `kernelkite agent` (whole machine) instead: process starts at
+               --rate a second (default 200) plus the syscall loops, RSS every 5 s,
+               /metrics every 30 s, then SIGTERM
   --no-build   use the existing target/release binaries";
 
 /// Seconds between RSS samples.
@@ -41,6 +49,8 @@ const SIGNAL_SESSION: Duration = Duration::from_secs(8);
 pub fn run(args: &[String]) -> Result<()> {
     let mut minutes = 10.0f64;
     let mut build = true;
+    let mut agent_mode = false;
+    let mut rate = 200.0f64;
     let mut it = args.iter();
     while let Some(arg) = it.next() {
         match arg.as_str() {
@@ -50,6 +60,14 @@ pub fn run(args: &[String]) -> Result<()> {
                     .and_then(|n| n.parse().ok())
                     .filter(|m: &f64| *m > 0.0)
                     .with_context(|| format!("--minutes needs a positive number\n{USAGE}"))?;
+            }
+            "--agent" => agent_mode = true,
+            "--rate" => {
+                rate = it
+                    .next()
+                    .and_then(|n| n.parse().ok())
+                    .filter(|r: &f64| *r > 0.0 && *r <= 10_000.0)
+                    .with_context(|| format!("--rate needs a number up to 10000\n{USAGE}"))?;
             }
             "--no-build" => build = false,
             "-h" | "--help" => {
@@ -82,6 +100,9 @@ pub fn run(args: &[String]) -> Result<()> {
     let _ = std::fs::remove_dir_all(&work);
     std::fs::create_dir_all(&work)?;
 
+    if agent_mode {
+        return agent::run(&bins, &work, minutes, rate);
+    }
     let mut failures = Vec::new();
     println!("==> soak: trace --follow --stacks for {minutes} min");
     let long = long_session(&bins, &work, Duration::from_secs_f64(minutes * 60.0))?;
@@ -118,14 +139,15 @@ struct Workload {
 impl Workload {
     /// Start the root `sh`; its loops wait for [`Workload::go`].
     fn spawn(bins: &Bins) -> Result<Workload> {
-        let script = format!(
-            "read _go
-( while :; do /bin/true; sleep 0.02; done ) &
-( while :; do dd if=/dev/zero of=/dev/null bs=1 count=20000 2>/dev/null; sleep 0.2; done ) &
-( while :; do '{}' pipe_pingpong --count 5000 >/dev/null; sleep 0.5; done ) &
-wait",
-            bins.workload.display()
-        );
+        Workload::start(&format!(
+            "( while :; do /bin/true; sleep 0.02; done ) &\n{}",
+            syscall_loops(bins)
+        ))
+    }
+
+    /// An `sh` that reads a line, then runs `script`.
+    fn start(script: &str) -> Result<Workload> {
+        let script = format!("read _go\n{script}\nwait");
         let mut child = Command::new("sh")
             .args(["-c", &script])
             .process_group(0)
@@ -146,6 +168,15 @@ wait",
         stdin.write_all(b"go\n")?;
         Ok(())
     }
+}
+
+/// The syscall-heavy loops (`dd bs=1`, `pipe_pingpong`), in the background.
+fn syscall_loops(bins: &Bins) -> String {
+    format!(
+        "( while :; do dd if=/dev/zero of=/dev/null bs=1 count=20000 2>/dev/null; sleep 0.2; done ) &
+( while :; do '{}' pipe_pingpong --count 5000 >/dev/null; sleep 0.5; done ) &",
+        bins.workload.display()
+    )
 }
 
 impl Drop for Workload {
@@ -335,10 +366,10 @@ fn bpf_ids_held_by(pid: u32) -> Vec<(&'static str, u32)> {
     ids
 }
 
-/// Of `ids`, those still loaded 10 s after their holder exited (the kernel frees maps
-/// from a work queue).
-fn still_loaded(ids: &[(&'static str, u32)]) -> Result<Vec<String>> {
-    let deadline = Instant::now() + Duration::from_secs(10);
+/// Of `ids`, those still loaded `wait` after their holder exited (the kernel frees maps
+/// from a work queue, after an RCU grace period).
+fn still_loaded(ids: &[(&'static str, u32)], wait: Duration) -> Result<Vec<String>> {
+    let deadline = Instant::now() + wait;
     loop {
         let mut left = Vec::new();
         for (kind, id) in ids {
@@ -457,7 +488,7 @@ fn long_session(bins: &Bins, work: &Path, length: Duration) -> Result<LongSessio
     // Ending a long session (the last snapshot, symbols, the bundle) takes a while.
     let ended = tracer.end(libc::SIGINT, Duration::from_secs(600))?;
     drop(workload);
-    let left = still_loaded(&ids)?;
+    let left = still_loaded(&ids, Duration::from_secs(10))?;
     let mut failures = Vec::new();
     if ended.status.is_none_or(|s| !s.success()) {
         failures.push(format!(
@@ -516,7 +547,7 @@ fn signal_session(
     let ids = bpf_ids_held_by(tracer.pid());
     let ended = tracer.end(signal, Duration::from_secs(30))?;
     drop(workload);
-    let left = still_loaded(&ids)?;
+    let left = still_loaded(&ids, Duration::from_secs(10))?;
     let mut failures = Vec::new();
     if count(&ids, "prog") == 0 {
         failures.push(format!("the {name} session held no BPF program"));

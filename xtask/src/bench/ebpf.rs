@@ -22,7 +22,7 @@ use anyhow::{bail, Context, Result};
 
 use super::{json_f64, median, release, spawn_gated, vm_rss_kb, Ctx, Row};
 
-const READS: u64 = 2_000_000;
+pub(super) const READS: u64 = 2_000_000;
 pub(super) const PIPE_LOOPS: u64 = 200_000;
 /// kernelkite's added cost per syscall may be at most this multiple of the floor's.
 const FLOOR_RATIO_TARGET: f64 = 1.3;
@@ -265,7 +265,7 @@ fn bpf_program_times(pid: u32) -> Option<Vec<(u32, u64)>> {
 }
 
 /// A BPF program's name, from `bpftool prog show id N` ("N: tracing  name X  tag ...").
-fn bpf_program_name(id: u32) -> Option<String> {
+pub(super) fn bpf_program_name(id: u32) -> Option<String> {
     let out = Command::new("bpftool")
         .args(["prog", "show", "id", &id.to_string()])
         .output()

@@ -49,7 +49,7 @@ fn cpu_ticks(pid: i32) -> Option<u64> {
     Some(f[0] + f[1])
 }
 
-fn children(pid: i32) -> Vec<i32> {
+pub(super) fn children(pid: i32) -> Vec<i32> {
     std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
         .unwrap_or_default()
         .split_whitespace()
@@ -65,7 +65,7 @@ fn comm(pid: i32) -> String {
 }
 
 /// Processes on the machine now (numeric entries of /proc).
-fn process_count() -> usize {
+pub(super) fn process_count() -> usize {
     std::fs::read_dir("/proc")
         .map(|d| {
             d.filter_map(Result::ok)
