@@ -685,7 +685,10 @@ fn a_new_stack_epoch_keeps_the_series_going() {
         tb - ta
     );
     let text = agent.metrics();
-    assert!(text.contains("kernelkite_agent_stack_epochs_total 1"), "{text}");
+    assert!(
+        text.contains("kernelkite_agent_stack_epochs_total 1"),
+        "{text}"
+    );
     let (status, body) = http_get(agent.addr, "/debug/pprof/profile?seconds=1");
     assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
     assert_eq!(&body[..2], &[0x1f, 0x8b], "a gzip profile");

@@ -37,6 +37,9 @@ pub const UNKNOWN_CGROUP: &str = "(unknown)";
 /// A slotted process that did no ranked work for this long gives its slot to any
 /// busier one.
 pub const IDLE_EVICT_NS: u64 = 60_000_000_000;
+/// A process gets a series of its own only once it has lived this long (or was there
+/// when the agent started).
+pub const MIN_AGE_NS: u64 = 5_000_000_000;
 /// A slotted process keeps its slot at least this long.
 pub const MIN_TENURE_NS: u64 = 60_000_000_000;
 /// How many times busier (smoothed) a waiting process must be to take a slot.
@@ -189,6 +192,9 @@ pub struct RollingStats {
 
 /// What one snapshot brings.
 pub struct Tick<'a> {
+    /// The agent's time of the snapshot (ns; it goes on across sessions, where the
+    /// frame's own time starts over with each).
+    pub t_ns: u64,
     pub frame: &'a Frame,
     /// Lifecycle events since the previous tick (the exits carry each thread's final
     /// class times).
@@ -226,6 +232,10 @@ struct ProcessState {
     ranked: bool,
     /// Session time it got its slot.
     slot_since_ns: u64,
+    /// Session time of the first snapshot that showed it, and whether that was the
+    /// agent's first (it was running before the agent).
+    first_seen_ns: u64,
+    seen_at_start: bool,
     /// Whether any of its time has gone to its group.
     folded: bool,
     /// Snapshots in a row it was not in the frame.
@@ -254,6 +264,8 @@ pub struct RollingTotals {
     last_t_ns: u64,
     /// The command names of this tick's exit records, by pid.
     exit_comms: HashMap<i32, String>,
+    /// Snapshots folded in so far.
+    snapshots: u64,
 }
 
 impl RollingTotals {
@@ -322,7 +334,7 @@ impl RollingTotals {
 
     /// Fold in one snapshot.
     pub fn apply(&mut self, tick: Tick<'_>) {
-        let t_ns = tick.frame.t_ns;
+        let t_ns = tick.t_ns;
         self.last_t_ns = t_ns;
         for (pid, path) in tick.cgroups {
             self.cgroups.insert(*pid, path.clone());
@@ -415,6 +427,7 @@ impl RollingTotals {
         }
         self.apply_histograms(tick.histograms, tick.arch);
         self.forget_gone(tick.frame, t_ns);
+        self.snapshots += 1;
     }
 
     /// A process in the frame: new, renamed by an exec, or the same.
@@ -439,6 +452,8 @@ impl RollingTotals {
                     rank_avg_ns: 0,
                     ranked: false,
                     slot_since_ns: 0,
+                    first_seen_ns: self.last_t_ns,
+                    seen_at_start: self.snapshots == 0,
                     folded: false,
                     missing: 0,
                 },
@@ -479,6 +494,9 @@ impl RollingTotals {
         }
         let mut waiting: Vec<(u64, i32)> = (self.processes.iter())
             .filter(|(_, p)| p.own.is_none() && p.missing == 0 && p.rank_avg_ns > 0)
+            // A short-lived process stays in its group (series of their own for a
+            // churn of `sleep`s would only come and go).
+            .filter(|(_, p)| p.seen_at_start || t_ns.saturating_sub(p.first_seen_ns) >= MIN_AGE_NS)
             .map(|(&pid, p)| (p.rank_avg_ns, pid))
             .collect();
         if waiting.is_empty() {

@@ -526,6 +526,7 @@ mod platform {
             let histograms = session.syscall_histograms();
             let arch = session.host().arch.clone();
             self.rolling.apply(Tick {
+                t_ns: self.snapshot_ns,
                 frame: &frame,
                 events: &events,
                 histograms: &histograms,

@@ -85,6 +85,10 @@ pub struct Snapshot {
     folded_labels: Vec<Labels>,
     /// The agent's own numbers.
     agent: Option<AgentMetrics>,
+    /// The agent's groups: `((pid, comm, syscall), (calls, seconds))`, counters in
+    /// place of histograms (a histogram per group and syscall would be most of the
+    /// exposition).
+    syscall_totals: BTreeMap<(SeriesPid, String, String), (u64, f64)>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -289,6 +293,13 @@ impl Snapshot {
                     .insert((pid, comm.clone(), class.name()), ns as f64 / 1e9);
             }
             for (syscall, h) in &totals.syscalls {
+                if let SeriesPid::Folded(_) = pid {
+                    s.syscall_totals.insert(
+                        (pid, comm.clone(), syscall.clone()),
+                        (h.count, h.sum_ns as f64 / 1e9),
+                    );
+                    continue;
+                }
                 let bounds = COARSE_BOUNDS_NS.iter().map(|&b| (b - 1) as f64 / 1e9);
                 s.syscalls.insert(
                     (pid, comm.clone(), syscall.clone()),
@@ -415,6 +426,34 @@ impl Collector for Snapshot {
                     &h.buckets,
                     None,
                 )?;
+            }
+        }
+        if !self.syscall_totals.is_empty() {
+            let labelled = |(pid, comm, syscall): &(SeriesPid, String, String)| {
+                let labels = vec![
+                    ("pid", pid_label(*pid)),
+                    ("comm", comm.clone()),
+                    ("syscall", syscall.clone()),
+                ];
+                self.placed(*pid, labels)
+            };
+            let mut m = encoder.encode_descriptor(
+                "kernelkite_syscall_calls",
+                "Syscalls that returned, per group of processes (pid=\"folded\"); processes with series of their own have kernelkite_syscall_latency_seconds.",
+                None,
+                MetricType::Counter,
+            )?;
+            for (key, (calls, _)) in &self.syscall_totals {
+                ConstCounter::new(*calls).encode(m.encode_family(&labelled(key))?)?;
+            }
+            let mut m = encoder.encode_descriptor(
+                "kernelkite_syscall_time",
+                "Time in syscalls that returned, per group of processes (pid=\"folded\").",
+                Some(&Unit::Seconds),
+                MetricType::Counter,
+            )?;
+            for (key, (_, seconds)) in &self.syscall_totals {
+                ConstCounter::new(*seconds).encode(m.encode_family(&labelled(key))?)?;
             }
         }
         if !self.in_progress.is_empty() {

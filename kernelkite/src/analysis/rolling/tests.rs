@@ -60,6 +60,7 @@ fn on_cpu(ns: u64) -> [u64; NUM_CLASSES] {
 
 fn tick(r: &mut RollingTotals, f: &Frame, events: &[LifecycleEvent]) {
     r.apply(Tick {
+        t_ns: f.t_ns,
         frame: f,
         events,
         histograms: &[],
@@ -224,6 +225,7 @@ fn histograms_are_rebucketed_exactly_and_a_reused_pid_starts_over() {
     let f = frame(1, vec![process(7, 1, "reader", vec![thread(7, on_cpu(1))])]);
     let first = [500, 1023, 1024, 5000, 1 << 40];
     r.apply(Tick {
+        t_ns: f.t_ns,
         frame: &f,
         events: &[],
         histograms: &[hist(7, &first)],
@@ -233,6 +235,7 @@ fn histograms_are_rebucketed_exactly_and_a_reused_pid_starts_over() {
     // The pid is reused: its new histogram has fewer calls than the old one.
     let f = frame(2, vec![process(7, 2, "reader", vec![thread(7, on_cpu(1))])]);
     r.apply(Tick {
+        t_ns: f.t_ns,
         frame: &f,
         events: &[],
         histograms: &[hist(7, &[2_000_000])],
@@ -310,4 +313,29 @@ fn a_much_busier_process_takes_a_slot_after_the_tenure_and_a_little_busier_one_d
         assert_eq!(holder, vec![want], "at {t}");
     }
     assert_eq!(r.stats().slots_evicted, 1);
+}
+
+#[test]
+fn a_process_gets_a_series_only_once_it_has_lived_a_while() {
+    let mut r = RollingTotals::new(RollingConfig::default());
+    let mut given_at = None;
+    for t in 1..=20u64 {
+        let mut processes = vec![process(1, 1, "idle", vec![thread(1, [0; NUM_CLASSES])])];
+        if t >= 10 {
+            processes.push(process(
+                2,
+                10,
+                "busy",
+                vec![thread(2, on_cpu((t - 9) * 100))],
+            ));
+        }
+        tick(&mut r, &frame(t, processes), &[]);
+        let own = r
+            .series()
+            .any(|(k, _)| matches!(k, SeriesKey::Process { pid: 2, .. }));
+        if own && given_at.is_none() {
+            given_at = Some(t);
+        }
+    }
+    assert_eq!(given_at, Some(10 + MIN_AGE_NS / 1_000_000_000));
 }
