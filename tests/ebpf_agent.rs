@@ -210,7 +210,8 @@ fn a_prometheus_server_stores_what_the_agent_serves() {
         .stderr(Stdio::null())
         .spawn()
         .expect("start prometheus");
-    let work = GatedWorkload::spawn(&["futex_stress", "--threads", "3", "--seconds", "3"]);
+    // Longer than the 5 s a process lives before it gets a series of its own.
+    let work = GatedWorkload::spawn(&["futex_stress", "--threads", "3", "--seconds", "8"]);
     let pid = work.pid.to_string();
     let mut work = work;
     work.go();
