@@ -398,17 +398,13 @@ mod platform {
             let mut last_log = Instant::now();
             // KERNELKITE_DEBUG_SIZES=SECONDS: what the session and the series keep, every
             // SECONDS (the soak reads it to find what grows; docs/TESTING.md).
-            let sizes_every = std::env::var("KERNELKITE_DEBUG_SIZES")
-                .ok()
-                .and_then(|v| v.parse::<f64>().ok())
-                .filter(|s| s.is_finite() && *s > 0.0)
-                .map(Duration::from_secs_f64);
+            let sizes_every = crate::commands::debug_sizes_every();
             let mut last_sizes = Instant::now();
             let stop: Result<&str> = 'sessions: loop {
                 // SAFETY: the session keeps its ring buffer's fd open while this AsyncFd
                 // lives (it is dropped before the session is replaced or ends).
-                let ring =
-                    unsafe { AsyncFd::register(RingFd(session.ring_fd())) }.map_err(|e| {
+                let ring = unsafe { AsyncFd::register(crate::commands::RingFd(session.ring_fd())) }
+                    .map_err(|e| {
                         anyhow::anyhow!("polling the ring buffer: {}", e.into_parts().1)
                     })?;
                 loop {
@@ -788,15 +784,6 @@ mod platform {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0.0, |d| d.as_secs_f64())
-    }
-
-    /// The session's ring buffer fd, to poll.
-    struct RingFd(std::os::fd::RawFd);
-
-    impl std::os::fd::AsRawFd for RingFd {
-        fn as_raw_fd(&self) -> std::os::fd::RawFd {
-            self.0
-        }
     }
 }
 

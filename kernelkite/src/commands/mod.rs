@@ -61,6 +61,27 @@ pub fn stack_options(
         })
 }
 
+/// `KERNELKITE_DEBUG_SIZES=SECONDS`: how often `trace` and `agent` log the sizes of
+/// what they keep (finding what grows over a long session; docs/TESTING.md, Soak).
+pub(crate) fn debug_sizes_every() -> Option<std::time::Duration> {
+    std::env::var("KERNELKITE_DEBUG_SIZES")
+        .ok()
+        .and_then(|v| v.parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s > 0.0)
+        .map(std::time::Duration::from_secs_f64)
+}
+
+/// A session's ring buffer fd, for `trace` and `agent` to poll (the session reads it).
+#[cfg(target_os = "linux")]
+pub(crate) struct RingFd(pub std::os::fd::RawFd);
+
+#[cfg(target_os = "linux")]
+impl std::os::fd::AsRawFd for RingFd {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.0
+    }
+}
+
 /// Run the parsed command line.
 pub fn dispatch(cli: Cli) -> Result<ExitCode> {
     // Under sudo, outputs are written for the invoking user (see `crate::output`).

@@ -241,7 +241,7 @@ mod platform {
     ) -> Result<&'static str> {
         // SAFETY: the session keeps its ring buffer's fd open, and outlives this
         // function, where the AsyncFd is dropped.
-        let ring = unsafe { AsyncFd::register(RingFd(session.ring_fd())) }
+        let ring = unsafe { AsyncFd::register(crate::commands::RingFd(session.ring_fd())) }
             .map_err(|e| anyhow::anyhow!("polling the ring buffer: {}", e.into_parts().1))?;
         let mut tick = tokio::time::interval(Duration::from_millis(global.interval_ms));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -254,11 +254,7 @@ mod platform {
         let mut last_status = Instant::now() - Duration::from_secs(1);
         // KERNELKITE_DEBUG_SIZES=SECONDS: what the session keeps, every SECONDS (finding
         // what grows over a long session; docs/TESTING.md, Soak).
-        let sizes_every = std::env::var("KERNELKITE_DEBUG_SIZES")
-            .ok()
-            .and_then(|v| v.parse::<f64>().ok())
-            .filter(|s| s.is_finite() && *s > 0.0)
-            .map(Duration::from_secs_f64);
+        let sizes_every = crate::commands::debug_sizes_every();
         let mut last_sizes = Instant::now();
         let stop = loop {
             let until_deadline = deadline.map(|d| d.saturating_duration_since(Instant::now()));
@@ -324,15 +320,6 @@ mod platform {
         // Whatever is still queued belongs to the session.
         session.drain();
         Ok(stop)
-    }
-
-    /// The session's ring buffer fd, to poll (the session reads it).
-    struct RingFd(std::os::fd::RawFd);
-
-    impl std::os::fd::AsRawFd for RingFd {
-        fn as_raw_fd(&self) -> std::os::fd::RawFd {
-            self.0
-        }
     }
 
     /// The next `--serve` scrape; never, without `--serve`.
