@@ -18,7 +18,7 @@ use aya_ebpf::macros::tracepoint;
 use aya_ebpf::programs::TracePointContext;
 use kernelkite_common::bpf::NO_SYSCALL;
 
-use crate::maps::thread;
+use crate::maps::{split_pid_tgid, thread};
 use crate::sched::{on_switch, on_wakeup, Switch};
 use crate::{lifecycle, syscalls};
 
@@ -102,6 +102,7 @@ pub fn classic_sched_switch(ctx: TracePointContext) -> u32 {
             preempt,
             prev_state: Some(if preempt { 0 } else { state as u32 }),
             prev: core::ptr::null(),
+            prev_ids: split_pid_tgid(),
             next_tid: field::<i32>(&ctx, &CLASSIC_SWITCH_NEXT_PID) as u32,
             next_tgid: 0,
             next: core::ptr::null(),
@@ -131,14 +132,16 @@ pub fn classic_sys_enter(ctx: TracePointContext) -> u32 {
     let args = global(&CLASSIC_SYS_ENTER_ARGS) as usize;
     // SAFETY: args[0] and args[1] of the record; the offset comes from tracefs.
     let arg0 = unsafe { ctx.read_at::<u64>(args) }.unwrap_or(0);
-    syscalls::on_enter(nr, arg0, || {
+    syscalls::on_enter(split_pid_tgid(), nr, arg0, || {
         unsafe { ctx.read_at::<u64>(args + 8) }.unwrap_or(u64::MAX)
     }) as u32
 }
 
 #[tracepoint]
 pub fn classic_sys_exit(ctx: TracePointContext) -> u32 {
-    syscalls::on_exit(&ctx, || field::<i64>(&ctx, &CLASSIC_SYS_EXIT_RET)) as u32
+    syscalls::on_exit::<_, false>(&ctx, split_pid_tgid(), core::ptr::null(), || {
+        field::<i64>(&ctx, &CLASSIC_SYS_EXIT_RET)
+    }) as u32
 }
 
 #[tracepoint]

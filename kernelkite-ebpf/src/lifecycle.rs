@@ -59,7 +59,7 @@ fn send(record: LifecycleRecord) -> bool {
 pub fn sched_process_fork(ctx: BtfTracePointContext) -> i32 {
     let child: *const u8 = ctx.arg(1);
     // SAFETY: child is the tracepoint's task_struct.
-    on_fork(|_| unsafe { task::ids(child) })
+    on_fork(|_| unsafe { task::ids::<true>(child) })
 }
 
 /// A fork, in the forking thread; `child` gives the child's (tid, tgid) from the
@@ -179,7 +179,7 @@ fn enter_target_cgroup() -> Option<(u32, u32, &'static mut ThreadState)> {
     // SAFETY: helper calls without preconditions; the current task_struct is valid.
     let (now, runtime_ns) = unsafe {
         let current = bpf_get_current_task() as *const u8;
-        (bpf_ktime_get_ns(), task::sum_exec_runtime(current))
+        (bpf_ktime_get_ns(), task::sum_exec_runtime::<false>(current))
     };
     let state = ThreadState {
         tgid,
@@ -206,7 +206,8 @@ fn enter_target_cgroup() -> Option<(u32, u32, &'static mut ThreadState)> {
 #[inline(always)]
 fn send_argv(tgid: u32, tid: u32, ts_ns: u64) {
     // SAFETY: the current task, read with probe reads.
-    let Some((start, end)) = (unsafe { task::arg_range(bpf_get_current_task() as *const u8) })
+    let Some((start, end)) =
+        (unsafe { task::arg_range::<false>(bpf_get_current_task() as *const u8) })
     else {
         return;
     };
@@ -266,9 +267,13 @@ pub fn sched_process_exit(ctx: BtfTracePointContext) -> i32 {
     let group_dead = if unsafe { core::ptr::read_volatile(&EXIT_HAS_GROUP_DEAD) } != 0 {
         ctx.arg::<u64>(1) & 0xff != 0
     } else {
-        unsafe { task::group_dead(task) }
+        unsafe { task::group_dead::<false>(task) }
     };
-    on_exit(|| Some(unsafe { task::exit_code(task) }), group_dead, true)
+    on_exit(
+        || Some(unsafe { task::exit_code::<false>(task) }),
+        group_dead,
+        true,
+    )
 }
 
 /// A thread's exit, in the exiting thread (which is on a CPU); `exit_code` gives

@@ -109,11 +109,24 @@ pub fn clear_target(tgid: u32) {
 #[inline(always)]
 pub fn current_thread() -> Option<(u32, u32, &'static mut ThreadState)> {
     let pid_tgid = aya_ebpf::helpers::bpf_get_current_pid_tgid();
-    let (tgid, tid) = ((pid_tgid >> 32) as u32, pid_tgid as u32);
+    traced_thread((pid_tgid >> 32) as u32, pid_tgid as u32)
+}
+
+/// Thread `tid` of process `tgid` with its state, when it is traced: the target bit of
+/// its process first, then its entry.
+#[inline(always)]
+pub fn traced_thread(tgid: u32, tid: u32) -> Option<(u32, u32, &'static mut ThreadState)> {
     if !is_target(tgid) {
         return None;
     }
     thread(tid).map(|t| (tgid, tid, t))
+}
+
+/// The running thread's (tgid, tid) the way the hook at hand can read them fastest.
+#[inline(always)]
+pub fn split_pid_tgid() -> (u32, u32) {
+    let pid_tgid = aya_ebpf::helpers::bpf_get_current_pid_tgid();
+    ((pid_tgid >> 32) as u32, pid_tgid as u32)
 }
 
 /// Whether `tid` is `run`'s gate process, not yet the command.

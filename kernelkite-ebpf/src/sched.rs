@@ -1,7 +1,7 @@
 //! Scheduler hooks: every switch and wakeup of a target thread closes one interval and
 //! adds it to that thread's class counter (see `kernelkite_common::class` for the rules).
 
-use aya_ebpf::helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns};
+use aya_ebpf::helpers::bpf_ktime_get_ns;
 use aya_ebpf::macros::btf_tracepoint;
 use aya_ebpf::programs::tracing::StackIdContext;
 use aya_ebpf::programs::BtfTracePointContext;
@@ -82,7 +82,7 @@ fn sleep_class(t: &ThreadState, prev: *const u8, prev_state: u32) -> LatencyClas
     // inode's i_rwsem), not the device: lock_wait.
     let iowait_known = !prev.is_null() && task::in_iowait_known();
     // SAFETY: prev is the task_struct the tracepoint handed us.
-    if iowait_known && unsafe { task::in_iowait(prev) } {
+    if iowait_known && unsafe { task::in_iowait::<true>(prev) } {
         return LatencyClass::IoWait;
     }
     if in_syscall {
@@ -107,13 +107,13 @@ fn switch_out(t: &mut ThreadState, prev: *const u8, preempt: bool, prev_state: u
     match t.run_state {
         run_state::EXITED => return,
         // SAFETY: prev is the tracepoint's task_struct (null: classic tracepoints).
-        run_state::ON_CPU => close_on_cpu(t, unsafe { task::sum_exec_runtime(prev) }, now),
+        run_state::ON_CPU => close_on_cpu(t, unsafe { task::sum_exec_runtime::<true>(prev) }, now),
         // INITIAL: a thread that leaves the CPU was on it since we attached (from an
         // unknown runtime: the interval is on_cpu; this read is the baseline).
         run_state::INITIAL => {
             close_interval(t, LatencyClass::OnCpu, now);
             // SAFETY: as above.
-            t.runtime_ns = unsafe { task::sum_exec_runtime(prev) };
+            t.runtime_ns = unsafe { task::sum_exec_runtime::<true>(prev) };
         }
         // Not counted as a missed switch-in: an INITIAL thread woken while still on its
         // CPU is taken for runnable, then switched out so (exec storms under `run`).
@@ -133,7 +133,7 @@ fn switch_in(t: &mut ThreadState, next: *const u8, now: u64) {
         // First observation: the runtime it enters the CPU with is the baseline (it
         // does not move while the thread is off the CPU).
         // SAFETY: next is the tracepoint's task_struct (null: classic tracepoints).
-        t.runtime_ns = unsafe { task::sum_exec_runtime(next) };
+        t.runtime_ns = unsafe { task::sum_exec_runtime::<true>(next) };
     }
     match t.run_state {
         run_state::EXITED => return,
@@ -161,6 +161,8 @@ pub struct Switch {
     /// The leaving task's task_struct, or null where the hook has none (classic
     /// tracepoints: then `in_iowait` is unknown).
     pub prev: *const u8,
+    /// The leaving thread's (tgid, tid) (the tracepoint runs in its context).
+    pub prev_ids: (u32, u32),
     /// The entering thread's tid.
     pub next_tid: u32,
     /// The entering thread's tgid, or 0 when the hook does not know it (classic
@@ -175,13 +177,11 @@ pub fn on_switch<C: StackIdContext>(ctx: &C, sw: Switch) -> i32 {
     // The clock is read only when a traced thread is involved: it is the dearest part of
     // the program (about 50 ns here), and most switches of a busy machine are not ours.
     let mut now = 0;
-    // The tracepoint runs in the context of `prev`.
-    let pid_tgid = bpf_get_current_pid_tgid();
+    let (prev_tgid, prev_tid) = sw.prev_ids;
     // A dead task's last switch-out is looked at even when its process's target bit is
     // already clear: the last thread to exit can finish before another one does.
     let dead = matches!(sw.prev_state, Some(s) if s & TASK_DEAD != 0);
-    if dead || is_target((pid_tgid >> 32) as u32) {
-        let prev_tid = pid_tgid as u32;
+    if dead || is_target(prev_tgid) {
         if let Some(t) = thread(prev_tid) {
             now = clock_ns();
             // How long it ran (0 if it was not on a CPU since an event of ours).
@@ -193,11 +193,11 @@ pub fn on_switch<C: StackIdContext>(ctx: &C, sw: Switch) -> i32 {
             // SAFETY: prev is the tracepoint's task_struct when prev_state is None.
             let prev_state = sw
                 .prev_state
-                .unwrap_or_else(|| unsafe { task::state(sw.prev) });
+                .unwrap_or_else(|| unsafe { task::state::<true>(sw.prev) });
             if t.exit_flags & exit_flags::EXITING != 0 && prev_state & TASK_DEAD != 0 {
                 // SAFETY: prev is the tracepoint's task_struct.
-                close_on_cpu(t, unsafe { task::sum_exec_runtime(sw.prev) }, now);
-                lifecycle::on_final_switch((pid_tgid >> 32) as u32, prev_tid, t, now);
+                close_on_cpu(t, unsafe { task::sum_exec_runtime::<true>(sw.prev) }, now);
+                lifecycle::on_final_switch(prev_tgid, prev_tid, t, now);
             } else {
                 switch_out(t, sw.prev, sw.preempt, prev_state, now);
                 stacks::on_switch_out(ctx, prev_tid, t, now, ran_ns);
@@ -221,14 +221,16 @@ pub fn on_switch<C: StackIdContext>(ctx: &C, sw: Switch) -> i32 {
 fn on_switch_btf(ctx: &BtfTracePointContext, prev_state: Option<u32>) -> i32 {
     let prev: *const u8 = ctx.arg(1);
     let next: *const u8 = ctx.arg(2);
-    // SAFETY: next is the tracepoint's task_struct.
-    let (next_tid, next_tgid) = unsafe { task::ids(next) };
+    // SAFETY: prev and next are the tracepoint's task_structs.
+    let (prev_tid, prev_tgid) = unsafe { task::ids::<true>(prev) };
+    let (next_tid, next_tgid) = unsafe { task::ids::<true>(next) };
     on_switch(
         ctx,
         Switch {
             preempt: ctx.arg::<u64>(0) & 1 == 1,
             prev_state,
             prev,
+            prev_ids: (prev_tgid, prev_tid),
             next_tid,
             next_tgid,
             next,
@@ -276,7 +278,7 @@ pub fn on_wakeup(tid: u32, tgid: u32) -> i32 {
 fn on_wakeup_btf(ctx: &BtfTracePointContext) -> i32 {
     let p: *const u8 = ctx.arg(0);
     // SAFETY: p is the tracepoint's task_struct.
-    let (tid, tgid) = unsafe { task::ids(p) };
+    let (tid, tgid) = unsafe { task::ids::<true>(p) };
     on_wakeup(tid, tgid)
 }
 
@@ -289,7 +291,7 @@ pub fn sched_wakeup(ctx: BtfTracePointContext) -> i32 {
 pub fn sched_wakeup_new(ctx: BtfTracePointContext) -> i32 {
     let p: *const u8 = ctx.arg(0);
     // SAFETY: p is the tracepoint's task_struct.
-    let (tid, tgid) = unsafe { task::ids(p) };
+    let (tid, tgid) = unsafe { task::ids::<true>(p) };
     on_wakeup_new(tid, tgid)
 }
 

@@ -43,49 +43,93 @@ fn global(v: &'static u32) -> u32 {
     unsafe { core::ptr::read_volatile(v) }
 }
 
+/// How a task pointer is read: `BTF` is true for a pointer the kernel typed (tp_btf
+/// arguments, `bpf_get_current_task_btf`), loaded directly, and false for an untyped one
+/// (`bpf_get_current_task`, classic tracepoints), read with `bpf_probe_read_kernel`.
+/// A direct load is a plain instruction, which the verifier checks against the
+/// kernel's BTF (the offsets are frozen read-only globals, so it knows them) and makes
+/// fault-safe; the helper is a call, about 10 ns on every hook that reads a task.
 #[inline(always)]
-unsafe fn read_at<T: Copy + Default>(task: *const u8, offset: u32) -> T {
+unsafe fn read_at<T: Copy + Default, const BTF: bool>(task: *const u8, offset: u32) -> T {
+    if BTF {
+        // SAFETY: a BTF task pointer: the verifier checks the access (BPF_PROBE_MEM).
+        return unsafe { load(task, offset) };
+    }
     // SAFETY: `task` is a task_struct pointer handed to us by the tracepoint; a failed
     // read yields the default.
     unsafe { bpf_probe_read_kernel(task.add(offset as usize) as *const T).unwrap_or_default() }
 }
 
-/// `task->pid` (the thread id).
+/// A field of a kernel struct the hook was handed as a BTF pointer (`tp_btf` arguments,
+/// `bpf_get_current_task_btf`), loaded directly: the offset is a frozen read-only global,
+/// so the verifier knows it and checks the access against the kernel's BTF, and the load
+/// is a plain instruction where `bpf_probe_read_kernel` is a helper call.
 #[inline(always)]
-pub unsafe fn pid(task: *const u8) -> u32 {
-    unsafe { read_at::<i32>(task, global(&TASK_PID_OFFSET)) as u32 }
+pub unsafe fn load<T: Copy>(task: *const u8, offset: u32) -> T {
+    // SAFETY: the verifier turns this load into a fault-safe one (BPF_PROBE_MEM).
+    unsafe { core::ptr::read_volatile(task.add(offset as usize) as *const T) }
 }
 
-/// (`task->pid`, `task->tgid`): one 8-byte read where the two are adjacent, as they
-/// are in every kernel so far; two reads otherwise.
+/// The running thread's (tgid, tid), from its task_struct (the helper that hands it
+/// over is inlined by the verifier on x86_64 since 6.14; `bpf_get_current_pid_tgid` is a
+/// call).
 #[inline(always)]
-pub unsafe fn ids(task: *const u8) -> (u32, u32) {
+pub fn current_ids() -> (u32, u32) {
+    current_ids_of(current_btf())
+}
+
+/// The running thread's task_struct, as a BTF pointer (a helper call on this kernel).
+#[inline(always)]
+pub fn current_btf() -> *const u8 {
+    // SAFETY: helper call without preconditions (tp_btf and other BTF-aware hooks).
+    unsafe { aya_ebpf::helpers::bpf_get_current_task_btf() as *const u8 }
+}
+
+/// (tgid, tid) of `current`, the BTF pointer [`current_btf`] gave.
+#[inline(always)]
+pub fn current_ids_of(current: *const u8) -> (u32, u32) {
+    // SAFETY: a BTF pointer to the current task, never null in task context.
+    let (tid, tgid) = unsafe { ids::<true>(current) };
+    (tgid, tid)
+}
+
+/// `task->pid` (the thread id).
+#[inline(always)]
+pub unsafe fn pid<const BTF: bool>(task: *const u8) -> u32 {
+    unsafe { read_at::<i32, BTF>(task, global(&TASK_PID_OFFSET)) as u32 }
+}
+
+/// (`task->pid`, `task->tgid`): two loads of a BTF pointer (the verifier checks each
+/// against its member); one 8-byte probe read otherwise where the two are adjacent, as
+/// they are in every kernel so far (two reads where they are not).
+#[inline(always)]
+pub unsafe fn ids<const BTF: bool>(task: *const u8) -> (u32, u32) {
     let pid_offset = global(&TASK_PID_OFFSET);
-    if global(&TASK_TGID_OFFSET) == pid_offset + 4 {
-        let both = unsafe { read_at::<u64>(task, pid_offset) };
+    if !BTF && global(&TASK_TGID_OFFSET) == pid_offset + 4 {
+        let both = unsafe { read_at::<u64, BTF>(task, pid_offset) };
         // Little-endian (bpfel): pid is the low half.
         (both as u32, (both >> 32) as u32)
     } else {
-        unsafe { (pid(task), tgid(task)) }
+        unsafe { (pid::<BTF>(task), tgid::<BTF>(task)) }
     }
 }
 
 /// `task->tgid` (the process id).
 #[inline(always)]
-pub unsafe fn tgid(task: *const u8) -> u32 {
-    unsafe { read_at::<i32>(task, global(&TASK_TGID_OFFSET)) as u32 }
+pub unsafe fn tgid<const BTF: bool>(task: *const u8) -> u32 {
+    unsafe { read_at::<i32, BTF>(task, global(&TASK_TGID_OFFSET)) as u32 }
 }
 
 /// `task->__state` (`state` before 5.14).
 #[inline(always)]
-pub unsafe fn state(task: *const u8) -> u32 {
-    unsafe { read_at::<u32>(task, global(&TASK_STATE_OFFSET)) }
+pub unsafe fn state<const BTF: bool>(task: *const u8) -> u32 {
+    unsafe { read_at::<u32, BTF>(task, global(&TASK_STATE_OFFSET)) }
 }
 
 /// `task->exit_code`.
 #[inline(always)]
-pub unsafe fn exit_code(task: *const u8) -> u32 {
-    unsafe { read_at::<i32>(task, global(&TASK_EXIT_CODE_OFFSET)) as u32 }
+pub unsafe fn exit_code<const BTF: bool>(task: *const u8) -> u32 {
+    unsafe { read_at::<i32, BTF>(task, global(&TASK_EXIT_CODE_OFFSET)) as u32 }
 }
 
 /// Whether `in_iowait` can be read (its offset was found in the kernel's BTF).
@@ -96,22 +140,26 @@ pub fn in_iowait_known() -> bool {
 
 /// `task->in_iowait`: set by io_schedule() for the duration of an I/O sleep.
 #[inline(always)]
-pub unsafe fn in_iowait(task: *const u8) -> bool {
+pub unsafe fn in_iowait<const BTF: bool>(task: *const u8) -> bool {
     let mask = global(&TASK_IN_IOWAIT_MASK);
     if mask == 0 {
         return false;
     }
-    let byte = unsafe { read_at::<u8>(task, global(&TASK_IN_IOWAIT_BYTE)) };
+    let byte = unsafe { read_at::<u8, BTF>(task, global(&TASK_IN_IOWAIT_BYTE)) };
     (byte as u32) & mask != 0
 }
 
 /// `task->se.sum_exec_runtime`: the ns of CPU the kernel accounted to the task (what
 /// rusage and schedstat report), or `NO_RUNTIME` when it cannot be read.
 #[inline(always)]
-pub unsafe fn sum_exec_runtime(task: *const u8) -> u64 {
+pub unsafe fn sum_exec_runtime<const BTF: bool>(task: *const u8) -> u64 {
     let offset = global(&TASK_SUM_EXEC_RUNTIME_OFFSET);
     if task.is_null() || offset == 0 {
         return NO_RUNTIME;
+    }
+    if BTF {
+        // SAFETY: as in read_at.
+        return unsafe { load(task, offset) };
     }
     // SAFETY: as in read_at; a failed read is NO_RUNTIME, not a runtime of 0.
     unsafe { bpf_probe_read_kernel(task.add(offset as usize) as *const u64) }.unwrap_or(NO_RUNTIME)
@@ -120,12 +168,30 @@ pub unsafe fn sum_exec_runtime(task: *const u8) -> u64 {
 /// Whether the exiting `task` was the last live thread of its process: its
 /// `signal->live` count, decremented before the exit tracepoint, is 0.
 #[inline(always)]
-pub unsafe fn group_dead(task: *const u8) -> bool {
-    let signal = unsafe { read_at::<u64>(task, global(&TASK_SIGNAL_OFFSET)) } as *const u8;
+pub unsafe fn group_dead<const BTF: bool>(task: *const u8) -> bool {
+    let signal = unsafe { read_at::<u64, BTF>(task, global(&TASK_SIGNAL_OFFSET)) } as *const u8;
     if signal.is_null() {
         return false;
     }
-    unsafe { read_at::<i32>(signal, global(&SIGNAL_LIVE_OFFSET)) == 0 }
+    unsafe { read_at::<i32, BTF>(signal, global(&SIGNAL_LIVE_OFFSET)) == 0 }
+}
+
+/// Whether `current`, the running thread, is the only live thread of its process (`signal->live` is
+/// 1), read from its BTF task pointer; false where that cannot be read (classic
+/// tracepoints). Only a thread of the process can start another (clone raises `live`
+/// before the new thread runs) and a thread lowers it in do_exit, after its last
+/// sys_exit; so while the running thread sees 1, no other thread of its process can
+/// run a syscall hook, and its per-process counters have a single writer.
+#[inline(always)]
+pub fn alone<const BTF: bool>(current: *const u8) -> bool {
+    if !BTF || current.is_null() {
+        return false;
+    }
+    // SAFETY: the current task's BTF pointer; both loads are checked by the verifier.
+    unsafe {
+        let signal = load::<u64>(current, global(&TASK_SIGNAL_OFFSET)) as *const u8;
+        !signal.is_null() && load::<i32>(signal, global(&SIGNAL_LIVE_OFFSET)) == 1
+    }
 }
 
 /// `SIGNAL_GROUP_EXIT` (include/linux/sched/signal.h): exit_group or a fatal signal is
@@ -135,31 +201,31 @@ const SIGNAL_GROUP_EXIT: u32 = 0x4;
 /// Whether `task`'s thread group is exiting (exit_group, or a fatal signal): the
 /// kernel wakes each of its sleeping threads to die, which is not a wakeup by work.
 #[inline(always)]
-pub unsafe fn group_exiting(task: *const u8) -> bool {
+pub unsafe fn group_exiting<const BTF: bool>(task: *const u8) -> bool {
     let flags_offset = global(&SIGNAL_FLAGS_OFFSET);
     if task.is_null() || flags_offset == 0 {
         return false;
     }
-    let signal = unsafe { read_at::<u64>(task, global(&TASK_SIGNAL_OFFSET)) } as *const u8;
+    let signal = unsafe { read_at::<u64, BTF>(task, global(&TASK_SIGNAL_OFFSET)) } as *const u8;
     if signal.is_null() {
         return false;
     }
-    unsafe { read_at::<u32>(signal, flags_offset) & SIGNAL_GROUP_EXIT != 0 }
+    unsafe { read_at::<u32, BTF>(signal, flags_offset) & SIGNAL_GROUP_EXIT != 0 }
 }
 
 /// Where `task`'s argv lies in its user memory: (`mm->arg_start`, `mm->arg_end`), or
 /// None (no offsets, no mm: a kernel thread).
 #[inline(always)]
-pub unsafe fn arg_range(task: *const u8) -> Option<(u64, u64)> {
+pub unsafe fn arg_range<const BTF: bool>(task: *const u8) -> Option<(u64, u64)> {
     let mm_offset = global(&TASK_MM_OFFSET);
     if task.is_null() || mm_offset == 0 {
         return None;
     }
-    let mm = unsafe { read_at::<u64>(task, mm_offset) } as *const u8;
+    let mm = unsafe { read_at::<u64, BTF>(task, mm_offset) } as *const u8;
     if mm.is_null() {
         return None;
     }
-    let start = unsafe { read_at::<u64>(mm, global(&MM_ARG_START_OFFSET)) };
-    let end = unsafe { read_at::<u64>(mm, global(&MM_ARG_END_OFFSET)) };
+    let start = unsafe { read_at::<u64, BTF>(mm, global(&MM_ARG_START_OFFSET)) };
+    let end = unsafe { read_at::<u64, BTF>(mm, global(&MM_ARG_END_OFFSET)) };
     (start != 0 && end > start).then_some((start, end))
 }

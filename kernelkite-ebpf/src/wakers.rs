@@ -96,12 +96,12 @@ fn waker_of(wakee_tgid: u32, wakee: *const u8) -> (u32, u32, u32, u32) {
     let waker = current_waker();
     let exiting = if !wakee.is_null() {
         // SAFETY: the tracepoint's task_struct.
-        unsafe { task::group_exiting(wakee) }
+        unsafe { task::group_exiting::<true>(wakee) }
     } else {
         waker.0 == waker_kind::THREAD
             && waker.2 == wakee_tgid
             // SAFETY: the current task, read with probe reads.
-            && (unsafe { task::group_exiting(bpf_get_current_task() as *const u8) }
+            && (unsafe { task::group_exiting::<false>(bpf_get_current_task() as *const u8) }
                 || crate::classic::in_exit_group(waker.3))
     };
     match (exiting, waker.0) {
@@ -226,7 +226,7 @@ fn add(key: &WakerKey, ns: u64, comm: [u8; 16]) {
 pub fn sched_waking(ctx: BtfTracePointContext) -> i32 {
     let p: *const u8 = ctx.arg(0);
     // SAFETY: p is the tracepoint's task_struct.
-    let (tid, tgid) = unsafe { task::ids(p) };
+    let (tid, tgid) = unsafe { task::ids::<true>(p) };
     on_waking(tid, tgid, p)
 }
 
