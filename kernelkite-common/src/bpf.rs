@@ -228,7 +228,7 @@ impl Default for ThreadState {
                 waker_tgid: 0,
                 waker_tid: 0,
                 comm: [0; COMM_LEN],
-                waking_ns: 0,
+                sleep_since_ns: 0,
             },
         }
     }

@@ -74,9 +74,11 @@ pub struct PendingWaker {
     pub waker_tgid: u32,
     pub waker_tid: u32,
     pub comm: [u8; COMM_LEN],
-    /// CLOCK_MONOTONIC ns of the sched_waking: an entry older than the sleep it would
-    /// end is stale (a wakeup of an earlier sleep whose sched_wakeup was missed).
-    pub waking_ns: u64,
+    /// The `ThreadState::since_ns` of the sleep it ends (when that sleep began; it does
+    /// not move until the wakeup closes the sleep): an entry for another sleep is stale
+    /// (a wakeup of an earlier sleep whose sched_wakeup was missed). A stamp, not a
+    /// clock read, which would cost sched_waking about 20 ns.
+    pub sleep_since_ns: u64,
 }
 
 /// Value of the per-CPU `IRQ_CONTEXT` array: which interrupt context the CPU is in, kept

@@ -13,9 +13,7 @@
 //! BPF program sees the record before the kernel fills its common fields, whose first
 //! 8 bytes then hold a pt_regs pointer.)
 
-use aya_ebpf::helpers::{
-    bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_task, bpf_ktime_get_ns,
-};
+use aya_ebpf::helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_task};
 use aya_ebpf::macros::{btf_tracepoint, map, tracepoint};
 use aya_ebpf::maps::{HashMap, PerCpuArray};
 use aya_ebpf::programs::{BtfTracePointContext, TracePointContext};
@@ -25,7 +23,7 @@ use kernelkite_common::wake::{
     WAKERS_MAX_ENTRIES,
 };
 
-use crate::maps::{atomic_add, is_target, thread};
+use crate::maps::{is_target, thread};
 use crate::task;
 
 /// Time and count per (waiter, class, waker). Bounded: a full map drops the sleep's
@@ -138,8 +136,7 @@ fn on_waking(tid: u32, tgid: u32, wakee: *const u8) -> i32 {
         waker_tgid,
         waker_tid,
         comm,
-        // SAFETY: helper call without preconditions.
-        waking_ns: unsafe { bpf_ktime_get_ns() },
+        sleep_since_ns: t.since_ns,
     };
     t.waker = pending;
     0
@@ -165,7 +162,7 @@ pub fn on_woken(tid: u32, t: &ThreadState, class: u32, sleep_ns: u64) {
     };
     let mut comm = [0u8; 16];
     match &t.waker {
-        p if p.waking_ns >= since && p.waking_ns != 0 => {
+        p if p.sleep_since_ns == since && p.sleep_since_ns != 0 => {
             key.kind = p.kind;
             key.source = p.source;
             key.waker_tgid = p.waker_tgid;
@@ -200,11 +197,13 @@ pub fn on_woken(tid: u32, t: &ThreadState, class: u32, sleep_ns: u64) {
 #[inline(always)]
 fn add(key: &WakerKey, ns: u64, comm: [u8; 16]) {
     if let Some(v) = WAKERS.get_ptr_mut(key) {
-        // SAFETY: p points into the map value; two wakeups of one thread can race only
-        // in pathological cases, the adds are atomic anyway.
+        // SAFETY: p points into the map value. The key holds the woken thread, and the
+        // scheduler serialises a thread's wakeups (a wakeup needs the thread asleep, and
+        // try_to_wake_up holds its pi_lock until it is runnable), so this entry has one
+        // writer at a time and plain adds are exact.
         unsafe {
-            atomic_add(&mut (*v).total_ns, ns);
-            atomic_add(&mut (*v).count, 1);
+            (*v).total_ns += ns;
+            (*v).count += 1;
             (*v).comm = comm;
         }
         return;
