@@ -3,14 +3,19 @@
 //! - the floor: empty programs, what any syscall tracer pays at least;
 //! - the clock floor: the least a syscall-latency tracer does (a target check, the
 //!   clock read at entry and at exit, the difference kept), so the benchmark can tell
-//!   what the clock reads cost apart from what kernelkite adds on top of them.
+//!   what the clock reads cost apart from what kernelkite adds on top of them;
+//! - the bit floor: the target bit test alone, what an untraced process's syscall
+//!   costs at least under any tracer that selects processes;
+//! - the scheduler floor: on sched_switch and sched_wakeup, the least a tracer that
+//!   splits each traced thread's time at those events does.
 
 use aya_ebpf::helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns};
 use aya_ebpf::macros::{btf_tracepoint, map};
-use aya_ebpf::maps::PerCpuArray;
+use aya_ebpf::maps::{HashMap, PerCpuArray};
 use aya_ebpf::programs::BtfTracePointContext;
 
 use crate::maps::is_target;
+use crate::task;
 
 /// The clock floor's syscall in progress on a CPU.
 struct FloorSyscall {
@@ -71,6 +76,88 @@ pub fn floor_clock_sys_exit(_ctx: BtfTracePointContext) -> i32 {
         slot.tid = 0;
         // SAFETY: helper call without preconditions; total is this CPU's value.
         unsafe { *total += bpf_ktime_get_ns().saturating_sub(slot.enter_ns) };
+    }
+    0
+}
+
+/// The bit floor: what any tracer that selects processes pays on a syscall of one it
+/// does not trace, the target bit test and nothing else.
+#[btf_tracepoint(function = "sys_enter")]
+pub fn floor_bit_sys_enter(_ctx: BtfTracePointContext) -> i32 {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    i32::from(is_target((pid_tgid >> 32) as u32))
+}
+
+#[btf_tracepoint(function = "sys_exit")]
+pub fn floor_bit_sys_exit(_ctx: BtfTracePointContext) -> i32 {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    i32::from(is_target((pid_tgid >> 32) as u32))
+}
+
+/// The scheduler floor's state of a thread: when its current interval began, and the
+/// sum of the intervals closed.
+struct FloorThread {
+    since_ns: u64,
+    total_ns: u64,
+}
+
+/// The scheduler floor's threads.
+#[map]
+static FLOOR_THREADS: HashMap<u32, FloorThread> = HashMap::with_max_entries(4_096, 0);
+
+/// Close the interval of thread `tid` at `now` and start the next.
+#[inline(always)]
+fn floor_interval(tid: u32, now: u64) {
+    match FLOOR_THREADS.get_ptr_mut(&tid) {
+        // SAFETY: a map value, valid while the program runs.
+        Some(t) => unsafe {
+            (*t).total_ns += now.saturating_sub((*t).since_ns);
+            (*t).since_ns = now;
+        },
+        None => {
+            let t = FloorThread {
+                since_ns: now,
+                total_ns: 0,
+            };
+            let _ = FLOOR_THREADS.insert(&tid, &t, 0);
+        }
+    }
+}
+
+/// The scheduler floor: the least a tracer that splits each traced thread's time at its
+/// switches and wakeups does: the target test of both tasks, one clock read, and each
+/// traced thread's state looked up and its interval closed.
+#[btf_tracepoint(function = "sched_switch")]
+pub fn floor_sched_switch(ctx: BtfTracePointContext) -> i32 {
+    let prev: *const u8 = ctx.arg(1);
+    let next: *const u8 = ctx.arg(2);
+    // SAFETY: the tracepoint's task_structs.
+    let (prev_tid, prev_tgid) = unsafe { task::ids::<true>(prev) };
+    let (next_tid, next_tgid) = unsafe { task::ids::<true>(next) };
+    let mut now = 0;
+    if is_target(prev_tgid) {
+        // SAFETY: helper call without preconditions.
+        now = unsafe { bpf_ktime_get_ns() };
+        floor_interval(prev_tid, now);
+    }
+    if is_target(next_tgid) {
+        if now == 0 {
+            // SAFETY: as above.
+            now = unsafe { bpf_ktime_get_ns() };
+        }
+        floor_interval(next_tid, now);
+    }
+    0
+}
+
+#[btf_tracepoint(function = "sched_wakeup")]
+pub fn floor_sched_wakeup(ctx: BtfTracePointContext) -> i32 {
+    let p: *const u8 = ctx.arg(0);
+    // SAFETY: the tracepoint's task_struct.
+    let (tid, tgid) = unsafe { task::ids::<true>(p) };
+    if is_target(tgid) {
+        // SAFETY: helper call without preconditions.
+        floor_interval(tid, unsafe { bpf_ktime_get_ns() });
     }
     0
 }

@@ -201,10 +201,18 @@ pub enum Command {
 pub struct BenchFloorArgs {
     /// Attach the clock floor instead: a target check and a clock read at entry and
     /// exit, the least a syscall-latency tracer does.
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["bit", "sched"])]
     pub clock: bool,
-    /// Process the clock floor measures (its target bit is set).
-    #[arg(long, requires = "clock")]
+    /// Attach the bit floor instead: the target bit test alone on sys_enter and
+    /// sys_exit, what a process a tracer does not select pays at least.
+    #[arg(long, conflicts_with = "sched")]
+    pub bit: bool,
+    /// Attach the scheduler floor instead: on sched_switch and sched_wakeup, a target
+    /// test, one clock read and each traced thread's interval closed.
+    #[arg(long)]
+    pub sched: bool,
+    /// Process the floor measures (its target bit is set).
+    #[arg(long)]
     pub pid: Option<u32>,
 }
 

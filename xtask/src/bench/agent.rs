@@ -483,7 +483,7 @@ fn sample(ctx: &Ctx, config: Config) -> Result<Sample> {
 }
 
 /// Per syscall and per context switch, the agent against syscount and runqlat.
-fn cost_benchmarks(ctx: &Ctx) -> Result<Vec<Row>> {
+pub(super) fn cost_benchmarks(ctx: &Ctx) -> Result<Vec<Row>> {
     let mut rows = Vec::new();
     if !have("perf") {
         rows.push(Row::missing(

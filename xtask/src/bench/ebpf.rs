@@ -24,10 +24,13 @@ use super::{json_f64, median, release, spawn_gated, vm_rss_kb, Ctx, Row};
 
 pub(super) const READS: u64 = 2_000_000;
 pub(super) const PIPE_LOOPS: u64 = 200_000;
-/// kernelkite's added cost per syscall may be at most this multiple of the floor's.
-const FLOOR_RATIO_TARGET: f64 = 1.3;
-/// An untargeted process may pay at most the floor plus this share.
-const UNTARGETED_RATIO_TARGET: f64 = 1.15;
+/// Issue 15: BPF program time per traced read() against the clock floor's (the earlier
+/// target, 1.3 × the empty floor, was below what two clock reads cost; docs/PERFORMANCE.md).
+const CLOCK_FLOOR_RATIO_TARGET: f64 = 1.3;
+/// Issue 15: the scheduler hooks' program time per sched-pipe op against runqlat's.
+const SCHED_VS_RUNQLAT_TARGET: f64 = 0.5;
+/// Issue 15: an untargeted process may pay at most the empty floor plus this share.
+const UNTARGETED_RATIO_TARGET: f64 = 1.05;
 /// `trace --stacks` may add at most this share of what offcputime adds to sched pipe.
 pub(super) const STACKS_VS_OFFCPUTIME_TARGET: f64 = 0.5;
 const START_TARGET_MS: f64 = 300.0;
@@ -138,6 +141,7 @@ pub(super) fn have(tool: &str) -> bool {
 enum ReadConfig {
     Untraced,
     Floor,
+    BitFloor,
     ClockFloor,
     Kernelkite,
     Untargeted,
@@ -151,6 +155,7 @@ impl ReadConfig {
         match self {
             ReadConfig::Untraced => "untraced",
             ReadConfig::Floor => "empty sys_enter/sys_exit tp_btf programs (floor)",
+            ReadConfig::BitFloor => "target bit test alone, process not traced (bit floor)",
             ReadConfig::ClockFloor => {
                 "target check + clock read at sys_enter and sys_exit (clock floor)"
             }
@@ -190,6 +195,13 @@ fn read_run_beside(
         ReadConfig::ClockFloor => {
             let mut c = Command::new(&ctx.kernelkite);
             c.args(["bench-floor", "--clock", "--pid", &pid.to_string()]);
+            Some(Tracer::start(c)?)
+        }
+        ReadConfig::BitFloor => {
+            // The idle process's bit is set, as under `trace --pid` of it: the read loop
+            // is tested and not traced.
+            let mut c = Command::new(&ctx.kernelkite);
+            c.args(["bench-floor", "--bit", "--pid", &idle_pid.to_string()]);
             Some(Tracer::start(c)?)
         }
         ReadConfig::Kernelkite | ReadConfig::Untargeted => {
@@ -353,6 +365,7 @@ impl Drop for BpfStats {
 pub(super) enum PipeConfig {
     Untraced,
     ClockFloor,
+    SchedFloor,
     Kernelkite,
     KernelkiteNoWakers,
     KernelkiteNoRuntime,
@@ -367,6 +380,9 @@ impl PipeConfig {
             PipeConfig::Untraced => "sched pipe: untraced",
             PipeConfig::ClockFloor => {
                 "sched pipe: clock floor (target check + clock reads at sys_enter/sys_exit)"
+            }
+            PipeConfig::SchedFloor => {
+                "sched pipe: scheduler floor (target test, one clock read, the thread's interval closed at sched_switch/sched_wakeup)"
             }
             PipeConfig::Kernelkite => "sched pipe: kernelkite trace --follow",
             PipeConfig::KernelkiteNoWakers => {
@@ -398,9 +414,14 @@ pub(super) fn pipe_run(ctx: &Ctx, config: PipeConfig) -> Result<(f64, Option<Vec
         .context("cannot start perf bench")?;
     let tracer = match config {
         PipeConfig::Untraced => None,
-        PipeConfig::ClockFloor => {
+        PipeConfig::ClockFloor | PipeConfig::SchedFloor => {
+            let floor = if config == PipeConfig::ClockFloor {
+                "--clock"
+            } else {
+                "--sched"
+            };
             let mut c = Command::new(&ctx.kernelkite);
-            c.args(["bench-floor", "--clock", "--pid", &shell.id().to_string()]);
+            c.args(["bench-floor", floor, "--pid", &shell.id().to_string()]);
             Some(Tracer::start(c)?)
         }
         PipeConfig::Kernelkite
@@ -486,6 +507,7 @@ pub(super) fn benchmarks(ctx: &Ctx) -> Result<Vec<Row>> {
     let mut configs = vec![
         ReadConfig::Untraced,
         ReadConfig::Floor,
+        ReadConfig::BitFloor,
         ReadConfig::ClockFloor,
         ReadConfig::Kernelkite,
         ReadConfig::Untargeted,
@@ -539,15 +561,12 @@ pub(super) fn benchmarks(ctx: &Ctx) -> Result<Vec<Row>> {
     let floor = added(ReadConfig::Floor).unwrap_or(f64::NAN);
     if let Some(kk) = added(ReadConfig::Kernelkite) {
         println!("    added per read(): floor {floor:.1} ns, kernelkite {kk:.1} ns");
-        rows.push(
-            Row::new(
-                "read(): kernelkite added cost / floor added cost",
-                kk / floor,
-                "×",
-                &shown,
-            )
-            .target(FLOOR_RATIO_TARGET),
-        );
+        rows.push(Row::new(
+            "read(): kernelkite added cost / floor added cost",
+            kk / floor,
+            "×",
+            &shown,
+        ));
         if let Some(clock) = added(ReadConfig::ClockFloor) {
             rows.push(Row::new(
                 "read(): clock floor added cost / floor added cost",
@@ -599,15 +618,12 @@ pub(super) fn benchmarks(ctx: &Ctx) -> Result<Vec<Row>> {
         }
     }
     if let (Some(kk), Some(fl)) = (prog(ReadConfig::Kernelkite), prog(ReadConfig::Floor)) {
-        rows.push(
-            Row::new(
-                "BPF program time per read(): kernelkite / floor",
-                kk / fl,
-                "×",
-                &stats_shown,
-            )
-            .target(FLOOR_RATIO_TARGET),
-        );
+        rows.push(Row::new(
+            "BPF program time per read(): kernelkite / floor",
+            kk / fl,
+            "×",
+            &stats_shown,
+        ));
         if let Some(clock) = prog(ReadConfig::ClockFloor) {
             rows.push(Row::new(
                 "BPF program time per read(): clock floor / floor",
@@ -615,6 +631,17 @@ pub(super) fn benchmarks(ctx: &Ctx) -> Result<Vec<Row>> {
                 "×",
                 &stats_shown,
             ));
+            // Issue 15: the cost of timing a syscall is two clock reads, which no
+            // tracer of syscall latency avoids; the target is against that floor.
+            rows.push(
+                Row::new(
+                    "BPF program time per read(): kernelkite / clock floor",
+                    kk / clock,
+                    "×",
+                    &stats_shown,
+                )
+                .target(CLOCK_FLOOR_RATIO_TARGET),
+            );
         }
         if let Some(u) = prog(ReadConfig::Untargeted) {
             rows.push(
@@ -626,6 +653,20 @@ pub(super) fn benchmarks(ctx: &Ctx) -> Result<Vec<Row>> {
                 )
                 .target(UNTARGETED_RATIO_TARGET),
             );
+            if let Some(bit) = prog(ReadConfig::BitFloor) {
+                rows.push(Row::new(
+                    "BPF program time per read(): bit floor / floor",
+                    bit / fl,
+                    "×",
+                    &stats_shown,
+                ));
+                rows.push(Row::new(
+                    "BPF program time per read(): untargeted / bit floor",
+                    u / bit,
+                    "×",
+                    &stats_shown,
+                ));
+            }
         }
         for peer in [ReadConfig::Bpftrace, ReadConfig::Syscount] {
             if let Some(p) = prog(peer) {
@@ -658,6 +699,7 @@ pub(super) fn benchmarks(ctx: &Ctx) -> Result<Vec<Row>> {
         let mut pipe_configs = vec![
             PipeConfig::Untraced,
             PipeConfig::ClockFloor,
+            PipeConfig::SchedFloor,
             PipeConfig::Kernelkite,
             PipeConfig::KernelkiteNoWakers,
             PipeConfig::KernelkiteNoRuntime,
@@ -739,6 +781,12 @@ pub(super) fn benchmarks(ctx: &Ctx) -> Result<Vec<Row>> {
 
     rows.push(start_time(ctx)?);
     rows.extend(tracer_rss(ctx)?);
+    // Issue 15's whole-machine rows: no target filter (the agent), against syscount -L
+    // and runqlat also tracing every process (the agent group shows them too).
+    if !ctx.opts.groups.iter().any(|g| g == "agent") {
+        println!("==> whole machine: kernelkite agent, syscount -L and runqlat, no target filter");
+        rows.extend(super::agent::cost_benchmarks(ctx)?);
+    }
     Ok(rows)
 }
 
@@ -769,6 +817,8 @@ fn pipe_program_times(ctx: &Ctx, configs: &[PipeConfig]) -> Result<Vec<Row>> {
     let (_, no_runtime) = pipe_run(ctx, PipeConfig::KernelkiteNoRuntime)?;
     let (_, no_wakers) = pipe_run(ctx, PipeConfig::KernelkiteNoWakers)?;
     let (_, runqlat) = pipe_run(ctx, PipeConfig::Runqlat)?;
+    let (_, clock_floor) = pipe_run(ctx, PipeConfig::ClockFloor)?;
+    let (_, sched_floor) = pipe_run(ctx, PipeConfig::SchedFloor)?;
     let (Some(ours), Some(runqlat)) = (ours, runqlat) else {
         return Ok(rows);
     };
@@ -842,8 +892,60 @@ fn pipe_program_times(ctx: &Ctx, configs: &[PipeConfig]) -> Result<Vec<Row>> {
             "×",
             &shown,
         )
-        .target(1.0),
+        .target(SCHED_VS_RUNQLAT_TARGET),
     );
+    if let Some(floor) = &sched_floor {
+        // What any tracer that splits each thread's time at its switches and wakeups
+        // pays at least: below it no scheduler accounting goes.
+        let floor = per_op(floor, &|_| true);
+        rows.push(Row::new(
+            "BPF program time per sched-pipe op: scheduler floor",
+            floor,
+            "ns/op",
+            &shown,
+        ));
+        rows.push(Row::new(
+            "BPF program time per sched-pipe op: scheduler floor / runqlat",
+            floor / peer,
+            "×",
+            &shown,
+        ));
+        rows.push(Row::new(
+            "BPF program time per sched-pipe op: kernelkite scheduler hooks / scheduler floor",
+            sched / floor,
+            "×",
+            &shown,
+        ));
+        if let Some(no_wakers) = &no_wakers {
+            let sched_no_wakers = per_op(no_wakers, &|n| !is_syscall_hook(n));
+            rows.push(Row::new(
+                "BPF program time per sched-pipe op: kernelkite scheduler hooks, waker aggregation off / scheduler floor",
+                sched_no_wakers / floor,
+                "×",
+                &shown,
+            ));
+        }
+    }
+    if let Some(clock) = &clock_floor {
+        // Issue 15: every hook against runqlat plus what timing the op's four syscalls
+        // costs at least (the clock floor's programs on the same op).
+        let clock = per_op(clock, &|_| true);
+        rows.push(Row::new(
+            "BPF program time per sched-pipe op: clock floor (the four syscalls timed)",
+            clock,
+            "ns/op",
+            &shown,
+        ));
+        rows.push(
+            Row::new(
+                "BPF program time per sched-pipe op: kernelkite, every hook / (runqlat + clock floor)",
+                all / (peer + clock),
+                "×",
+                &shown,
+            )
+            .target(1.0),
+        );
+    }
     Ok(rows)
 }
 

@@ -283,23 +283,41 @@ pub fn load(options: ProbeOptions) -> Result<Probes, ProbeError> {
     }
 }
 
-/// Load the object but attach only the reference sys_enter/sys_exit programs of the
-/// overhead benchmark (`cargo xtask bench`): the empty ones (the floor), or with
-/// `clock` the least a syscall-latency tracer does (see kernelkite-ebpf's floor.rs).
-pub fn load_floor(clock: bool) -> Result<Probes, ProbeError> {
-    load_programs(ProbeOptions::default(), |_| {
-        if clock {
-            vec![
-                ("floor_clock_sys_enter", "sys_enter"),
-                ("floor_clock_sys_exit", "sys_exit"),
-            ]
-        } else {
-            vec![
-                ("floor_sys_enter", "sys_enter"),
-                ("floor_sys_exit", "sys_exit"),
-            ]
-        }
+/// Load the object but attach only the reference programs of the overhead benchmark
+/// (`cargo xtask bench`; see kernelkite-ebpf's floor.rs).
+pub fn load_floor(floor: Floor) -> Result<Probes, ProbeError> {
+    load_programs(ProbeOptions::default(), |_| match floor {
+        Floor::Empty => vec![
+            ("floor_sys_enter", "sys_enter"),
+            ("floor_sys_exit", "sys_exit"),
+        ],
+        Floor::Bit => vec![
+            ("floor_bit_sys_enter", "sys_enter"),
+            ("floor_bit_sys_exit", "sys_exit"),
+        ],
+        Floor::Clock => vec![
+            ("floor_clock_sys_enter", "sys_enter"),
+            ("floor_clock_sys_exit", "sys_exit"),
+        ],
+        Floor::Sched => vec![
+            ("floor_sched_switch", "sched_switch"),
+            ("floor_sched_wakeup", "sched_wakeup"),
+        ],
     })
+}
+
+/// The overhead benchmark's reference programs (kernelkite-ebpf's `floor` module).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Floor {
+    /// Empty sys_enter/sys_exit programs.
+    Empty,
+    /// The target bit test alone on sys_enter/sys_exit.
+    Bit,
+    /// A target test and a clock read on sys_enter and sys_exit.
+    Clock,
+    /// On sched_switch and sched_wakeup: a target test, one clock read, each traced
+    /// thread's interval closed.
+    Sched,
 }
 
 fn load_programs(
