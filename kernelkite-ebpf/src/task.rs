@@ -32,6 +32,9 @@ static MM_ARG_END_OFFSET: u32 = 0;
 /// `signal_struct.flags` (0: not set, and nothing is taken for a group exit).
 #[unsafe(no_mangle)]
 static SIGNAL_FLAGS_OFFSET: u32 = 0;
+/// `task->comm` (0: not set, classic tracepoints).
+#[unsafe(no_mangle)]
+static TASK_COMM_OFFSET: u32 = 0;
 /// `task->se.sum_exec_runtime` (0: not set, classic tracepoints).
 #[unsafe(no_mangle)]
 static TASK_SUM_EXEC_RUNTIME_OFFSET: u32 = 0;
@@ -70,19 +73,32 @@ pub unsafe fn load<T: Copy>(task: *const u8, offset: u32) -> T {
     unsafe { core::ptr::read_volatile(task.add(offset as usize) as *const T) }
 }
 
-/// The running thread's (tgid, tid), from its task_struct (the helper that hands it
-/// over is inlined by the verifier on x86_64 since 6.14; `bpf_get_current_pid_tgid` is a
-/// call).
-#[inline(always)]
-pub fn current_ids() -> (u32, u32) {
-    current_ids_of(current_btf())
-}
-
-/// The running thread's task_struct, as a BTF pointer (a helper call on this kernel).
+/// The running thread's task_struct, as a BTF pointer. A helper call on this kernel
+/// (6.18 does not inline it), as `bpf_get_current_pid_tgid` is: take it only where the
+/// task's fields are read anyway.
 #[inline(always)]
 pub fn current_btf() -> *const u8 {
     // SAFETY: helper call without preconditions (tp_btf and other BTF-aware hooks).
     unsafe { aya_ebpf::helpers::bpf_get_current_task_btf() as *const u8 }
+}
+
+/// `current->comm` (the BTF pointer [`current_btf`] gave): two loads, where
+/// `bpf_get_current_comm` is a helper call that copies it byte by byte.
+#[inline(always)]
+pub fn comm_of(current: *const u8) -> [u8; 16] {
+    let offset = global(&TASK_COMM_OFFSET);
+    // SAFETY: a BTF task pointer; both words lie inside `char comm[16]`, which the
+    // verifier checks.
+    let (low, high) = unsafe {
+        (
+            load::<u64>(current, offset),
+            load::<u64>(current, offset + 8),
+        )
+    };
+    let mut comm = [0u8; 16];
+    comm[..8].copy_from_slice(&low.to_le_bytes());
+    comm[8..].copy_from_slice(&high.to_le_bytes());
+    comm
 }
 
 /// (tgid, tid) of `current`, the BTF pointer [`current_btf`] gave.
@@ -176,17 +192,18 @@ pub unsafe fn group_dead<const BTF: bool>(task: *const u8) -> bool {
     unsafe { read_at::<i32, BTF>(signal, global(&SIGNAL_LIVE_OFFSET)) == 0 }
 }
 
-/// Whether `current`, the running thread, is the only live thread of its process (`signal->live` is
+/// Whether the running thread is the only live thread of its process (`signal->live` is
 /// 1), read from its BTF task pointer; false where that cannot be read (classic
 /// tracepoints). Only a thread of the process can start another (clone raises `live`
 /// before the new thread runs) and a thread lowers it in do_exit, after its last
 /// sys_exit; so while the running thread sees 1, no other thread of its process can
 /// run a syscall hook, and its per-process counters have a single writer.
 #[inline(always)]
-pub fn alone<const BTF: bool>(current: *const u8) -> bool {
-    if !BTF || current.is_null() {
+pub fn current_alone<const BTF: bool>() -> bool {
+    if !BTF {
         return false;
     }
+    let current = current_btf();
     // SAFETY: the current task's BTF pointer; both loads are checked by the verifier.
     unsafe {
         let signal = load::<u64>(current, global(&TASK_SIGNAL_OFFSET)) as *const u8;

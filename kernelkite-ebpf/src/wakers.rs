@@ -57,9 +57,10 @@ fn irq_context() -> Option<&'static mut IrqContext> {
     IRQ_CONTEXT.get_ptr_mut(0).map(|p| unsafe { &mut *p })
 }
 
-/// Who is running the wakeup now: (kind, source, waker tgid, waker tid).
+/// Who is running the wakeup now: (kind, source, waker tgid, waker tid). `current`: the
+/// running task's BTF pointer where the hook can have one (tp_btf), else null.
 #[inline(always)]
-fn current_waker() -> (u32, u32, u32, u32) {
+fn current_waker(current: *const u8) -> (u32, u32, u32, u32) {
     if let Some(c) = irq_context() {
         if c.timer != 0 {
             return (waker_kind::TIMER, 0, 0, 0);
@@ -75,8 +76,12 @@ fn current_waker() -> (u32, u32, u32, u32) {
             return (waker_kind::SOFTIRQ, vec, 0, 0);
         }
     }
-    let pid_tgid = bpf_get_current_pid_tgid();
-    let (tgid, tid) = ((pid_tgid >> 32) as u32, pid_tgid as u32);
+    let (tgid, tid) = if current.is_null() {
+        let pid_tgid = bpf_get_current_pid_tgid();
+        ((pid_tgid >> 32) as u32, pid_tgid as u32)
+    } else {
+        task::current_ids_of(current)
+    };
     if tid == 0 {
         return (waker_kind::INTERRUPT, 0, 0, 0);
     }
@@ -90,8 +95,8 @@ fn current_waker() -> (u32, u32, u32, u32) {
 /// waker is at hand: its own group's exit, which covers exit_group (its task's flag
 /// where the BTF offsets are set, else the syscall it is in).
 #[inline(always)]
-fn waker_of(wakee_tgid: u32, wakee: *const u8) -> (u32, u32, u32, u32) {
-    let waker = current_waker();
+fn waker_of(wakee_tgid: u32, wakee: *const u8, current: *const u8) -> (u32, u32, u32, u32) {
+    let waker = current_waker(current);
     let exiting = if !wakee.is_null() {
         // SAFETY: the tracepoint's task_struct.
         unsafe { task::group_exiting::<true>(wakee) }
@@ -124,11 +129,17 @@ fn on_waking(tid: u32, tgid: u32, wakee: *const u8) -> i32 {
     if t.run_state != run_state::SLEEPING && t.run_state != run_state::INITIAL {
         return 0;
     }
-    let (kind, source, waker_tgid, waker_tid) = waker_of(t.tgid, wakee);
-    let comm = if kind == waker_kind::THREAD {
-        bpf_get_current_comm().unwrap_or_default()
+    // tp_btf (a wakee task pointer): the waker's ids and name are loads from its task.
+    let current = if wakee.is_null() {
+        core::ptr::null()
     } else {
-        [0; 16]
+        task::current_btf()
+    };
+    let (kind, source, waker_tgid, waker_tid) = waker_of(t.tgid, wakee, current);
+    let comm = match kind {
+        waker_kind::THREAD if !current.is_null() => task::comm_of(current),
+        waker_kind::THREAD => bpf_get_current_comm().unwrap_or_default(),
+        _ => [0; 16],
     };
     let pending = PendingWaker {
         kind,
@@ -170,7 +181,8 @@ pub fn on_woken(tid: u32, t: &ThreadState, class: u32, sleep_ns: u64) {
             comm = p.comm;
         }
         _ => {
-            let (kind, source, waker_tgid, waker_tid) = waker_of(t.tgid, core::ptr::null());
+            let (kind, source, waker_tgid, waker_tid) =
+                waker_of(t.tgid, core::ptr::null(), core::ptr::null());
             key.kind = kind;
             key.source = source;
             key.waker_tgid = waker_tgid;

@@ -36,6 +36,8 @@ pub struct KernelLayout {
     pub mm_arg_end_offset: u32,
     /// `task_struct.se.sum_exec_runtime`: the kernel's accounted runtime, on_cpu's source.
     pub task_sum_exec_runtime_offset: u32,
+    /// `task_struct.comm`: the waker's name, loaded directly at sched_waking.
+    pub task_comm_offset: u32,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -103,6 +105,7 @@ pub fn read_layout(path: &Path) -> Result<KernelLayout, LayoutError> {
         mm_arg_end_offset: byte("mm_struct", "arg_end")?,
         task_sum_exec_runtime_offset: byte("task_struct", "se")?
             + byte("sched_entity", "sum_exec_runtime")?,
+        task_comm_offset: byte("task_struct", "comm")?,
     })
 }
 
@@ -200,6 +203,8 @@ mod tests {
         assert!(layout.task_sum_exec_runtime_offset > layout.task_state_offset);
         assert!(layout.task_sum_exec_runtime_offset < layout.task_pid_offset);
         assert_eq!(layout.task_sum_exec_runtime_offset % 8, 0);
+        // comm is loaded as two 8-byte words.
+        assert!(layout.task_comm_offset > 0);
         if std::env::consts::ARCH == "x86_64" {
             // r15 r14 r13 r12 bp bx r11 r10 r9 r8 ax cx dx si: si is the 14th u64.
             assert_eq!(layout.pt_regs_arg1_offset, 13 * 8);

@@ -384,6 +384,7 @@ fn load_programs(
             &sum_exec_runtime_offset,
             true,
         )
+        .override_global("TASK_COMM_OFFSET", &layout.task_comm_offset, true)
         .override_global("MIN_LATENCY_NS", &options.min_latency_ns, true)
         .override_global("FOLLOW", &follow, true)
         .override_global("TARGET_CGROUP_ID", &cgroup_id, true)
