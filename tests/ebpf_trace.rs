@@ -44,6 +44,29 @@ fn read_loop_counts_every_read_exactly() {
 }
 
 #[test]
+fn reads_stay_exact_as_a_process_gains_threads_and_loses_them() {
+    let Some(_serial) = ebpf_ready("reads_stay_exact_as_a_process_gains_threads_and_loses_them")
+    else {
+        return;
+    };
+    // 100,000 reads alone, 100,000 in each of 3 threads at once, 100,000 alone again: a
+    // lone thread's histogram adds are plain, the others atomic (kernelkite-ebpf's
+    // syscalls.rs); both, and the changes between them, must count every call.
+    let (traced, result) =
+        trace_workload(&["read_loop", "--count", "100000", "--threads", "3"], &[]);
+    assert_eq!(result["reads"], 500_000);
+    assert_eq!(
+        traced.syscall_count("read"),
+        500_000,
+        "events lost {:?}, syscalls: {:?}",
+        traced.bundle.events_lost,
+        traced.analysis.syscalls
+    );
+    traced.assert_no_events_lost();
+    traced.assert_classes_sum_to_wall();
+}
+
+#[test]
 fn cpu_stress_shows_runqueue_wait() {
     let Some(_serial) = ebpf_ready("cpu_stress_shows_runqueue_wait") else {
         return;

@@ -33,7 +33,7 @@ const WORKLOADS: &[(&str, &str, Runner)] = &[
     ("io_stress", "io_wait: N × (pwrite + fsync) [--count N] [--block-size B] [--dir D] [--direct]", io::run),
     ("shared_write", "lock_wait: T threads write through one shared fd on tmpfs (f_pos_lock) [--threads T] [--count N] [--block-size B] [--dir D]", io::run_shared_write),
     ("sleep_stress", "syscall_blocked: nanosleeps and blocking pipe reads [--nanosleeps N] [--sleep-ms M] [--first-sleep-us U] [--reads R] [--delay-ms D]", sleep::run),
-    ("read_loop", "exactly N 1-byte read() calls on /dev/zero [--count N]", read_loop::run),
+    ("read_loop", "exactly N 1-byte read() calls on /dev/zero [--count N] [--threads T]", read_loop::run),
     ("exec_storm", "N short processes [--count N] [--parallel P] [--program PATH | --self-exec]", exec::run),
     ("net_stress", "loopback TCP echo of M messages [--count M] [--size B]", net::run),
     ("pipe_pingpong", "two threads (or processes) ping-pong a byte over pipes [--count N] [--processes]", pipe::run),

@@ -3,6 +3,11 @@
 //! a tracer counts N reads as exactly N read calls, and as the workload of the tracing
 //! overhead benchmark (the result has the elapsed nanoseconds per call).
 //!
+//! With `--threads T` it makes N reads alone, then N in each of T threads at once, then
+//! N alone again after they are joined: N × (T + 2) in all, across a process that goes
+//! from one thread to T + 1 and back (a tracer that counts a lone thread's calls
+//! differently must stay exact through both changes).
+//!
 //! Between the gate and the result line the process makes no other `read` call: /dev/zero
 //! is opened before the gate, the clock is read through the vDSO, and the gate itself
 //! consumes stdin with `readv` (see `start`).
@@ -14,6 +19,7 @@ use crate::report::Report;
 
 pub fn run(args: &mut Args) -> Result<(), crate::Fail> {
     let count = args.u64("count", 2_000_000)?;
+    let threads = args.u64("threads", 0)?;
     let start = crate::gate(args)?;
 
     // SAFETY: valid NUL-terminated path.
@@ -23,6 +29,37 @@ pub fn run(args: &mut Args) -> Result<(), crate::Fail> {
     }
     start.wait()?;
     let t0 = Instant::now();
+    let mut failed = reads(fd, count);
+    let mut total = count;
+    if threads > 0 {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| std::thread::spawn(move || reads(fd, count)))
+            .collect();
+        for w in workers {
+            failed += w.join().map_err(|_| String::from("a reading thread panicked"))?;
+        }
+        failed += reads(fd, count);
+        total = count * (threads + 2);
+    }
+    let elapsed = crate::elapsed_ns(t0);
+    // SAFETY: fd is open and unused afterwards.
+    unsafe { libc::close(fd) };
+    if failed > 0 {
+        return Err(format!("{failed} of {total} reads did not return 1 byte").into());
+    }
+
+    Report::new("read_loop")
+        .u64("reads", total)
+        .u64("bytes", total)
+        .u64("threads", threads)
+        .u64("elapsed_ns", elapsed)
+        .f64("ns_per_call", elapsed as f64 / total.max(1) as f64)
+        .print();
+    Ok(())
+}
+
+/// `count` one-byte reads of `fd`; how many did not return 1 byte.
+fn reads(fd: i32, count: u64) -> u64 {
     let mut byte = 0u8;
     let mut failed = 0u64;
     for _ in 0..count {
@@ -31,18 +68,5 @@ pub fn run(args: &mut Args) -> Result<(), crate::Fail> {
             failed += 1;
         }
     }
-    let elapsed = crate::elapsed_ns(t0);
-    // SAFETY: fd is open and unused afterwards.
-    unsafe { libc::close(fd) };
-    if failed > 0 {
-        return Err(format!("{failed} of {count} reads did not return 1 byte").into());
-    }
-
-    Report::new("read_loop")
-        .u64("reads", count)
-        .u64("bytes", count)
-        .u64("elapsed_ns", elapsed)
-        .f64("ns_per_call", elapsed as f64 / count.max(1) as f64)
-        .print();
-    Ok(())
+    failed
 }
