@@ -139,7 +139,7 @@ pub fn classic_sys_enter(ctx: TracePointContext) -> u32 {
 
 #[tracepoint]
 pub fn classic_sys_exit(ctx: TracePointContext) -> u32 {
-    syscalls::on_exit::<_, false>(&ctx, split_pid_tgid(), || {
+    syscalls::on_exit(&ctx, split_pid_tgid(), || {
         field::<i64>(&ctx, &CLASSIC_SYS_EXIT_RET)
     }) as u32
 }

@@ -9,12 +9,12 @@ use aya_ebpf::programs::tracing::StackIdContext;
 use aya_ebpf::programs::BtfTracePointContext;
 use kernelkite_common::bpf::{
     lost, record_kind, sys_flags, syscall_kind, SlowSyscallRecord, SyscallHist, SyscallKey,
-    COPIED_STACK, NO_CLASS, NO_PENDING, NO_STACK, NO_SYSCALL, SYSCALL_BEFORE_START,
+    ThreadState, COPIED_STACK, NO_CLASS, NO_PENDING, NO_STACK, NO_SYSCALL, SYSCALL_BEFORE_START,
 };
 use kernelkite_common::hist::{bucket_index, NUM_BUCKETS};
 
 use crate::maps::{
-    atomic_add, count_lost, is_gate, is_target, split_pid_tgid, traced_thread, EVENTS,
+    atomic_add, count_lost, is_gate, is_target, split_pid_tgid, thread, traced_thread, EVENTS,
     SYSCALL_HISTS, SYSCALL_KIND,
 };
 use crate::{stacks, task};
@@ -75,17 +75,27 @@ pub fn on_enter(ids: (u32, u32), nr: u32, arg0: u64, arg1: impl FnOnce() -> u64)
     0
 }
 
-/// sys_exit, whatever the hook: the running thread's (tgid, tid); `ret` reads the
-/// return value; `BTF`: the hook can have the running task's BTF pointer (tp_btf).
+/// sys_exit where the hook has no task pointer (classic tracepoints): the running
+/// thread's (tgid, tid); `ret` reads the return value.
 #[inline(always)]
-pub fn on_exit<C: StackIdContext, const BTF: bool>(
-    ctx: &C,
-    ids: (u32, u32),
-    ret: impl FnOnce() -> i64,
-) -> i32 {
+pub fn on_exit<C: StackIdContext>(ctx: &C, ids: (u32, u32), ret: impl FnOnce() -> i64) -> i32 {
     let Some((tgid, tid, t)) = traced_thread(ids.0, ids.1) else {
         return 0;
     };
+    exit_traced::<_, false>(ctx, tgid, tid, t, core::ptr::null(), ret)
+}
+
+/// sys_exit of traced thread `tid` of `tgid`, state `t`; `current`: its task's BTF
+/// pointer (`BTF`, tp_btf), or null.
+#[inline(always)]
+fn exit_traced<C: StackIdContext, const BTF: bool>(
+    ctx: &C,
+    tgid: u32,
+    tid: u32,
+    t: &mut ThreadState,
+    current: *const u8,
+    ret: impl FnOnce() -> i64,
+) -> i32 {
     let nr = t.sys_nr;
     if nr == NO_SYSCALL {
         // Entered before we attached (or a fork child returning): no start time.
@@ -120,14 +130,14 @@ pub fn on_exit<C: StackIdContext, const BTF: bool>(
                 nr: nr | SYSCALL_BEFORE_START,
             },
             latency_ns,
-            task::current_alone::<BTF>(),
+            task::alone::<BTF>(current),
         );
         return 0;
     }
     count_latency(
         SyscallKey { tgid, nr },
         latency_ns,
-        task::current_alone::<BTF>(),
+        task::alone::<BTF>(current),
     );
 
     // SAFETY: a read-only global set at load time.
@@ -177,11 +187,14 @@ pub fn sys_enter(ctx: BtfTracePointContext) -> i32 {
 
 #[btf_tracepoint(function = "sys_exit")]
 pub fn sys_exit(ctx: BtfTracePointContext) -> i32 {
-    let (tgid, tid) = split_pid_tgid();
+    // One helper call for the task: its tgid here, its tid and thread count below.
+    let current = task::current_btf();
+    // SAFETY: the current task's BTF pointer.
+    let tgid = unsafe { task::tgid::<true>(current) };
     if !is_target(tgid) {
         return 0;
     }
-    sys_exit_traced(&ctx, tgid, tid)
+    sys_exit_traced(&ctx, tgid, current)
 }
 
 /// sys_exit of a traced process, out of line: the program proper stays the bit test
@@ -190,8 +203,13 @@ pub fn sys_exit(ctx: BtfTracePointContext) -> i32 {
 /// (the empty floor's 32; docs/PERFORMANCE.md). sys_enter, with a small frame anyway,
 /// measured the same both ways and stays inline.
 #[inline(never)]
-fn sys_exit_traced(ctx: &BtfTracePointContext, tgid: u32, tid: u32) -> i32 {
-    on_exit::<_, true>(ctx, (tgid, tid), || ctx.arg::<i64>(1))
+fn sys_exit_traced(ctx: &BtfTracePointContext, tgid: u32, current: *const u8) -> i32 {
+    // SAFETY: the current task's BTF pointer.
+    let tid = unsafe { task::pid::<true>(current) };
+    let Some(t) = thread(tid) else {
+        return 0;
+    };
+    exit_traced::<_, true>(ctx, tgid, tid, t, current, || ctx.arg::<i64>(1))
 }
 
 /// Count one call of `latency_ns` into `key`'s histogram. `alone`: the calling thread is

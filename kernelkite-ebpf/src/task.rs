@@ -192,18 +192,17 @@ pub unsafe fn group_dead<const BTF: bool>(task: *const u8) -> bool {
     unsafe { read_at::<i32, BTF>(signal, global(&SIGNAL_LIVE_OFFSET)) == 0 }
 }
 
-/// Whether the running thread is the only live thread of its process (`signal->live` is
+/// Whether `current`, the running thread's BTF task pointer, is the only live thread of its process (`signal->live` is
 /// 1), read from its BTF task pointer; false where that cannot be read (classic
 /// tracepoints). Only a thread of the process can start another (clone raises `live`
 /// before the new thread runs) and a thread lowers it in do_exit, after its last
 /// sys_exit; so while the running thread sees 1, no other thread of its process can
 /// run a syscall hook, and its per-process counters have a single writer.
 #[inline(always)]
-pub fn current_alone<const BTF: bool>() -> bool {
-    if !BTF {
+pub fn alone<const BTF: bool>(current: *const u8) -> bool {
+    if !BTF || current.is_null() {
         return false;
     }
-    let current = current_btf();
     // SAFETY: the current task's BTF pointer; both loads are checked by the verifier.
     unsafe {
         let signal = load::<u64>(current, global(&TASK_SIGNAL_OFFSET)) as *const u8;
