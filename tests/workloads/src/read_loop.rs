@@ -36,7 +36,9 @@ pub fn run(args: &mut Args) -> Result<(), crate::Fail> {
             .map(|_| std::thread::spawn(move || reads(fd, count)))
             .collect();
         for w in workers {
-            failed += w.join().map_err(|_| String::from("a reading thread panicked"))?;
+            failed += w
+                .join()
+                .map_err(|_| String::from("a reading thread panicked"))?;
         }
         failed += reads(fd, count);
         total = count * (threads + 2);
