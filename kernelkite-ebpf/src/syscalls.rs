@@ -203,6 +203,9 @@ pub fn sys_exit(ctx: BtfTracePointContext) -> i32 {
 /// (the empty floor's 32; docs/PERFORMANCE.md). sys_enter, with a small frame anyway,
 /// measured the same both ways and stays inline.
 #[inline(never)]
+// A fixed symbol: a mangled one carries the crate's hash, which changes with the
+// checkout's path, and the committed object must match a fresh build anywhere.
+#[unsafe(no_mangle)]
 fn sys_exit_traced(ctx: &BtfTracePointContext, tgid: u32, current: *const u8) -> i32 {
     // SAFETY: the current task's BTF pointer.
     let tid = unsafe { task::pid::<true>(current) };
