@@ -1358,3 +1358,54 @@ fn a_live_process_traced_mid_life_matches_schedstat_per_thread() {
         "runqueue off by {worst_runqueue:.5}"
     );
 }
+
+/// The overhead benchmark's reference programs (`kernelkite bench-floor`, hidden) load
+/// and attach on this kernel: the empty, bit, clock and scheduler floors each name the
+/// programs they attached, and detach when their stdin closes.
+#[test]
+fn the_benchmark_floors_load_attach_and_detach() {
+    let Some(_serial) = ebpf_ready("the_benchmark_floors_load_attach_and_detach") else {
+        return;
+    };
+    let pid = std::process::id().to_string();
+    for (args, programs) in [
+        (vec![], ["floor_sys_enter", "floor_sys_exit"]),
+        (
+            vec!["--bit", "--pid", &pid],
+            ["floor_bit_sys_enter", "floor_bit_sys_exit"],
+        ),
+        (
+            vec!["--clock", "--pid", &pid],
+            ["floor_clock_sys_enter", "floor_clock_sys_exit"],
+        ),
+        (
+            vec!["--sched", "--pid", &pid],
+            ["floor_sched_switch", "floor_sched_wakeup"],
+        ),
+    ] {
+        let mut child = Command::new(kernelkite_bin())
+            .arg("bench-floor")
+            .args(&args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        drop(child.stdin.take());
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "bench-floor {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        for program in programs {
+            assert!(line.contains(program), "bench-floor {args:?}: {line}");
+        }
+    }
+}
