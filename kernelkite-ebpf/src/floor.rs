@@ -14,7 +14,7 @@ use aya_ebpf::macros::{btf_tracepoint, map};
 use aya_ebpf::maps::{HashMap, PerCpuArray};
 use aya_ebpf::programs::BtfTracePointContext;
 
-use crate::maps::is_target;
+use crate::maps::{is_target, split_pid_tgid};
 use crate::task;
 
 /// The clock floor's syscall in progress on a CPU.
@@ -84,14 +84,18 @@ pub fn floor_clock_sys_exit(_ctx: BtfTracePointContext) -> i32 {
 /// does not trace, the target bit test and nothing else.
 #[btf_tracepoint(function = "sys_enter")]
 pub fn floor_bit_sys_enter(_ctx: BtfTracePointContext) -> i32 {
-    let pid_tgid = bpf_get_current_pid_tgid();
-    i32::from(is_target((pid_tgid >> 32) as u32))
+    bit_test()
 }
 
 #[btf_tracepoint(function = "sys_exit")]
 pub fn floor_bit_sys_exit(_ctx: BtfTracePointContext) -> i32 {
-    let pid_tgid = bpf_get_current_pid_tgid();
-    i32::from(is_target((pid_tgid >> 32) as u32))
+    bit_test()
+}
+
+/// The running process's target bit, returned so the test is not optimised away.
+#[inline(always)]
+fn bit_test() -> i32 {
+    i32::from(is_target(split_pid_tgid().0))
 }
 
 /// The scheduler floor's state of a thread: when its current interval began, and the

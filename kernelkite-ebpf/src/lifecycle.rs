@@ -14,8 +14,8 @@ use kernelkite_common::bpf::{
 use kernelkite_common::LatencyClass;
 
 use crate::maps::{
-    clear_target, count_lost, current_thread, is_gate, is_target, set_target, thread, EVENTS, GATE,
-    THREADS,
+    clear_target, count_lost, current_thread, is_gate, is_target, set_target, split_pid_tgid,
+    thread, EVENTS, GATE, THREADS,
 };
 use crate::sched::close_interval;
 use crate::{cgroup, stacks, task};
@@ -174,8 +174,7 @@ fn enter_target_cgroup() -> Option<(u32, u32, &'static mut ThreadState)> {
     if !cgroup::selecting() || !cgroup::current_in_target() {
         return None;
     }
-    let pid_tgid = aya_ebpf::helpers::bpf_get_current_pid_tgid();
-    let (tgid, tid) = ((pid_tgid >> 32) as u32, pid_tgid as u32);
+    let (tgid, tid) = split_pid_tgid();
     // SAFETY: helper calls without preconditions; the current task_struct is valid.
     let (now, runtime_ns) = unsafe {
         let current = bpf_get_current_task() as *const u8;
@@ -283,8 +282,7 @@ pub fn sched_process_exit(ctx: BtfTracePointContext) -> i32 {
 /// runtime the rest of the exit used; without it the record is sent now.
 #[inline(always)]
 pub fn on_exit(exit_code: impl FnOnce() -> Option<u32>, group_dead: bool, defer: bool) -> i32 {
-    let pid_tgid = aya_ebpf::helpers::bpf_get_current_pid_tgid();
-    let (tgid, tid) = ((pid_tgid >> 32) as u32, pid_tgid as u32);
+    let (tgid, tid) = split_pid_tgid();
     if !is_target(tgid) {
         return 0;
     }

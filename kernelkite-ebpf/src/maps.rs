@@ -108,8 +108,8 @@ pub fn clear_target(tgid: u32) {
 /// process first (an inlined array load), then its entry.
 #[inline(always)]
 pub fn current_thread() -> Option<(u32, u32, &'static mut ThreadState)> {
-    let pid_tgid = aya_ebpf::helpers::bpf_get_current_pid_tgid();
-    traced_thread((pid_tgid >> 32) as u32, pid_tgid as u32)
+    let (tgid, tid) = split_pid_tgid();
+    traced_thread(tgid, tid)
 }
 
 /// Thread `tid` of process `tgid` with its state, when it is traced: the target bit of
@@ -122,7 +122,7 @@ pub fn traced_thread(tgid: u32, tid: u32) -> Option<(u32, u32, &'static mut Thre
     thread(tid).map(|t| (tgid, tid, t))
 }
 
-/// The running thread's (tgid, tid) the way the hook at hand can read them fastest.
+/// The running thread's (tgid, tid), from `bpf_get_current_pid_tgid`.
 #[inline(always)]
 pub fn split_pid_tgid() -> (u32, u32) {
     let pid_tgid = aya_ebpf::helpers::bpf_get_current_pid_tgid();

@@ -118,6 +118,7 @@ fn exit_traced<C: StackIdContext, const BTF: bool>(
         return 0;
     }
     let start_ns = t.sys_enter_ns;
+    let alone = task::alone::<BTF>(current);
     // SAFETY: helper call without preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
     let latency_ns = now.saturating_sub(start_ns);
@@ -130,15 +131,11 @@ fn exit_traced<C: StackIdContext, const BTF: bool>(
                 nr: nr | SYSCALL_BEFORE_START,
             },
             latency_ns,
-            task::alone::<BTF>(current),
+            alone,
         );
         return 0;
     }
-    count_latency(
-        SyscallKey { tgid, nr },
-        latency_ns,
-        task::alone::<BTF>(current),
-    );
+    count_latency(SyscallKey { tgid, nr }, latency_ns, alone);
 
     // SAFETY: a read-only global set at load time.
     let min = unsafe { core::ptr::read_volatile(&MIN_LATENCY_NS) };

@@ -185,18 +185,25 @@ pub unsafe fn sum_exec_runtime<const BTF: bool>(task: *const u8) -> u64 {
 /// `signal->live` count, decremented before the exit tracepoint, is 0.
 #[inline(always)]
 pub unsafe fn group_dead<const BTF: bool>(task: *const u8) -> bool {
-    let signal = unsafe { read_at::<u64, BTF>(task, global(&TASK_SIGNAL_OFFSET)) } as *const u8;
-    if signal.is_null() {
-        return false;
-    }
-    unsafe { read_at::<i32, BTF>(signal, global(&SIGNAL_LIVE_OFFSET)) == 0 }
+    let live = unsafe { live_threads::<BTF>(task) };
+    live == Some(0)
 }
 
-/// Whether `current`, the running thread's BTF task pointer, is the only live thread of its process (`signal->live` is
-/// 1), read from its BTF task pointer; false where that cannot be read (classic
-/// tracepoints). Only a thread of the process can start another (clone raises `live`
-/// before the new thread runs) and a thread lowers it in do_exit, after its last
-/// sys_exit; so while the running thread sees 1, no other thread of its process can
+/// `task->signal->live`: its process's live threads (None without a signal_struct).
+#[inline(always)]
+unsafe fn live_threads<const BTF: bool>(task: *const u8) -> Option<i32> {
+    let signal = unsafe { read_at::<u64, BTF>(task, global(&TASK_SIGNAL_OFFSET)) } as *const u8;
+    if signal.is_null() {
+        return None;
+    }
+    Some(unsafe { read_at::<i32, BTF>(signal, global(&SIGNAL_LIVE_OFFSET)) })
+}
+
+/// Whether `current`, the running thread's BTF task pointer, is the only live thread
+/// of its process (`signal->live` is 1); false without a BTF pointer (classic
+/// tracepoints), where the probe reads would cost more than they save. Only a thread
+/// of the process can start another (clone raises `live` before the new thread runs)
+/// and a thread lowers it in do_exit, after its last sys_exit; so while the running thread sees 1, no other thread of its process can
 /// run a syscall hook, and its per-process counters have a single writer.
 #[inline(always)]
 pub fn alone<const BTF: bool>(current: *const u8) -> bool {
@@ -204,10 +211,8 @@ pub fn alone<const BTF: bool>(current: *const u8) -> bool {
         return false;
     }
     // SAFETY: the current task's BTF pointer; both loads are checked by the verifier.
-    unsafe {
-        let signal = load::<u64>(current, global(&TASK_SIGNAL_OFFSET)) as *const u8;
-        !signal.is_null() && load::<i32>(signal, global(&SIGNAL_LIVE_OFFSET)) == 1
-    }
+    let live = unsafe { live_threads::<true>(current) };
+    live == Some(1)
 }
 
 /// `SIGNAL_GROUP_EXIT` (include/linux/sched/signal.h): exit_group or a fatal signal is

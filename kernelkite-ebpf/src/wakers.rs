@@ -13,7 +13,7 @@
 //! BPF program sees the record before the kernel fills its common fields, whose first
 //! 8 bytes then hold a pt_regs pointer.)
 
-use aya_ebpf::helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_task};
+use aya_ebpf::helpers::{bpf_get_current_comm, bpf_get_current_task};
 use aya_ebpf::macros::{btf_tracepoint, map, tracepoint};
 use aya_ebpf::maps::{HashMap, PerCpuArray};
 use aya_ebpf::programs::{BtfTracePointContext, TracePointContext};
@@ -23,7 +23,7 @@ use kernelkite_common::wake::{
     WAKERS_MAX_ENTRIES,
 };
 
-use crate::maps::{is_target, thread};
+use crate::maps::{is_target, split_pid_tgid, thread};
 use crate::task;
 
 /// Time and count per (waiter, class, waker). Bounded: a full map drops the sleep's
@@ -77,8 +77,7 @@ fn current_waker(current: *const u8) -> (u32, u32, u32, u32) {
         }
     }
     let (tgid, tid) = if current.is_null() {
-        let pid_tgid = bpf_get_current_pid_tgid();
-        ((pid_tgid >> 32) as u32, pid_tgid as u32)
+        split_pid_tgid()
     } else {
         task::current_ids_of(current)
     };
