@@ -47,6 +47,9 @@ pub mod map_names {
     pub const SYSCALL_KIND: &str = "SYSCALL_KIND";
     pub const TARGETS: &str = "TARGETS";
     pub const THREADS: &str = "THREADS";
+    /// The per-CPU notes of an untraced task (`untraced_notes`): the object's only
+    /// zero-initialised global, so its `.bss` section.
+    pub const UNTRACED_NOTES: &str = ".bss";
     pub const USER_STACKS: &str = "USER_STACKS";
     pub const WAKERS: &str = "WAKERS";
     pub const WAKERS_LOST: &str = "WAKERS_LOST";
@@ -62,6 +65,7 @@ pub mod map_names {
         SYSCALL_KIND,
         TARGETS,
         THREADS,
+        UNTRACED_NOTES,
         USER_STACKS,
         WAKERS,
         WAKERS_LOST,
@@ -85,6 +89,18 @@ pub mod targets {
     pub const fn bit(tgid: u32) -> u64 {
         1u64 << (tgid & 63)
     }
+}
+
+/// The per-CPU notes of an untraced task that sys_enter and sys_exit skip on
+/// (kernelkite-ebpf's `maps::UNTRACED_CPU`): a `pt_regs` pointer and a generation.
+pub mod untraced_notes {
+    /// CPUs with a note; tasks on higher CPU ids take the bit test.
+    pub const CPUS: usize = 1024;
+    /// u64s from one CPU's note to the next: a cache line each, since a CPU writes
+    /// its note while the other CPUs read theirs.
+    pub const STRIDE: usize = 8;
+    /// Size of the array, in u64s.
+    pub const LEN: usize = CPUS * STRIDE;
 }
 
 /// `ThreadState::sys_nr` when the thread is not inside a syscall.

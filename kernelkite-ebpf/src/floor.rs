@@ -14,7 +14,9 @@ use aya_ebpf::macros::{btf_tracepoint, map};
 use aya_ebpf::maps::{HashMap, PerCpuArray};
 use aya_ebpf::programs::BtfTracePointContext;
 
-use crate::maps::{is_target, split_pid_tgid};
+use kernelkite_common::bpf::targets;
+
+use crate::maps::{is_target, split_pid_tgid, TARGETS};
 use crate::task;
 
 /// The clock floor's syscall in progress on a CPU.
@@ -92,10 +94,19 @@ pub fn floor_bit_sys_exit(_ctx: BtfTracePointContext) -> i32 {
     bit_test()
 }
 
-/// The running process's target bit, returned so the test is not optimised away.
+/// The running process's target bit. The word is read with a volatile load: the
+/// program's return value is dropped by the macro, and until 2026-12-05 the compiler
+/// removed the load with it, so the "bit floor" measured the helper call alone.
 #[inline(always)]
 fn bit_test() -> i32 {
-    i32::from(is_target(split_pid_tgid().0))
+    let tgid = split_pid_tgid().0;
+    match TARGETS.get(targets::word(tgid)) {
+        // SAFETY: a map value, valid while the program runs.
+        Some(word) => {
+            i32::from(unsafe { core::ptr::read_volatile(word) } & targets::bit(tgid) != 0)
+        }
+        None => 0,
+    }
 }
 
 /// The scheduler floor's state of a thread: when its current interval began, and the

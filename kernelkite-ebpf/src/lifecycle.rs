@@ -14,8 +14,8 @@ use kernelkite_common::bpf::{
 use kernelkite_common::LatencyClass;
 
 use crate::maps::{
-    clear_target, count_lost, current_thread, is_gate, is_target, set_target, split_pid_tgid,
-    thread, EVENTS, GATE, THREADS,
+    clear_target, count_lost, current_thread, is_gate, is_target, raise_notes_generation,
+    set_target, split_pid_tgid, thread, EVENTS, GATE, THREADS,
 };
 use crate::sched::close_interval;
 use crate::{cgroup, stacks, task};
@@ -118,6 +118,10 @@ pub fn on_fork(child: impl FnOnce(u32) -> (u32, u32)) -> i32 {
     }
     if new_process {
         set_target(child_tgid);
+    } else {
+        // A new thread of a traced process may get a dead untraced task's stack, and
+        // with it a note on its `pt_regs` (`maps::UNTRACED_CPU`): void the notes.
+        raise_notes_generation();
     }
     // New threads get a record too: it fixes the start of their window.
     send(LifecycleRecord {

@@ -3,13 +3,113 @@
 use aya_ebpf::bindings::BPF_F_MMAPABLE;
 use aya_ebpf::macros::map;
 use aya_ebpf::maps::{Array, HashMap, PerCpuArray, RingBuf};
-use kernelkite_common::bpf::{lost, targets, SyscallHist, SyscallKey, ThreadState, MAX_SYSCALL_NR};
+use kernelkite_common::bpf::{
+    lost, targets, untraced_notes, SyscallHist, SyscallKey, ThreadState, MAX_SYSCALL_NR,
+};
 
 /// Bit per tgid: set for every traced process (layout: `kernelkite_common::bpf::targets`).
 /// Mappable: userspace sets and clears bits with atomics on the same words (an update
 /// of a whole word from userspace would undo a bit a program set meanwhile).
 #[map]
 pub static TARGETS: Array<u64> = Array::with_max_entries(targets::WORDS, BPF_F_MMAPABLE);
+
+/// Per CPU, a cache line each (`untraced_notes`): the `pt_regs` pointer of the last task
+/// whose syscall found its process untraced on this CPU, and the notes' generation
+/// read before that bit test. sys_enter and sys_exit skip a syscall whose `pt_regs`
+/// (their first argument, the top of the task's kernel stack: one per live task) and
+/// generation match: a few loads and no helper call, less than the bit test costs
+/// (`bpf_get_current_pid_tgid` is a helper call). A global, not a map: its address is
+/// a constant of the program, so there is no key on the stack.
+///
+/// Why a matching note is true: it names one task, and says its process was untraced.
+/// Nothing else about the CPU matters (a task that migrates keeps its note elsewhere,
+/// and a switch the kernel skipped our programs for changes nothing). It stops being
+/// true when its process's bit is set, or its stack goes to another task:
+/// - a program sets a bit (a followed fork, an exec into the traced cgroup) or a traced
+///   process gains a thread: `NOTES_GENERATION` is raised, voiding every note, so a
+///   new traced thread on a dead untraced task's stack is not taken for it;
+/// - userspace sets bits, waits out every program run in flight (an RCU grace period,
+///   `membarrier(MEMBARRIER_CMD_GLOBAL)`: the syscall hooks run with preemption off),
+///   then zeroes every note;
+/// - a stack reused by a task that is not traced either is skipped rightly.
+///
+/// Where userspace cannot wait out a grace period no note is written (`NOTES_ON`).
+#[unsafe(no_mangle)]
+static mut UNTRACED_CPU: [u64; untraced_notes::LEN] = [0; untraced_notes::LEN];
+
+/// The notes' generation (starts at 1, so a zeroed note never matches). Not in `.bss`
+/// with the notes: userspace zeroes those, and must never put this back.
+#[unsafe(no_mangle)]
+static mut NOTES_GENERATION: u64 = 1;
+
+/// 1 when the syscall hooks write `UNTRACED_CPU` notes; set by userspace at load time.
+#[unsafe(no_mangle)]
+static NOTES_ON: u8 = 0;
+
+/// This CPU's note (bpf_get_smp_processor_id is inlined: a per-CPU load).
+#[inline(always)]
+fn this_cpu_note() -> Option<*mut u64> {
+    // SAFETY: helper call without preconditions.
+    let cpu = unsafe { aya_ebpf::helpers::bpf_get_smp_processor_id() } as usize;
+    if cpu >= untraced_notes::CPUS {
+        return None;
+    }
+    // SAFETY: inside the array: cpu < CPUS.
+    Some(unsafe {
+        (&raw mut UNTRACED_CPU)
+            .cast::<u64>()
+            .add(cpu * untraced_notes::STRIDE)
+    })
+}
+
+/// The notes' generation; read it before the bit test a note is written from.
+#[inline(always)]
+pub fn notes_generation() -> u64 {
+    // SAFETY: our own global, raised with atomic adds.
+    unsafe { core::ptr::read_volatile(&raw const NOTES_GENERATION) }
+}
+
+/// Void every CPU's note (see `UNTRACED_CPU`).
+#[inline(always)]
+pub fn raise_notes_generation() {
+    // SAFETY: our own global; programs on other CPUs raise it too.
+    unsafe {
+        core::intrinsics::atomic_xadd::<u64, u64, { core::intrinsics::AtomicOrdering::Relaxed }>(
+            &raw mut NOTES_GENERATION,
+            1,
+        )
+    };
+}
+
+/// A syscall hook found the running task's process untraced, testing its bit after
+/// reading `generation`: note its `regs` on this CPU.
+#[inline(always)]
+pub fn note_untraced(regs: u64, generation: u64) {
+    // SAFETY: a read-only global set at load time.
+    if unsafe { core::ptr::read_volatile(&NOTES_ON) } == 0 {
+        return;
+    }
+    if let Some(p) = this_cpu_note() {
+        // SAFETY: this CPU's note; the syscall hooks run with preemption off.
+        unsafe {
+            core::ptr::write_volatile(p, regs);
+            core::ptr::write_volatile(p.add(1), generation);
+        }
+    }
+}
+
+/// Whether this CPU's note names the task whose syscall has `regs` as untraced.
+#[inline(always)]
+pub fn noted_untraced(regs: u64) -> bool {
+    let Some(p) = this_cpu_note() else {
+        return false;
+    };
+    // SAFETY: this CPU's note.
+    unsafe {
+        core::ptr::read_volatile(p) == regs
+            && core::ptr::read_volatile(p.add(1)) == notes_generation()
+    }
+}
 
 /// Per-thread state and class counters, keyed by tid.
 #[map]
@@ -87,6 +187,10 @@ pub fn set_target(tgid: u32) {
             )
         };
     }
+    // Notes of the process's tasks, if any, say it is untraced. After the bit: a hook
+    // that reads the raised generation then sees the bit (both are atomic operations,
+    // full barriers on x86_64), so no note of the new generation says untraced.
+    raise_notes_generation();
 }
 
 /// A process is gone (its last thread exited): its pid may be reused by a process that

@@ -1,12 +1,15 @@
 //! raw_syscalls sys_enter/sys_exit: remember the syscall in progress (for the class of
 //! a sleep inside it) and count its latency into a per-(tgid, nr) histogram.
 
+use core::ffi::c_void;
+
 use aya_ebpf::bindings::BPF_NOEXIST;
 use aya_ebpf::helpers::bpf_ktime_get_ns;
 use aya_ebpf::macros::{btf_tracepoint, map};
 use aya_ebpf::maps::Array;
 use aya_ebpf::programs::tracing::StackIdContext;
 use aya_ebpf::programs::BtfTracePointContext;
+use aya_ebpf::EbpfContext;
 use kernelkite_common::bpf::{
     lost, record_kind, sys_flags, syscall_kind, SlowSyscallRecord, SyscallHist, SyscallKey,
     ThreadState, COPIED_STACK, NO_CLASS, NO_PENDING, NO_STACK, NO_SYSCALL, SYSCALL_BEFORE_START,
@@ -14,8 +17,8 @@ use kernelkite_common::bpf::{
 use kernelkite_common::hist::{bucket_index, NUM_BUCKETS};
 
 use crate::maps::{
-    atomic_add, count_lost, is_gate, is_target, split_pid_tgid, thread, traced_thread, EVENTS,
-    SYSCALL_HISTS, SYSCALL_KIND,
+    atomic_add, count_lost, is_gate, is_target, note_untraced, noted_untraced, notes_generation,
+    split_pid_tgid, thread, traced_thread, EVENTS, SYSCALL_HISTS, SYSCALL_KIND,
 };
 use crate::{stacks, task};
 
@@ -65,6 +68,13 @@ pub fn on_enter(ids: (u32, u32), nr: u32, arg0: u64, arg1: impl FnOnce() -> u64)
     let Some((_, _, t)) = traced_thread(ids.0, ids.1) else {
         return 0;
     };
+    enter_traced(t, nr, arg0, arg1);
+    0
+}
+
+/// sys_enter of a traced thread, state `t`.
+#[inline(always)]
+fn enter_traced(t: &mut ThreadState, nr: u32, arg0: u64, arg1: impl FnOnce() -> u64) {
     t.sys_nr = nr;
     t.sys_arg0 = arg0;
     t.sys_is_lock = is_lock_wait(nr, arg1);
@@ -72,7 +82,6 @@ pub fn on_enter(ids: (u32, u32), nr: u32, arg0: u64, arg1: impl FnOnce() -> u64)
     t.sys_user_stack_id = NO_STACK;
     // SAFETY: helper call without preconditions.
     t.sys_enter_ns = unsafe { bpf_ktime_get_ns() };
-    0
 }
 
 /// sys_exit where the hook has no task pointer (classic tracepoints): the running
@@ -172,44 +181,75 @@ fn exit_traced<C: StackIdContext, const BTF: bool>(
     0
 }
 
+/// sys_enter: first this CPU's note of an untraced task (`maps::UNTRACED_CPU`: a few
+/// loads, no helper call, nothing on the stack), which every syscall of the machine
+/// runs. The rest stays inline: out of line it saved an untraced syscall about 0.5 ns
+/// and cost a traced one 2-3 (docs/PERFORMANCE.md).
 #[btf_tracepoint(function = "sys_enter")]
 pub fn sys_enter(ctx: BtfTracePointContext) -> i32 {
+    if noted_untraced(ctx.arg::<u64>(0)) {
+        return 0;
+    }
+    sys_enter_unnoted(ctx.as_ptr())
+}
+
+/// sys_enter of a task without a note: the bit test (and a note if it fails), then the
+/// syscall's start.
+#[inline(always)]
+fn sys_enter_unnoted(ctx: *mut c_void) -> i32 {
+    let ctx = BtfTracePointContext::new(ctx);
     let regs: *const u8 = ctx.arg(0);
-    on_enter(split_pid_tgid(), ctx.arg::<i64>(1) as u32, 0, || {
+    let generation = notes_generation();
+    let (tgid, tid) = split_pid_tgid();
+    if !is_target(tgid) {
+        note_untraced(regs as u64, generation);
+        return 0;
+    }
+    let Some(t) = thread(tid) else {
+        return 0;
+    };
+    enter_traced(t, ctx.arg::<i64>(1) as u32, 0, || {
         // SAFETY: regs is the tracepoint's BTF-typed pt_regs; the offset comes from BTF.
         let off = unsafe { core::ptr::read_volatile(&PT_REGS_ARG1_OFFSET) };
         unsafe { task::load::<u64>(regs, off) }
-    })
+    });
+    0
 }
 
+/// sys_exit: the note, then the rest out of line, which takes the context as a raw
+/// pointer (a reference would put it on the stack first): the program every syscall
+/// runs keeps a small frame.
 #[btf_tracepoint(function = "sys_exit")]
 pub fn sys_exit(ctx: BtfTracePointContext) -> i32 {
+    if noted_untraced(ctx.arg::<u64>(0)) {
+        return 0;
+    }
+    sys_exit_unnoted(ctx.as_ptr())
+}
+
+/// sys_exit of a task without a note: the bit test (and a note if it fails), then the
+/// syscall's end.
+#[inline(never)]
+// A fixed symbol: a mangled one carries the crate's hash, which changes with the
+// checkout's path, and the committed object must match a fresh build anywhere.
+#[unsafe(no_mangle)]
+fn sys_exit_unnoted(ctx: *mut c_void) -> i32 {
+    let ctx = BtfTracePointContext::new(ctx);
+    let generation = notes_generation();
     // One helper call for the task: its tgid here, its tid and thread count below.
     let current = task::current_btf();
     // SAFETY: the current task's BTF pointer.
     let tgid = unsafe { task::tgid::<true>(current) };
     if !is_target(tgid) {
+        note_untraced(ctx.arg::<u64>(0), generation);
         return 0;
     }
-    sys_exit_traced(&ctx, tgid, current)
-}
-
-/// sys_exit of a traced process, out of line: the program proper stays the bit test
-/// (a small frame, few registers saved), which every syscall of the machine runs: an
-/// untraced syscall's sys_exit measured 36.5 ns of program time this way, 39.3 inline
-/// (the empty floor's 32; docs/PERFORMANCE.md). sys_enter, with a small frame anyway,
-/// measured the same both ways and stays inline.
-#[inline(never)]
-// A fixed symbol: a mangled one carries the crate's hash, which changes with the
-// checkout's path, and the committed object must match a fresh build anywhere.
-#[unsafe(no_mangle)]
-fn sys_exit_traced(ctx: &BtfTracePointContext, tgid: u32, current: *const u8) -> i32 {
     // SAFETY: the current task's BTF pointer.
     let tid = unsafe { task::pid::<true>(current) };
     let Some(t) = thread(tid) else {
         return 0;
     };
-    exit_traced::<_, true>(ctx, tgid, tid, t, current, || ctx.arg::<i64>(1))
+    exit_traced::<_, true>(&ctx, tgid, tid, t, current, || ctx.arg::<i64>(1))
 }
 
 /// Count one call of `latency_ns` into `key`'s histogram. `alone`: the calling thread is

@@ -14,6 +14,7 @@ pub struct UsageError(pub String);
 /// Options that take no value.
 const FLAGS: &[&str] = &[
     "wait-stdin",
+    "spin-wait",
     "direct",
     "self-exec",
     "leave-parked",

@@ -106,7 +106,7 @@ fn run_lingering(
         .f64("seconds", seconds)
         .u64("elapsed_ns", crate::elapsed_ns(t0))
         .print();
-    crate::start::wait_for_stdin_line()?;
+    crate::start::wait_for_stdin_line(-1)?;
     for tx in &release {
         let _ = tx.send(());
     }

@@ -49,9 +49,10 @@ const WORKLOADS: &[(&str, &str, Runner)] = &[
 
 fn usage() -> String {
     let mut s = String::from(
-        "usage: kk-workload <name> [options] [--wait-stdin] [--start-delay-ms MS]\n\n\
+        "usage: kk-workload <name> [options] [--wait-stdin [--spin-wait]] [--start-delay-ms MS]\n\n\
          --wait-stdin prints \"ready <pid>\" and waits for a line on stdin before the\n\
-         measured part; the result is one JSON line on stdout.\n\nworkloads:\n",
+         measured part (--spin-wait: polling without blocking, on its CPU); the result\n\
+         is one JSON line on stdout.\n\nworkloads:\n",
     );
     for (name, what, _) in WORKLOADS {
         s.push_str(&format!("  {name:<14} {what}\n"));

@@ -5,6 +5,9 @@
 //!   `ready <pid>` on stdout, then block until stdin has a line (or is closed), then run.
 //! - `--start-delay-ms N`: print `ready <pid>`, sleep N ms, then run. Combinable with
 //!   `--wait-stdin` (the delay comes first).
+//! - `--spin-wait` (with `--wait-stdin`): wait for the line without blocking, polling
+//!   stdin with a zero timeout in a loop, so the process stays on its CPU through a
+//!   tracer's attach and leaves it only when preempted.
 //!
 //! Without either option nothing is printed and the workload starts at once. The final
 //! JSON result is always the last line on stdout.
@@ -19,6 +22,7 @@ use crate::args::Args;
 
 pub struct Start {
     wait_stdin: bool,
+    spin_wait: bool,
     delay_ms: u64,
 }
 
@@ -26,6 +30,7 @@ impl Start {
     pub fn from_args(args: &mut Args) -> Result<Start, crate::args::UsageError> {
         Ok(Start {
             wait_stdin: args.flag("wait-stdin")?,
+            spin_wait: args.flag("spin-wait")?,
             delay_ms: args.u64("start-delay-ms", 0)?,
         })
     }
@@ -44,22 +49,23 @@ impl Start {
             std::thread::sleep(std::time::Duration::from_millis(self.delay_ms));
         }
         if self.wait_stdin {
-            wait_for_stdin_line()?;
+            wait_for_stdin_line(if self.spin_wait { 0 } else { -1 })?;
         }
         Ok(())
     }
 }
 
-/// Block until stdin has a line (consumed) or is closed.
-pub fn wait_for_stdin_line() -> Result<(), String> {
+/// Wait until stdin has a line (consumed) or is closed, polling with `timeout_ms` (-1:
+/// block; 0: spin).
+pub fn wait_for_stdin_line(timeout_ms: i32) -> Result<(), String> {
     loop {
         let mut pfd = libc::pollfd {
             fd: 0,
             events: libc::POLLIN,
             revents: 0,
         };
-        // SAFETY: one valid pollfd, infinite timeout.
-        let n = unsafe { libc::poll(&mut pfd, 1, -1) };
+        // SAFETY: one valid pollfd.
+        let n = unsafe { libc::poll(&mut pfd, 1, timeout_ms) };
         if n < 0 {
             let err = std::io::Error::last_os_error();
             if err.kind() == std::io::ErrorKind::Interrupted {

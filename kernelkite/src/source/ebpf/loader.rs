@@ -157,6 +157,10 @@ pub struct Probes {
     pub attach_ms: f64,
     /// Where the programs take on_cpu from: the kernel's runtime (tp_btf) or the clock.
     pub on_cpu_source: OnCpuSource,
+    /// sys_enter/sys_exit note, per CPU, the last task they found untraced, and skip its
+    /// syscalls on the note (kernelkite-ebpf's `UNTRACED_CPU`): userspace must void the
+    /// notes after setting bits (`TargetBits::set_all`).
+    pub untraced_notes: bool,
 }
 
 impl Probes {
@@ -190,6 +194,8 @@ pub enum MapAccessError {
     Aya(#[from] aya::maps::MapError),
     #[error("cannot map it into memory: {0}")]
     Mmap(std::io::Error),
+    #[error("cannot void the per-CPU notes of untraced tasks: {0}")]
+    Notes(std::io::Error),
 }
 
 impl MapAccessError {
@@ -339,6 +345,8 @@ fn load_programs(
         0
     };
     let follow = u32::from(options.follow);
+    let notes_on = super::target_bits::grace_period_available();
+    let notes_flag = u8::from(notes_on);
     let (cgroup_id, cgroup_level) = options.cgroup.map_or((0, 0), |c| (c.id, c.level));
     let min_block_ns = options.stacks.map_or(0, |s| s.min_block_ns.max(1));
     let sample_period_ns = options
@@ -387,6 +395,7 @@ fn load_programs(
         .override_global("TASK_COMM_OFFSET", &layout.task_comm_offset, true)
         .override_global("MIN_LATENCY_NS", &options.min_latency_ns, true)
         .override_global("FOLLOW", &follow, true)
+        .override_global("NOTES_ON", &notes_flag, true)
         .override_global("TARGET_CGROUP_ID", &cgroup_id, true)
         .override_global("TARGET_CGROUP_LEVEL", &cgroup_level, true)
         .override_global("STACK_MIN_BLOCK_NS", &min_block_ns, true)
@@ -435,6 +444,7 @@ fn load_programs(
         } else {
             OnCpuSource::Clock
         },
+        untraced_notes: notes_on,
     })
 }
 
@@ -538,6 +548,8 @@ fn load_classic(options: ProbeOptions) -> Result<Probes, ProbeError> {
         attach_ms: started.elapsed().as_secs_f64() * 1e3,
         // Classic tracepoints cannot read task_struct (kernelkite-ebpf's classic.rs).
         on_cpu_source: OnCpuSource::Clock,
+        // Classic sys_enter/sys_exit test the bits (NOTES_ON stays 0).
+        untraced_notes: false,
     })
 }
 

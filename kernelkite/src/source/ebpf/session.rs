@@ -309,7 +309,12 @@ impl Session {
         let hists = take_map(&mut probes, map_names::SYSCALL_HISTS)?;
         let lost = take_map(&mut probes, map_names::LOST)?;
         let targets: Array<MapData, u64> = take_map(&mut probes, map_names::TARGETS)?;
-        let targets = TargetBits::map(targets)
+        let notes = if probes.untraced_notes {
+            Some(take_map(&mut probes, map_names::UNTRACED_NOTES)?)
+        } else {
+            None
+        };
+        let targets = TargetBits::map(targets, notes)
             .map_err(|e| SessionError::map(map_names::TARGETS, MapAccessError::Mmap(e)))?;
         let wakers = WakerReader {
             map: take_map(&mut probes, map_names::WAKERS)?,
@@ -665,10 +670,9 @@ impl Session {
     }
 
     fn set_target_bits(&mut self, tgids: &BTreeSet<u32>) -> Result<(), SessionError> {
-        for &tgid in tgids {
-            self.targets.set(tgid);
-        }
-        Ok(())
+        self.targets
+            .set_all(tgids.iter().copied())
+            .map_err(|e| SessionError::map(map_names::UNTRACED_NOTES, MapAccessError::Notes(e)))
     }
 
     /// Read one thread's entry consistently. The BPF programs update entries in place
