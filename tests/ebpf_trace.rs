@@ -73,11 +73,12 @@ fn a_process_on_its_cpu_through_attach_has_every_read_counted() {
         return;
     };
     // The workload spins (polling stdin without blocking) while kernelkite loads and
-    // attaches, so its syscalls run through the hooks before its target bit is set,
-    // and they note it untraced (kernelkite-ebpf's `maps::UNTRACED_CPU`). Only the
-    // notes' voiding after the bits are set has its reads counted. Ten rounds: the
-    // notes are taken in that window only sometimes (without the voiding, one run in
-    // three failed with five rounds).
+    // attaches. Were sys_enter/sys_exit live before its target bit is set, its polls
+    // would note it untraced (kernelkite-ebpf's `maps::UNTRACED_CPU`) and its reads
+    // would be skipped: they attach only after the bits (`Probes::attach_deferred`).
+    // Ten rounds: the notes are taken in that window only sometimes (with the hooks
+    // attached first and nothing voiding the notes, one run in three failed with five
+    // rounds).
     for round in 0..10 {
         let (traced, result) =
             trace_workload(&["read_loop", "--count", "200000", "--spin-wait"], &[]);

@@ -47,9 +47,6 @@ pub mod map_names {
     pub const SYSCALL_KIND: &str = "SYSCALL_KIND";
     pub const TARGETS: &str = "TARGETS";
     pub const THREADS: &str = "THREADS";
-    /// The per-CPU notes of an untraced task (`untraced_notes`): the object's only
-    /// zero-initialised global, so its `.bss` section.
-    pub const UNTRACED_NOTES: &str = ".bss";
     pub const USER_STACKS: &str = "USER_STACKS";
     pub const WAKERS: &str = "WAKERS";
     pub const WAKERS_LOST: &str = "WAKERS_LOST";
@@ -65,7 +62,6 @@ pub mod map_names {
         SYSCALL_KIND,
         TARGETS,
         THREADS,
-        UNTRACED_NOTES,
         USER_STACKS,
         WAKERS,
         WAKERS_LOST,

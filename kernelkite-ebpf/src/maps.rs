@@ -28,12 +28,9 @@ pub static TARGETS: Array<u64> = Array::with_max_entries(targets::WORDS, BPF_F_M
 /// - a program sets a bit (a followed fork, an exec into the traced cgroup) or a traced
 ///   process gains a thread: `NOTES_GENERATION` is raised, voiding every note, so a
 ///   new traced thread on a dead untraced task's stack is not taken for it;
-/// - userspace sets bits, waits out every program run in flight (an RCU grace period,
-///   `membarrier(MEMBARRIER_CMD_GLOBAL)`: the syscall hooks run with preemption off),
-///   then zeroes every note;
+/// - userspace sets bits only before sys_enter and sys_exit attach
+///   (`Probes::attach_deferred`), so no note predates them;
 /// - a stack reused by a task that is not traced either is skipped rightly.
-///
-/// Where userspace cannot wait out a grace period no note is written (`NOTES_ON`).
 #[unsafe(no_mangle)]
 static mut UNTRACED_CPU: [u64; untraced_notes::LEN] = [0; untraced_notes::LEN];
 
@@ -41,10 +38,6 @@ static mut UNTRACED_CPU: [u64; untraced_notes::LEN] = [0; untraced_notes::LEN];
 /// with the notes: userspace zeroes those, and must never put this back.
 #[unsafe(no_mangle)]
 static mut NOTES_GENERATION: u64 = 1;
-
-/// 1 when the syscall hooks write `UNTRACED_CPU` notes; set by userspace at load time.
-#[unsafe(no_mangle)]
-static NOTES_ON: u8 = 0;
 
 /// This CPU's note (bpf_get_smp_processor_id is inlined: a per-CPU load).
 #[inline(always)]
@@ -85,10 +78,6 @@ pub fn raise_notes_generation() {
 /// reading `generation`: note its `regs` on this CPU.
 #[inline(always)]
 pub fn note_untraced(regs: u64, generation: u64) {
-    // SAFETY: a read-only global set at load time.
-    if unsafe { core::ptr::read_volatile(&NOTES_ON) } == 0 {
-        return;
-    }
     if let Some(p) = this_cpu_note() {
         // SAFETY: this CPU's note; the syscall hooks run with preemption off.
         unsafe {

@@ -157,13 +157,41 @@ pub struct Probes {
     pub attach_ms: f64,
     /// Where the programs take on_cpu from: the kernel's runtime (tp_btf) or the clock.
     pub on_cpu_source: OnCpuSource,
-    /// sys_enter/sys_exit note, per CPU, the last task they found untraced, and skip its
-    /// syscalls on the note (kernelkite-ebpf's `UNTRACED_CPU`): userspace must void the
-    /// notes after setting bits (`TargetBits::set_all`).
-    pub untraced_notes: bool,
+    /// Programs loaded but not attached yet (`attach_deferred`): the tp_btf syscall
+    /// hooks, which note tasks they find untraced (kernelkite-ebpf's `UNTRACED_CPU`)
+    /// and go live only once userspace has set the targets' bits.
+    deferred: Vec<(&'static str, &'static str)>,
+    /// When loading began, for `attach_ms`.
+    started: Instant,
 }
 
+/// Programs `load_programs` loads but leaves to `Probes::attach_deferred`: a note
+/// taken by these before a process's bit was set would hide its syscalls, and
+/// userspace sets bits only before they attach.
+const DEFERRED_PROGRAMS: [&str; 2] = ["sys_enter", "sys_exit"];
+
 impl Probes {
+    /// Attach the programs `load_programs` left loaded (the syscall hooks), once the
+    /// targets' bits are set; `attach_ms` then runs to the last of them.
+    pub fn attach_deferred(&mut self) -> Result<(), ProbeError> {
+        for (program, tracepoint) in std::mem::take(&mut self.deferred) {
+            let fail = |message: String| ProbeError::Program {
+                program: program.to_string(),
+                message,
+            };
+            let prog: &mut BtfTracePoint = self
+                .ebpf
+                .program_mut(program)
+                .ok_or_else(|| fail("missing from object".into()))?
+                .try_into()
+                .map_err(|e: aya::programs::ProgramError| fail(error_chain(&e)))?;
+            prog.attach().map_err(|e| fail(error_chain(&e)))?;
+            self.hooks.push(format!("{program} (tp_btf/{tracepoint})"));
+        }
+        self.attach_ms = self.started.elapsed().as_secs_f64() * 1e3;
+        Ok(())
+    }
+
     /// Runs of the attached programs the kernel skipped because the program was already
     /// running on that CPU (`recursion_misses` in each program's fdinfo, 5.12+; 0 where
     /// the kernel does not say): events the programs never saw.
@@ -345,8 +373,6 @@ fn load_programs(
         0
     };
     let follow = u32::from(options.follow);
-    let notes_on = super::target_bits::grace_period_available();
-    let notes_flag = u8::from(notes_on);
     let (cgroup_id, cgroup_level) = options.cgroup.map_or((0, 0), |c| (c.id, c.level));
     let min_block_ns = options.stacks.map_or(0, |s| s.min_block_ns.max(1));
     let sample_period_ns = options
@@ -395,7 +421,6 @@ fn load_programs(
         .override_global("TASK_COMM_OFFSET", &layout.task_comm_offset, true)
         .override_global("MIN_LATENCY_NS", &options.min_latency_ns, true)
         .override_global("FOLLOW", &follow, true)
-        .override_global("NOTES_ON", &notes_flag, true)
         .override_global("TARGET_CGROUP_ID", &cgroup_id, true)
         .override_global("TARGET_CGROUP_LEVEL", &cgroup_level, true)
         .override_global("STACK_MIN_BLOCK_NS", &min_block_ns, true)
@@ -413,6 +438,7 @@ fn load_programs(
     fill_syscall_kinds(&mut ebpf)?;
 
     let mut hooks = Vec::new();
+    let mut deferred = Vec::new();
     for (program, tracepoint) in plan(&layout) {
         let fail = |message: String| ProbeError::Program {
             program: program.to_string(),
@@ -425,6 +451,10 @@ fn load_programs(
             .map_err(|e: aya::programs::ProgramError| fail(error_chain(&e)))?;
         prog.load(tracepoint, &btf)
             .map_err(|e| fail(error_chain(&e)))?;
+        if DEFERRED_PROGRAMS.contains(&program) {
+            deferred.push((program, tracepoint));
+            continue;
+        }
         prog.attach().map_err(|e| fail(error_chain(&e)))?;
         hooks.push(format!("{program} (tp_btf/{tracepoint})"));
     }
@@ -444,7 +474,8 @@ fn load_programs(
         } else {
             OnCpuSource::Clock
         },
-        untraced_notes: notes_on,
+        deferred,
+        started,
     })
 }
 
@@ -548,8 +579,9 @@ fn load_classic(options: ProbeOptions) -> Result<Probes, ProbeError> {
         attach_ms: started.elapsed().as_secs_f64() * 1e3,
         // Classic tracepoints cannot read task_struct (kernelkite-ebpf's classic.rs).
         on_cpu_source: OnCpuSource::Clock,
-        // Classic sys_enter/sys_exit test the bits (NOTES_ON stays 0).
-        untraced_notes: false,
+        // Classic sys_enter/sys_exit take no notes: everything attached.
+        deferred: Vec::new(),
+        started,
     })
 }
 

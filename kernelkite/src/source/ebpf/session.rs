@@ -309,12 +309,7 @@ impl Session {
         let hists = take_map(&mut probes, map_names::SYSCALL_HISTS)?;
         let lost = take_map(&mut probes, map_names::LOST)?;
         let targets: Array<MapData, u64> = take_map(&mut probes, map_names::TARGETS)?;
-        let notes = if probes.untraced_notes {
-            Some(take_map(&mut probes, map_names::UNTRACED_NOTES)?)
-        } else {
-            None
-        };
-        let targets = TargetBits::map(targets, notes)
+        let targets = TargetBits::map(targets)
             .map_err(|e| SessionError::map(map_names::TARGETS, MapAccessError::Mmap(e)))?;
         let wakers = WakerReader {
             map: take_map(&mut probes, map_names::WAKERS)?,
@@ -428,6 +423,12 @@ impl Session {
                 .map_err(|e| SessionError::map(map_names::GATE, e.into()))?;
         }
         self.add_initial_targets()?;
+        // The syscall hooks go live only now: no note of theirs predates a bit set
+        // above, and userspace sets no bit after this (kernelkite-ebpf's `maps`).
+        if let Some(probes) = self.probes.as_mut() {
+            probes.attach_deferred()?;
+            self.attach_ms = probes.attach_ms;
+        }
         // Before the first frame: a thread gone already is never shown as a live row.
         self.retire_exited_before_attach();
         let first = self.snapshot_frame(false)?;
@@ -670,9 +671,10 @@ impl Session {
     }
 
     fn set_target_bits(&mut self, tgids: &BTreeSet<u32>) -> Result<(), SessionError> {
-        self.targets
-            .set_all(tgids.iter().copied())
-            .map_err(|e| SessionError::map(map_names::UNTRACED_NOTES, MapAccessError::Notes(e)))
+        for &tgid in tgids {
+            self.targets.set(tgid);
+        }
+        Ok(())
     }
 
     /// Read one thread's entry consistently. The BPF programs update entries in place
