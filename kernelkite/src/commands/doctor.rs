@@ -140,7 +140,10 @@ mod platform {
                 Vec::new(),
                 OnCpuSource::Schedstat,
             ),
-            None => match loader::load(ProbeOptions::default()) {
+            // The syscall hooks too (a session attaches them after the targets' bits).
+            None => match loader::load(ProbeOptions::default())
+                .and_then(|mut p| p.attach_deferred().map(|()| p))
+            {
                 Ok(probes) => (
                     "ebpf",
                     format!(

@@ -222,8 +222,6 @@ pub enum MapAccessError {
     Aya(#[from] aya::maps::MapError),
     #[error("cannot map it into memory: {0}")]
     Mmap(std::io::Error),
-    #[error("cannot void the per-CPU notes of untraced tasks: {0}")]
-    Notes(std::io::Error),
 }
 
 impl MapAccessError {

@@ -428,6 +428,7 @@ impl Session {
         if let Some(probes) = self.probes.as_mut() {
             probes.attach_deferred()?;
             self.attach_ms = probes.attach_ms;
+            self.hooks = probes.hooks.clone();
         }
         // Before the first frame: a thread gone already is never shown as a live row.
         self.retire_exited_before_attach();
