@@ -21,6 +21,16 @@ fn read_loop_counts_every_read_exactly() {
     };
     let (traced, result) = trace_workload(&["read_loop", "--count", "200000"], &[]);
     assert_eq!(result["reads"], 200_000);
+    // Every hook is live and listed, the syscall hooks too (they attach last, after
+    // the targets' bits).
+    assert!(
+        traced
+            .stderr
+            .iter()
+            .any(|l| l.contains("(15 hooks live in")),
+        "{:?}",
+        traced.stderr
+    );
     assert_eq!(
         traced.syscall_count("read"),
         200_000,
