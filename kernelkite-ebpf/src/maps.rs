@@ -34,8 +34,8 @@ pub static TARGETS: Array<u64> = Array::with_max_entries(targets::WORDS, BPF_F_M
 #[unsafe(no_mangle)]
 static mut UNTRACED_CPU: [u64; untraced_notes::LEN] = [0; untraced_notes::LEN];
 
-/// The notes' generation (starts at 1, so a zeroed note never matches). Not in `.bss`
-/// with the notes: userspace zeroes those, and must never put this back.
+/// The notes' generation (starts at 1, so a zeroed note never matches). Raised by
+/// programs only: userspace sets its bits before the syscall hooks attach.
 #[unsafe(no_mangle)]
 static mut NOTES_GENERATION: u64 = 1;
 
@@ -65,13 +65,8 @@ pub fn notes_generation() -> u64 {
 /// Void every CPU's note (see `UNTRACED_CPU`).
 #[inline(always)]
 pub fn raise_notes_generation() {
-    // SAFETY: our own global; programs on other CPUs raise it too.
-    unsafe {
-        core::intrinsics::atomic_xadd::<u64, u64, { core::intrinsics::AtomicOrdering::Relaxed }>(
-            &raw mut NOTES_GENERATION,
-            1,
-        )
-    };
+    // Atomic: programs on other CPUs raise it too.
+    atomic_add(&raw mut NOTES_GENERATION, 1);
 }
 
 /// A syscall hook found the running task's process untraced, testing its bit after
