@@ -62,8 +62,17 @@ fn reads_stay_exact_as_a_process_gains_threads_and_loses_them() {
     // 100,000 reads alone, 100,000 in each of 3 threads at once, 100,000 alone again: a
     // lone thread's histogram adds are plain, the others atomic (kernelkite-ebpf's
     // syscalls.rs); both, and the changes between them, must count every call.
-    let (traced, result) =
-        trace_workload(&["read_loop", "--count", "100000", "--threads", "3"], &[]);
+    reads_of_a_process_gaining_threads_are_exact(&[]);
+}
+
+/// `read_loop --count 100000 --threads 3` traced with `env`: every read counted, no
+/// event lost, each thread's classes adding up to its wall time.
+fn reads_of_a_process_gaining_threads_are_exact(env: &[(&str, &str)]) -> Traced {
+    let (traced, result) = trace_workload_env(
+        &["read_loop", "--count", "100000", "--threads", "3"],
+        &[],
+        env,
+    );
     assert_eq!(result["reads"], 500_000);
     assert_eq!(
         traced.syscall_count("read"),
@@ -74,6 +83,26 @@ fn reads_stay_exact_as_a_process_gains_threads_and_loses_them() {
     );
     traced.assert_no_events_lost();
     traced.assert_classes_sum_to_wall();
+    traced
+}
+
+/// The thread table puts a thread whose slot another live thread holds in its overflow
+/// map (kernelkite-ebpf's `maps::thread`). With one slot, every thread but one lives
+/// there: reads, classes and exits stay as exact as in the slots.
+#[test]
+fn threads_in_the_thread_tables_overflow_are_counted_exactly() {
+    let Some(_serial) = ebpf_ready("threads_in_the_thread_tables_overflow_are_counted_exactly")
+    else {
+        return;
+    };
+    let traced = reads_of_a_process_gaining_threads_are_exact(&[("KERNELKITE_THREAD_SLOTS", "1")]);
+    // All four threads were seen, the three in the overflow with their exits.
+    assert_eq!(
+        traced.analysis.threads.len(),
+        4,
+        "{:?}",
+        traced.analysis.threads
+    );
 }
 
 #[test]
@@ -820,8 +849,8 @@ fn a_traced_child_reusing_an_exited_ones_pid_is_a_new_thread() {
 }
 
 /// Threads that do not fit in the kernel's thread table are not traced, and are counted
-/// as lost: here 5 threads exist at attach and the table holds 2 (it held 65,536, and
-/// the threads past it were dropped without a word).
+/// as lost: here 5 threads exist at attach and the table holds 2, one slot and one
+/// overflow entry (it held 65,536, and the threads past it were dropped without a word).
 #[test]
 fn threads_past_the_thread_table_are_counted_as_lost() {
     let Some(_serial) = ebpf_ready("threads_past_the_thread_table_are_counted_as_lost") else {
@@ -829,7 +858,7 @@ fn threads_past_the_thread_table_are_counted_as_lost() {
     };
     let (traced, _) = trace_workload(
         &["futex_stress", "--threads", "4", "--seconds", "0.5"],
-        &["--max-threads", "2"],
+        &["--max-threads", "1"],
     );
     assert_eq!(traced.bundle.events_lost, Some(3), "{:?}", traced.stderr);
     let lost = "events lost: 3";

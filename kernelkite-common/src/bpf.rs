@@ -47,6 +47,7 @@ pub mod map_names {
     pub const SYSCALL_KIND: &str = "SYSCALL_KIND";
     pub const TARGETS: &str = "TARGETS";
     pub const THREADS: &str = "THREADS";
+    pub const THREAD_SLOTS: &str = "THREAD_SLOTS";
     pub const USER_STACKS: &str = "USER_STACKS";
     pub const WAKERS: &str = "WAKERS";
     pub const WAKERS_LOST: &str = "WAKERS_LOST";
@@ -62,6 +63,7 @@ pub mod map_names {
         SYSCALL_KIND,
         TARGETS,
         THREADS,
+        THREAD_SLOTS,
         USER_STACKS,
         WAKERS,
         WAKERS_LOST,
@@ -97,6 +99,30 @@ pub mod untraced_notes {
     pub const STRIDE: usize = 8;
     /// Size of the array, in u64s.
     pub const LEN: usize = CPUS * STRIDE;
+}
+
+/// The thread table: each traced thread's [`ThreadState`] lives in `THREAD_SLOTS`, an
+/// array indexed by `tid & mask` (a lookup is a few loads, where a hash lookup cost the
+/// hot path about 8 ns a time), unless another live thread holds that slot; then it
+/// lives in `THREADS`, a hash map keyed by tid (the overflow). A slot's
+/// [`ThreadState::tid`] says whose it is.
+pub mod thread_slots {
+    /// Slots unless `--max-threads` is smaller (a power of two: the index is a mask).
+    /// 16,384 x 248 bytes is 3.9 MiB of kernel memory, which userspace scans at each
+    /// snapshot.
+    pub const DEFAULT: u32 = 16_384;
+    /// `ThreadState::tid` of a free slot.
+    pub const FREE: u64 = 0;
+    /// Bit set in `ThreadState::tid` while its inserter fills the slot (the rest is the
+    /// tid being inserted).
+    pub const FILLING: u64 = 1 << 63;
+
+    /// Slots for a table of `max_threads` (`--max-threads`): the largest power of two
+    /// not above it, at most [`DEFAULT`].
+    pub fn for_max_threads(max_threads: u32) -> u32 {
+        let n = max_threads.clamp(1, DEFAULT);
+        1 << (31 - n.leading_zeros())
+    }
 }
 
 /// `ThreadState::sys_nr` when the thread is not inside a syscall.
@@ -189,6 +215,10 @@ pub struct ThreadState {
     /// run later on the wakee's CPU). In the thread's own entry, which both hooks look
     /// up anyway: a map of its own cost an LRU update per wakeup.
     pub waker: crate::wake::PendingWaker,
+    /// The thread's tid. In `THREAD_SLOTS`, whose slot this is: [`thread_slots::FREE`],
+    /// or the tid with [`thread_slots::FILLING`] while its inserter writes the rest.
+    /// 64 bits: BPF has no 32-bit compare-and-swap without alu32.
+    pub tid: u64,
 }
 
 /// `ThreadState::sys_flags`.
@@ -242,6 +272,7 @@ impl Default for ThreadState {
                 comm: [0; COMM_LEN],
                 sleep_since_ns: 0,
             },
+            tid: 0,
         }
     }
 }
@@ -539,7 +570,7 @@ pub struct SlowSyscallRecord {
     pub _pad: u32,
 }
 
-const _: () = assert!(core::mem::size_of::<ThreadState>() == 240);
+const _: () = assert!(core::mem::size_of::<ThreadState>() == 248);
 const _: () = assert!(core::mem::size_of::<StackKey>() == 24);
 const _: () = assert!(core::mem::size_of::<StackTime>() == 32);
 const _: () = assert!(core::mem::size_of::<SyscallKey>() == 8);
@@ -566,6 +597,30 @@ mod pod {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn thread_slots_are_a_power_of_two_not_above_max_threads_nor_the_default() {
+        let cases = [
+            (1, 1),
+            (2, 2),
+            (3, 2),
+            (1000, 512),
+            (16_384, 16_384),
+            (65_536, 16_384),
+        ];
+        for (max_threads, slots) in cases {
+            assert_eq!(
+                thread_slots::for_max_threads(max_threads),
+                slots,
+                "{max_threads}"
+            );
+        }
+        assert_eq!(thread_slots::for_max_threads(0), 1);
+        assert_eq!(
+            thread_slots::for_max_threads(u32::MAX),
+            thread_slots::DEFAULT
+        );
+    }
 
     /// Three on-CPU intervals of one thread: the hook's clock at switch-in and
     /// switch-out, and `se.sum_exec_runtime` at switch-out (its baseline at the first

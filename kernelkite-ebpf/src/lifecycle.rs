@@ -1,7 +1,6 @@
 //! Process lifecycle: fork (track new threads; with FOLLOW also new processes), exec
 //! and exit (send the thread's final class times, then forget it).
 
-use aya_ebpf::bindings::BPF_NOEXIST;
 use aya_ebpf::helpers::generated::bpf_probe_read_user;
 use aya_ebpf::helpers::{bpf_get_current_comm, bpf_get_current_task, bpf_ktime_get_ns};
 use aya_ebpf::macros::{btf_tracepoint, map};
@@ -14,8 +13,8 @@ use kernelkite_common::bpf::{
 use kernelkite_common::LatencyClass;
 
 use crate::maps::{
-    clear_target, count_lost, current_thread, is_gate, is_target, raise_notes_generation,
-    set_target, split_pid_tgid, thread, EVENTS, GATE, THREADS,
+    clear_target, count_lost, current_thread, insert_thread, is_gate, is_target,
+    raise_notes_generation, remove_thread, set_target, split_pid_tgid, thread, EVENTS, GATE,
 };
 use crate::sched::close_interval;
 use crate::{cgroup, stacks, task};
@@ -82,7 +81,7 @@ pub fn on_fork(child: impl FnOnce(u32) -> (u32, u32)) -> i32 {
         if stale.tgid == child_tid {
             clear_target(child_tid);
         }
-        let _ = THREADS.remove(&child_tid);
+        remove_thread(child_tid);
     }
     let new_process = child_tgid != parent_tgid;
     // `--cgroup`: a process of the traced cgroup that is not traced yet (moved in after
@@ -96,7 +95,7 @@ pub fn on_fork(child: impl FnOnce(u32) -> (u32, u32)) -> i32 {
     }
     // SAFETY: helper call without preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
-    let state = ThreadState {
+    let mut state = ThreadState {
         tgid: child_tgid,
         // wake_up_new_task() puts the child on a run queue right after this hook.
         run_state: run_state::RUNNABLE,
@@ -109,10 +108,7 @@ pub fn on_fork(child: impl FnOnce(u32) -> (u32, u32)) -> i32 {
         start_ns: now,
         ..ThreadState::default()
     };
-    if THREADS
-        .insert(&child_tid, &state, BPF_NOEXIST as u64)
-        .is_err()
-    {
+    if insert_thread(child_tid, &mut state).is_err() {
         count_lost(lost::THREADS_FULL);
         return 0;
     }
@@ -184,7 +180,7 @@ fn enter_target_cgroup() -> Option<(u32, u32, &'static mut ThreadState)> {
         let current = bpf_get_current_task() as *const u8;
         (bpf_ktime_get_ns(), task::sum_exec_runtime::<false>(current))
     };
-    let state = ThreadState {
+    let mut state = ThreadState {
         tgid,
         run_state: run_state::ON_CPU,
         since_ns: now,
@@ -195,7 +191,7 @@ fn enter_target_cgroup() -> Option<(u32, u32, &'static mut ThreadState)> {
         runtime_ns,
         ..ThreadState::default()
     };
-    if THREADS.insert(&tid, &state, BPF_NOEXIST as u64).is_err() {
+    if insert_thread(tid, &mut state).is_err() {
         count_lost(lost::THREADS_FULL);
         return None;
     }
@@ -351,7 +347,7 @@ fn send_exit(tgid: u32, tid: u32, t: &mut ThreadState, now: u64, exit_code: u32,
         ..Default::default()
     });
     if sent {
-        let _ = THREADS.remove(&tid);
+        remove_thread(tid);
     } else {
         // Keep the final counters for userspace to collect; the loss is counted.
         t.exit_code = exit_code;

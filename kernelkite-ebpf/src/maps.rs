@@ -1,10 +1,12 @@
 //! Every map the programs share with userspace, declared in one place.
 
 use aya_ebpf::bindings::BPF_F_MMAPABLE;
+use aya_ebpf::bindings::BPF_NOEXIST;
 use aya_ebpf::macros::map;
 use aya_ebpf::maps::{Array, HashMap, PerCpuArray, RingBuf};
 use kernelkite_common::bpf::{
-    lost, targets, untraced_notes, SyscallHist, SyscallKey, ThreadState, MAX_SYSCALL_NR,
+    lost, targets, thread_slots, untraced_notes, SyscallHist, SyscallKey, ThreadState,
+    MAX_SYSCALL_NR,
 };
 
 /// Bit per tgid: set for every traced process (layout: `kernelkite_common::bpf::targets`).
@@ -95,7 +97,20 @@ pub fn noted_untraced(regs: u64) -> bool {
     }
 }
 
-/// Per-thread state and class counters, keyed by tid.
+/// The thread table's slots (`kernelkite_common::bpf::thread_slots`): thread `tid`'s
+/// state and class counters at index `tid & THREAD_SLOTS_MASK`, when that slot is its
+/// own. Mappable: userspace reads the entries at each snapshot, and claims and frees
+/// slots with atomics on `ThreadState::tid`, as the programs do.
+#[map]
+pub static THREAD_SLOTS: Array<ThreadState> =
+    Array::with_max_entries(thread_slots::DEFAULT, BPF_F_MMAPABLE);
+
+/// `THREAD_SLOTS`' length less one, set by the loader.
+#[unsafe(no_mangle)]
+static THREAD_SLOTS_MASK: u32 = thread_slots::DEFAULT - 1;
+
+/// The thread table's overflow: the state of a thread whose slot another live thread
+/// holds, keyed by tid (`--max-threads` entries).
 #[map]
 pub static THREADS: HashMap<u32, ThreadState> = HashMap::with_max_entries(65_536, 0);
 
@@ -223,9 +238,97 @@ pub fn is_gate(tid: u32) -> bool {
     matches!(GATE.get(0), Some(&gate) if gate == tid)
 }
 
+/// Thread `tid`'s slot, whoever holds it.
+#[inline(always)]
+fn slot(tid: u32) -> Option<*mut ThreadState> {
+    // SAFETY: a read-only global set at load time.
+    let mask = unsafe { core::ptr::read_volatile(&THREAD_SLOTS_MASK) };
+    THREAD_SLOTS.get_ptr_mut(tid & mask)
+}
+
+/// Who holds slot `p` (`ThreadState::tid`).
+#[inline(always)]
+fn holder(p: *mut ThreadState) -> u64 {
+    // SAFETY: a map value, valid while the program runs; inserters change it atomically.
+    unsafe { core::ptr::read_volatile(&raw const (*p).tid) }
+}
+
+/// Compare-and-swap of slot `p`'s holder: whether it was `from` and is now `to`, and
+/// what it was.
+#[inline(always)]
+fn swap_holder(p: *mut ThreadState, from: u64, to: u64) -> (u64, bool) {
+    // SAFETY: a map value, valid while the program runs.
+    unsafe {
+        core::intrinsics::atomic_cxchg::<
+            u64,
+            { core::intrinsics::AtomicOrdering::SeqCst },
+            { core::intrinsics::AtomicOrdering::SeqCst },
+        >(&raw mut (*p).tid, from, to)
+    }
+}
+
+/// Thread `tid`'s entry: its slot when it holds it (a few loads), else the overflow.
 #[inline(always)]
 pub fn thread(tid: u32) -> Option<&'static mut ThreadState> {
-    // SAFETY: a thread's entry is only written by events of that thread (on its CPU) or
-    // by its wakeup, which the scheduler orders after its switch-out.
+    // SAFETY (both): a thread's entry is only written by events of that thread (on its
+    // CPU) or by its wakeup, which the scheduler orders after its switch-out.
+    if let Some(p) = slot(tid) {
+        if holder(p) == tid as u64 && tid as u64 != thread_slots::FREE {
+            return Some(unsafe { &mut *p });
+        }
+    }
     THREADS.get_ptr_mut(tid).map(|p| unsafe { &mut *p })
+}
+
+/// Insert `state` as thread `tid`'s entry unless it has one (as BPF_NOEXIST): into its
+/// slot when free, else the overflow. Err: it has one, or the overflow is full.
+#[inline(always)]
+pub fn insert_thread(tid: u32, state: &mut ThreadState) -> Result<(), ()> {
+    if tid as u64 == thread_slots::FREE || thread(tid).is_some() {
+        return Err(());
+    }
+    let filling = tid as u64 | thread_slots::FILLING;
+    if let Some(p) = slot(tid) {
+        let (seen, claimed) = swap_holder(p, thread_slots::FREE, filling);
+        if claimed {
+            state.tid = filling;
+            // SAFETY: the slot is ours (claimed above); lookups do not match it until
+            // its holder is `tid`.
+            unsafe { *p = *state };
+            swap_holder(p, filling, tid as u64);
+            // Another inserter of this tid may have put it in the overflow meanwhile
+            // (its slot was another thread's when it looked): the slot wins.
+            let _ = THREADS.remove(&tid);
+            return Ok(());
+        }
+        if seen & !thread_slots::FILLING == tid as u64 {
+            // Being inserted by someone else (userspace at attach).
+            return Err(());
+        }
+    }
+    state.tid = tid as u64;
+    THREADS
+        .insert(&tid, state, BPF_NOEXIST as u64)
+        .map_err(|_| ())?;
+    // The slot may have been freed and taken for this tid since the lookup above: the
+    // slot wins, and this entry goes.
+    if let Some(p) = slot(tid) {
+        if holder(p) & !thread_slots::FILLING == tid as u64 {
+            let _ = THREADS.remove(&tid);
+            return Err(());
+        }
+    }
+    Ok(())
+}
+
+/// Forget thread `tid`'s entry.
+#[inline(always)]
+pub fn remove_thread(tid: u32) {
+    if let Some(p) = slot(tid) {
+        if holder(p) == tid as u64 && tid as u64 != thread_slots::FREE {
+            swap_holder(p, tid as u64, thread_slots::FREE);
+            return;
+        }
+    }
+    let _ = THREADS.remove(&tid);
 }

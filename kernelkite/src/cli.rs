@@ -366,8 +366,10 @@ pub struct TraceArgs {
     pub min_latency_us: u64,
     #[command(flatten)]
     pub frame_cap: FrameCapArgs,
-    /// Threads the kernel side can track at once (its THREADS map; about 200 bytes of
-    /// locked kernel memory each). Threads past it are not traced and are counted in
+    /// Threads the kernel side can track at once, at least: its thread table's overflow
+    /// map has this many entries, beside up to 16,384 slots (the largest power of two
+    /// not above it; a thread's slot is its tid modulo their count); 248 bytes of
+    /// locked kernel memory each. Threads past it are not traced and are counted in
     /// `events lost`.
     #[arg(long, default_value_t = 65_536, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_threads: u32,
@@ -447,7 +449,8 @@ pub struct AgentArgs {
     /// oldest are dropped and counted (kernelkite_agent_otlp_dropped_requests_total).
     #[arg(long, value_name = "N")]
     pub otlp_queue: Option<usize>,
-    /// Threads the kernel side can track at once (its THREADS map).
+    /// Threads the kernel side can track at once, at least (its thread table: this many
+    /// overflow entries beside up to 16,384 slots, as `trace --max-threads`).
     #[arg(long, default_value_t = 65_536, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_threads: u32,
     /// With --stacks: the stack capture starts over every this many seconds (default

@@ -237,6 +237,11 @@ pub fn assert_events_lost_ok(lost: Option<u64>) {
 impl RunningTrace {
     /// Start tracing `pids` and wait until the hooks are live.
     pub fn start(pids: &[i32], extra: &[&str]) -> RunningTrace {
+        RunningTrace::start_env(pids, extra, &[])
+    }
+
+    /// [`RunningTrace::start`] with `env` set for kernelkite.
+    pub fn start_env(pids: &[i32], extra: &[&str], env: &[(&str, &str)]) -> RunningTrace {
         let dir = tempfile::tempdir().unwrap();
         let bundle_path = dir.path().join("trace.bundle.json");
         let mut cmd = Command::new(kernelkite_bin());
@@ -247,6 +252,7 @@ impl RunningTrace {
         cmd.args(["--interval-ms", "50", "-o"])
             .arg(&bundle_path)
             .args(extra)
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         // As from a terminal: SIGHUP at its default, even when the tests themselves run
@@ -349,8 +355,17 @@ pub struct Traced {
 
 /// Run `args` behind the gate under `kernelkite trace` and return both results.
 pub fn trace_workload(args: &[&str], extra: &[&str]) -> (Traced, serde_json::Value) {
+    trace_workload_env(args, extra, &[])
+}
+
+/// [`trace_workload`] with `env` set for kernelkite.
+pub fn trace_workload_env(
+    args: &[&str],
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> (Traced, serde_json::Value) {
     let mut w = GatedWorkload::spawn(args);
-    let trace = RunningTrace::start(&[w.pid], extra);
+    let trace = RunningTrace::start_env(&[w.pid], extra, env);
     w.go();
     let result = w.finish();
     let traced = trace.finish();

@@ -7,6 +7,7 @@ workload operation. docs/PERFORMANCE.md ("Directions tried") was measured with i
 
     python3 xtask/scripts/bpf_side_by_side.py [--workload read|pipe] [--floor clock|bit|sched|empty]
                                               [--untargeted] [--kernelkite target/release/kernelkite]
+                                              [--versus OTHER_KERNELKITE]
 
 --workload read: `kk-workload read_loop --count 2000000` (per read());
 --workload pipe: `taskset -c 0 perf bench sched pipe -T -l 200000` (per op; kernelkite
@@ -20,6 +21,8 @@ p.add_argument('--workload', choices=['read', 'pipe'], default='read')
 p.add_argument('--floor', choices=['clock', 'bit', 'sched', 'empty'], default='clock')
 p.add_argument('--untargeted', action='store_true')
 p.add_argument('--kernelkite', default='target/release/kernelkite')
+p.add_argument('--versus', help='another kernelkite binary, traced side by side instead of a floor '
+               '(an A/B of two builds: both run `trace` on the same workload at once)')
 a = p.parse_args()
 KK = a.kernelkite
 WL = os.path.join(os.path.dirname(KK), 'kk-workload')
@@ -63,13 +66,19 @@ else:
     per, unit = LOOPS, 'op'
 target = idle.pid if a.untargeted else pid
 floor_args = [] if a.floor == 'empty' else [f'--{a.floor}', '--pid', str(target)]
+
+
+def trace(binary):
+    return subprocess.Popen([binary, 'trace', '--pid', str(target)]
+                            + (['--follow'] if a.workload == 'pipe' else []),
+                            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+
+
 tracers = {
-    'floor': subprocess.Popen([KK, 'bench-floor', *floor_args], stdin=subprocess.PIPE,
-                              stdout=subprocess.DEVNULL),
-    'kernelkite': subprocess.Popen([KK, 'trace', '--pid', str(target)]
-                                   + (['--follow'] if a.workload == 'pipe' else []),
-                                   stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                                   stderr=subprocess.DEVNULL),
+    'floor': trace(a.versus) if a.versus else subprocess.Popen(
+        [KK, 'bench-floor', *floor_args], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL),
+    'kernelkite': trace(KK),
 }
 time.sleep(3)
 names, start = {}, {}

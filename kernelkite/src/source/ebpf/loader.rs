@@ -7,7 +7,7 @@ use std::time::Instant;
 use aya::maps::{Array, MapData};
 use aya::programs::{BtfTracePoint, TracePoint};
 use aya::{Btf, Ebpf, EbpfLoader};
-use kernelkite_common::bpf::map_names;
+use kernelkite_common::bpf::{map_names, thread_slots};
 
 use super::btf_layout::{read_layout, KernelLayout};
 use super::syscall_table;
@@ -36,6 +36,24 @@ pub const WAKERS_ENV: &str = "KERNELKITE_WAKERS";
 /// not measured. Only for measuring that read's cost per context switch (`cargo xtask
 /// bench --only ebpf`); bundles say `on_cpu_source: clock`.
 pub const TASK_RUNTIME_ENV: &str = "KERNELKITE_TASK_RUNTIME";
+
+/// Environment variable that sets the thread table's slot count (a power of two, at
+/// most `thread_slots::DEFAULT`; `1` puts every thread but one in the overflow map).
+/// For tests of the overflow path and for measuring what the slots save.
+pub const THREAD_SLOTS_ENV: &str = "KERNELKITE_THREAD_SLOTS";
+
+/// The thread table's slot count for `max_threads` (`--max-threads`; `None`: 65,536),
+/// or `KERNELKITE_THREAD_SLOTS` when it is set to a power of two no larger.
+pub fn thread_slot_count(max_threads: Option<u32>) -> u32 {
+    let slots = thread_slots::for_max_threads(max_threads.unwrap_or(65_536));
+    match std::env::var(THREAD_SLOTS_ENV)
+        .ok()
+        .and_then(|v| v.parse::<u32>().ok())
+    {
+        Some(n) if n.is_power_of_two() && n <= slots => n,
+        _ => slots,
+    }
+}
 
 /// Whether the switch hook reads the kernel's runtime (`KERNELKITE_TASK_RUNTIME` is not
 /// `off`).
@@ -102,7 +120,9 @@ pub struct ProbeOptions {
     pub min_latency_ns: u64,
     /// Capture stacks (`--stacks`).
     pub stacks: Option<StackOptions>,
-    /// Entries of the THREADS map (`--max-threads`); `None`: the object's 65,536.
+    /// Threads the thread table holds at least (`--max-threads`): the overflow map's
+    /// entries, beside its slots (the largest power of two not above it, at most
+    /// 16,384); `None`: 65,536.
     pub max_threads: Option<u32>,
     /// Stream every wakeup of the traced threads (`--critical-path`); it needs the waker
     /// hooks, attached then even with `KERNELKITE_WAKERS=off`.
@@ -396,6 +416,9 @@ fn load_programs(
     if let Some(n) = options.max_threads {
         loader.map_max_entries(map_names::THREADS, n);
     }
+    let thread_slots = thread_slot_count(options.max_threads);
+    let thread_slots_mask = thread_slots - 1;
+    loader.map_max_entries(map_names::THREAD_SLOTS, thread_slots);
     loader
         .override_global("TASK_PID_OFFSET", &layout.task_pid_offset, true)
         .override_global("TASK_TGID_OFFSET", &layout.task_tgid_offset, true)
@@ -424,6 +447,7 @@ fn load_programs(
         .override_global("STACK_MIN_BLOCK_NS", &min_block_ns, true)
         .override_global("SAMPLE_PERIOD_NS", &sample_period_ns, true)
         .override_global("WAKERS_ON", &wakers_flag, true)
+        .override_global("THREAD_SLOTS_MASK", &thread_slots_mask, true)
         .override_global("CRITICAL_PATH_ON", &critical_path_flag, true)
         .override_global("STACK_COPY_INTERVAL_NS", &copy_interval_ns, true)
         .override_global("PT_REGS_IP_OFFSET", &ip_offset, true)
@@ -522,6 +546,9 @@ fn load_classic(options: ProbeOptions) -> Result<Probes, ProbeError> {
     if let Some(n) = options.max_threads {
         loader.map_max_entries(map_names::THREADS, n);
     }
+    let thread_slots = thread_slot_count(options.max_threads);
+    let thread_slots_mask = thread_slots - 1;
+    loader.map_max_entries(map_names::THREAD_SLOTS, thread_slots);
     loader
         .override_global("CLASSIC_SWITCH_PREV_STATE", &layout.switch_prev_state, true)
         .override_global("CLASSIC_SWITCH_NEXT_PID", &layout.switch_next_pid, true)
@@ -544,6 +571,7 @@ fn load_classic(options: ProbeOptions) -> Result<Probes, ProbeError> {
         .override_global("TARGET_CGROUP_ID", &cgroup_id, true)
         .override_global("TARGET_CGROUP_LEVEL", &cgroup_level, true)
         .override_global("WAKERS_ON", &wakers_flag, true)
+        .override_global("THREAD_SLOTS_MASK", &thread_slots_mask, true)
         .override_global("CRITICAL_PATH_ON", &critical_path_flag, true);
     let mut ebpf = loader
         .load(BPF_OBJECT)

@@ -14,6 +14,7 @@ pub mod session;
 pub mod stacks;
 pub mod syscall_table;
 pub mod target_bits;
+pub mod thread_table;
 pub mod tracefs;
 pub mod tracked;
 pub mod unwind;

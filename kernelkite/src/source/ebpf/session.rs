@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::time::Duration;
 
-use aya::maps::{Array, HashMap, MapData, PerCpuArray, RingBuf};
+use aya::maps::{Array, MapData, PerCpuArray, RingBuf};
 use kernelkite_common::bpf::{
     exit_flags, lost, map_names, record_flags, record_kind, run_state, sys_flags, ThreadState,
     COPIED_STACK, NO_PENDING, NO_STACK, NO_SYSCALL, SYSCALL_BEFORE_START,
@@ -17,11 +17,11 @@ use super::histograms::SyscallHistograms;
 use super::loader::{
     self, MapAccessError, ProbeError, ProbeOptions, Probes, StackOptions, TargetCgroup,
 };
-use super::map_batch::read_all;
 use super::records::{argv_bytes, comm_string, decode, stack_bytes, Record};
 use super::stacks::{InProgressWait, StackCollector, UserStack};
 use super::syscall_table;
 use super::target_bits::TargetBits;
+use super::thread_table::{InsertError, ThreadTable};
 use super::tracked::{ThreadKey, Tracked};
 use super::wakers::{waker_kind_name, WakerReader};
 use crate::collect::RecordedFold;
@@ -105,7 +105,7 @@ pub struct Session {
     on_cpu_source: OnCpuSource,
     /// The traced threads and processes, as far as frames need to remember them.
     tracked: Tracked,
-    threads: HashMap<MapData, u32, ThreadState>,
+    threads: ThreadTable,
     /// The syscall latency histograms: the kernel map's, and exited processes'.
     hists: SyscallHistograms,
     lost: PerCpuArray<MapData, u64>,
@@ -305,7 +305,11 @@ impl Session {
         let (identities, note) = IdentityReader::new();
         probes.notes.extend(note);
         let ring = take_map(&mut probes, map_names::EVENTS)?;
-        let threads = take_map(&mut probes, map_names::THREADS)?;
+        let threads = ThreadTable::map(
+            take_map(&mut probes, map_names::THREAD_SLOTS)?,
+            take_map(&mut probes, map_names::THREADS)?,
+        )
+        .map_err(|e| SessionError::map(map_names::THREAD_SLOTS, MapAccessError::Mmap(e)))?;
         let hists = take_map(&mut probes, map_names::SYSCALL_HISTS)?;
         let lost = take_map(&mut probes, map_names::LOST)?;
         let targets: Array<MapData, u64> = take_map(&mut probes, map_names::TARGETS)?;
@@ -446,7 +450,7 @@ impl Session {
     /// with no thread loses its target bit: its pid is free for a process we do not trace.
     fn retire_exited_before_attach(&mut self) {
         let t_ns = self.t_ns(monotonic_ns());
-        let entries = read_all(&self.threads);
+        let entries = self.threads.read_all();
         let mut retired_tgids = BTreeSet::new();
         for &(tid, ref state) in &entries {
             if state.run_state != run_state::INITIAL || thread_alive(state.tgid, tid) {
@@ -454,17 +458,19 @@ impl Session {
             }
             // Read again just before the delete: the fork hook may have replaced a stale
             // entry with a new thread's under the same tid since the map was read.
-            let still = self.threads.get(&tid, 0).ok();
+            let still = self.threads.get(tid);
             if still
                 .is_none_or(|s| s.run_state != run_state::INITIAL || s.start_ns != state.start_ns)
             {
                 continue;
             }
             self.keep_exit_from_map(t_ns, tid, state, None, ClassTimes::default());
-            let _ = self.threads.remove(&tid);
+            self.threads.remove(tid);
             retired_tgids.insert(state.tgid);
         }
-        let left: BTreeSet<u32> = read_all(&self.threads)
+        let left: BTreeSet<u32> = self
+            .threads
+            .read_all()
             .into_iter()
             .map(|(_, s)| s.tgid)
             .collect();
@@ -533,9 +539,9 @@ impl Session {
     pub fn untrack_self(&mut self) -> Result<(), SessionError> {
         let me = std::process::id();
         self.clear_target_bit(me)?;
-        for (tid, state) in read_all(&self.threads) {
+        for (tid, state) in self.threads.read_all() {
             if state.tgid == me {
-                let _ = self.threads.remove(&tid);
+                self.threads.remove(tid);
             }
         }
         self.hists.forget_process(me);
@@ -545,7 +551,9 @@ impl Session {
 
     /// Processes with a live traced thread (for passing on signals).
     pub fn live_pids(&self) -> Vec<i32> {
-        let set: BTreeSet<i32> = read_all(&self.threads)
+        let set: BTreeSet<i32> = self
+            .threads
+            .read_all()
             .into_iter()
             .filter(|(_, s)| s.run_state != run_state::EXITED)
             .map(|(_, s)| s.tgid as i32)
@@ -650,11 +658,10 @@ impl Session {
                         start_ns: self.start_mono_ns,
                         ..Default::default()
                     };
-                    // NOEXIST: never overwrite an entry the fork hook already made.
-                    match self.threads.insert(t.tid as u32, state, 1) {
-                        Ok(()) => {}
-                        Err(e) if already_exists(&e) => {}
-                        Err(_) => {
+                    // Never over an entry the fork hook already made.
+                    match self.threads.insert_new(t.tid as u32, state) {
+                        Ok(()) | Err(InsertError::Exists) => {}
+                        Err(InsertError::Full) => {
                             untracked.insert(t.tid);
                         }
                     }
@@ -687,9 +694,9 @@ impl Session {
             if consistent(&state) {
                 break;
             }
-            match self.threads.get(&tid, 0) {
-                Ok(s) => state = s,
-                Err(_) => break,
+            match self.threads.get(tid) {
+                Some(s) => state = s,
+                None => break,
             }
         }
         state
@@ -1024,14 +1031,15 @@ impl Session {
     /// record, sent at that final switch-out, is still to come (a parent can reap a
     /// process before its last thread's final switch).
     pub fn exits_pending(&self) -> bool {
-        read_all(&self.threads)
+        self.threads
+            .read_all()
             .into_iter()
             .any(|(_, s)| s.exit_flags & exit_flags::EXITING != 0)
     }
 
     /// Whether any traced thread is still alive.
     pub fn any_target_alive(&self) -> bool {
-        read_all(&self.threads).into_iter().any(|(tid, s)| {
+        self.threads.read_all().into_iter().any(|(tid, s)| {
             s.run_state != run_state::EXITED && !self.tracked.has_exited((tid, s.start_ns))
         })
     }
@@ -1247,7 +1255,7 @@ impl Session {
         // Read the map first: a thread's counters are then never ahead of its /proc row.
         let mut by_tgid: BTreeMap<u32, BTreeMap<u32, ThreadState>> = BTreeMap::new();
         let mut lost_exits = Vec::new();
-        let entries: Vec<(u32, ThreadState)> = (read_all(&self.threads).into_iter())
+        let entries: Vec<(u32, ThreadState)> = (self.threads.read_all().into_iter())
             .map(|(tid, state)| (tid, self.read_thread(tid, state)))
             .collect();
         // The clock after the copies: no interval a copy closed ends after it, so a
@@ -1272,7 +1280,7 @@ impl Session {
             let exit_code = Some((state.exit_code >> 8) as i32 & 0xff);
             let class_ns = ClassTimes::from_array(state.class_ns);
             self.keep_exit_from_map(t_ns, tid, &state, exit_code, class_ns);
-            let _ = self.threads.remove(&tid);
+            self.threads.remove(tid);
         }
         self.hists.fold_exited(&by_tgid);
         if loader::wakers_on() {
@@ -1311,8 +1319,8 @@ impl Session {
             by_tgid.get(&tgid).is_some_and(|states| {
                 states.iter().any(|(tid, state)| {
                     threads
-                        .get(tid, 0)
-                        .is_ok_and(|now| now.tgid == tgid && now.start_ns == state.start_ns)
+                        .get(*tid)
+                        .is_some_and(|now| now.tgid == tgid && now.start_ns == state.start_ns)
                 })
             })
         };
@@ -1571,10 +1579,6 @@ fn consistent(state: &ThreadState) -> bool {
 }
 
 /// Whether a map insert failed only because the key is there already (`BPF_NOEXIST`).
-fn already_exists(e: &aya::maps::MapError) -> bool {
-    matches!(e, aya::maps::MapError::SyscallError(s) if s.io_error.raw_os_error() == Some(libc::EEXIST))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -28,23 +28,7 @@ impl TargetBits {
     /// Map `array` (declared `BPF_F_MMAPABLE` in kernelkite-ebpf's `maps`).
     pub fn map(array: Array<MapData, u64>) -> io::Result<TargetBits> {
         let len = targets::WORDS as usize * std::mem::size_of::<u64>();
-        let fd = array.map().fd().as_fd().as_raw_fd();
-        // SAFETY: a fresh shared mapping of the map's fd; the kernel checks the size
-        // against the map's and the flags against BPF_F_MMAPABLE.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd,
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        let words = NonNull::new(ptr.cast::<AtomicU64>()).ok_or(io::ErrorKind::Other)?;
+        let words = map_shared(array.map(), len)?.cast::<AtomicU64>();
         Ok(TargetBits {
             words,
             len,
@@ -75,6 +59,28 @@ impl TargetBits {
     pub fn is_set(&self, tgid: u32) -> bool {
         self.word(tgid).load(Ordering::SeqCst) & targets::bit(tgid) != 0
     }
+}
+
+/// Map the first `len` bytes of `map`'s values (an array declared `BPF_F_MMAPABLE`)
+/// shared and writable; the caller unmaps them.
+pub fn map_shared(map: &MapData, len: usize) -> io::Result<NonNull<u8>> {
+    let fd = map.fd().as_fd().as_raw_fd();
+    // SAFETY: a fresh shared mapping of the map's fd; the kernel checks the size
+    // against the map's and the flags against BPF_F_MMAPABLE.
+    let ptr = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd,
+            0,
+        )
+    };
+    if ptr == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    NonNull::new(ptr.cast::<u8>()).ok_or_else(|| io::ErrorKind::Other.into())
 }
 
 impl Drop for TargetBits {
