@@ -47,6 +47,7 @@ pub mod map_names {
     pub const SYSCALL_KIND: &str = "SYSCALL_KIND";
     pub const TARGETS: &str = "TARGETS";
     pub const THREADS: &str = "THREADS";
+    pub const THREAD_HOLDERS: &str = "THREAD_HOLDERS";
     pub const THREAD_SLOTS: &str = "THREAD_SLOTS";
     pub const USER_STACKS: &str = "USER_STACKS";
     pub const WAKERS: &str = "WAKERS";
@@ -63,6 +64,7 @@ pub mod map_names {
         SYSCALL_KIND,
         TARGETS,
         THREADS,
+        THREAD_HOLDERS,
         THREAD_SLOTS,
         USER_STACKS,
         WAKERS,
@@ -104,17 +106,20 @@ pub mod untraced_notes {
 /// The thread table: each traced thread's [`ThreadState`] lives in `THREAD_SLOTS`, an
 /// array indexed by `tid & mask` (a lookup is a few loads, where a hash lookup cost the
 /// hot path about 8 ns a time), unless another live thread holds that slot; then it
-/// lives in `THREADS`, a hash map keyed by tid (the overflow). A slot's
-/// [`ThreadState::tid`] says whose it is.
+/// lives in `THREADS`, a hash map keyed by tid (the overflow). `THREAD_HOLDERS`, an
+/// array of u64 beside the slots, says whose each slot is: the tid, [`FREE`], or the
+/// tid with [`FILLING`] while its inserter writes the slot. The holders are apart so
+/// that userspace maps only them (128 KiB), not the slots (3.75 MiB): a mapping of a
+/// BPF array is resident in full. 64 bits: BPF has no 32-bit compare-and-swap
+/// without alu32.
 pub mod thread_slots {
     /// Slots unless `--max-threads` is smaller (a power of two: the index is a mask).
-    /// 16,384 x 248 bytes is 3.9 MiB of kernel memory, which userspace scans at each
-    /// snapshot.
+    /// 16,384 x 240 bytes is 3.75 MiB of kernel memory.
     pub const DEFAULT: u32 = 16_384;
-    /// `ThreadState::tid` of a free slot.
+    /// The holder of a free slot.
     pub const FREE: u64 = 0;
-    /// Bit set in `ThreadState::tid` while its inserter fills the slot (the rest is the
-    /// tid being inserted).
+    /// Bit set in a holder while its inserter fills the slot (the rest is the tid
+    /// being inserted).
     pub const FILLING: u64 = 1 << 63;
 
     /// Slots for a table of `max_threads` (`--max-threads`): the largest power of two
@@ -215,10 +220,6 @@ pub struct ThreadState {
     /// run later on the wakee's CPU). In the thread's own entry, which both hooks look
     /// up anyway: a map of its own cost an LRU update per wakeup.
     pub waker: crate::wake::PendingWaker,
-    /// The thread's tid. In `THREAD_SLOTS`, whose slot this is: [`thread_slots::FREE`],
-    /// or the tid with [`thread_slots::FILLING`] while its inserter writes the rest.
-    /// 64 bits: BPF has no 32-bit compare-and-swap without alu32.
-    pub tid: u64,
 }
 
 /// `ThreadState::sys_flags`.
@@ -272,7 +273,6 @@ impl Default for ThreadState {
                 comm: [0; COMM_LEN],
                 sleep_since_ns: 0,
             },
-            tid: 0,
         }
     }
 }
@@ -570,7 +570,7 @@ pub struct SlowSyscallRecord {
     pub _pad: u32,
 }
 
-const _: () = assert!(core::mem::size_of::<ThreadState>() == 248);
+const _: () = assert!(core::mem::size_of::<ThreadState>() == 240);
 const _: () = assert!(core::mem::size_of::<StackKey>() == 24);
 const _: () = assert!(core::mem::size_of::<StackTime>() == 32);
 const _: () = assert!(core::mem::size_of::<SyscallKey>() == 8);

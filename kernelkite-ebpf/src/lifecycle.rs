@@ -95,7 +95,7 @@ pub fn on_fork(child: impl FnOnce(u32) -> (u32, u32)) -> i32 {
     }
     // SAFETY: helper call without preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
-    let mut state = ThreadState {
+    let state = ThreadState {
         tgid: child_tgid,
         // wake_up_new_task() puts the child on a run queue right after this hook.
         run_state: run_state::RUNNABLE,
@@ -108,7 +108,7 @@ pub fn on_fork(child: impl FnOnce(u32) -> (u32, u32)) -> i32 {
         start_ns: now,
         ..ThreadState::default()
     };
-    if insert_thread(child_tid, &mut state).is_err() {
+    if insert_thread(child_tid, &state).is_err() {
         count_lost(lost::THREADS_FULL);
         return 0;
     }
@@ -180,7 +180,7 @@ fn enter_target_cgroup() -> Option<(u32, u32, &'static mut ThreadState)> {
         let current = bpf_get_current_task() as *const u8;
         (bpf_ktime_get_ns(), task::sum_exec_runtime::<false>(current))
     };
-    let mut state = ThreadState {
+    let state = ThreadState {
         tgid,
         run_state: run_state::ON_CPU,
         since_ns: now,
@@ -191,7 +191,7 @@ fn enter_target_cgroup() -> Option<(u32, u32, &'static mut ThreadState)> {
         runtime_ns,
         ..ThreadState::default()
     };
-    if insert_thread(tid, &mut state).is_err() {
+    if insert_thread(tid, &state).is_err() {
         count_lost(lost::THREADS_FULL);
         return None;
     }

@@ -99,10 +99,15 @@ pub fn noted_untraced(regs: u64) -> bool {
 
 /// The thread table's slots (`kernelkite_common::bpf::thread_slots`): thread `tid`'s
 /// state and class counters at index `tid & THREAD_SLOTS_MASK`, when that slot is its
-/// own. Mappable: userspace reads the entries at each snapshot, and claims and frees
-/// slots with atomics on `ThreadState::tid`, as the programs do.
+/// own.
 #[map]
-pub static THREAD_SLOTS: Array<ThreadState> =
+pub static THREAD_SLOTS: Array<ThreadState> = Array::with_max_entries(thread_slots::DEFAULT, 0);
+
+/// Whose each slot is (`thread_slots::FREE`, a tid, or a tid being inserted).
+/// Mappable: userspace claims and frees slots with compare-and-swap on these words, as
+/// the programs do.
+#[map]
+pub static THREAD_HOLDERS: Array<u64> =
     Array::with_max_entries(thread_slots::DEFAULT, BPF_F_MMAPABLE);
 
 /// `THREAD_SLOTS`' length less one, set by the loader.
@@ -238,33 +243,38 @@ pub fn is_gate(tid: u32) -> bool {
     matches!(GATE.get(0), Some(&gate) if gate == tid)
 }
 
-/// Thread `tid`'s slot, whoever holds it.
+/// Thread `tid`'s slot index.
 #[inline(always)]
-fn slot(tid: u32) -> Option<*mut ThreadState> {
+fn slot_index(tid: u32) -> u32 {
     // SAFETY: a read-only global set at load time.
-    let mask = unsafe { core::ptr::read_volatile(&THREAD_SLOTS_MASK) };
-    THREAD_SLOTS.get_ptr_mut(tid & mask)
+    tid & unsafe { core::ptr::read_volatile(&THREAD_SLOTS_MASK) }
 }
 
-/// Who holds slot `p` (`ThreadState::tid`).
+/// Who holds slot `index`, if the index is inside the table.
 #[inline(always)]
-fn holder(p: *mut ThreadState) -> u64 {
-    // SAFETY: a map value, valid while the program runs; inserters change it atomically.
-    unsafe { core::ptr::read_volatile(&raw const (*p).tid) }
+fn holder(index: u32) -> Option<*mut u64> {
+    THREAD_HOLDERS.get_ptr_mut(index)
 }
 
-/// Compare-and-swap of slot `p`'s holder: whether it was `from` and is now `to`, and
-/// what it was.
+/// Compare-and-swap of a holder: whether it was `from` and is now `to`, and what it
+/// was.
 #[inline(always)]
-fn swap_holder(p: *mut ThreadState, from: u64, to: u64) -> (u64, bool) {
+fn swap_holder(h: *mut u64, from: u64, to: u64) -> (u64, bool) {
     // SAFETY: a map value, valid while the program runs.
     unsafe {
         core::intrinsics::atomic_cxchg::<
             u64,
             { core::intrinsics::AtomicOrdering::SeqCst },
             { core::intrinsics::AtomicOrdering::SeqCst },
-        >(&raw mut (*p).tid, from, to)
+        >(h, from, to)
     }
+}
+
+/// Whether holder `h` is thread `tid` (published, not being filled).
+#[inline(always)]
+fn holds(h: *mut u64, tid: u32) -> bool {
+    // SAFETY: a map value, valid while the program runs; changed only atomically.
+    tid as u64 != thread_slots::FREE && unsafe { core::ptr::read_volatile(h) } == tid as u64
 }
 
 /// Thread `tid`'s entry: its slot when it holds it (a few loads), else the overflow.
@@ -272,9 +282,12 @@ fn swap_holder(p: *mut ThreadState, from: u64, to: u64) -> (u64, bool) {
 pub fn thread(tid: u32) -> Option<&'static mut ThreadState> {
     // SAFETY (both): a thread's entry is only written by events of that thread (on its
     // CPU) or by its wakeup, which the scheduler orders after its switch-out.
-    if let Some(p) = slot(tid) {
-        if holder(p) == tid as u64 && tid as u64 != thread_slots::FREE {
-            return Some(unsafe { &mut *p });
+    let index = slot_index(tid);
+    if let Some(h) = holder(index) {
+        if holds(h, tid) {
+            if let Some(p) = THREAD_SLOTS.get_ptr_mut(index) {
+                return Some(unsafe { &mut *p });
+            }
         }
     }
     THREADS.get_ptr_mut(tid).map(|p| unsafe { &mut *p })
@@ -283,19 +296,19 @@ pub fn thread(tid: u32) -> Option<&'static mut ThreadState> {
 /// Insert `state` as thread `tid`'s entry unless it has one (as BPF_NOEXIST): into its
 /// slot when free, else the overflow. Err: it has one, or the overflow is full.
 #[inline(always)]
-pub fn insert_thread(tid: u32, state: &mut ThreadState) -> Result<(), ()> {
+pub fn insert_thread(tid: u32, state: &ThreadState) -> Result<(), ()> {
     if tid as u64 == thread_slots::FREE || thread(tid).is_some() {
         return Err(());
     }
+    let index = slot_index(tid);
     let filling = tid as u64 | thread_slots::FILLING;
-    if let Some(p) = slot(tid) {
-        let (seen, claimed) = swap_holder(p, thread_slots::FREE, filling);
+    if let (Some(h), Some(p)) = (holder(index), THREAD_SLOTS.get_ptr_mut(index)) {
+        let (seen, claimed) = swap_holder(h, thread_slots::FREE, filling);
         if claimed {
-            state.tid = filling;
             // SAFETY: the slot is ours (claimed above); lookups do not match it until
             // its holder is `tid`.
             unsafe { *p = *state };
-            swap_holder(p, filling, tid as u64);
+            swap_holder(h, filling, tid as u64);
             // Another inserter of this tid may have put it in the overflow meanwhile
             // (its slot was another thread's when it looked): the slot wins.
             let _ = THREADS.remove(&tid);
@@ -306,14 +319,14 @@ pub fn insert_thread(tid: u32, state: &mut ThreadState) -> Result<(), ()> {
             return Err(());
         }
     }
-    state.tid = tid as u64;
     THREADS
         .insert(&tid, state, BPF_NOEXIST as u64)
         .map_err(|_| ())?;
     // The slot may have been freed and taken for this tid since the lookup above: the
     // slot wins, and this entry goes.
-    if let Some(p) = slot(tid) {
-        if holder(p) & !thread_slots::FILLING == tid as u64 {
+    if let Some(h) = holder(index) {
+        // SAFETY: a map value, valid while the program runs.
+        if unsafe { core::ptr::read_volatile(h) } & !thread_slots::FILLING == tid as u64 {
             let _ = THREADS.remove(&tid);
             return Err(());
         }
@@ -324,9 +337,9 @@ pub fn insert_thread(tid: u32, state: &mut ThreadState) -> Result<(), ()> {
 /// Forget thread `tid`'s entry.
 #[inline(always)]
 pub fn remove_thread(tid: u32) {
-    if let Some(p) = slot(tid) {
-        if holder(p) == tid as u64 && tid as u64 != thread_slots::FREE {
-            swap_holder(p, tid as u64, thread_slots::FREE);
+    if let Some(h) = holder(slot_index(tid)) {
+        if holds(h, tid) {
+            swap_holder(h, tid as u64, thread_slots::FREE);
             return;
         }
     }

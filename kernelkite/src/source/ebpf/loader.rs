@@ -419,6 +419,7 @@ fn load_programs(
     let thread_slots = thread_slot_count(options.max_threads);
     let thread_slots_mask = thread_slots - 1;
     loader.map_max_entries(map_names::THREAD_SLOTS, thread_slots);
+    loader.map_max_entries(map_names::THREAD_HOLDERS, thread_slots);
     loader
         .override_global("TASK_PID_OFFSET", &layout.task_pid_offset, true)
         .override_global("TASK_TGID_OFFSET", &layout.task_tgid_offset, true)
@@ -549,6 +550,7 @@ fn load_classic(options: ProbeOptions) -> Result<Probes, ProbeError> {
     let thread_slots = thread_slot_count(options.max_threads);
     let thread_slots_mask = thread_slots - 1;
     loader.map_max_entries(map_names::THREAD_SLOTS, thread_slots);
+    loader.map_max_entries(map_names::THREAD_HOLDERS, thread_slots);
     loader
         .override_global("CLASSIC_SWITCH_PREV_STATE", &layout.switch_prev_state, true)
         .override_global("CLASSIC_SWITCH_NEXT_PID", &layout.switch_next_pid, true)

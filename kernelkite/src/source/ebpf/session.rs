@@ -306,10 +306,11 @@ impl Session {
         probes.notes.extend(note);
         let ring = take_map(&mut probes, map_names::EVENTS)?;
         let threads = ThreadTable::map(
+            take_map(&mut probes, map_names::THREAD_HOLDERS)?,
             take_map(&mut probes, map_names::THREAD_SLOTS)?,
             take_map(&mut probes, map_names::THREADS)?,
         )
-        .map_err(|e| SessionError::map(map_names::THREAD_SLOTS, MapAccessError::Mmap(e)))?;
+        .map_err(|e| SessionError::map(map_names::THREAD_HOLDERS, MapAccessError::Mmap(e)))?;
         let hists = take_map(&mut probes, map_names::SYSCALL_HISTS)?;
         let lost = take_map(&mut probes, map_names::LOST)?;
         let targets: Array<MapData, u64> = take_map(&mut probes, map_names::TARGETS)?;

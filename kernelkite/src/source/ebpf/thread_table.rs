@@ -4,11 +4,12 @@
 //! BPF programs find a thread in its slot with a few loads, where the hash lookup
 //! cost every hook about 8 ns (docs/PERFORMANCE.md).
 //!
-//! The slots are shared through `mmap`, and whose a slot is (`ThreadState::tid`) changes
-//! only by compare-and-swap, here as in kernelkite-ebpf's `maps::insert_thread`: a slot
-//! is claimed with the tid and `FILLING`, filled, then given the tid. A thread is in one
+//! Whose a slot is lives in `THREAD_HOLDERS`, shared through `mmap`, and changes only by
+//! compare-and-swap, here as in kernelkite-ebpf's `maps::insert_thread`: a slot is
+//! claimed with the tid and `FILLING`, filled, then given the tid. A thread is in one
 //! home: when two inserters of one tid race (this session at attach and the fork hook),
-//! the slot wins and the overflow entry goes.
+//! the slot wins and the overflow entry goes. The slots themselves are read and written
+//! with map syscalls: a mapping of them would be resident in full (3.75 MiB).
 
 use std::io;
 use std::ptr::NonNull;
@@ -29,73 +30,69 @@ pub enum InsertError {
     Full,
 }
 
-/// The mapped slots and the overflow map; unmapped when dropped.
+/// The thread table: the mapped holders, the slots and the overflow map.
 pub struct ThreadTable {
-    slots: NonNull<ThreadState>,
+    holders: NonNull<AtomicU64>,
     /// Number of slots (a power of two).
     len: usize,
-    mapped_bytes: usize,
-    /// The slots' map: its fd stays open as long as the session's other maps'.
-    _slots_map: Array<MapData, ThreadState>,
+    slots: Array<MapData, ThreadState>,
+    /// The holders' map: its fd stays open as long as the session's other maps'.
+    _holders_map: Array<MapData, u64>,
     overflow: HashMap<MapData, u32, ThreadState>,
 }
 
-// SAFETY: the mapping is shared memory; whose a slot is changes only through atomics,
-// and entries are copied with volatile reads (a torn copy is detected by the caller,
-// as with the map's own lookups).
+// SAFETY: the mapping is shared memory reached only through atomics.
 unsafe impl Send for ThreadTable {}
 
 impl ThreadTable {
-    /// Map `slots` (declared `BPF_F_MMAPABLE` in kernelkite-ebpf's `maps`) beside the
-    /// `overflow` map.
+    /// Map `holders` (declared `BPF_F_MMAPABLE` in kernelkite-ebpf's `maps`) beside the
+    /// `slots` and the `overflow` map.
     pub fn map(
+        holders: Array<MapData, u64>,
         slots: Array<MapData, ThreadState>,
         overflow: HashMap<MapData, u32, ThreadState>,
     ) -> io::Result<ThreadTable> {
         let len = slots.len() as usize;
-        if !len.is_power_of_two() {
+        if !len.is_power_of_two() || holders.len() as usize != len {
             return Err(io::Error::other(format!(
-                "THREAD_SLOTS has {len} entries, not a power of two"
+                "THREAD_SLOTS has {len} entries and THREAD_HOLDERS {}: not one power of two",
+                holders.len()
             )));
         }
-        let mapped_bytes = len * std::mem::size_of::<ThreadState>();
-        let slots_ptr = map_shared(slots.map(), mapped_bytes)?.cast::<ThreadState>();
+        let words = map_shared(holders.map(), len * std::mem::size_of::<u64>())?;
         Ok(ThreadTable {
-            slots: slots_ptr,
+            holders: words.cast::<AtomicU64>(),
             len,
-            mapped_bytes,
-            _slots_map: slots,
+            slots,
+            _holders_map: holders,
             overflow,
         })
     }
 
-    fn slot(&self, index: usize) -> *mut ThreadState {
-        // SAFETY: index < len (masked by the callers), inside the mapping, which lives
-        // as long as self. Array values are laid out at `size_of::<ThreadState>()`
-        // apart (248 bytes, a multiple of 8).
-        unsafe { self.slots.as_ptr().add(index & (self.len - 1)) }
+    fn index(&self, tid: u32) -> u32 {
+        tid & (self.len as u32 - 1)
     }
 
-    fn holder(&self, index: usize) -> &AtomicU64 {
-        // SAFETY: the slot's `tid` field, 8-byte aligned, changed only by atomics.
-        unsafe { &*(&raw mut (*self.slot(index)).tid).cast::<AtomicU64>() }
+    fn holder(&self, index: u32) -> &AtomicU64 {
+        // SAFETY: index < len (masked), inside the mapping, which lives as long as self;
+        // u64 words are 8-byte aligned in the map's value area.
+        unsafe { &*self.holders.as_ptr().add(index as usize & (self.len - 1)) }
     }
 
-    /// A copy of slot `index` if it is `tid`'s, checked again after the copy (a slot
-    /// freed and taken by another thread meanwhile is not returned).
-    fn copy_if_held(&self, index: usize, tid: u64) -> Option<ThreadState> {
+    /// Slot `index`'s entry if holder `tid` holds it, checked again after the copy (a
+    /// slot freed and taken by another thread meanwhile is not returned).
+    fn copy_if_held(&self, index: u32, tid: u64) -> Option<ThreadState> {
         if self.holder(index).load(Ordering::SeqCst) != tid {
             return None;
         }
-        // SAFETY: a valid ThreadState in the mapping (every bit pattern is one).
-        let state = unsafe { std::ptr::read_volatile(self.slot(index)) };
+        let state = self.slots.get(&index, 0).ok()?;
         (self.holder(index).load(Ordering::SeqCst) == tid).then_some(state)
     }
 
     /// Thread `tid`'s entry.
     pub fn get(&self, tid: u32) -> Option<ThreadState> {
         if u64::from(tid) != thread_slots::FREE {
-            if let Some(state) = self.copy_if_held(tid as usize, u64::from(tid)) {
+            if let Some(state) = self.copy_if_held(self.index(tid), u64::from(tid)) {
                 return Some(state);
             }
         }
@@ -106,7 +103,7 @@ impl ThreadTable {
     /// two inserters race, is taken from its slot, as the programs take it).
     pub fn read_all(&self) -> Vec<(u32, ThreadState)> {
         let mut out = Vec::new();
-        for index in 0..self.len {
+        for index in 0..self.len as u32 {
             let holder = self.holder(index).load(Ordering::Relaxed);
             if holder == thread_slots::FREE || holder & thread_slots::FILLING != 0 {
                 continue;
@@ -126,11 +123,11 @@ impl ThreadTable {
 
     /// Insert `state` as thread `tid`'s entry unless it has one (BPF_NOEXIST): into its
     /// slot when free, else the overflow.
-    pub fn insert_new(&mut self, tid: u32, mut state: ThreadState) -> Result<(), InsertError> {
+    pub fn insert_new(&mut self, tid: u32, state: ThreadState) -> Result<(), InsertError> {
         if u64::from(tid) == thread_slots::FREE || self.get(tid).is_some() {
             return Err(InsertError::Exists);
         }
-        let index = tid as usize;
+        let index = self.index(tid);
         let filling = u64::from(tid) | thread_slots::FILLING;
         match self.holder(index).compare_exchange(
             thread_slots::FREE,
@@ -139,10 +136,12 @@ impl ThreadTable {
             Ordering::SeqCst,
         ) {
             Ok(_) => {
-                state.tid = filling;
-                // SAFETY: the slot is ours (claimed above); the programs do not match
-                // it until its holder is `tid`.
-                unsafe { std::ptr::write_volatile(self.slot(index), state) };
+                // The programs do not match the slot until its holder is `tid`.
+                if self.slots.set(index, state, 0).is_err() {
+                    self.holder(index)
+                        .store(thread_slots::FREE, Ordering::SeqCst);
+                    return Err(InsertError::Full);
+                }
                 self.holder(index).store(u64::from(tid), Ordering::SeqCst);
                 // The fork hook may have put it in the overflow meanwhile: the slot wins.
                 let _ = self.overflow.remove(&tid);
@@ -161,7 +160,6 @@ impl ThreadTable {
             }
             Err(_) => {}
         }
-        state.tid = u64::from(tid);
         // NOEXIST: never overwrite an entry the fork hook already made.
         match self.overflow.insert(tid, state, 1) {
             Ok(()) => {}
@@ -181,7 +179,7 @@ impl ThreadTable {
     pub fn remove(&mut self, tid: u32) {
         let freed = u64::from(tid) != thread_slots::FREE
             && self
-                .holder(tid as usize)
+                .holder(self.index(tid))
                 .compare_exchange(
                     u64::from(tid),
                     thread_slots::FREE,
@@ -201,7 +199,8 @@ fn already_exists(e: &MapError) -> bool {
 
 impl Drop for ThreadTable {
     fn drop(&mut self) {
+        let len = self.len * std::mem::size_of::<u64>();
         // SAFETY: the mapping made in `map`, unmapped once.
-        unsafe { libc::munmap(self.slots.as_ptr().cast(), self.mapped_bytes) };
+        unsafe { libc::munmap(self.holders.as_ptr().cast(), len) };
     }
 }
