@@ -87,15 +87,21 @@ fn reads_of_a_process_gaining_threads_are_exact(env: &[(&str, &str)]) -> Traced 
 }
 
 /// The thread table puts a thread whose slot another live thread holds in its overflow
-/// map (kernelkite-ebpf's `maps::thread`). With one slot, every thread but one lives
-/// there: reads, classes and exits stay as exact as in the slots.
+/// map (kernelkite-ebpf's `maps::thread`), and the syscall histograms a (process,
+/// syscall) whose slot another holds in theirs (`maps::hist_slot`). With one slot each,
+/// every thread and histogram but one lives there: reads, classes and exits stay as
+/// exact as in the slots.
 #[test]
-fn threads_in_the_thread_tables_overflow_are_counted_exactly() {
-    let Some(_serial) = ebpf_ready("threads_in_the_thread_tables_overflow_are_counted_exactly")
+fn threads_and_histograms_in_the_overflow_maps_are_counted_exactly() {
+    let Some(_serial) =
+        ebpf_ready("threads_and_histograms_in_the_overflow_maps_are_counted_exactly")
     else {
         return;
     };
-    let traced = reads_of_a_process_gaining_threads_are_exact(&[("KERNELKITE_THREAD_SLOTS", "1")]);
+    let traced = reads_of_a_process_gaining_threads_are_exact(&[
+        ("KERNELKITE_THREAD_SLOTS", "1"),
+        ("KERNELKITE_HIST_SLOTS", "1"),
+    ]);
     // All four threads were seen, the three in the overflow with their exits.
     assert_eq!(
         traced.analysis.threads.len(),

@@ -47,6 +47,8 @@ pub mod map_names {
     pub const SYSCALL_KIND: &str = "SYSCALL_KIND";
     pub const TARGETS: &str = "TARGETS";
     pub const THREADS: &str = "THREADS";
+    pub const HIST_HOLDERS: &str = "HIST_HOLDERS";
+    pub const HIST_SLOTS: &str = "HIST_SLOTS";
     pub const THREAD_HOLDERS: &str = "THREAD_HOLDERS";
     pub const THREAD_SLOTS: &str = "THREAD_SLOTS";
     pub const USER_STACKS: &str = "USER_STACKS";
@@ -57,6 +59,8 @@ pub mod map_names {
         CRITICAL_PATH_LOST,
         EVENTS,
         GATE,
+        HIST_HOLDERS,
+        HIST_SLOTS,
         KERNEL_STACKS,
         LOST,
         STACK_TIMES,
@@ -127,6 +131,36 @@ pub mod thread_slots {
     pub fn for_max_threads(max_threads: u32) -> u32 {
         let n = max_threads.clamp(1, DEFAULT);
         1 << (31 - n.leading_zeros())
+    }
+}
+
+/// The syscall histograms' slots: the histogram of (tgid, nr) lives in `HIST_SLOTS` at
+/// [`hist_slots::index`] of its holder (a hash of the key), unless another key holds
+/// that slot; then it lives in `SYSCALL_HISTS` (the overflow), and a key may have an
+/// entry in both (its slot freed after it overflowed): userspace adds them up.
+/// `HIST_HOLDERS` says whose each slot is ([`hist_slots::FREE`] or a key's holder);
+/// a free slot is zeroed, so a program claims one with a single compare-and-swap
+/// (userspace zeroes a slot before it frees it).
+pub mod hist_slots {
+    /// Slots (a power of two): 4,096 x 2,448 bytes is 9.6 MiB of kernel memory.
+    pub const DEFAULT: u32 = 4_096;
+    /// The holder of a free slot (no key is (0, 0): pid 0 is never traced).
+    pub const FREE: u64 = 0;
+
+    /// The holder word of key (tgid, nr).
+    pub const fn holder(tgid: u32, nr: u32) -> u64 {
+        ((tgid as u64) << 32) | nr as u64
+    }
+
+    /// The key (tgid, nr) of a holder word.
+    pub const fn key(holder: u64) -> (u32, u32) {
+        ((holder >> 32) as u32, holder as u32)
+    }
+
+    /// The slot index of a holder word in a table of `mask + 1` slots (Fibonacci
+    /// hashing: the processes' syscalls spread over the table).
+    pub const fn index(holder: u64, mask: u32) -> u32 {
+        (holder.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as u32 & mask
     }
 }
 
@@ -597,6 +631,28 @@ mod pod {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_hist_holder_gives_back_its_key_and_an_index_inside_the_table() {
+        for (tgid, nr) in [(1, 0), (4_194_303, 0x8000_0000 | 335), (77, 1)] {
+            let holder = hist_slots::holder(tgid, nr);
+            assert_ne!(holder, hist_slots::FREE);
+            assert_eq!(hist_slots::key(holder), (tgid, nr));
+            assert!(hist_slots::index(holder, hist_slots::DEFAULT - 1) < hist_slots::DEFAULT);
+        }
+        // Neighbouring keys spread: one process's syscalls, consecutive processes.
+        let mut taken = [false; hist_slots::DEFAULT as usize];
+        let mut distinct = 0;
+        for tgid in 1000..1064 {
+            for nr in 0..16 {
+                let holder = hist_slots::holder(tgid, nr);
+                let index = hist_slots::index(holder, hist_slots::DEFAULT - 1) as usize;
+                distinct += usize::from(!taken[index]);
+                taken[index] = true;
+            }
+        }
+        assert!(distinct > 800, "{distinct} of 1024 keys in distinct slots");
+    }
 
     #[test]
     fn thread_slots_are_a_power_of_two_not_above_max_threads_nor_the_default() {

@@ -5,7 +5,7 @@ use aya_ebpf::bindings::BPF_NOEXIST;
 use aya_ebpf::macros::map;
 use aya_ebpf::maps::{Array, HashMap, PerCpuArray, RingBuf};
 use kernelkite_common::bpf::{
-    lost, targets, thread_slots, untraced_notes, SyscallHist, SyscallKey, ThreadState,
+    hist_slots, lost, targets, thread_slots, untraced_notes, SyscallHist, SyscallKey, ThreadState,
     MAX_SYSCALL_NR,
 };
 
@@ -125,7 +125,8 @@ pub static THREADS: HashMap<u32, ThreadState> = HashMap::with_max_entries(65_536
 #[map]
 pub static GATE: Array<u32> = Array::with_max_entries(1, 0);
 
-/// Per-(tgid, syscall) latency histograms, updated with atomic adds. Preallocated: an
+/// The syscall histograms' overflow (`HIST_SLOTS` first): per-(tgid, syscall) latency
+/// histograms, updated with atomic adds. Preallocated: an
 /// insert into a preallocated map cannot fail for want of memory (per-CPU maps without
 /// prealloc dropped counts under exec storms). Userspace folds and deletes the entries
 /// of exited processes at every snapshot, so the map holds live processes plus those
@@ -134,6 +135,46 @@ pub static GATE: Array<u32> = Array::with_max_entries(1, 0);
 /// storm on a machine so loaded that snapshots fall behind.
 #[map]
 pub static SYSCALL_HISTS: HashMap<SyscallKey, SyscallHist> = HashMap::with_max_entries(16_384, 0);
+
+/// The syscall histograms' slots (`kernelkite_common::bpf::hist_slots`): the
+/// histogram of a (tgid, nr) whose slot is its own, found with a few loads where the
+/// `SYSCALL_HISTS` lookup cost a syscall about 8 ns; that map is the overflow.
+#[map]
+pub static HIST_SLOTS: Array<SyscallHist> = Array::with_max_entries(hist_slots::DEFAULT, 0);
+
+/// Whose each histogram slot is. Mappable: userspace frees a slot (after zeroing it)
+/// with compare-and-swap.
+#[map]
+pub static HIST_HOLDERS: Array<u64> = Array::with_max_entries(hist_slots::DEFAULT, BPF_F_MMAPABLE);
+
+/// `HIST_SLOTS`' length less one, set by the loader.
+#[unsafe(no_mangle)]
+static HIST_SLOTS_MASK: u32 = hist_slots::DEFAULT - 1;
+
+/// The histogram slot of `key` when it holds one or can claim a free one (zeroed by
+/// userspace before it was freed); None: the slot is another key's.
+#[inline(always)]
+pub fn hist_slot(key: SyscallKey) -> Option<*mut SyscallHist> {
+    let holder = hist_slots::holder(key.tgid, key.nr);
+    // SAFETY: a read-only global set at load time.
+    let mask = unsafe { core::ptr::read_volatile(&HIST_SLOTS_MASK) };
+    let index = hist_slots::index(holder, mask);
+    let (h, p) = (
+        HIST_HOLDERS.get_ptr_mut(index)?,
+        HIST_SLOTS.get_ptr_mut(index)?,
+    );
+    // SAFETY: a map value, valid while the program runs; changed only atomically.
+    let seen = unsafe { core::ptr::read_volatile(h) };
+    if seen == holder {
+        return Some(p);
+    }
+    if seen != hist_slots::FREE {
+        return None;
+    }
+    // Another CPU may claim it at once, for this key too.
+    let (now, claimed) = swap_holder(h, hist_slots::FREE, holder);
+    (claimed || now == holder).then_some(p)
+}
 
 /// How a sleep inside each syscall number is classified (`syscall_kind`), filled by
 /// userspace from the `syscalls` crate for the running architecture.
@@ -259,7 +300,7 @@ fn holder(index: u32) -> Option<*mut u64> {
 /// Compare-and-swap of a holder: whether it was `from` and is now `to`, and what it
 /// was.
 #[inline(always)]
-fn swap_holder(h: *mut u64, from: u64, to: u64) -> (u64, bool) {
+pub fn swap_holder(h: *mut u64, from: u64, to: u64) -> (u64, bool) {
     // SAFETY: a map value, valid while the program runs.
     unsafe {
         core::intrinsics::atomic_cxchg::<

@@ -17,8 +17,8 @@ use kernelkite_common::bpf::{
 use kernelkite_common::hist::{bucket_index, NUM_BUCKETS};
 
 use crate::maps::{
-    atomic_add, count_lost, is_gate, is_target, note_untraced, noted_untraced, notes_generation,
-    split_pid_tgid, thread, traced_thread, EVENTS, SYSCALL_HISTS, SYSCALL_KIND,
+    atomic_add, count_lost, hist_slot, is_gate, is_target, note_untraced, noted_untraced,
+    notes_generation, split_pid_tgid, thread, traced_thread, EVENTS, SYSCALL_HISTS, SYSCALL_KIND,
 };
 use crate::{stacks, task};
 
@@ -258,7 +258,7 @@ fn sys_exit_unnoted(ctx: *mut c_void) -> i32 {
 /// are atomic (about 10 ns more per call here).
 #[inline(always)]
 fn count_latency(key: SyscallKey, latency_ns: u64, alone: bool) {
-    let hist = match SYSCALL_HISTS.get_ptr_mut(&key) {
+    let hist = match hist_slot(key).or_else(|| SYSCALL_HISTS.get_ptr_mut(&key)) {
         Some(h) => h,
         None => {
             let Some(zero) = ZERO_HIST.get(0) else {

@@ -1,12 +1,17 @@
-//! The syscall latency histograms of a session: the kernel's map, one entry per
-//! (process, syscall), and the histograms of exited processes folded out of it at each
-//! snapshot so the map never fills up.
+//! The syscall latency histograms of a session: the kernel's, one per (process,
+//! syscall) in its slot or in the overflow map (`kernelkite_common::bpf::hist_slots`;
+//! a key with an entry in both is their sum), and the histograms of exited processes
+//! folded out of them at each snapshot so the kernel's never fill up.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
 
-use aya::maps::{HashMap, MapData};
-use kernelkite_common::bpf::{SyscallHist, SyscallKey, ThreadState, SYSCALL_BEFORE_START};
+use aya::maps::{Array, HashMap, MapData};
+use kernelkite_common::bpf::{
+    hist_slots, SyscallHist, SyscallKey, ThreadState, SYSCALL_BEFORE_START,
+};
 
+use super::holders::Holders;
 use super::map_batch::read_all;
 use super::syscall_table;
 use crate::model::SyscallHistogram;
@@ -19,9 +24,62 @@ pub const MAX_FOLDED_HISTOGRAMS: usize = 100_000;
 /// user-space process has it: pid 0 is the kernel's idle task).
 pub const FOLDED_PID: u32 = 0;
 
-/// The histograms: the map's, as read at the last snapshot, and exited processes'.
+/// The kernel's histograms: slots with their holders, and the overflow map.
+pub struct KernelHistograms {
+    pub holders: Holders,
+    pub slots: Array<MapData, SyscallHist>,
+    pub overflow: HashMap<MapData, SyscallKey, SyscallHist>,
+}
+
+impl KernelHistograms {
+    /// Every entry: the slots held, then the overflow (a key may be in both).
+    fn read_all(&self) -> Vec<(SyscallKey, SyscallHist)> {
+        let mut out = Vec::new();
+        for index in 0..self.holders.slots() {
+            let holder = self.holders.of(index).load(Ordering::SeqCst);
+            if holder == hist_slots::FREE {
+                continue;
+            }
+            let Ok(hist) = self.slots.get(&index, 0) else {
+                continue;
+            };
+            // A slot freed and taken by another key during the copy is not that key's.
+            if self.holders.of(index).load(Ordering::SeqCst) == holder {
+                let (tgid, nr) = hist_slots::key(holder);
+                out.push((SyscallKey { tgid, nr }, hist));
+            }
+        }
+        out.extend(read_all(&self.overflow));
+        out
+    }
+
+    /// Drop `key`'s entries: its slot is zeroed, then freed (a program claims a free
+    /// slot as it is), and its overflow entry removed.
+    fn remove(&mut self, key: &SyscallKey) {
+        let holder = hist_slots::holder(key.tgid, key.nr);
+        let index = hist_slots::index(holder, self.holders.mask());
+        if self.holders.of(index).load(Ordering::SeqCst) == holder
+            && self.slots.set(index, zeroed_hist(), 0).is_ok()
+        {
+            let _ = self.holders.of(index).compare_exchange(
+                holder,
+                hist_slots::FREE,
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            );
+        }
+        let _ = self.overflow.remove(key);
+    }
+}
+
+fn zeroed_hist() -> SyscallHist {
+    // SAFETY: SyscallHist is plain integers (repr(C)); all zero is a valid value.
+    unsafe { std::mem::zeroed() }
+}
+
+/// The histograms: the kernel's, as read at the last snapshot, and exited processes'.
 pub struct SyscallHistograms {
-    map: HashMap<MapData, SyscallKey, SyscallHist>,
+    map: KernelHistograms,
     /// Histograms of exited processes, moved out of the map so it never fills up.
     folded: BTreeMap<SyscallKey, HistAccumulator>,
     /// The live processes' entries of the map, as read at the last snapshot.
@@ -29,7 +87,7 @@ pub struct SyscallHistograms {
 }
 
 impl SyscallHistograms {
-    pub fn new(map: HashMap<MapData, SyscallKey, SyscallHist>) -> SyscallHistograms {
+    pub fn new(map: KernelHistograms) -> SyscallHistograms {
         SyscallHistograms {
             map,
             folded: BTreeMap::new(),
@@ -40,9 +98,9 @@ impl SyscallHistograms {
     /// Drop `tgid`'s entries from the map (kernelkite's own, once it stops tracing
     /// itself).
     pub fn forget_process(&mut self, tgid: u32) {
-        for (key, _) in read_all(&self.map) {
+        for (key, _) in self.map.read_all() {
             if key.tgid == tgid {
-                let _ = self.map.remove(&key);
+                self.map.remove(&key);
             }
         }
     }
@@ -74,16 +132,15 @@ impl SyscallHistograms {
 
     /// Move the histograms of processes with no live thread out of the kernel map.
     pub fn fold_exited(&mut self, live: &BTreeMap<u32, BTreeMap<u32, ThreadState>>) {
-        let (dead, alive): (Vec<_>, Vec<_>) = read_all(&self.map)
-            .into_iter()
-            .partition(|(k, _)| !live.contains_key(&k.tgid));
+        let (dead, alive): (Vec<_>, Vec<_>) =
+            (self.map.read_all().into_iter()).partition(|(k, _)| !live.contains_key(&k.tgid));
         // The live processes' histograms as of this snapshot: what `syscall_histograms`
         // reports, without reading the map a second time.
         self.live = alive;
         for (key, value) in dead {
             // No thread of the process is left to update the entry: the copy is final.
             fold_histogram(&mut self.folded, key, &value, MAX_FOLDED_HISTOGRAMS);
-            let _ = self.map.remove(&key);
+            self.map.remove(&key);
         }
     }
 

@@ -7,7 +7,7 @@ use std::time::Instant;
 use aya::maps::{Array, MapData};
 use aya::programs::{BtfTracePoint, TracePoint};
 use aya::{Btf, Ebpf, EbpfLoader};
-use kernelkite_common::bpf::{map_names, thread_slots};
+use kernelkite_common::bpf::{hist_slots, map_names, thread_slots};
 
 use super::btf_layout::{read_layout, KernelLayout};
 use super::syscall_table;
@@ -52,6 +52,23 @@ pub fn thread_slot_count(max_threads: Option<u32>) -> u32 {
     {
         Some(n) if n.is_power_of_two() && n <= slots => n,
         _ => slots,
+    }
+}
+
+/// Environment variable that sets the syscall histograms' slot count (a power of two,
+/// at most `hist_slots::DEFAULT`; `1` puts every (process, syscall) but one in the
+/// overflow map). For tests of the overflow path.
+pub const HIST_SLOTS_ENV: &str = "KERNELKITE_HIST_SLOTS";
+
+/// The syscall histograms' slot count: `KERNELKITE_HIST_SLOTS` when it is set to a
+/// power of two no larger than the default.
+pub fn hist_slot_count() -> u32 {
+    match std::env::var(HIST_SLOTS_ENV)
+        .ok()
+        .and_then(|v| v.parse::<u32>().ok())
+    {
+        Some(n) if n.is_power_of_two() && n <= hist_slots::DEFAULT => n,
+        _ => hist_slots::DEFAULT,
     }
 }
 
@@ -420,6 +437,10 @@ fn load_programs(
     let thread_slots_mask = thread_slots - 1;
     loader.map_max_entries(map_names::THREAD_SLOTS, thread_slots);
     loader.map_max_entries(map_names::THREAD_HOLDERS, thread_slots);
+    let hist_slots = hist_slot_count();
+    let hist_slots_mask = hist_slots - 1;
+    loader.map_max_entries(map_names::HIST_SLOTS, hist_slots);
+    loader.map_max_entries(map_names::HIST_HOLDERS, hist_slots);
     loader
         .override_global("TASK_PID_OFFSET", &layout.task_pid_offset, true)
         .override_global("TASK_TGID_OFFSET", &layout.task_tgid_offset, true)
@@ -449,6 +470,7 @@ fn load_programs(
         .override_global("SAMPLE_PERIOD_NS", &sample_period_ns, true)
         .override_global("WAKERS_ON", &wakers_flag, true)
         .override_global("THREAD_SLOTS_MASK", &thread_slots_mask, true)
+        .override_global("HIST_SLOTS_MASK", &hist_slots_mask, true)
         .override_global("CRITICAL_PATH_ON", &critical_path_flag, true)
         .override_global("STACK_COPY_INTERVAL_NS", &copy_interval_ns, true)
         .override_global("PT_REGS_IP_OFFSET", &ip_offset, true)
@@ -551,6 +573,10 @@ fn load_classic(options: ProbeOptions) -> Result<Probes, ProbeError> {
     let thread_slots_mask = thread_slots - 1;
     loader.map_max_entries(map_names::THREAD_SLOTS, thread_slots);
     loader.map_max_entries(map_names::THREAD_HOLDERS, thread_slots);
+    let hist_slots = hist_slot_count();
+    let hist_slots_mask = hist_slots - 1;
+    loader.map_max_entries(map_names::HIST_SLOTS, hist_slots);
+    loader.map_max_entries(map_names::HIST_HOLDERS, hist_slots);
     loader
         .override_global("CLASSIC_SWITCH_PREV_STATE", &layout.switch_prev_state, true)
         .override_global("CLASSIC_SWITCH_NEXT_PID", &layout.switch_next_pid, true)
@@ -574,6 +600,7 @@ fn load_classic(options: ProbeOptions) -> Result<Probes, ProbeError> {
         .override_global("TARGET_CGROUP_LEVEL", &cgroup_level, true)
         .override_global("WAKERS_ON", &wakers_flag, true)
         .override_global("THREAD_SLOTS_MASK", &thread_slots_mask, true)
+        .override_global("HIST_SLOTS_MASK", &hist_slots_mask, true)
         .override_global("CRITICAL_PATH_ON", &critical_path_flag, true);
     let mut ebpf = loader
         .load(BPF_OBJECT)

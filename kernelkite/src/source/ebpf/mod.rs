@@ -7,6 +7,7 @@ pub mod availability;
 pub mod blocked;
 pub mod btf_layout;
 pub mod histograms;
+pub mod holders;
 pub mod loader;
 pub mod map_batch;
 pub mod records;

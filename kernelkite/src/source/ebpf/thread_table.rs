@@ -12,14 +12,13 @@
 //! with map syscalls: a mapping of them would be resident in full (3.75 MiB).
 
 use std::io;
-use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use aya::maps::{Array, HashMap, IterableMap, MapData, MapError};
+use aya::maps::{Array, HashMap, MapData, MapError};
 use kernelkite_common::bpf::{thread_slots, ThreadState};
 
+use super::holders::Holders;
 use super::map_batch::read_all;
-use super::target_bits::map_shared;
 
 /// Why an insert did not happen.
 #[derive(Debug, PartialEq, Eq)]
@@ -32,51 +31,31 @@ pub enum InsertError {
 
 /// The thread table: the mapped holders, the slots and the overflow map.
 pub struct ThreadTable {
-    holders: NonNull<AtomicU64>,
-    /// Number of slots (a power of two).
-    len: usize,
+    holders: Holders,
     slots: Array<MapData, ThreadState>,
-    /// The holders' map: its fd stays open as long as the session's other maps'.
-    _holders_map: Array<MapData, u64>,
     overflow: HashMap<MapData, u32, ThreadState>,
 }
 
-// SAFETY: the mapping is shared memory reached only through atomics.
-unsafe impl Send for ThreadTable {}
-
 impl ThreadTable {
-    /// Map `holders` (declared `BPF_F_MMAPABLE` in kernelkite-ebpf's `maps`) beside the
-    /// `slots` and the `overflow` map.
+    /// The table of `holders` (mapped here), `slots` and `overflow`.
     pub fn map(
         holders: Array<MapData, u64>,
         slots: Array<MapData, ThreadState>,
         overflow: HashMap<MapData, u32, ThreadState>,
     ) -> io::Result<ThreadTable> {
-        let len = slots.len() as usize;
-        if !len.is_power_of_two() || holders.len() as usize != len {
-            return Err(io::Error::other(format!(
-                "THREAD_SLOTS has {len} entries and THREAD_HOLDERS {}: not one power of two",
-                holders.len()
-            )));
-        }
-        let words = map_shared(holders.map(), len * std::mem::size_of::<u64>())?;
         Ok(ThreadTable {
-            holders: words.cast::<AtomicU64>(),
-            len,
+            holders: Holders::map(holders, slots.len())?,
             slots,
-            _holders_map: holders,
             overflow,
         })
     }
 
     fn index(&self, tid: u32) -> u32 {
-        tid & (self.len as u32 - 1)
+        tid & self.holders.mask()
     }
 
     fn holder(&self, index: u32) -> &AtomicU64 {
-        // SAFETY: index < len (masked), inside the mapping, which lives as long as self;
-        // u64 words are 8-byte aligned in the map's value area.
-        unsafe { &*self.holders.as_ptr().add(index as usize & (self.len - 1)) }
+        self.holders.of(index)
     }
 
     /// Slot `index`'s entry if holder `tid` holds it, checked again after the copy (a
@@ -103,7 +82,7 @@ impl ThreadTable {
     /// two inserters race, is taken from its slot, as the programs take it).
     pub fn read_all(&self) -> Vec<(u32, ThreadState)> {
         let mut out = Vec::new();
-        for index in 0..self.len as u32 {
+        for index in 0..self.holders.slots() {
             let holder = self.holder(index).load(Ordering::Relaxed);
             if holder == thread_slots::FREE || holder & thread_slots::FILLING != 0 {
                 continue;
@@ -195,12 +174,4 @@ impl ThreadTable {
 
 fn already_exists(e: &MapError) -> bool {
     matches!(e, MapError::SyscallError(s) if s.io_error.raw_os_error() == Some(libc::EEXIST))
-}
-
-impl Drop for ThreadTable {
-    fn drop(&mut self) {
-        let len = self.len * std::mem::size_of::<u64>();
-        // SAFETY: the mapping made in `map`, unmapped once.
-        unsafe { libc::munmap(self.holders.as_ptr().cast(), len) };
-    }
 }
