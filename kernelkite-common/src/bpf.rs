@@ -139,13 +139,18 @@ pub mod thread_slots {
 /// that slot; then it lives in `SYSCALL_HISTS` (the overflow), and a key may have an
 /// entry in both (its slot freed after it overflowed): userspace adds them up.
 /// `HIST_HOLDERS` says whose each slot is ([`hist_slots::FREE`] or a key's holder);
-/// a free slot is zeroed, so a program claims one with a single compare-and-swap
-/// (userspace zeroes a slot before it frees it).
+/// a free slot is zeroed, so a program claims one with a single compare-and-swap.
+/// Userspace frees a slot in three steps: its holder becomes [`hist_slots::CLEARING`],
+/// then it waits until no program that saw the key's holder can still be running (an
+/// RCU grace period), then zeroes the slot and frees it.
 pub mod hist_slots {
     /// Slots (a power of two): 4,096 x 2,448 bytes is 9.6 MiB of kernel memory.
     pub const DEFAULT: u32 = 4_096;
     /// The holder of a free slot (no key is (0, 0): pid 0 is never traced).
     pub const FREE: u64 = 0;
+    /// The holder of a slot userspace is freeing (no key: tgids stay below 2^22). The
+    /// programs take it for another key's, so none adds to it while it is zeroed.
+    pub const CLEARING: u64 = u64::MAX;
 
     /// The holder word of key (tgid, nr).
     pub const fn holder(tgid: u32, nr: u32) -> u64 {

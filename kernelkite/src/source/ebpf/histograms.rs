@@ -37,7 +37,8 @@ impl KernelHistograms {
         let mut out = Vec::new();
         for index in 0..self.holders.slots() {
             let holder = self.holders.of(index).load(Ordering::SeqCst);
-            if holder == hist_slots::FREE {
+            // A clearing slot's counts were folded before it was marked.
+            if holder == hist_slots::FREE || holder == hist_slots::CLEARING {
                 continue;
             }
             let Ok(hist) = self.slots.get(&index, 0) else {
@@ -53,22 +54,54 @@ impl KernelHistograms {
         out
     }
 
-    /// Drop `key`'s entries: its slot is zeroed, then freed (a program claims a free
-    /// slot as it is), and its overflow entry removed.
-    fn remove(&mut self, key: &SyscallKey) {
-        let holder = hist_slots::holder(key.tgid, key.nr);
-        let index = hist_slots::index(holder, self.holders.mask());
-        if self.holders.of(index).load(Ordering::SeqCst) == holder
-            && self.slots.set(index, zeroed_hist(), 0).is_ok()
-        {
-            let _ = self.holders.of(index).compare_exchange(
+    /// Drop `keys`' entries: their overflow entries are removed, and their slots freed
+    /// (`kernelkite_common::bpf::hist_slots`): marked clearing, so that no program adds
+    /// to them; then, once no program that found a key there can still be running,
+    /// zeroed (a program claims a free slot as it is) and freed. Without the wait, a
+    /// program of a new process under a reused pid could add to a slot after its
+    /// zeroing, and leave that count to the slot's next key.
+    fn remove(&mut self, keys: &[SyscallKey]) {
+        let mut clearing = Vec::new();
+        for key in keys {
+            let holder = hist_slots::holder(key.tgid, key.nr);
+            let index = hist_slots::index(holder, self.holders.mask());
+            let marked = self.holders.of(index).compare_exchange(
                 holder,
-                hist_slots::FREE,
+                hist_slots::CLEARING,
                 Ordering::SeqCst,
                 Ordering::SeqCst,
             );
+            if marked.is_ok() {
+                clearing.push(index);
+            }
+            let _ = self.overflow.remove(key);
         }
-        let _ = self.overflow.remove(key);
+        if clearing.is_empty() {
+            return;
+        }
+        wait_for_running_programs();
+        for index in clearing {
+            // Left clearing if the zeroing fails: the programs then take the slot for
+            // another key's, and nothing is miscounted.
+            if self.slots.set(index, zeroed_hist(), 0).is_ok() {
+                self.holders
+                    .of(index)
+                    .store(hist_slots::FREE, Ordering::SeqCst);
+            }
+        }
+    }
+}
+
+/// Wait until every BPF program running now has returned: they run inside RCU
+/// read-side sections, and `membarrier(MEMBARRIER_CMD_GLOBAL)` is a `synchronize_rcu`
+/// (kernel/sched/membarrier.c). Some milliseconds; once per snapshot that frees slots.
+fn wait_for_running_programs() {
+    const MEMBARRIER_CMD_GLOBAL: libc::c_long = 1;
+    // SAFETY: membarrier takes no pointers.
+    let rc = unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_GLOBAL, 0, 0) };
+    if rc != 0 {
+        // Not available: a second's sleep outlasts any program run by far.
+        std::thread::sleep(std::time::Duration::from_secs(1));
     }
 }
 
@@ -98,11 +131,11 @@ impl SyscallHistograms {
     /// Drop `tgid`'s entries from the map (kernelkite's own, once it stops tracing
     /// itself).
     pub fn forget_process(&mut self, tgid: u32) {
-        for (key, _) in self.map.read_all() {
-            if key.tgid == tgid {
-                self.map.remove(&key);
-            }
-        }
+        let keys: Vec<SyscallKey> = (self.map.read_all().into_iter())
+            .map(|(key, _)| key)
+            .filter(|key| key.tgid == tgid)
+            .collect();
+        self.map.remove(&keys);
     }
 
     /// The cumulative histograms as of the last snapshot: exited processes'
@@ -137,11 +170,13 @@ impl SyscallHistograms {
         // The live processes' histograms as of this snapshot: what `syscall_histograms`
         // reports, without reading the map a second time.
         self.live = alive;
+        let mut gone = Vec::with_capacity(dead.len());
         for (key, value) in dead {
             // No thread of the process is left to update the entry: the copy is final.
             fold_histogram(&mut self.folded, key, &value, MAX_FOLDED_HISTOGRAMS);
-            self.map.remove(&key);
+            gone.push(key);
         }
+        self.map.remove(&gone);
     }
 
     /// What the histograms keep (`KERNELKITE_DEBUG_SIZES`).
