@@ -368,7 +368,7 @@ pub struct TraceArgs {
     pub frame_cap: FrameCapArgs,
     /// Threads the kernel side can track at once, at least: its thread table's overflow
     /// map has this many entries, beside up to 16,384 slots (the largest power of two
-    /// not above it; a thread's slot is its tid modulo their count); 248 bytes of
+    /// not above it; a thread's slot is its tid modulo their count); about 250 bytes of
     /// locked kernel memory each. Threads past it are not traced and are counted in
     /// `events lost`.
     #[arg(long, default_value_t = 65_536, value_parser = clap::value_parser!(u32).range(1..))]
