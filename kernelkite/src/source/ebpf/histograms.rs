@@ -26,30 +26,36 @@ pub const FOLDED_PID: u32 = 0;
 
 /// The kernel's histograms: slots with their holders, and the overflow map.
 pub struct KernelHistograms {
-    pub holders: Holders,
-    pub slots: Array<MapData, SyscallHist>,
-    pub overflow: HashMap<MapData, SyscallKey, SyscallHist>,
+    holders: Holders,
+    slots: Array<MapData, SyscallHist>,
+    overflow: HashMap<MapData, SyscallKey, SyscallHist>,
 }
 
 impl KernelHistograms {
-    /// Every entry: the slots held, then the overflow (a key may be in both).
+    /// The histograms of `holders` (mapped here), `slots` and `overflow`.
+    pub fn map(
+        holders: Array<MapData, u64>,
+        slots: Array<MapData, SyscallHist>,
+        overflow: HashMap<MapData, SyscallKey, SyscallHist>,
+    ) -> std::io::Result<KernelHistograms> {
+        Ok(KernelHistograms {
+            holders: Holders::map(holders, slots.len())?,
+            slots,
+            overflow,
+        })
+    }
+
+    /// Every entry: the slots held, then the overflow (a key may be in both). A
+    /// clearing slot's counts were folded before it was marked.
     fn read_all(&self) -> Vec<(SyscallKey, SyscallHist)> {
-        let mut out = Vec::new();
-        for index in 0..self.holders.slots() {
-            let holder = self.holders.of(index).load(Ordering::SeqCst);
-            // A clearing slot's counts were folded before it was marked.
-            if holder == hist_slots::FREE || holder == hist_slots::CLEARING {
-                continue;
-            }
-            let Ok(hist) = self.slots.get(&index, 0) else {
-                continue;
-            };
-            // A slot freed and taken by another key during the copy is not that key's.
-            if self.holders.of(index).load(Ordering::SeqCst) == holder {
-                let (tgid, nr) = hist_slots::key(holder);
-                out.push((SyscallKey { tgid, nr }, hist));
-            }
-        }
+        let mut out: Vec<(SyscallKey, SyscallHist)> =
+            (self.holders.copy_held(|i| self.slots.get(&i, 0).ok()))
+                .into_iter()
+                .map(|(holder, hist)| {
+                    let (tgid, nr) = hist_slots::key(holder);
+                    (SyscallKey { tgid, nr }, hist)
+                })
+                .collect();
         out.extend(read_all(&self.overflow));
         out
     }

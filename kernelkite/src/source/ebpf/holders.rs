@@ -1,67 +1,154 @@
-//! The holder words of a slot table (`THREAD_HOLDERS`, `HIST_HOLDERS`), shared with the
-//! BPF programs through `mmap`: whose each slot is changes only by compare-and-swap,
-//! here as in kernelkite-ebpf's `maps`. Only the holders are mapped: a mapping of a BPF
-//! array is resident in full, and the slots themselves are megabytes.
+//! Arrays of u64 words shared with the BPF programs through `mmap` and changed only by
+//! atomics, here as in kernelkite-ebpf's `maps`: the TARGETS bitmap (`target_bits.rs`)
+//! and the holder words of the slot tables (`THREAD_HOLDERS`, `HIST_HOLDERS`). Only
+//! such word arrays are mapped: a mapping of a BPF array is resident in full, and the
+//! slots themselves are megabytes.
 
 use std::io;
+use std::os::fd::{AsFd, AsRawFd};
 use std::ptr::NonNull;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use aya::maps::{Array, IterableMap, MapData};
+use kernelkite_common::bpf::{hist_slots, thread_slots};
 
-use super::target_bits::map_shared;
+/// Bit set in a holder while its slot is being filled or cleared: it is no key's yet,
+/// or no longer.
+const IN_TRANSITION: u64 = 1 << 63;
+const _: () = assert!(
+    thread_slots::FILLING & IN_TRANSITION != 0
+        && hist_slots::CLEARING & IN_TRANSITION != 0
+        && thread_slots::FREE == 0
+        && hist_slots::FREE == 0
+);
 
-/// The mapped holders; unmapped when dropped.
-pub struct Holders {
+/// A mapped array of words; unmapped when dropped.
+pub struct MappedWords {
     words: NonNull<AtomicU64>,
-    /// Number of slots (a power of two).
-    len: usize,
+    /// Number of words (never 0).
+    count: usize,
     /// The map itself: its fd stays open as long as the session's other maps'.
     _array: Array<MapData, u64>,
 }
 
 // SAFETY: the mapping is shared memory reached only through atomics.
-unsafe impl Send for Holders {}
+unsafe impl Send for MappedWords {}
 
-impl Holders {
-    /// Map `array` (declared `BPF_F_MMAPABLE`), the holders of a table of `slots`.
-    pub fn map(array: Array<MapData, u64>, slots: u32) -> io::Result<Holders> {
-        let len = array.len() as usize;
-        if !len.is_power_of_two() || slots as usize != len {
+impl MappedWords {
+    /// Map the first `count` words of `array` (declared `BPF_F_MMAPABLE`).
+    pub fn map(array: Array<MapData, u64>, count: usize) -> io::Result<MappedWords> {
+        if count == 0 || count > array.len() as usize {
             return Err(io::Error::other(format!(
-                "{len} holders for {slots} slots: not one power of two"
+                "{count} words of an array of {}",
+                array.len()
             )));
         }
-        let words = map_shared(array.map(), len * std::mem::size_of::<u64>())?;
-        Ok(Holders {
-            words: words.cast::<AtomicU64>(),
-            len,
+        let fd = array.map().fd().as_fd().as_raw_fd();
+        // SAFETY: a fresh shared mapping of the map's fd; the kernel checks the size
+        // against the map's and the flags against BPF_F_MMAPABLE.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                count * std::mem::size_of::<u64>(),
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let words = NonNull::new(ptr.cast::<AtomicU64>()).ok_or(io::ErrorKind::Other)?;
+        Ok(MappedWords {
+            words,
+            count,
             _array: array,
+        })
+    }
+
+    /// Number of words.
+    pub fn count(&self) -> usize {
+        self.count
+    }
+
+    /// Word `index`, or the last word past the end.
+    pub fn word(&self, index: usize) -> &AtomicU64 {
+        // SAFETY: an index below count, inside the mapping, which lives as long as
+        // self; u64 words are 8-byte aligned in the map's value area.
+        unsafe { &*self.words.as_ptr().add(index.min(self.count - 1)) }
+    }
+}
+
+impl Drop for MappedWords {
+    fn drop(&mut self) {
+        let len = self.count * std::mem::size_of::<u64>();
+        // SAFETY: the mapping made in `map`, unmapped once.
+        unsafe { libc::munmap(self.words.as_ptr().cast(), len) };
+    }
+}
+
+/// The holders of a slot table: whose each slot is.
+pub struct Holders {
+    words: MappedWords,
+}
+
+impl Holders {
+    /// Map `array`, the holders of a table of `slots` (a power of two).
+    pub fn map(array: Array<MapData, u64>, slots: u32) -> io::Result<Holders> {
+        if !slots.is_power_of_two() || array.len() != slots {
+            return Err(io::Error::other(format!(
+                "{} holders for {slots} slots: not one power of two",
+                array.len()
+            )));
+        }
+        Ok(Holders {
+            words: MappedWords::map(array, slots as usize)?,
         })
     }
 
     /// Number of slots (never 0).
     pub fn slots(&self) -> u32 {
-        self.len as u32
+        self.words.count() as u32
     }
 
-    /// The index mask (`len - 1`).
+    /// The index mask (`slots - 1`).
     pub fn mask(&self) -> u32 {
-        self.len as u32 - 1
+        self.slots() - 1
     }
 
     /// Slot `index`'s holder (the index is masked).
     pub fn of(&self, index: u32) -> &AtomicU64 {
-        // SAFETY: a masked index is < len, inside the mapping, which lives as long as
-        // self; u64 words are 8-byte aligned in the map's value area.
-        unsafe { &*self.words.as_ptr().add(index as usize & (self.len - 1)) }
+        self.words.word((index & self.mask()) as usize)
     }
-}
 
-impl Drop for Holders {
-    fn drop(&mut self) {
-        let len = self.len * std::mem::size_of::<u64>();
-        // SAFETY: the mapping made in `map`, unmapped once.
-        unsafe { libc::munmap(self.words.as_ptr().cast(), len) };
+    /// `copy(index)` of slot `index` if `holder` holds it, checked again after the copy
+    /// (a slot freed and taken meanwhile is not its old holder's).
+    pub fn copy_if_held<V>(
+        &self,
+        index: u32,
+        holder: u64,
+        copy: impl FnOnce(u32) -> Option<V>,
+    ) -> Option<V> {
+        if self.of(index).load(Ordering::SeqCst) != holder {
+            return None;
+        }
+        let value = copy(index)?;
+        (self.of(index).load(Ordering::SeqCst) == holder).then_some(value)
+    }
+
+    /// (holder, copy) of every slot held, skipping free slots and those being filled
+    /// or cleared.
+    pub fn copy_held<V>(&self, copy: impl Fn(u32) -> Option<V>) -> Vec<(u64, V)> {
+        (0..self.slots())
+            .filter_map(|index| {
+                let holder = self.of(index).load(Ordering::Relaxed);
+                if holder == 0 || holder & IN_TRANSITION != 0 {
+                    return None;
+                }
+                let value = self.copy_if_held(index, holder, &copy)?;
+                Some((holder, value))
+            })
+            .collect()
     }
 }

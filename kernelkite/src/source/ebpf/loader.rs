@@ -72,6 +72,22 @@ pub fn hist_slot_count() -> u32 {
     }
 }
 
+/// Size the thread table (its overflow to `max_threads`, its slots and their holders)
+/// and the syscall histograms' slots and holders on `loader`; the slots' index masks,
+/// for `THREAD_SLOTS_MASK` and `HIST_SLOTS_MASK`.
+fn size_slot_tables(loader: &mut EbpfLoader, max_threads: Option<u32>) -> [u32; 2] {
+    if let Some(n) = max_threads {
+        loader.map_max_entries(map_names::THREADS, n);
+    }
+    let thread_slots = thread_slot_count(max_threads);
+    loader.map_max_entries(map_names::THREAD_SLOTS, thread_slots);
+    loader.map_max_entries(map_names::THREAD_HOLDERS, thread_slots);
+    let hist_slots = hist_slot_count();
+    loader.map_max_entries(map_names::HIST_SLOTS, hist_slots);
+    loader.map_max_entries(map_names::HIST_HOLDERS, hist_slots);
+    [thread_slots - 1, hist_slots - 1]
+}
+
 /// Whether the switch hook reads the kernel's runtime (`KERNELKITE_TASK_RUNTIME` is not
 /// `off`).
 pub fn task_runtime_on() -> bool {
@@ -430,17 +446,7 @@ fn load_programs(
     } else {
         loader.map_max_entries(map_names::EVENTS, STACKS_RING_BYTES);
     }
-    if let Some(n) = options.max_threads {
-        loader.map_max_entries(map_names::THREADS, n);
-    }
-    let thread_slots = thread_slot_count(options.max_threads);
-    let thread_slots_mask = thread_slots - 1;
-    loader.map_max_entries(map_names::THREAD_SLOTS, thread_slots);
-    loader.map_max_entries(map_names::THREAD_HOLDERS, thread_slots);
-    let hist_slots = hist_slot_count();
-    let hist_slots_mask = hist_slots - 1;
-    loader.map_max_entries(map_names::HIST_SLOTS, hist_slots);
-    loader.map_max_entries(map_names::HIST_HOLDERS, hist_slots);
+    let [thread_slots_mask, hist_slots_mask] = size_slot_tables(&mut loader, options.max_threads);
     loader
         .override_global("TASK_PID_OFFSET", &layout.task_pid_offset, true)
         .override_global("TASK_TGID_OFFSET", &layout.task_tgid_offset, true)
@@ -566,17 +572,7 @@ fn load_classic(options: ProbeOptions) -> Result<Probes, ProbeError> {
     for name in STACK_MAPS {
         loader.map_max_entries(name, 1);
     }
-    if let Some(n) = options.max_threads {
-        loader.map_max_entries(map_names::THREADS, n);
-    }
-    let thread_slots = thread_slot_count(options.max_threads);
-    let thread_slots_mask = thread_slots - 1;
-    loader.map_max_entries(map_names::THREAD_SLOTS, thread_slots);
-    loader.map_max_entries(map_names::THREAD_HOLDERS, thread_slots);
-    let hist_slots = hist_slot_count();
-    let hist_slots_mask = hist_slots - 1;
-    loader.map_max_entries(map_names::HIST_SLOTS, hist_slots);
-    loader.map_max_entries(map_names::HIST_HOLDERS, hist_slots);
+    let [thread_slots_mask, hist_slots_mask] = size_slot_tables(&mut loader, options.max_threads);
     loader
         .override_global("CLASSIC_SWITCH_PREV_STATE", &layout.switch_prev_state, true)
         .override_global("CLASSIC_SWITCH_NEXT_PID", &layout.switch_next_pid, true)

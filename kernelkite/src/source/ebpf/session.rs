@@ -8,13 +8,12 @@ use std::time::Duration;
 
 use aya::maps::{Array, MapData, PerCpuArray, RingBuf};
 use kernelkite_common::bpf::{
-    exit_flags, lost, map_names, record_flags, record_kind, run_state, sys_flags, SyscallHist,
-    ThreadState, COPIED_STACK, NO_PENDING, NO_STACK, NO_SYSCALL, SYSCALL_BEFORE_START,
+    exit_flags, lost, map_names, record_flags, record_kind, run_state, sys_flags, ThreadState,
+    COPIED_STACK, NO_PENDING, NO_STACK, NO_SYSCALL, SYSCALL_BEFORE_START,
 };
 use kernelkite_common::LatencyClass;
 
 use super::histograms::{KernelHistograms, SyscallHistograms};
-use super::holders::Holders;
 use super::loader::{
     self, MapAccessError, ProbeError, ProbeOptions, Probes, StackOptions, TargetCgroup,
 };
@@ -312,16 +311,12 @@ impl Session {
             take_map(&mut probes, map_names::THREADS)?,
         )
         .map_err(|e| SessionError::map(map_names::THREAD_HOLDERS, MapAccessError::Mmap(e)))?;
-        let hist_slots: Array<MapData, SyscallHist> = take_map(&mut probes, map_names::HIST_SLOTS)?;
-        let hists = KernelHistograms {
-            holders: Holders::map(
-                take_map(&mut probes, map_names::HIST_HOLDERS)?,
-                hist_slots.len(),
-            )
-            .map_err(|e| SessionError::map(map_names::HIST_HOLDERS, MapAccessError::Mmap(e)))?,
-            slots: hist_slots,
-            overflow: take_map(&mut probes, map_names::SYSCALL_HISTS)?,
-        };
+        let hists = KernelHistograms::map(
+            take_map(&mut probes, map_names::HIST_HOLDERS)?,
+            take_map(&mut probes, map_names::HIST_SLOTS)?,
+            take_map(&mut probes, map_names::SYSCALL_HISTS)?,
+        )
+        .map_err(|e| SessionError::map(map_names::HIST_HOLDERS, MapAccessError::Mmap(e)))?;
         let lost = take_map(&mut probes, map_names::LOST)?;
         let targets: Array<MapData, u64> = take_map(&mut probes, map_names::TARGETS)?;
         let targets = TargetBits::map(targets)

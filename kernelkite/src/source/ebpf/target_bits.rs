@@ -6,41 +6,28 @@
 //! untraced until the next pass, and its sleep read as runqueue wait.
 
 use std::io;
-use std::os::fd::{AsFd, AsRawFd};
-use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use aya::maps::{Array, IterableMap, MapData};
+use aya::maps::{Array, MapData};
 use kernelkite_common::bpf::targets;
 
-/// The mapped bitmap; unmapped when dropped.
-pub struct TargetBits {
-    words: NonNull<AtomicU64>,
-    len: usize,
-    /// The map itself: its fd stays open as long as the session's other maps'.
-    _array: Array<MapData, u64>,
-}
+use super::holders::MappedWords;
 
-// SAFETY: the mapping is shared memory reached only through atomics.
-unsafe impl Send for TargetBits {}
+/// The mapped bitmap.
+pub struct TargetBits {
+    words: MappedWords,
+}
 
 impl TargetBits {
     /// Map `array` (declared `BPF_F_MMAPABLE` in kernelkite-ebpf's `maps`).
     pub fn map(array: Array<MapData, u64>) -> io::Result<TargetBits> {
-        let len = targets::WORDS as usize * std::mem::size_of::<u64>();
-        let words = map_shared(array.map(), len)?.cast::<AtomicU64>();
         Ok(TargetBits {
-            words,
-            len,
-            _array: array,
+            words: MappedWords::map(array, targets::WORDS as usize)?,
         })
     }
 
     fn word(&self, tgid: u32) -> &AtomicU64 {
-        let index = (targets::word(tgid) as usize).min(targets::WORDS as usize - 1);
-        // SAFETY: index < WORDS, inside the mapping, which lives as long as self; u64
-        // words are 8-byte aligned in the map's value area.
-        unsafe { &*self.words.as_ptr().add(index) }
+        self.words.word(targets::word(tgid) as usize)
     }
 
     /// Only before the syscall hooks attach (`Probes::attach_deferred`): they note the
@@ -58,34 +45,5 @@ impl TargetBits {
 
     pub fn is_set(&self, tgid: u32) -> bool {
         self.word(tgid).load(Ordering::SeqCst) & targets::bit(tgid) != 0
-    }
-}
-
-/// Map the first `len` bytes of `map`'s values (an array declared `BPF_F_MMAPABLE`)
-/// shared and writable; the caller unmaps them.
-pub fn map_shared(map: &MapData, len: usize) -> io::Result<NonNull<u8>> {
-    let fd = map.fd().as_fd().as_raw_fd();
-    // SAFETY: a fresh shared mapping of the map's fd; the kernel checks the size
-    // against the map's and the flags against BPF_F_MMAPABLE.
-    let ptr = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            fd,
-            0,
-        )
-    };
-    if ptr == libc::MAP_FAILED {
-        return Err(io::Error::last_os_error());
-    }
-    NonNull::new(ptr.cast::<u8>()).ok_or_else(|| io::ErrorKind::Other.into())
-}
-
-impl Drop for TargetBits {
-    fn drop(&mut self) {
-        // SAFETY: the mapping made in `map`, unmapped once.
-        unsafe { libc::munmap(self.words.as_ptr().cast(), self.len) };
     }
 }

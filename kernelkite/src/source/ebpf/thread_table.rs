@@ -11,6 +11,7 @@
 //! the slot wins and the overflow entry goes. The slots themselves are read and written
 //! with map syscalls: a mapping of them would be resident in full (3.75 MiB).
 
+use std::collections::BTreeSet;
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -58,21 +59,19 @@ impl ThreadTable {
         self.holders.of(index)
     }
 
-    /// Slot `index`'s entry if holder `tid` holds it, checked again after the copy (a
-    /// slot freed and taken by another thread meanwhile is not returned).
-    fn copy_if_held(&self, index: u32, tid: u64) -> Option<ThreadState> {
-        if self.holder(index).load(Ordering::SeqCst) != tid {
-            return None;
-        }
-        let state = self.slots.get(&index, 0).ok()?;
-        (self.holder(index).load(Ordering::SeqCst) == tid).then_some(state)
+    /// Slot `index`'s entry, however it is held.
+    fn copy(&self, index: u32) -> Option<ThreadState> {
+        self.slots.get(&index, 0).ok()
     }
 
     /// Thread `tid`'s entry.
     pub fn get(&self, tid: u32) -> Option<ThreadState> {
         if u64::from(tid) != thread_slots::FREE {
-            if let Some(state) = self.copy_if_held(self.index(tid), u64::from(tid)) {
-                return Some(state);
+            let held = self
+                .holders
+                .copy_if_held(self.index(tid), u64::from(tid), |i| self.copy(i));
+            if held.is_some() {
+                return held;
             }
         }
         self.overflow.get(&tid, 0).ok()
@@ -81,22 +80,16 @@ impl ThreadTable {
     /// Every entry: the slots held, then the overflow (a tid in both, for the moment
     /// two inserters race, is taken from its slot, as the programs take it).
     pub fn read_all(&self) -> Vec<(u32, ThreadState)> {
-        let mut out = Vec::new();
-        for index in 0..self.holders.slots() {
-            let holder = self.holder(index).load(Ordering::Relaxed);
-            if holder == thread_slots::FREE || holder & thread_slots::FILLING != 0 {
-                continue;
-            }
-            if let Some(state) = self.copy_if_held(index, holder) {
-                out.push((holder as u32, state));
-            }
-        }
-        let in_slots = out.len();
-        for (tid, state) in read_all(&self.overflow) {
-            if !out[..in_slots].iter().any(|(t, _)| *t == tid) {
-                out.push((tid, state));
-            }
-        }
+        let mut out: Vec<(u32, ThreadState)> = (self.holders.copy_held(|i| self.copy(i)))
+            .into_iter()
+            .map(|(holder, state)| (holder as u32, state))
+            .collect();
+        let in_slots: BTreeSet<u32> = out.iter().map(|(tid, _)| *tid).collect();
+        out.extend(
+            read_all(&self.overflow)
+                .into_iter()
+                .filter(|(tid, _)| !in_slots.contains(tid)),
+        );
         out
     }
 
