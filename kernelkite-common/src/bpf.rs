@@ -54,6 +54,8 @@ pub mod map_names {
     pub const USER_STACKS: &str = "USER_STACKS";
     pub const WAKERS: &str = "WAKERS";
     pub const WAKERS_LOST: &str = "WAKERS_LOST";
+    pub const WAKER_HOLDERS: &str = "WAKER_HOLDERS";
+    pub const WAKER_SLOTS: &str = "WAKER_SLOTS";
     /// Every one of them.
     pub const ALL: &[&str] = &[
         CRITICAL_PATH_LOST,
@@ -73,6 +75,8 @@ pub mod map_names {
         USER_STACKS,
         WAKERS,
         WAKERS_LOST,
+        WAKER_HOLDERS,
+        WAKER_SLOTS,
     ];
 }
 

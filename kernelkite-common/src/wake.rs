@@ -63,6 +63,50 @@ pub struct WakerTime {
     pub comm: [u8; COMM_LEN],
 }
 
+/// An entry of the `WAKER_SLOTS` array: a key and its time, kept in slot
+/// [`waker_slots::index`] of the key.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WakerSlot {
+    pub key: WakerKey,
+    pub time: WakerTime,
+}
+
+/// The waker slots: `WAKERS` entries kept in an array, where a wakeup finds its key
+/// with one multiply and two loads instead of a hash lookup of a 32-byte key (about
+/// 20 ns a wakeup here). `WAKERS` is their overflow, and a key in both homes is their
+/// sum. A slot's holder (`WAKER_HOLDERS`, mapped into the tracer) is the woken
+/// thread, whose wakeups alone write the slot; they come one at a time (the scheduler
+/// serialises a thread's wakeups), so the one that claims a free slot fills the key,
+/// and the adds need no atomics.
+pub mod waker_slots {
+    use super::WakerKey;
+
+    /// Slots (a power of two): 4,096 x 64 bytes is 256 KiB of kernel memory.
+    pub const DEFAULT: u32 = 4_096;
+    /// The holder of a free slot (tid 0 is the idle task, never traced).
+    pub const FREE: u64 = 0;
+    /// The holder of a slot userspace is freeing (no thread: tgids stay below 2^22).
+    /// The programs take it for another thread's.
+    pub const CLEARING: u64 = u64::MAX;
+
+    /// The holder word of the slots of woken thread `tid` of `tgid`.
+    pub const fn holder(tgid: u32, tid: u32) -> u64 {
+        ((tgid as u64) << 32) | tid as u64
+    }
+
+    /// The slot index of `key` in a table of `mask + 1` slots (Fibonacci hashing of
+    /// its fields mixed into one word).
+    pub const fn index(key: &WakerKey, mask: u32) -> u32 {
+        let a = ((key.tid as u64) << 32) | key.waker_tid as u64;
+        let b = ((key.class as u64) << 56)
+            ^ ((key.kind as u64) << 48)
+            ^ ((key.waker_tgid as u64) << 24)
+            ^ key.source as u64;
+        ((a ^ b.rotate_left(29)).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as u32 & mask
+    }
+}
+
 /// `ThreadState::waker`: who ran `try_to_wake_up` (sched_waking, in the waker's
 /// context), kept until the wakeup ends the sleep (sched_wakeup, which may run later on
 /// the wakee's CPU, from an IPI).
@@ -131,6 +175,7 @@ pub struct WakeupRecord {
 const _: () = assert!(core::mem::size_of::<WakerKey>() == 32);
 const _: () = assert!(core::mem::size_of::<WakeupRecord>() == 72);
 const _: () = assert!(core::mem::size_of::<WakerTime>() == 32);
+const _: () = assert!(core::mem::size_of::<WakerSlot>() == 64);
 const _: () = assert!(core::mem::size_of::<PendingWaker>() == 40);
 const _: () = assert!(core::mem::size_of::<IrqContext>() == 16);
 
@@ -140,5 +185,6 @@ mod pod {
     // pattern is a valid value.
     unsafe impl aya::Pod for super::WakerKey {}
     unsafe impl aya::Pod for super::WakerTime {}
+    unsafe impl aya::Pod for super::WakerSlot {}
     unsafe impl aya::Pod for super::WakeupRecord {}
 }

@@ -82,23 +82,19 @@ pub fn current_btf() -> *const u8 {
     unsafe { aya_ebpf::helpers::bpf_get_current_task_btf() as *const u8 }
 }
 
-/// `current->comm` (the BTF pointer [`current_btf`] gave): two loads, where
-/// `bpf_get_current_comm` is a helper call that copies it byte by byte.
+/// `current->comm` (the BTF pointer [`current_btf`] gave) as its two words: two
+/// loads, where `bpf_get_current_comm` is a helper call that copies it byte by byte.
 #[inline(always)]
-pub fn comm_of(current: *const u8) -> [u8; 16] {
+pub fn comm_words_of(current: *const u8) -> [u64; 2] {
     let offset = global(&TASK_COMM_OFFSET);
     // SAFETY: a BTF task pointer; both words lie inside `char comm[16]`, which the
     // verifier checks.
-    let (low, high) = unsafe {
-        (
+    unsafe {
+        [
             load::<u64>(current, offset),
             load::<u64>(current, offset + 8),
-        )
-    };
-    let mut comm = [0u8; 16];
-    comm[..8].copy_from_slice(&low.to_le_bytes());
-    comm[8..].copy_from_slice(&high.to_le_bytes());
-    comm
+        ]
+    }
 }
 
 /// (tgid, tid) of `current`, the BTF pointer [`current_btf`] gave.

@@ -13,21 +13,36 @@
 //! BPF program sees the record before the kernel fills its common fields, whose first
 //! 8 bytes then hold a pt_regs pointer.)
 
-use aya_ebpf::helpers::{bpf_get_current_comm, bpf_get_current_task};
+use aya_ebpf::bindings::BPF_F_MMAPABLE;
+use aya_ebpf::helpers::bpf_get_current_task;
 use aya_ebpf::macros::{btf_tracepoint, map, tracepoint};
-use aya_ebpf::maps::{HashMap, PerCpuArray};
+use aya_ebpf::maps::{Array, HashMap, PerCpuArray};
 use aya_ebpf::programs::{BtfTracePointContext, TracePointContext};
 use kernelkite_common::bpf::{run_state, ThreadState};
 use kernelkite_common::wake::{
-    waker_kind, IrqContext, PendingWaker, WakerKey, WakerTime, HRTIMER_SOFTIRQ, TIMER_SOFTIRQ,
-    WAKERS_MAX_ENTRIES,
+    waker_kind, waker_slots, IrqContext, WakerKey, WakerSlot, WakerTime, HRTIMER_SOFTIRQ,
+    TIMER_SOFTIRQ, WAKERS_MAX_ENTRIES,
 };
 
-use crate::maps::{is_target, split_pid_tgid, thread};
+use crate::maps::{is_target, split_pid_tgid, swap_holder, thread};
 use crate::task;
 
-/// Time and count per (waiter, class, waker). Bounded: a full map drops the sleep's
-/// attribution (counted in `WAKERS_LOST`), never its class time.
+/// Time and count per (waiter, class, waker), in its slot
+/// (`kernelkite_common::wake::waker_slots`).
+#[map]
+pub static WAKER_SLOTS: Array<WakerSlot> = Array::with_max_entries(waker_slots::DEFAULT, 0);
+
+/// Which woken thread holds each slot of `WAKER_SLOTS` (mapped into the tracer).
+#[map]
+pub static WAKER_HOLDERS: Array<u64> =
+    Array::with_max_entries(waker_slots::DEFAULT, BPF_F_MMAPABLE);
+
+/// `WAKER_SLOTS`' length less one, set by the loader.
+#[unsafe(no_mangle)]
+static WAKER_SLOTS_MASK: u32 = waker_slots::DEFAULT - 1;
+
+/// The overflow of `WAKER_SLOTS`: keys whose slot another thread holds. Bounded: a full
+/// map drops the sleep's attribution (counted in `WAKERS_LOST`), never its class time.
 #[map]
 pub static WAKERS: HashMap<WakerKey, WakerTime> = HashMap::with_max_entries(WAKERS_MAX_ENTRIES, 0);
 
@@ -55,6 +70,35 @@ fn irq_context() -> Option<&'static mut IrqContext> {
     // SAFETY: this CPU's slot; programs on one CPU do not run concurrently except
     // nested by an interrupt, which restores what it changed.
     IRQ_CONTEXT.get_ptr_mut(0).map(|p| unsafe { &mut *p })
+}
+
+/// A comm's two words. Every `comm` written here is 8-aligned in its struct (after two
+/// u64s or four u32s of a struct with u64s), so it is copied with two loads and two
+/// stores, where the compiler copies a `[u8; 16]` (align 1) byte by byte.
+#[inline(always)]
+fn comm_words(comm: &[u8; 16]) -> [u64; 2] {
+    let p = comm.as_ptr() as *const u64;
+    // SAFETY: 16 readable bytes, 8-aligned (above).
+    unsafe { [core::ptr::read(p), core::ptr::read(p.add(1))] }
+}
+
+#[inline(always)]
+fn set_comm(comm: &mut [u8; 16], words: [u64; 2]) {
+    let p = comm.as_mut_ptr() as *mut u64;
+    // SAFETY: 16 writable bytes, 8-aligned (above).
+    unsafe {
+        core::ptr::write(p, words[0]);
+        core::ptr::write(p.add(1), words[1]);
+    }
+}
+
+/// The running thread's comm, by the helper (no task pointer at hand).
+#[inline(always)]
+fn current_comm_words() -> [u64; 2] {
+    let mut words = [0u64; 2];
+    // SAFETY: a 16-byte buffer on our stack.
+    unsafe { aya_ebpf::helpers::generated::bpf_get_current_comm(words.as_mut_ptr().cast(), 16) };
+    words
 }
 
 /// Who is running the wakeup now: (kind, source, waker tgid, waker tid). `current`: the
@@ -136,19 +180,17 @@ fn on_waking(tid: u32, tgid: u32, wakee: *const u8) -> i32 {
     };
     let (kind, source, waker_tgid, waker_tid) = waker_of(t.tgid, wakee, current);
     let comm = match kind {
-        waker_kind::THREAD if !current.is_null() => task::comm_of(current),
-        waker_kind::THREAD => bpf_get_current_comm().unwrap_or_default(),
-        _ => [0; 16],
+        waker_kind::THREAD if !current.is_null() => task::comm_words_of(current),
+        waker_kind::THREAD => current_comm_words(),
+        _ => [0; 2],
     };
-    let pending = PendingWaker {
-        kind,
-        source,
-        waker_tgid,
-        waker_tid,
-        comm,
-        sleep_since_ns: t.since_ns,
-    };
-    t.waker = pending;
+    let pending = &mut t.waker;
+    pending.kind = kind;
+    pending.source = source;
+    pending.waker_tgid = waker_tgid;
+    pending.waker_tid = waker_tid;
+    set_comm(&mut pending.comm, comm);
+    pending.sleep_since_ns = t.since_ns;
     0
 }
 
@@ -170,14 +212,14 @@ pub fn on_woken(tid: u32, t: &ThreadState, class: u32, sleep_ns: u64) {
         class,
         ..WakerKey::default()
     };
-    let mut comm = [0u8; 16];
+    let mut comm = [0u64; 2];
     match &t.waker {
         p if p.sleep_since_ns == since && p.sleep_since_ns != 0 => {
             key.kind = p.kind;
             key.source = p.source;
             key.waker_tgid = p.waker_tgid;
             key.waker_tid = p.waker_tid;
-            comm = p.comm;
+            comm = comm_words(&p.comm);
         }
         _ => {
             let (kind, source, waker_tgid, waker_tid) =
@@ -187,7 +229,7 @@ pub fn on_woken(tid: u32, t: &ThreadState, class: u32, sleep_ns: u64) {
             key.waker_tgid = waker_tgid;
             key.waker_tid = waker_tid;
             if kind == waker_kind::THREAD {
-                comm = bpf_get_current_comm().unwrap_or_default();
+                comm = current_comm_words();
             }
         }
     }
@@ -199,37 +241,78 @@ pub fn on_woken(tid: u32, t: &ThreadState, class: u32, sleep_ns: u64) {
             // One entry per thread and class, whoever ran the exit.
             key.waker_tgid = 0;
             key.waker_tid = 0;
-            comm = [0; 16];
+            comm = [0; 2];
         }
         add(&key, sleep_ns, comm);
     }
 }
 
+/// Add one sleep of `ns` to `key`: in its slot, else the overflow map.
 #[inline(always)]
-fn add(key: &WakerKey, ns: u64, comm: [u8; 16]) {
-    if let Some(v) = WAKERS.get_ptr_mut(key) {
-        // SAFETY: p points into the map value. The key holds the woken thread, and the
-        // scheduler serialises a thread's wakeups (a wakeup needs the thread asleep, and
-        // try_to_wake_up holds its pi_lock until it is runnable), so this entry has one
-        // writer at a time and plain adds are exact.
+fn add(key: &WakerKey, ns: u64, comm: [u64; 2]) {
+    // SAFETY (both): a map value, valid while the program runs. The key holds the woken
+    // thread, and the scheduler serialises a thread's wakeups (a wakeup needs the
+    // thread asleep, and try_to_wake_up holds its pi_lock until it is runnable), so
+    // this entry has one writer at a time and plain adds are exact.
+    if let Some(slot) = slot_of(key) {
         unsafe {
-            (*v).total_ns += ns;
-            (*v).count += 1;
-            (*v).comm = comm;
+            let time = &mut (*slot).time;
+            time.total_ns += ns;
+            // The count last (userspace skips a slot counted 0: one being filled).
+            core::ptr::write_volatile(&mut time.count, time.count + 1);
+            set_comm(&mut time.comm, comm);
         }
         return;
     }
-    let value = WakerTime {
+    if let Some(v) = WAKERS.get_ptr_mut(key) {
+        unsafe {
+            (*v).total_ns += ns;
+            (*v).count += 1;
+            set_comm(&mut (*v).comm, comm);
+        }
+        return;
+    }
+    let mut value = WakerTime {
         total_ns: ns,
         count: 1,
-        comm,
+        comm: [0; 16],
     };
+    set_comm(&mut value.comm, comm);
     if WAKERS.insert(key, &value, 0).is_err() {
         if let Some(p) = WAKERS_LOST.get_ptr_mut(0) {
             // SAFETY: per-CPU slot.
             unsafe { *p += 1 };
         }
     }
+}
+
+/// `key`'s slot: when its woken thread holds it for this key, or claims it free (the
+/// key is written into it then, with nothing counted yet). None: the slot is another
+/// key's, or being freed.
+#[inline(always)]
+fn slot_of(key: &WakerKey) -> Option<*mut WakerSlot> {
+    // SAFETY: a read-only global set at load time.
+    let mask = unsafe { core::ptr::read_volatile(&WAKER_SLOTS_MASK) };
+    let index = waker_slots::index(key, mask);
+    let (h, slot) = (
+        WAKER_HOLDERS.get_ptr_mut(index)?,
+        WAKER_SLOTS.get_ptr_mut(index)?,
+    );
+    let holder = waker_slots::holder(key.tgid, key.tid);
+    // SAFETY: map values, valid while the program runs; the holder changes only
+    // atomically, the slot only by its holder's wakeups (one at a time, above).
+    unsafe {
+        let seen = core::ptr::read_volatile(h);
+        if seen == holder {
+            return ((*slot).key == *key).then_some(slot);
+        }
+        if seen != waker_slots::FREE || !swap_holder(h, waker_slots::FREE, holder).1 {
+            return None;
+        }
+        // A free slot is zero (userspace zeroes it before freeing it).
+        core::ptr::write_volatile(&mut (*slot).key, *key);
+    }
+    Some(slot)
 }
 
 #[btf_tracepoint(function = "sched_waking")]

@@ -11,7 +11,7 @@ use kernelkite_common::bpf::{
     hist_slots, SyscallHist, SyscallKey, ThreadState, SYSCALL_BEFORE_START,
 };
 
-use super::holders::Holders;
+use super::holders::{wait_for_running_programs, Holders};
 use super::map_batch::read_all;
 use super::syscall_table;
 use crate::model::SyscallHistogram;
@@ -95,19 +95,6 @@ impl KernelHistograms {
                     .store(hist_slots::FREE, Ordering::SeqCst);
             }
         }
-    }
-}
-
-/// Wait until every BPF program running now has returned: they run inside RCU
-/// read-side sections, and `membarrier(MEMBARRIER_CMD_GLOBAL)` is a `synchronize_rcu`
-/// (kernel/sched/membarrier.c). Some milliseconds; once per snapshot that frees slots.
-fn wait_for_running_programs() {
-    const MEMBARRIER_CMD_GLOBAL: libc::c_long = 1;
-    // SAFETY: membarrier takes no pointers.
-    let rc = unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_GLOBAL, 0, 0) };
-    if rc != 0 {
-        // Not available: a second's sleep outlasts any program run by far.
-        std::thread::sleep(std::time::Duration::from_secs(1));
     }
 }
 

@@ -1,6 +1,6 @@
 //! Arrays of u64 words shared with the BPF programs through `mmap` and changed only by
 //! atomics, here as in kernelkite-ebpf's `maps`: the TARGETS bitmap (`target_bits.rs`)
-//! and the holder words of the slot tables (`THREAD_HOLDERS`, `HIST_HOLDERS`). Only
+//! and the holder words of the slot tables (`THREAD_HOLDERS`, `HIST_HOLDERS`, `WAKER_HOLDERS`). Only
 //! such word arrays are mapped: a mapping of a BPF array is resident in full, and the
 //! slots themselves are megabytes.
 
@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use aya::maps::{Array, IterableMap, MapData};
 use kernelkite_common::bpf::{hist_slots, thread_slots};
+use kernelkite_common::wake::waker_slots;
 
 /// Bit set in a holder while its slot is being filled or cleared: it is no key's yet,
 /// or no longer.
@@ -18,6 +19,8 @@ const IN_TRANSITION: u64 = 1 << 63;
 const _: () = assert!(
     thread_slots::FILLING & IN_TRANSITION != 0
         && hist_slots::CLEARING & IN_TRANSITION != 0
+        && waker_slots::CLEARING & IN_TRANSITION != 0
+        && waker_slots::FREE == 0
         && thread_slots::FREE == 0
         && hist_slots::FREE == 0
 );
@@ -150,5 +153,18 @@ impl Holders {
                 Some((holder, value))
             })
             .collect()
+    }
+}
+
+/// Wait until every BPF program running now has returned: they run inside RCU
+/// read-side sections, and `membarrier(MEMBARRIER_CMD_GLOBAL)` is a `synchronize_rcu`
+/// (kernel/sched/membarrier.c). Some milliseconds; once per snapshot that frees slots.
+pub fn wait_for_running_programs() {
+    const MEMBARRIER_CMD_GLOBAL: libc::c_long = 1;
+    // SAFETY: membarrier takes no pointers.
+    let rc = unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_GLOBAL, 0, 0) };
+    if rc != 0 {
+        // Not available: a second's sleep outlasts any program run by far.
+        std::thread::sleep(std::time::Duration::from_secs(1));
     }
 }

@@ -8,6 +8,7 @@ use aya::maps::{Array, MapData};
 use aya::programs::{BtfTracePoint, TracePoint};
 use aya::{Btf, Ebpf, EbpfLoader};
 use kernelkite_common::bpf::{hist_slots, map_names, thread_slots};
+use kernelkite_common::wake::waker_slots;
 
 use super::btf_layout::{read_layout, KernelLayout};
 use super::syscall_table;
@@ -46,13 +47,7 @@ pub const THREAD_SLOTS_ENV: &str = "KERNELKITE_THREAD_SLOTS";
 /// or `KERNELKITE_THREAD_SLOTS` when it is set to a power of two no larger.
 pub fn thread_slot_count(max_threads: Option<u32>) -> u32 {
     let slots = thread_slots::for_max_threads(max_threads.unwrap_or(65_536));
-    match std::env::var(THREAD_SLOTS_ENV)
-        .ok()
-        .and_then(|v| v.parse::<u32>().ok())
-    {
-        Some(n) if n.is_power_of_two() && n <= slots => n,
-        _ => slots,
-    }
+    slot_count_from_env(THREAD_SLOTS_ENV, slots)
 }
 
 /// Environment variable that sets the syscall histograms' slot count (a power of two,
@@ -63,19 +58,32 @@ pub const HIST_SLOTS_ENV: &str = "KERNELKITE_HIST_SLOTS";
 /// The syscall histograms' slot count: `KERNELKITE_HIST_SLOTS` when it is set to a
 /// power of two no larger than the default.
 pub fn hist_slot_count() -> u32 {
-    match std::env::var(HIST_SLOTS_ENV)
-        .ok()
-        .and_then(|v| v.parse::<u32>().ok())
-    {
-        Some(n) if n.is_power_of_two() && n <= hist_slots::DEFAULT => n,
-        _ => hist_slots::DEFAULT,
+    slot_count_from_env(HIST_SLOTS_ENV, hist_slots::DEFAULT)
+}
+
+/// `env`'s value when it is a power of two no larger than `default`, else `default`.
+fn slot_count_from_env(env: &str, default: u32) -> u32 {
+    match std::env::var(env).ok().and_then(|v| v.parse::<u32>().ok()) {
+        Some(n) if n.is_power_of_two() && n <= default => n,
+        _ => default,
     }
 }
 
-/// Size the thread table (its overflow to `max_threads`, its slots and their holders)
-/// and the syscall histograms' slots and holders on `loader`; the slots' index masks,
-/// for `THREAD_SLOTS_MASK` and `HIST_SLOTS_MASK`.
-fn size_slot_tables(loader: &mut EbpfLoader, max_threads: Option<u32>) -> [u32; 2] {
+/// Environment variable that sets the waker slot count (a power of two, at most
+/// `waker_slots::DEFAULT`; `1` puts every (wakee, class, waker) but one in the
+/// overflow map). For tests of the overflow path.
+pub const WAKER_SLOTS_ENV: &str = "KERNELKITE_WAKER_SLOTS";
+
+/// The waker slot count: `KERNELKITE_WAKER_SLOTS` when it is set to a power of two no
+/// larger than the default.
+pub fn waker_slot_count() -> u32 {
+    slot_count_from_env(WAKER_SLOTS_ENV, waker_slots::DEFAULT)
+}
+
+/// Size the thread table (its overflow to `max_threads`, its slots and their holders),
+/// the syscall histograms' and the wakers' slots and holders on `loader`; the slots'
+/// index masks, for `THREAD_SLOTS_MASK`, `HIST_SLOTS_MASK` and `WAKER_SLOTS_MASK`.
+fn size_slot_tables(loader: &mut EbpfLoader, max_threads: Option<u32>) -> [u32; 3] {
     if let Some(n) = max_threads {
         loader.map_max_entries(map_names::THREADS, n);
     }
@@ -85,7 +93,10 @@ fn size_slot_tables(loader: &mut EbpfLoader, max_threads: Option<u32>) -> [u32; 
     let hist_slots = hist_slot_count();
     loader.map_max_entries(map_names::HIST_SLOTS, hist_slots);
     loader.map_max_entries(map_names::HIST_HOLDERS, hist_slots);
-    [thread_slots - 1, hist_slots - 1]
+    let waker_slots = waker_slot_count();
+    loader.map_max_entries(map_names::WAKER_SLOTS, waker_slots);
+    loader.map_max_entries(map_names::WAKER_HOLDERS, waker_slots);
+    [thread_slots - 1, hist_slots - 1, waker_slots - 1]
 }
 
 /// Whether the switch hook reads the kernel's runtime (`KERNELKITE_TASK_RUNTIME` is not
@@ -446,7 +457,8 @@ fn load_programs(
     } else {
         loader.map_max_entries(map_names::EVENTS, STACKS_RING_BYTES);
     }
-    let [thread_slots_mask, hist_slots_mask] = size_slot_tables(&mut loader, options.max_threads);
+    let [thread_slots_mask, hist_slots_mask, waker_slots_mask] =
+        size_slot_tables(&mut loader, options.max_threads);
     loader
         .override_global("TASK_PID_OFFSET", &layout.task_pid_offset, true)
         .override_global("TASK_TGID_OFFSET", &layout.task_tgid_offset, true)
@@ -477,6 +489,7 @@ fn load_programs(
         .override_global("WAKERS_ON", &wakers_flag, true)
         .override_global("THREAD_SLOTS_MASK", &thread_slots_mask, true)
         .override_global("HIST_SLOTS_MASK", &hist_slots_mask, true)
+        .override_global("WAKER_SLOTS_MASK", &waker_slots_mask, true)
         .override_global("CRITICAL_PATH_ON", &critical_path_flag, true)
         .override_global("STACK_COPY_INTERVAL_NS", &copy_interval_ns, true)
         .override_global("PT_REGS_IP_OFFSET", &ip_offset, true)
@@ -572,7 +585,8 @@ fn load_classic(options: ProbeOptions) -> Result<Probes, ProbeError> {
     for name in STACK_MAPS {
         loader.map_max_entries(name, 1);
     }
-    let [thread_slots_mask, hist_slots_mask] = size_slot_tables(&mut loader, options.max_threads);
+    let [thread_slots_mask, hist_slots_mask, waker_slots_mask] =
+        size_slot_tables(&mut loader, options.max_threads);
     loader
         .override_global("CLASSIC_SWITCH_PREV_STATE", &layout.switch_prev_state, true)
         .override_global("CLASSIC_SWITCH_NEXT_PID", &layout.switch_next_pid, true)
@@ -597,6 +611,7 @@ fn load_classic(options: ProbeOptions) -> Result<Probes, ProbeError> {
         .override_global("WAKERS_ON", &wakers_flag, true)
         .override_global("THREAD_SLOTS_MASK", &thread_slots_mask, true)
         .override_global("HIST_SLOTS_MASK", &hist_slots_mask, true)
+        .override_global("WAKER_SLOTS_MASK", &waker_slots_mask, true)
         .override_global("CRITICAL_PATH_ON", &critical_path_flag, true);
     let mut ebpf = loader
         .load(BPF_OBJECT)

@@ -321,12 +321,13 @@ impl Session {
         let targets: Array<MapData, u64> = take_map(&mut probes, map_names::TARGETS)?;
         let targets = TargetBits::map(targets)
             .map_err(|e| SessionError::map(map_names::TARGETS, MapAccessError::Mmap(e)))?;
-        let wakers = WakerReader {
-            map: take_map(&mut probes, map_names::WAKERS)?,
-            lost: take_map(&mut probes, map_names::WAKERS_LOST)?,
-            folded: BTreeMap::new(),
-            gone_wakers: BTreeSet::new(),
-        };
+        let wakers = WakerReader::map(
+            take_map(&mut probes, map_names::WAKER_HOLDERS)?,
+            take_map(&mut probes, map_names::WAKER_SLOTS)?,
+            take_map(&mut probes, map_names::WAKERS)?,
+            take_map(&mut probes, map_names::WAKERS_LOST)?,
+        )
+        .map_err(|e| SessionError::map(map_names::WAKER_HOLDERS, MapAccessError::Mmap(e)))?;
         let wakeups = if options.critical_path {
             Some((
                 Vec::new(),

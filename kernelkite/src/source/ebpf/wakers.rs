@@ -1,22 +1,29 @@
-//! Reading the kernel's `WAKERS` map (kernelkite-ebpf's wakers.rs) into the bundle's
-//! [`WakerProfile`], with the sleeps still open at the end of the session as
-//! `not_woken`.
+//! Reading the kernel's waker entries (kernelkite-ebpf's wakers.rs: `WAKER_SLOTS`, and
+//! `WAKERS` their overflow) into the bundle's [`WakerProfile`], with the sleeps still
+//! open at the end of the session as `not_woken`.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::Ordering;
 
-use aya::maps::{HashMap, MapData, PerCpuArray};
+use aya::maps::{Array, HashMap, MapData, PerCpuArray};
 use kernelkite_common::bpf::{run_state, ThreadState};
-use kernelkite_common::wake::{waker_kind, WakerKey, WakerTime, WAKERS_MAX_ENTRIES};
+use kernelkite_common::wake::{
+    waker_kind, waker_slots, WakerKey, WakerSlot, WakerTime, WAKERS_MAX_ENTRIES,
+};
 use kernelkite_common::LatencyClass;
 
+use super::holders::{wait_for_running_programs, Holders};
 use super::map_batch::read_all;
 use super::records::comm_string;
 use crate::model::{WakerProfile, WakerSample};
 
 /// The waker maps of a session.
 pub struct WakerReader {
-    pub map: HashMap<MapData, WakerKey, WakerTime>,
-    pub lost: PerCpuArray<MapData, u64>,
+    holders: Holders,
+    slots: Array<MapData, WakerSlot>,
+    /// The slots' overflow.
+    map: HashMap<MapData, WakerKey, WakerTime>,
+    lost: PerCpuArray<MapData, u64>,
     /// Entries of wakees whose process has exited, and of waker threads gone, moved out
     /// of the kernel map (which would otherwise fill under process churn and drop the
     /// live threads' wakers).
@@ -25,6 +32,13 @@ pub struct WakerReader {
     /// when no wakeup they started (noted at sched_waking, added at sched_wakeup) can
     /// still be adding to them between the read and the delete.
     pub gone_wakers: BTreeSet<(u32, u32)>,
+}
+
+/// Where a kernel entry is: in slot `index`, or in the overflow map.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Home {
+    Slot(u32),
+    Overflow,
 }
 
 /// From this many entries in the kernel map on, the entries of waker threads that are
@@ -63,6 +77,44 @@ pub fn waker_kind_name(kind: u32) -> &'static str {
 }
 
 impl WakerReader {
+    /// The waker entries of `holders` (mapped here), `slots` and their overflow `map`,
+    /// and the count of those lost.
+    pub fn map(
+        holders: Array<MapData, u64>,
+        slots: Array<MapData, WakerSlot>,
+        map: HashMap<MapData, WakerKey, WakerTime>,
+        lost: PerCpuArray<MapData, u64>,
+    ) -> std::io::Result<WakerReader> {
+        Ok(WakerReader {
+            holders: Holders::map(holders, slots.len())?,
+            slots,
+            map,
+            lost,
+            folded: BTreeMap::new(),
+            gone_wakers: BTreeSet::new(),
+        })
+    }
+
+    /// Every kernel entry: the slots held and counted, then the overflow (a key may be in
+    /// both).
+    fn read_entries(&self) -> Vec<(WakerKey, WakerTime, Home)> {
+        let mut out: Vec<(WakerKey, WakerTime, Home)> = (self.holders)
+            .copy_held(|i| Some((i, self.slots.get(&i, 0).ok()?)))
+            .into_iter()
+            // A slot counted 0 is being filled (its key may be half written).
+            .filter(|(holder, (_, slot))| {
+                slot.time.count > 0 && *holder == waker_slots::holder(slot.key.tgid, slot.key.tid)
+            })
+            .map(|(_, (i, slot))| (slot.key, slot.time, Home::Slot(i)))
+            .collect();
+        out.extend(
+            read_all(&self.map)
+                .into_iter()
+                .map(|(k, v)| (k, v, Home::Overflow)),
+        );
+        out
+    }
+
     /// Sleeps whose waker the kernel could not store.
     pub fn lost(&self) -> u64 {
         self.lost.get(&0, 0).map_or(0, |v| v.iter().sum())
@@ -79,20 +131,50 @@ impl WakerReader {
         waker_alive: impl Fn(u32, u32) -> bool,
     ) -> usize {
         let (dead, gone_now) = entries_to_fold(
-            read_all(&self.map),
+            self.read_entries(),
+            |e| &e.0,
             &self.gone_wakers,
             wakee_exited,
             waker_alive,
         );
         self.gone_wakers = gone_now;
-        for (key, value) in &dead {
-            fold_waker(
-                &mut self.folded,
-                *key,
-                value,
-                (MAX_FOLDED_WAKERS, MAX_FOLDED_WAKERS_PER_WAKER),
-            );
-            let _ = self.map.remove(key);
+        let caps = (MAX_FOLDED_WAKERS, MAX_FOLDED_WAKERS_PER_WAKER);
+        let mut clearing = Vec::new();
+        for (key, value, home) in &dead {
+            match home {
+                Home::Overflow => {
+                    fold_waker(&mut self.folded, *key, value, caps);
+                    let _ = self.map.remove(key);
+                }
+                Home::Slot(index) => {
+                    // Marked clearing, no program adds to it; folded once none that
+                    // found it held can still be adding (below).
+                    let holder = waker_slots::holder(key.tgid, key.tid);
+                    let marked = self.holders.of(*index).compare_exchange(
+                        holder,
+                        waker_slots::CLEARING,
+                        Ordering::SeqCst,
+                        Ordering::SeqCst,
+                    );
+                    if marked.is_ok() {
+                        clearing.push(*index);
+                    }
+                }
+            }
+        }
+        if !clearing.is_empty() {
+            wait_for_running_programs();
+        }
+        for index in clearing {
+            // The slot is final now: its last count is folded, then it is zeroed (a
+            // program claims a free slot as it is) and freed. Left clearing if the
+            // zeroing fails: the programs then use the overflow, and nothing is lost.
+            if let Ok(slot) = self.slots.get(&index, 0) {
+                fold_waker(&mut self.folded, slot.key, &slot.time, caps);
+                if self.slots.set(index, WakerSlot::default(), 0).is_ok() {
+                    (self.holders.of(index)).store(waker_slots::FREE, Ordering::SeqCst);
+                }
+            }
         }
         dead.len()
     }
@@ -102,7 +184,7 @@ impl WakerReader {
     /// `now - since_ns` of its sleep's class.
     pub fn profile(&self, open_sleeps: &[(u32, ThreadState)], now: u64) -> WakerProfile {
         let mut all = self.folded.clone();
-        for (key, value) in read_all(&self.map) {
+        for (key, value, _) in self.read_entries() {
             add_waker(all.entry(key).or_default(), &value);
         }
         let mut wakeups: Vec<WakerSample> = all.iter().filter_map(|(k, v)| sample(k, v)).collect();
@@ -131,23 +213,23 @@ impl WakerReader {
     }
 }
 
-/// One entry of the kernel's `WAKERS` map.
-type WakerEntry = (WakerKey, WakerTime);
-
-/// Of the kernel map's `entries`, those [`WakerReader::fold_exited`] moves, and the
-/// waker threads found gone now (`gone_before`: those found gone at the last fold).
-fn entries_to_fold(
-    entries: Vec<WakerEntry>,
+/// Of the kernel's `entries` (`key` gives each one's key), those
+/// [`WakerReader::fold_exited`] moves, and the waker threads found gone now
+/// (`gone_before`: those found gone at the last fold).
+fn entries_to_fold<E>(
+    entries: Vec<E>,
+    key: impl Fn(&E) -> &WakerKey,
     gone_before: &BTreeSet<(u32, u32)>,
     wakee_exited: impl Fn(&WakerKey) -> bool,
     waker_alive: impl Fn(u32, u32) -> bool,
-) -> (Vec<WakerEntry>, BTreeSet<(u32, u32)>) {
+) -> (Vec<E>, BTreeSet<(u32, u32)>) {
     let crowded = entries.len() >= FOLD_GONE_WAKERS_AT;
     let mut alive: BTreeMap<(u32, u32), bool> = BTreeMap::new();
     let mut gone_now = BTreeSet::new();
     let dead = entries
         .into_iter()
-        .filter(|(k, _)| {
+        .filter(|e| {
+            let k = key(e);
             if wakee_exited(k) {
                 return true;
             }
@@ -334,20 +416,23 @@ mod tests {
             .chain([entry(0, waker_kind::TIMER)])
             .collect();
         let alive = |_: u32, tid: u32| tid.is_multiple_of(2);
+        fn key(e: &(WakerKey, WakerTime)) -> &WakerKey {
+            &e.0
+        }
         let live_wakee = |_: &WakerKey| false;
-        let (dead, gone) = entries_to_fold(crowd.clone(), &BTreeSet::new(), live_wakee, alive);
+        let (dead, gone) = entries_to_fold(crowd.clone(), key, &BTreeSet::new(), live_wakee, alive);
         assert!(dead.is_empty());
         assert_eq!(gone.len(), FOLD_GONE_WAKERS_AT / 2);
-        let (dead, _) = entries_to_fold(crowd.clone(), &gone, live_wakee, alive);
+        let (dead, _) = entries_to_fold(crowd.clone(), key, &gone, live_wakee, alive);
         assert_eq!(dead.len(), FOLD_GONE_WAKERS_AT / 2);
         assert!(dead
             .iter()
             .all(|(k, _)| k.kind == waker_kind::THREAD && !k.waker_tid.is_multiple_of(2)));
         // Below the threshold gone wakers stay; exited wakees always go.
         let few: Vec<_> = crowd[..10].to_vec();
-        let (dead, gone_few) = entries_to_fold(few.clone(), &gone, live_wakee, alive);
+        let (dead, gone_few) = entries_to_fold(few.clone(), key, &gone, live_wakee, alive);
         assert!(dead.is_empty() && gone_few.is_empty());
-        let (dead, _) = entries_to_fold(few, &gone, |_| true, alive);
+        let (dead, _) = entries_to_fold(few, key, &gone, |_| true, alive);
         assert_eq!(dead.len(), 10);
     }
 
