@@ -31,6 +31,8 @@ const CLOCK_FLOOR_RATIO_TARGET: f64 = 1.3;
 const SCHED_VS_RUNQLAT_TARGET: f64 = 0.5;
 /// Rounds with kernel BPF statistics on, of which each configuration's median is shown.
 const STATS_ROUNDS: usize = 3;
+/// Rounds of the side-by-side run (three tracers at once), of which the median is shown.
+const SIDE_BY_SIDE_ROUNDS: usize = 5;
 /// Issue 15: an untargeted process may pay at most the empty floor plus this share.
 const UNTARGETED_RATIO_TARGET: f64 = 1.05;
 /// `trace --stacks` may add at most this share of what offcputime adds to sched pipe.
@@ -786,6 +788,9 @@ pub(super) fn benchmarks(ctx: &Ctx) -> Result<Vec<Row>> {
             }
         }
         rows.extend(pipe_program_times(ctx, &pipe_configs)?);
+        if pipe_configs.contains(&PipeConfig::Runqlat) {
+            rows.extend(pipe_side_by_side(ctx)?);
+        }
     } else {
         rows.push(Row::missing(
             "sched pipe",
@@ -982,6 +987,97 @@ fn pipe_program_times(ctx: &Ctx, configs: &[PipeConfig]) -> Result<Vec<Row>> {
         );
     }
     Ok(rows)
+}
+
+/// Issue 15's "every hook" target side by side: kernelkite (`trace --follow`), runqlat
+/// and the clock floor attached at once to each of SIDE_BY_SIDE_ROUNDS sched-pipe runs, so all
+/// three run on the same operations under the same conditions (the separate runs above
+/// differ by a few percent from run to run). Each tracer's BPF program time from just
+/// before the workload starts to its end, per operation; the median round's ratio.
+fn pipe_side_by_side(ctx: &Ctx) -> Result<Vec<Row>> {
+    let Some(_stats) = BpfStats::enable() else {
+        return Ok(Vec::new());
+    };
+    let total = |pid: u32| -> u64 {
+        (bpf_program_times(pid).unwrap_or_default().iter())
+            .map(|p| p.1)
+            .sum()
+    };
+    let mut rounds: Vec<[f64; 3]> = Vec::new();
+    for _ in 0..SIDE_BY_SIDE_ROUNDS {
+        let script = format!("read go; exec taskset -c 0 perf bench sched pipe -T -l {PIPE_LOOPS}");
+        let mut shell = Command::new("sh")
+            .args(["-c", &script])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("cannot start perf bench")?;
+        let target = shell.id().to_string();
+        let mut ours = Command::new(&ctx.kernelkite);
+        ours.args(["trace", "--follow", "--pid", &target]);
+        let mut clock = Command::new(&ctx.kernelkite);
+        clock.args(["bench-floor", "--clock", "--pid", &target]);
+        let tracers = [
+            Tracer::start(ours)?,
+            Tracer::start(Command::new("runqlat"))?,
+            Tracer::start(clock)?,
+        ];
+        let before: Vec<u64> = tracers.iter().map(|t| total(t.child.id())).collect();
+        let pollers: Vec<ProgramTimePoller> = (tracers.iter())
+            .map(|t| ProgramTimePoller::start(t.child.id()))
+            .collect();
+        shell.stdin.take().unwrap().write_all(b"go\n")?;
+        let status = shell.wait()?;
+        let after: Vec<Option<u64>> = (pollers.into_iter())
+            .map(|p| p.finish().map(|ps| ps.iter().map(|p| p.run_time_ns).sum()))
+            .collect();
+        for t in tracers {
+            t.stop();
+        }
+        if !status.success() {
+            bail!("perf bench sched pipe failed ({status})");
+        }
+        let per_op =
+            |i: usize| after[i].map(|a| a.saturating_sub(before[i]) as f64 / PIPE_LOOPS as f64);
+        if let (Some(k), Some(r), Some(c)) = (per_op(0), per_op(1), per_op(2)) {
+            rounds.push([k, r, c]);
+        }
+    }
+    rounds.sort_by(|a, b| (a[0] / (a[1] + a[2])).total_cmp(&(b[0] / (b[1] + b[2]))));
+    let Some(&[ours, runqlat, clock]) = rounds.get(rounds.len() / 2) else {
+        return Ok(Vec::new());
+    };
+    let shown = format!(
+        "kernelkite trace --follow, runqlat and bench-floor --clock at once on taskset -c 0 perf bench sched pipe -T -l {PIPE_LOOPS}, kernel.bpf_stats_enabled=1: each one's run_time_ns / operations (median of {SIDE_BY_SIDE_ROUNDS} rounds)"
+    );
+    Ok(vec![
+        Row::new(
+            "BPF program time per sched-pipe op, side by side: kernelkite, every hook",
+            ours,
+            "ns/op",
+            &shown,
+        ),
+        Row::new(
+            "BPF program time per sched-pipe op, side by side: runqlat",
+            runqlat,
+            "ns/op",
+            &shown,
+        ),
+        Row::new(
+            "BPF program time per sched-pipe op, side by side: clock floor",
+            clock,
+            "ns/op",
+            &shown,
+        ),
+        Row::new(
+            "BPF program time per sched-pipe op, side by side: kernelkite, every hook / (runqlat + clock floor)",
+            ours / (runqlat + clock),
+            "×",
+            &shown,
+        )
+        .target(1.0),
+    ])
 }
 
 /// From spawning `kernelkite trace` to its "hooks live" line (median of the runs).
