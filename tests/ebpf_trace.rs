@@ -111,6 +111,43 @@ fn threads_and_histograms_in_the_overflow_maps_are_counted_exactly() {
     );
 }
 
+/// Each thread counts its calls in a histogram slot of its own (kernelkite-ebpf's
+/// `maps::hist_slot`); the slots of threads gone are freed at the next snapshot and
+/// their calls kept with their process's. Snapshots (every 50 ms) come while the
+/// process lives on without its three reading threads: every read stays counted, with
+/// slots and with one slot (the rest in the overflow, per process).
+#[test]
+fn reads_of_threads_gone_before_their_process_stay_counted() {
+    let Some(_serial) = ebpf_ready("reads_of_threads_gone_before_their_process_stay_counted")
+    else {
+        return;
+    };
+    for slots in ["4096", "1"] {
+        let (traced, result) = trace_workload_env(
+            &[
+                "read_loop",
+                "--count",
+                "100000",
+                "--threads",
+                "3",
+                "--pause-ms",
+                "300",
+            ],
+            &[],
+            &[("KERNELKITE_HIST_SLOTS", slots)],
+        );
+        assert_eq!(result["reads"], 500_000);
+        assert_eq!(
+            traced.syscall_count("read"),
+            500_000,
+            "slots {slots}: events lost {:?}, syscalls: {:?}",
+            traced.bundle.events_lost,
+            traced.analysis.syscalls
+        );
+        traced.assert_no_events_lost();
+    }
+}
+
 #[test]
 fn a_process_on_its_cpu_through_attach_has_every_read_counted() {
     let Some(_serial) = ebpf_ready("a_process_on_its_cpu_through_attach_has_every_read_counted")

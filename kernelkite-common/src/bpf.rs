@@ -138,36 +138,62 @@ pub mod thread_slots {
     }
 }
 
-/// The syscall histograms' slots: the histogram of (tgid, nr) lives in `HIST_SLOTS` at
-/// [`hist_slots::index`] of its holder (a hash of the key), unless another key holds
-/// that slot; then it lives in `SYSCALL_HISTS` (the overflow), and a key may have an
-/// entry in both (its slot freed after it overflowed): userspace adds them up.
-/// `HIST_HOLDERS` says whose each slot is ([`hist_slots::FREE`] or a key's holder);
-/// a free slot is zeroed, so a program claims one with a single compare-and-swap.
-/// Userspace frees a slot in three steps: its holder becomes [`hist_slots::CLEARING`],
-/// then it waits until no program that saw the key's holder can still be running (an
-/// RCU grace period), then zeroes the slot and frees it.
+/// The syscall histograms' slots: the calls of syscall `nr` by thread `tid` of `tgid`
+/// are counted in `HIST_SLOTS` at [`hist_slots::index`] of their holder (a hash of
+/// the three), unless another holds that slot; then in `SYSCALL_HISTS` (the overflow,
+/// per (tgid, nr)). A slot is one thread's, so its calls end one at a time and the
+/// programs add to it without atomics. Userspace adds a process's slots and overflow
+/// entry up, and frees the slots of threads gone. `HIST_HOLDERS` says whose each slot
+/// is ([`hist_slots::FREE`] or a holder); a free slot is zeroed, so a program claims
+/// one with a single compare-and-swap.
 pub mod hist_slots {
+    use super::SYSCALL_BEFORE_START;
+
     /// Slots (a power of two): 4,096 x 2,448 bytes is 9.6 MiB of kernel memory.
     pub const DEFAULT: u32 = 4_096;
-    /// The holder of a free slot (no key is (0, 0): pid 0 is never traced).
+    /// The holder of a free slot (tid 0 is the idle task, never traced).
     pub const FREE: u64 = 0;
-    /// The holder of a slot userspace is freeing (no key: tgids stay below 2^22). The
-    /// programs take it for another key's, so none adds to it while it is zeroed.
+    /// The holder of a slot userspace is freeing (no holder: pids stay below 2^22, so
+    /// holders below 2^55). The programs take it for another's.
     pub const CLEARING: u64 = u64::MAX;
+    /// Pids (tgids and tids) are below 2^22 (PID_MAX_LIMIT).
+    const PID_BITS: u32 = 22;
+    /// Syscall numbers a slot holds are below 2^10 (x86-64 and arm64 numbers are);
+    /// larger ones (x32's) are counted in the overflow.
+    const NR_BITS: u32 = 10;
 
-    /// The holder word of key (tgid, nr).
-    pub const fn holder(tgid: u32, nr: u32) -> u64 {
-        ((tgid as u64) << 32) | nr as u64
+    /// The holder word of thread `tid` of `tgid` calling `nr` (which may carry
+    /// [`SYSCALL_BEFORE_START`]), or None when they do not fit one.
+    pub const fn holder(tgid: u32, tid: u32, nr: u32) -> Option<u64> {
+        let before = (nr & SYSCALL_BEFORE_START != 0) as u64;
+        let nr = nr & !SYSCALL_BEFORE_START;
+        if nr >= 1 << NR_BITS || tgid >= 1 << PID_BITS || tid >= 1 << PID_BITS || tid == 0 {
+            return None;
+        }
+        Some(
+            ((tgid as u64) << (PID_BITS + NR_BITS + 1))
+                | ((tid as u64) << (NR_BITS + 1))
+                | (before << NR_BITS)
+                | nr as u64,
+        )
     }
 
-    /// The key (tgid, nr) of a holder word.
-    pub const fn key(holder: u64) -> (u32, u32) {
-        ((holder >> 32) as u32, holder as u32)
+    /// The (tgid, tid, nr) of a holder word.
+    pub const fn key(holder: u64) -> (u32, u32, u32) {
+        let before = if holder & (1 << NR_BITS) != 0 {
+            SYSCALL_BEFORE_START
+        } else {
+            0
+        };
+        (
+            (holder >> (PID_BITS + NR_BITS + 1)) as u32,
+            ((holder >> (NR_BITS + 1)) & ((1 << PID_BITS) - 1)) as u32,
+            (holder & ((1 << NR_BITS) - 1)) as u32 | before,
+        )
     }
 
     /// The slot index of a holder word in a table of `mask + 1` slots (Fibonacci
-    /// hashing: the processes' syscalls spread over the table).
+    /// hashing: the threads' syscalls spread over the table).
     pub const fn index(holder: u64, mask: u32) -> u32 {
         (holder.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as u32 & mask
     }
@@ -643,18 +669,28 @@ mod tests {
 
     #[test]
     fn a_hist_holder_gives_back_its_key_and_an_index_inside_the_table() {
-        for (tgid, nr) in [(1, 0), (4_194_303, 0x8000_0000 | 335), (77, 1)] {
-            let holder = hist_slots::holder(tgid, nr);
+        for (tgid, tid, nr) in [
+            (1, 1, 0),
+            (4_194_303, 4_194_303, 0x8000_0000 | 335),
+            (77, 78, 1),
+            (5, 9, 1023),
+        ] {
+            let holder = hist_slots::holder(tgid, tid, nr).unwrap();
             assert_ne!(holder, hist_slots::FREE);
-            assert_eq!(hist_slots::key(holder), (tgid, nr));
+            assert_ne!(holder, hist_slots::CLEARING);
+            assert_eq!(hist_slots::key(holder), (tgid, tid, nr));
             assert!(hist_slots::index(holder, hist_slots::DEFAULT - 1) < hist_slots::DEFAULT);
         }
-        // Neighbouring keys spread: one process's syscalls, consecutive processes.
+        // What does not fit goes to the overflow: x32 numbers, tid 0.
+        assert_eq!(hist_slots::holder(1, 1, 0x4000_0000), None);
+        assert_eq!(hist_slots::holder(1, 1, 1024), None);
+        assert_eq!(hist_slots::holder(1, 0, 1), None);
+        // Neighbouring keys spread: one thread's syscalls, consecutive threads.
         let mut taken = [false; hist_slots::DEFAULT as usize];
         let mut distinct = 0;
-        for tgid in 1000..1064 {
+        for tid in 1000..1064 {
             for nr in 0..16 {
-                let holder = hist_slots::holder(tgid, nr);
+                let holder = hist_slots::holder(999, tid, nr).unwrap();
                 let index = hist_slots::index(holder, hist_slots::DEFAULT - 1) as usize;
                 distinct += usize::from(!taken[index]);
                 taken[index] = true;

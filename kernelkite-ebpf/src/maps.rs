@@ -126,7 +126,7 @@ pub static THREADS: HashMap<u32, ThreadState> = HashMap::with_max_entries(65_536
 pub static GATE: Array<u32> = Array::with_max_entries(1, 0);
 
 /// The syscall histograms' overflow (`HIST_SLOTS` first): per-(tgid, syscall) latency
-/// histograms, updated with atomic adds. Preallocated: an
+/// histograms, updated with atomic adds (plain ones for a process's only thread). Preallocated: an
 /// insert into a preallocated map cannot fail for want of memory (per-CPU maps without
 /// prealloc dropped counts under exec storms). Userspace folds and deletes the entries
 /// of exited processes at every snapshot, so the map holds live processes plus those
@@ -137,8 +137,10 @@ pub static GATE: Array<u32> = Array::with_max_entries(1, 0);
 pub static SYSCALL_HISTS: HashMap<SyscallKey, SyscallHist> = HashMap::with_max_entries(16_384, 0);
 
 /// The syscall histograms' slots (`kernelkite_common::bpf::hist_slots`): the
-/// histogram of a (tgid, nr) whose slot is its own, found with a few loads where the
-/// `SYSCALL_HISTS` lookup cost a syscall about 8 ns; that map is the overflow.
+/// histogram of a (thread, syscall) whose slot is its own, found with a few loads where
+/// the `SYSCALL_HISTS` lookup cost a syscall about 8 ns, and counted without atomics
+/// (one thread writes it), where threads of a process on two CPUs made each call's
+/// shared histogram cost 37 ns more. `SYSCALL_HISTS` is the overflow.
 #[map]
 pub static HIST_SLOTS: Array<SyscallHist> = Array::with_max_entries(hist_slots::DEFAULT, 0);
 
@@ -151,11 +153,11 @@ pub static HIST_HOLDERS: Array<u64> = Array::with_max_entries(hist_slots::DEFAUL
 #[unsafe(no_mangle)]
 static HIST_SLOTS_MASK: u32 = hist_slots::DEFAULT - 1;
 
-/// The histogram slot of `key` when it holds one or can claim a free one (zeroed by
-/// userspace before it was freed); None: the slot is another key's.
+/// The histogram slot of thread `tid`'s calls of `key` when it holds one or can claim
+/// a free one (zeroed by userspace before it was freed); None: the slot is another's.
 #[inline(always)]
-pub fn hist_slot(key: SyscallKey) -> Option<*mut SyscallHist> {
-    let holder = hist_slots::holder(key.tgid, key.nr);
+pub fn hist_slot(key: SyscallKey, tid: u32) -> Option<*mut SyscallHist> {
+    let holder = hist_slots::holder(key.tgid, tid, key.nr)?;
     // SAFETY: a read-only global set at load time.
     let mask = unsafe { core::ptr::read_volatile(&HIST_SLOTS_MASK) };
     let index = hist_slots::index(holder, mask);

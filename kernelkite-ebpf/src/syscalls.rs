@@ -127,24 +127,24 @@ fn exit_traced<C: StackIdContext, const BTF: bool>(
         return 0;
     }
     let start_ns = t.sys_enter_ns;
-    let alone = task::alone::<BTF>(current);
     // SAFETY: helper call without preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
     let latency_ns = now.saturating_sub(start_ns);
     if flags & sys_flags::BEFORE_START != 0 {
         // Running since before attach: its own row, the part inside the session only,
         // and no slow-call record (its start is unknown).
-        count_latency(
+        count_latency::<BTF>(
             SyscallKey {
                 tgid,
                 nr: nr | SYSCALL_BEFORE_START,
             },
+            tid,
             latency_ns,
-            alone,
+            current,
         );
         return 0;
     }
-    count_latency(SyscallKey { tgid, nr }, latency_ns, alone);
+    count_latency::<BTF>(SyscallKey { tgid, nr }, tid, latency_ns, current);
 
     // SAFETY: a read-only global set at load time.
     let min = unsafe { core::ptr::read_volatile(&MIN_LATENCY_NS) };
@@ -252,13 +252,21 @@ fn sys_exit_unnoted(ctx: *mut c_void) -> i32 {
     exit_traced::<_, true>(&ctx, tgid, tid, t, current, || ctx.arg::<i64>(1))
 }
 
-/// Count one call of `latency_ns` into `key`'s histogram. `alone`: the calling thread is
-/// its process's only one (`task::alone`), so nothing else writes this entry and
-/// plain adds are exact; otherwise threads on other CPUs may add at once, and the adds
-/// are atomic (about 10 ns more per call here).
+/// Count one call of `latency_ns` by thread `tid` (task `current`, its BTF pointer
+/// with `BTF`, or null) into `key`'s histogram: the thread's slot, whose one writer it
+/// is (a thread's calls end one at a time), so plain adds are exact. In the overflow,
+/// shared by the process's threads, the adds are atomic (about 5 ns more per call
+/// here) unless the thread is its process's only one (`task::alone`).
 #[inline(always)]
-fn count_latency(key: SyscallKey, latency_ns: u64, alone: bool) {
-    let hist = match hist_slot(key).or_else(|| SYSCALL_HISTS.get_ptr_mut(&key)) {
+fn count_latency<const BTF: bool>(key: SyscallKey, tid: u32, latency_ns: u64, current: *const u8) {
+    let idx = bucket_index(latency_ns);
+    if let Some(hist) = hist_slot(key, tid) {
+        // SAFETY: a map value, valid while the program runs, with this thread its
+        // only writer.
+        unsafe { add_plain(hist, idx, latency_ns) };
+        return;
+    }
+    let hist = match SYSCALL_HISTS.get_ptr_mut(&key) {
         Some(h) => h,
         None => {
             let Some(zero) = ZERO_HIST.get(0) else {
@@ -276,19 +284,12 @@ fn count_latency(key: SyscallKey, latency_ns: u64, alone: bool) {
             }
         }
     };
-    let idx = bucket_index(latency_ns);
     // SAFETY: a map value, valid while the program runs. Alone, this thread is its only
     // writer; otherwise every update below is atomic except `max_ns`, which is raised
     // with compare-and-swap.
     unsafe {
-        if alone {
-            (*hist).total_ns += latency_ns;
-            if idx < NUM_BUCKETS {
-                (*hist).buckets[idx] += 1;
-            }
-            if latency_ns > (*hist).max_ns {
-                (*hist).max_ns = latency_ns;
-            }
+        if task::alone::<BTF>(current) {
+            add_plain(hist, idx, latency_ns);
             return;
         }
         atomic_add(&raw mut (*hist).total_ns, latency_ns);
@@ -296,6 +297,21 @@ fn count_latency(key: SyscallKey, latency_ns: u64, alone: bool) {
             atomic_add(&raw mut (*hist).buckets[idx], 1);
         }
         raise_max(&raw mut (*hist).max_ns, latency_ns);
+    }
+}
+
+/// Count a call of `latency_ns` (bucket `idx`) into `hist` with plain adds.
+#[inline(always)]
+unsafe fn add_plain(hist: *mut SyscallHist, idx: usize, latency_ns: u64) {
+    // SAFETY: the caller's: a map value with no other writer now.
+    unsafe {
+        (*hist).total_ns += latency_ns;
+        if idx < NUM_BUCKETS {
+            (*hist).buckets[idx] += 1;
+        }
+        if latency_ns > (*hist).max_ns {
+            (*hist).max_ns = latency_ns;
+        }
     }
 }
 

@@ -6,7 +6,9 @@
 //! With `--threads T` it makes N reads alone, then N in each of T threads at once, then
 //! N alone again after they are joined: N × (T + 2) in all, across a process that goes
 //! from one thread to T + 1 and back (a tracer that counts a lone thread's calls
-//! differently must stay exact through both changes).
+//! differently must stay exact through both changes). `--pause-ms P` sleeps P ms after
+//! the join, before the last N (a tracer then snapshots the process with its threads
+//! gone).
 //!
 //! Between the gate and the result line the process makes no other `read` call: /dev/zero
 //! is opened before the gate, the clock is read through the vDSO, and the gate itself
@@ -20,6 +22,7 @@ use crate::report::Report;
 pub fn run(args: &mut Args) -> Result<(), crate::Fail> {
     let count = args.u64("count", 2_000_000)?;
     let threads = args.u64("threads", 0)?;
+    let pause_ms = args.u64("pause-ms", 0)?;
     let start = crate::gate(args)?;
 
     // SAFETY: valid NUL-terminated path.
@@ -40,6 +43,7 @@ pub fn run(args: &mut Args) -> Result<(), crate::Fail> {
                 .join()
                 .map_err(|_| String::from("a reading thread panicked"))?;
         }
+        std::thread::sleep(std::time::Duration::from_millis(pause_ms));
         failed += reads(fd, count);
         total = count * (threads + 2);
     }

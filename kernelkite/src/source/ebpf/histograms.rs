@@ -1,7 +1,8 @@
-//! The syscall latency histograms of a session: the kernel's, one per (process,
-//! syscall) in its slot or in the overflow map (`kernelkite_common::bpf::hist_slots`;
-//! a key with an entry in both is their sum), and the histograms of exited processes
-//! folded out of them at each snapshot so the kernel's never fill up.
+//! The syscall latency histograms of a session: the kernel's, per (thread, syscall) in
+//! its slot and per (process, syscall) in the overflow map
+//! (`kernelkite_common::bpf::hist_slots`; a process's histogram of a syscall is the
+//! sum of them all), and those of threads and processes gone, folded out of them at
+//! each snapshot so the kernel's never fill up.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
@@ -31,6 +32,16 @@ pub struct KernelHistograms {
     overflow: HashMap<MapData, SyscallKey, SyscallHist>,
 }
 
+/// Where a kernel histogram is: the slot `index` of thread `tid`, or the overflow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Home {
+    Slot { index: u32, tid: u32 },
+    Overflow,
+}
+
+/// A kernel histogram, its key and where it is.
+type KernelEntry = (SyscallKey, SyscallHist, Home);
+
 impl KernelHistograms {
     /// The histograms of `holders` (mapped here), `slots` and `overflow`.
     pub fn map(
@@ -45,56 +56,72 @@ impl KernelHistograms {
         })
     }
 
-    /// Every entry: the slots held, then the overflow (a key may be in both). A
-    /// clearing slot's counts were folded before it was marked.
-    fn read_all(&self) -> Vec<(SyscallKey, SyscallHist)> {
-        let mut out: Vec<(SyscallKey, SyscallHist)> =
-            (self.holders.copy_held(|i| self.slots.get(&i, 0).ok()))
+    /// Every entry: the slots held, then the overflow (a key has many).
+    fn read_all(&self) -> Vec<KernelEntry> {
+        let mut out: Vec<KernelEntry> = (self.holders)
+            .copy_held(|i| Some((i, self.slots.get(&i, 0).ok()?)))
+            .into_iter()
+            .map(|(holder, (index, hist))| {
+                let (tgid, tid, nr) = hist_slots::key(holder);
+                (SyscallKey { tgid, nr }, hist, Home::Slot { index, tid })
+            })
+            .collect();
+        out.extend(
+            read_all(&self.overflow)
                 .into_iter()
-                .map(|(holder, hist)| {
-                    let (tgid, nr) = hist_slots::key(holder);
-                    (SyscallKey { tgid, nr }, hist)
-                })
-                .collect();
-        out.extend(read_all(&self.overflow));
+                .map(|(k, h)| (k, h, Home::Overflow)),
+        );
         out
     }
 
-    /// Drop `keys`' entries: their overflow entries are removed, and their slots freed
-    /// (`kernelkite_common::bpf::hist_slots`): marked clearing, so that no program adds
-    /// to them; then, once no program that found a key there can still be running,
-    /// zeroed (a program claims a free slot as it is) and freed. Without the wait, a
-    /// program of a new process under a reused pid could add to a slot after its
-    /// zeroing, and leave that count to the slot's next key.
-    fn remove(&mut self, keys: &[SyscallKey]) {
+    /// Drop `entries`: overflow entries are removed; slots are freed
+    /// (`kernelkite_common::bpf::hist_slots`): marked clearing, so that no program
+    /// adds to them; then, once no program that found one held can still be running,
+    /// read a last time, zeroed (a program claims a free slot as it is) and freed.
+    /// Returns those last readings, which count every call: without the wait, a call
+    /// ending as the slot was marked could be lost, or left to the slot's next holder.
+    fn remove(&mut self, entries: &[(SyscallKey, Home)]) -> Vec<(SyscallKey, SyscallHist)> {
         let mut clearing = Vec::new();
-        for key in keys {
-            let holder = hist_slots::holder(key.tgid, key.nr);
-            let index = hist_slots::index(holder, self.holders.mask());
-            let marked = self.holders.of(index).compare_exchange(
-                holder,
-                hist_slots::CLEARING,
-                Ordering::SeqCst,
-                Ordering::SeqCst,
-            );
-            if marked.is_ok() {
-                clearing.push(index);
+        for &(key, home) in entries {
+            match home {
+                Home::Overflow => {
+                    let _ = self.overflow.remove(&key);
+                }
+                Home::Slot { index, tid } => {
+                    let Some(holder) = hist_slots::holder(key.tgid, tid, key.nr) else {
+                        continue;
+                    };
+                    let marked = self.holders.of(index).compare_exchange(
+                        holder,
+                        hist_slots::CLEARING,
+                        Ordering::SeqCst,
+                        Ordering::SeqCst,
+                    );
+                    if marked.is_ok() {
+                        clearing.push((key, index));
+                    }
+                }
             }
-            let _ = self.overflow.remove(key);
         }
         if clearing.is_empty() {
-            return;
+            return Vec::new();
         }
         wait_for_running_programs();
-        for index in clearing {
-            // Left clearing if the zeroing fails: the programs then take the slot for
-            // another key's, and nothing is miscounted.
+        let mut last = Vec::with_capacity(clearing.len());
+        for (key, index) in clearing {
+            // Left clearing if a read or the zeroing fails: the programs then take the
+            // slot for another's, and nothing is miscounted.
+            let Ok(hist) = self.slots.get(&index, 0) else {
+                continue;
+            };
+            last.push((key, hist));
             if self.slots.set(index, zeroed_hist(), 0).is_ok() {
                 self.holders
                     .of(index)
                     .store(hist_slots::FREE, Ordering::SeqCst);
             }
         }
+        last
     }
 }
 
@@ -103,11 +130,14 @@ fn zeroed_hist() -> SyscallHist {
     unsafe { std::mem::zeroed() }
 }
 
-/// The histograms: the kernel's, as read at the last snapshot, and exited processes'.
+/// The histograms: the kernel's, as read at the last snapshot, and those folded out.
 pub struct SyscallHistograms {
     map: KernelHistograms,
     /// Histograms of exited processes, moved out of the map so it never fills up.
     folded: BTreeMap<SyscallKey, HistAccumulator>,
+    /// The calls of live processes' threads that are gone (their slots freed); moved to
+    /// `folded` when the process exits.
+    retired: BTreeMap<SyscallKey, HistAccumulator>,
     /// The live processes' entries of the map, as read at the last snapshot.
     live: Vec<(SyscallKey, SyscallHist)>,
 }
@@ -117,6 +147,7 @@ impl SyscallHistograms {
         SyscallHistograms {
             map,
             folded: BTreeMap::new(),
+            retired: BTreeMap::new(),
             live: Vec::new(),
         }
     }
@@ -124,23 +155,27 @@ impl SyscallHistograms {
     /// Drop `tgid`'s entries from the map (kernelkite's own, once it stops tracing
     /// itself).
     pub fn forget_process(&mut self, tgid: u32) {
-        let keys: Vec<SyscallKey> = (self.map.read_all().into_iter())
-            .map(|(key, _)| key)
-            .filter(|key| key.tgid == tgid)
+        let entries: Vec<(SyscallKey, Home)> = (self.map.read_all().into_iter())
+            .filter(|(key, _, _)| key.tgid == tgid)
+            .map(|(key, _, home)| (key, home))
             .collect();
-        self.map.remove(&keys);
+        self.map.remove(&entries);
+        self.retired.retain(|key, _| key.tgid != tgid);
     }
 
     /// The cumulative histograms as of the last snapshot: exited processes'
-    /// (folded out of the kernel map) plus the live map's entries read with it (at the
-    /// end, after the programs were detached), one per (process, syscall), sorted.
+    /// (folded out of the kernel map), gone threads', plus the live map's entries read
+    /// with it (at the end, after the programs were detached), one per (process,
+    /// syscall), sorted.
     pub fn histograms(&self) -> Vec<SyscallHistogram> {
         // Merged without copying the folded map (100,000 entries at its cap).
         let mut live: BTreeMap<SyscallKey, HistAccumulator> = BTreeMap::new();
+        let folded = |key: &SyscallKey| self.folded.get(key).cloned().unwrap_or_default();
+        for (key, acc) in &self.retired {
+            live.entry(*key).or_insert_with(|| folded(key)).merge(acc);
+        }
         for (key, value) in &self.live {
-            live.entry(*key)
-                .or_insert_with(|| self.folded.get(key).cloned().unwrap_or_default())
-                .add(value);
+            live.entry(*key).or_insert_with(|| folded(key)).add(value);
         }
         let mut syscalls: Vec<SyscallHistogram> = (self.folded.iter())
             .filter(|(key, _)| !live.contains_key(key))
@@ -156,28 +191,56 @@ impl SyscallHistograms {
         self.folded = BTreeMap::new();
     }
 
-    /// Move the histograms of processes with no live thread out of the kernel map.
+    /// Move the histograms of processes with no live thread, and the slots of threads
+    /// not in `live` (gone, or started since it was read: their calls are kept all the
+    /// same), out of the kernel map.
     pub fn fold_exited(&mut self, live: &BTreeMap<u32, BTreeMap<u32, ThreadState>>) {
-        let (dead, alive): (Vec<_>, Vec<_>) =
-            (self.map.read_all().into_iter()).partition(|(k, _)| !live.contains_key(&k.tgid));
+        let mut gone = Vec::new();
         // The live processes' histograms as of this snapshot: what `syscall_histograms`
         // reports, without reading the map a second time.
-        self.live = alive;
-        let mut gone = Vec::with_capacity(dead.len());
-        for (key, value) in dead {
-            // No thread of the process is left to update the entry: the copy is final.
-            fold_histogram(&mut self.folded, key, &value, MAX_FOLDED_HISTOGRAMS);
-            gone.push(key);
+        self.live.clear();
+        for (key, hist, home) in self.map.read_all() {
+            let process_live = live.contains_key(&key.tgid);
+            let keep = match home {
+                Home::Overflow => process_live,
+                Home::Slot { tid, .. } => live.get(&key.tgid).is_some_and(|t| t.contains_key(&tid)),
+            };
+            if keep {
+                self.live.push((key, hist));
+                continue;
+            }
+            if home == Home::Overflow {
+                // No thread of the process is left to update the entry: the copy is final.
+                fold_histogram(&mut self.folded, key, &hist, MAX_FOLDED_HISTOGRAMS);
+            }
+            gone.push((key, home));
         }
-        self.map.remove(&gone);
+        for (key, hist) in self.map.remove(&gone) {
+            if live.contains_key(&key.tgid) {
+                self.retired.entry(key).or_default().add(&hist);
+            } else {
+                fold_histogram(&mut self.folded, key, &hist, MAX_FOLDED_HISTOGRAMS);
+            }
+        }
+        // Processes gone: their retired threads' calls join their folded histograms.
+        let exited: Vec<SyscallKey> = (self.retired.keys())
+            .filter(|key| !live.contains_key(&key.tgid))
+            .copied()
+            .collect();
+        for key in exited {
+            if let Some(acc) = self.retired.remove(&key) {
+                fold_accumulator(&mut self.folded, key, acc, MAX_FOLDED_HISTOGRAMS);
+            }
+        }
     }
 
     /// What the histograms keep (`KERNELKITE_DEBUG_SIZES`).
-    pub fn sizes(&self) -> [(&'static str, u64); 3] {
+    pub fn sizes(&self) -> [(&'static str, u64); 4] {
         let buckets: usize = self.folded.values().map(|h| h.buckets.len()).sum();
         [
             ("folded_hists", self.folded.len() as u64),
             ("folded_hist_buckets", buckets as u64),
+            ("retired_hists", self.retired.len() as u64),
             ("live_hists", self.live.len() as u64),
         ]
     }
@@ -192,6 +255,25 @@ fn fold_histogram(
     value: &SyscallHist,
     cap: usize,
 ) {
+    folded_entry(folded, key, cap).add(value);
+}
+
+/// [`fold_histogram`] of an accumulated histogram.
+fn fold_accumulator(
+    folded: &mut BTreeMap<SyscallKey, HistAccumulator>,
+    key: SyscallKey,
+    value: HistAccumulator,
+    cap: usize,
+) {
+    folded_entry(folded, key, cap).merge(&value);
+}
+
+/// The entry of `folded` that `key`'s calls are added to (see [`fold_histogram`]).
+fn folded_entry(
+    folded: &mut BTreeMap<SyscallKey, HistAccumulator>,
+    key: SyscallKey,
+    cap: usize,
+) -> &mut HistAccumulator {
     let key = if folded.len() < cap || folded.contains_key(&key) {
         key
     } else {
@@ -200,7 +282,7 @@ fn fold_histogram(
             ..key
         }
     };
-    folded.entry(key).or_default().add(value);
+    folded.entry(key).or_default()
 }
 
 /// Sum of one (process, syscall) histogram across map generations. Compact: a session
@@ -219,6 +301,18 @@ impl HistAccumulator {
         self.max_ns = self.max_ns.max(h.max_ns);
         for (i, &c) in h.buckets.iter().enumerate().filter(|(_, c)| **c > 0) {
             let i = i as u32;
+            match self.buckets.binary_search_by_key(&i, |b| b.0) {
+                Ok(j) => self.buckets[j].1 += c,
+                Err(j) => self.buckets.insert(j, (i, c)),
+            }
+        }
+        self.buckets.shrink_to_fit();
+    }
+
+    fn merge(&mut self, other: &HistAccumulator) {
+        self.total_ns += other.total_ns;
+        self.max_ns = self.max_ns.max(other.max_ns);
+        for &(i, c) in &other.buckets {
             match self.buckets.binary_search_by_key(&i, |b| b.0) {
                 Ok(j) => self.buckets[j].1 += c,
                 Err(j) => self.buckets.insert(j, (i, c)),
