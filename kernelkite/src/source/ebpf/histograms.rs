@@ -56,6 +56,16 @@ impl KernelHistograms {
         })
     }
 
+    /// (key, home) of every slot held now, from the holders alone (no copy).
+    fn held_slots(&self) -> Vec<(SyscallKey, Home)> {
+        (self.holders.held().into_iter())
+            .map(|(index, holder)| {
+                let (tgid, tid, nr) = hist_slots::key(holder);
+                (SyscallKey { tgid, nr }, Home::Slot { index, tid })
+            })
+            .collect()
+    }
+
     /// Every entry: the slots held, then the overflow (a key has many).
     fn read_all(&self) -> Vec<KernelEntry> {
         let mut out: Vec<KernelEntry> = (self.holders)
@@ -130,7 +140,7 @@ fn zeroed_hist() -> SyscallHist {
     unsafe { std::mem::zeroed() }
 }
 
-/// The histograms: the kernel's, as read at the last snapshot, and those folded out.
+/// The histograms: the kernel's, read when asked for, and those folded out.
 pub struct SyscallHistograms {
     map: KernelHistograms,
     /// Histograms of exited processes, moved out of the map so it never fills up.
@@ -138,8 +148,6 @@ pub struct SyscallHistograms {
     /// The calls of live processes' threads that are gone (their slots freed); moved to
     /// `folded` when the process exits.
     retired: BTreeMap<SyscallKey, HistAccumulator>,
-    /// The live processes' entries of the map, as read at the last snapshot.
-    live: Vec<(SyscallKey, SyscallHist)>,
 }
 
 impl SyscallHistograms {
@@ -148,7 +156,6 @@ impl SyscallHistograms {
             map,
             folded: BTreeMap::new(),
             retired: BTreeMap::new(),
-            live: Vec::new(),
         }
     }
 
@@ -163,10 +170,11 @@ impl SyscallHistograms {
         self.retired.retain(|key, _| key.tgid != tgid);
     }
 
-    /// The cumulative histograms as of the last snapshot: exited processes'
-    /// (folded out of the kernel map), gone threads', plus the live map's entries read
-    /// with it (at the end, after the programs were detached), one per (process,
-    /// syscall), sorted.
+    /// The cumulative histograms now: exited processes' (folded out of the kernel map),
+    /// gone threads', plus the kernel's entries, read now (at the end, after the
+    /// programs were detached), one per (process, syscall), sorted. The kernel's are
+    /// read here, not at every snapshot: a thread pool holds a slot per thread and
+    /// syscall, thousands of 2,448-byte copies.
     pub fn histograms(&self) -> Vec<SyscallHistogram> {
         // Merged without copying the folded map (100,000 entries at its cap).
         let mut live: BTreeMap<SyscallKey, HistAccumulator> = BTreeMap::new();
@@ -174,8 +182,8 @@ impl SyscallHistograms {
         for (key, acc) in &self.retired {
             live.entry(*key).or_insert_with(|| folded(key)).merge(acc);
         }
-        for (key, value) in &self.live {
-            live.entry(*key).or_insert_with(|| folded(key)).add(value);
+        for (key, value, _) in self.map.read_all() {
+            live.entry(key).or_insert_with(|| folded(&key)).add(&value);
         }
         let mut syscalls: Vec<SyscallHistogram> = (self.folded.iter())
             .filter(|(key, _)| !live.contains_key(key))
@@ -193,27 +201,21 @@ impl SyscallHistograms {
 
     /// Move the histograms of processes with no live thread, and the slots of threads
     /// not in `live` (gone, or started since it was read: their calls are kept all the
-    /// same), out of the kernel map.
+    /// same), out of the kernel map. The slots are found by their holders: only those
+    /// moved are read.
     pub fn fold_exited(&mut self, live: &BTreeMap<u32, BTreeMap<u32, ThreadState>>) {
-        let mut gone = Vec::new();
-        // The live processes' histograms as of this snapshot: what `syscall_histograms`
-        // reports, without reading the map a second time.
-        self.live.clear();
-        for (key, hist, home) in self.map.read_all() {
-            let process_live = live.contains_key(&key.tgid);
-            let keep = match home {
-                Home::Overflow => process_live,
-                Home::Slot { tid, .. } => live.get(&key.tgid).is_some_and(|t| t.contains_key(&tid)),
-            };
-            if keep {
-                self.live.push((key, hist));
-                continue;
-            }
-            if home == Home::Overflow {
+        let mut gone: Vec<(SyscallKey, Home)> = (self.map.held_slots().into_iter())
+            .filter(|(key, home)| match home {
+                Home::Slot { tid, .. } => !live.get(&key.tgid).is_some_and(|t| t.contains_key(tid)),
+                Home::Overflow => false,
+            })
+            .collect();
+        for (key, hist) in read_all(&self.map.overflow) {
+            if !live.contains_key(&key.tgid) {
                 // No thread of the process is left to update the entry: the copy is final.
                 fold_histogram(&mut self.folded, key, &hist, MAX_FOLDED_HISTOGRAMS);
+                gone.push((key, Home::Overflow));
             }
-            gone.push((key, home));
         }
         for (key, hist) in self.map.remove(&gone) {
             if live.contains_key(&key.tgid) {
@@ -235,13 +237,12 @@ impl SyscallHistograms {
     }
 
     /// What the histograms keep (`KERNELKITE_DEBUG_SIZES`).
-    pub fn sizes(&self) -> [(&'static str, u64); 4] {
+    pub fn sizes(&self) -> [(&'static str, u64); 3] {
         let buckets: usize = self.folded.values().map(|h| h.buckets.len()).sum();
         [
             ("folded_hists", self.folded.len() as u64),
             ("folded_hist_buckets", buckets as u64),
             ("retired_hists", self.retired.len() as u64),
-            ("live_hists", self.live.len() as u64),
         ]
     }
 }

@@ -143,14 +143,21 @@ impl Holders {
     /// (holder, copy) of every slot held, skipping free slots and those being filled
     /// or cleared.
     pub fn copy_held<V>(&self, copy: impl Fn(u32) -> Option<V>) -> Vec<(u64, V)> {
+        (self.held().into_iter())
+            .filter_map(|(index, holder)| {
+                let value = self.copy_if_held(index, holder, &copy)?;
+                Some((holder, value))
+            })
+            .collect()
+    }
+
+    /// (index, holder) of every slot held now, skipping free slots and those being
+    /// filled or cleared: loads of the mapping, no syscall.
+    pub fn held(&self) -> Vec<(u32, u64)> {
         (0..self.slots())
             .filter_map(|index| {
                 let holder = self.of(index).load(Ordering::Relaxed);
-                if holder == 0 || holder & IN_TRANSITION != 0 {
-                    return None;
-                }
-                let value = self.copy_if_held(index, holder, &copy)?;
-                Some((holder, value))
+                (holder != 0 && holder & IN_TRANSITION == 0).then_some((index, holder))
             })
             .collect()
     }
