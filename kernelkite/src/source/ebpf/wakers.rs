@@ -115,6 +115,29 @@ impl WakerReader {
         out
     }
 
+    /// The kernel entries [`WakerReader::fold_exited`] looks at. Below
+    /// [`FOLD_GONE_WAKERS_AT`] it needs only each entry's wakee, which a slot's holder
+    /// says: the slots are not copied (a thread pool holds one per thread and waker,
+    /// ten snapshots a second), and a slot moved is read once it is final.
+    fn entries_to_check(&self) -> Vec<(WakerKey, WakerTime, Home)> {
+        let overflow = read_all(&self.map);
+        let held = self.holders.held();
+        if overflow.len() + held.len() >= FOLD_GONE_WAKERS_AT {
+            return self.read_entries();
+        }
+        (held.into_iter())
+            .map(|(index, holder)| {
+                let wakee = WakerKey {
+                    tgid: (holder >> 32) as u32,
+                    tid: holder as u32,
+                    ..WakerKey::default()
+                };
+                (wakee, WakerTime::default(), Home::Slot(index))
+            })
+            .chain(overflow.into_iter().map(|(k, v)| (k, v, Home::Overflow)))
+            .collect()
+    }
+
     /// Sleeps whose waker the kernel could not store.
     pub fn lost(&self) -> u64 {
         self.lost.get(&0, 0).map_or(0, |v| v.iter().sum())
@@ -131,7 +154,7 @@ impl WakerReader {
         waker_alive: impl Fn(u32, u32) -> bool,
     ) -> usize {
         let (dead, gone_now) = entries_to_fold(
-            self.read_entries(),
+            self.entries_to_check(),
             |e| &e.0,
             &self.gone_wakers,
             wakee_exited,
