@@ -39,9 +39,6 @@ enum Home {
     Overflow,
 }
 
-/// A kernel histogram, its key and where it is.
-type KernelEntry = (SyscallKey, SyscallHist, Home);
-
 impl KernelHistograms {
     /// The histograms of `holders` (mapped here), `slots` and `overflow`.
     pub fn map(
@@ -66,22 +63,20 @@ impl KernelHistograms {
             .collect()
     }
 
-    /// Every entry: the slots held, then the overflow (a key has many).
-    fn read_all(&self) -> Vec<KernelEntry> {
-        let mut out: Vec<KernelEntry> = (self.holders)
-            .copy_held(|i| Some((i, self.slots.get(&i, 0).ok()?)))
-            .into_iter()
-            .map(|(holder, (index, hist))| {
+    /// `f` of every entry: the slots held, each copied in turn (a thread pool holds
+    /// thousands: a vector of their copies cost the agent a percent of a core in
+    /// allocation and moves), then the overflow (a key has many).
+    fn for_each(&self, mut f: impl FnMut(SyscallKey, &SyscallHist, Home)) {
+        for (index, holder) in self.holders.held() {
+            let copy = |i: u32| self.slots.get(&i, 0).ok();
+            if let Some(hist) = self.holders.copy_if_held(index, holder, copy) {
                 let (tgid, tid, nr) = hist_slots::key(holder);
-                (SyscallKey { tgid, nr }, hist, Home::Slot { index, tid })
-            })
-            .collect();
-        out.extend(
-            read_all(&self.overflow)
-                .into_iter()
-                .map(|(k, h)| (k, h, Home::Overflow)),
-        );
-        out
+                f(SyscallKey { tgid, nr }, &hist, Home::Slot { index, tid });
+            }
+        }
+        for (key, hist) in read_all(&self.overflow) {
+            f(key, &hist, Home::Overflow);
+        }
     }
 
     /// Drop `entries`: overflow entries are removed; slots are freed
@@ -162,9 +157,12 @@ impl SyscallHistograms {
     /// Drop `tgid`'s entries from the map (kernelkite's own, once it stops tracing
     /// itself).
     pub fn forget_process(&mut self, tgid: u32) {
-        let entries: Vec<(SyscallKey, Home)> = (self.map.read_all().into_iter())
-            .filter(|(key, _, _)| key.tgid == tgid)
-            .map(|(key, _, home)| (key, home))
+        let overflow = read_all(&self.map.overflow)
+            .into_iter()
+            .map(|(key, _)| (key, Home::Overflow));
+        let entries: Vec<(SyscallKey, Home)> = (self.map.held_slots().into_iter())
+            .chain(overflow)
+            .filter(|(key, _)| key.tgid == tgid)
             .collect();
         self.map.remove(&entries);
         self.retired.retain(|key, _| key.tgid != tgid);
@@ -182,9 +180,9 @@ impl SyscallHistograms {
         for (key, acc) in &self.retired {
             live.entry(*key).or_insert_with(|| folded(key)).merge(acc);
         }
-        for (key, value, _) in self.map.read_all() {
-            live.entry(key).or_insert_with(|| folded(&key)).add(&value);
-        }
+        self.map.for_each(|key, value, _| {
+            live.entry(key).or_insert_with(|| folded(&key)).add(value);
+        });
         let mut syscalls: Vec<SyscallHistogram> = (self.folded.iter())
             .filter(|(key, _)| !live.contains_key(key))
             .map(|(key, acc)| acc.histogram(*key))
