@@ -402,20 +402,25 @@ impl PipeConfig {
     }
 }
 
+/// A shell that waits for a line on its stdin, then execs `taskset -c 0 perf bench
+/// sched pipe -T -l PIPE_LOOPS` (its output to `stdout`): tracers can attach to it (and
+/// follow the two perf threads) before the benchmark starts. Threads (-T), so the clock
+/// floor, which targets one process, covers both ends.
+fn gated_pipe_bench(stdout: Stdio) -> Result<Child> {
+    let script = format!("read go; exec taskset -c 0 perf bench sched pipe -T -l {PIPE_LOOPS}");
+    Command::new("sh")
+        .args(["-c", &script])
+        .stdin(Stdio::piped())
+        .stdout(stdout)
+        .stderr(Stdio::null())
+        .spawn()
+        .context("cannot start perf bench")
+}
+
 /// One `perf bench sched pipe` run pinned to CPU 0: microseconds per operation, and the
 /// tracer's programs' run times (when kernel BPF stats are on).
 pub(super) fn pipe_run(ctx: &Ctx, config: PipeConfig) -> Result<(f64, Option<Vec<ProgramTime>>)> {
-    // A shell that waits for a line, then execs perf: kernelkite can attach to it (and
-    // follow the two perf processes) before the benchmark starts.
-    // Threads (-T), so the clock floor, which targets one process, covers both ends.
-    let script = format!("read go; exec taskset -c 0 perf bench sched pipe -T -l {PIPE_LOOPS}");
-    let mut shell = Command::new("sh")
-        .args(["-c", &script])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .context("cannot start perf bench")?;
+    let mut shell = gated_pipe_bench(Stdio::piped())?;
     let tracer = match config {
         PipeConfig::Untraced => None,
         PipeConfig::ClockFloor | PipeConfig::SchedFloor => {
@@ -1005,14 +1010,7 @@ fn pipe_side_by_side(ctx: &Ctx) -> Result<Vec<Row>> {
     };
     let mut rounds: Vec<[f64; 3]> = Vec::new();
     for _ in 0..SIDE_BY_SIDE_ROUNDS {
-        let script = format!("read go; exec taskset -c 0 perf bench sched pipe -T -l {PIPE_LOOPS}");
-        let mut shell = Command::new("sh")
-            .args(["-c", &script])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .context("cannot start perf bench")?;
+        let mut shell = gated_pipe_bench(Stdio::null())?;
         let target = shell.id().to_string();
         let mut ours = Command::new(&ctx.kernelkite);
         ours.args(["trace", "--follow", "--pid", &target]);
