@@ -95,6 +95,11 @@ pub mod waker_slots {
         ((tgid as u64) << 32) | tid as u64
     }
 
+    /// The woken thread (tgid, tid) of a holder word.
+    pub const fn wakee(holder: u64) -> (u32, u32) {
+        ((holder >> 32) as u32, holder as u32)
+    }
+
     /// The slot index of `key` in a table of `mask + 1` slots (Fibonacci hashing of
     /// its fields mixed into one word).
     pub const fn index(key: &WakerKey, mask: u32) -> u32 {

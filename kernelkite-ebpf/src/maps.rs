@@ -126,8 +126,8 @@ pub static THREADS: HashMap<u32, ThreadState> = HashMap::with_max_entries(65_536
 pub static GATE: Array<u32> = Array::with_max_entries(1, 0);
 
 /// The syscall histograms' overflow (`HIST_SLOTS` first): per-(tgid, syscall) latency
-/// histograms, updated with atomic adds (plain ones for a process's only thread). Preallocated: an
-/// insert into a preallocated map cannot fail for want of memory (per-CPU maps without
+/// histograms, updated with atomic adds (plain ones for a process's only thread).
+/// Preallocated: an insert into a preallocated map cannot fail for want of memory (per-CPU maps without
 /// prealloc dropped counts under exec storms). Userspace folds and deletes the entries
 /// of exited processes at every snapshot, so the map holds live processes plus those
 /// exited since the last snapshot. 16,384 entries (40 MiB of kernel memory at 2,448

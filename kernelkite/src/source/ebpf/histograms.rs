@@ -296,22 +296,24 @@ struct HistAccumulator {
 
 impl HistAccumulator {
     fn add(&mut self, h: &SyscallHist) {
-        self.total_ns += h.total_ns;
-        self.max_ns = self.max_ns.max(h.max_ns);
-        for (i, &c) in h.buckets.iter().enumerate().filter(|(_, c)| **c > 0) {
-            let i = i as u32;
-            match self.buckets.binary_search_by_key(&i, |b| b.0) {
-                Ok(j) => self.buckets[j].1 += c,
-                Err(j) => self.buckets.insert(j, (i, c)),
-            }
-        }
-        self.buckets.shrink_to_fit();
+        let nonzero = (h.buckets.iter().enumerate()).filter(|(_, c)| **c > 0);
+        self.add_counts(h.total_ns, h.max_ns, nonzero.map(|(i, &c)| (i as u32, c)));
     }
 
     fn merge(&mut self, other: &HistAccumulator) {
-        self.total_ns += other.total_ns;
-        self.max_ns = self.max_ns.max(other.max_ns);
-        for &(i, c) in &other.buckets {
+        self.add_counts(other.total_ns, other.max_ns, other.buckets.iter().copied());
+    }
+
+    /// Add a histogram given as its total, max and non-zero `(bucket, count)`s.
+    fn add_counts(
+        &mut self,
+        total_ns: u64,
+        max_ns: u64,
+        buckets: impl Iterator<Item = (u32, u64)>,
+    ) {
+        self.total_ns += total_ns;
+        self.max_ns = self.max_ns.max(max_ns);
+        for (i, c) in buckets {
             match self.buckets.binary_search_by_key(&i, |b| b.0) {
                 Ok(j) => self.buckets[j].1 += c,
                 Err(j) => self.buckets.insert(j, (i, c)),

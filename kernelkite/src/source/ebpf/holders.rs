@@ -1,8 +1,8 @@
 //! Arrays of u64 words shared with the BPF programs through `mmap` and changed only by
 //! atomics, here as in kernelkite-ebpf's `maps`: the TARGETS bitmap (`target_bits.rs`)
-//! and the holder words of the slot tables (`THREAD_HOLDERS`, `HIST_HOLDERS`, `WAKER_HOLDERS`). Only
-//! such word arrays are mapped: a mapping of a BPF array is resident in full, and the
-//! slots themselves are megabytes.
+//! and the holder words of the slot tables (`THREAD_HOLDERS`, `HIST_HOLDERS`,
+//! `WAKER_HOLDERS`). Only such word arrays are mapped: a mapping of a BPF array is
+//! resident in full, and the slots themselves are megabytes.
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd};

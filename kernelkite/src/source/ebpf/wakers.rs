@@ -98,6 +98,14 @@ impl WakerReader {
     /// Every kernel entry: the slots held and counted, then the overflow (a key may be in
     /// both).
     fn read_entries(&self) -> Vec<(WakerKey, WakerTime, Home)> {
+        self.entries_with(read_all(&self.map))
+    }
+
+    /// The slots held and counted, then `overflow` (the overflow map as read).
+    fn entries_with(
+        &self,
+        overflow: Vec<(WakerKey, WakerTime)>,
+    ) -> Vec<(WakerKey, WakerTime, Home)> {
         let mut out: Vec<(WakerKey, WakerTime, Home)> = (self.holders)
             .copy_held(|i| Some((i, self.slots.get(&i, 0).ok()?)))
             .into_iter()
@@ -107,11 +115,7 @@ impl WakerReader {
             })
             .map(|(_, (i, slot))| (slot.key, slot.time, Home::Slot(i)))
             .collect();
-        out.extend(
-            read_all(&self.map)
-                .into_iter()
-                .map(|(k, v)| (k, v, Home::Overflow)),
-        );
+        out.extend(overflow.into_iter().map(|(k, v)| (k, v, Home::Overflow)));
         out
     }
 
@@ -123,13 +127,14 @@ impl WakerReader {
         let overflow = read_all(&self.map);
         let held = self.holders.held();
         if overflow.len() + held.len() >= FOLD_GONE_WAKERS_AT {
-            return self.read_entries();
+            return self.entries_with(overflow);
         }
         (held.into_iter())
             .map(|(index, holder)| {
+                let (tgid, tid) = waker_slots::wakee(holder);
                 let wakee = WakerKey {
-                    tgid: (holder >> 32) as u32,
-                    tid: holder as u32,
+                    tgid,
+                    tid,
                     ..WakerKey::default()
                 };
                 (wakee, WakerTime::default(), Home::Slot(index))
