@@ -335,7 +335,8 @@ fn go_tool_pprof_reads_the_profile_endpoint_and_sigterm_unloads_everything() {
                 .1
                 .split_once('%')
         })
-        .and_then(|(pct, _)| pct.parse().ok())
+        // Padded to a width: "(  100%)".
+        .and_then(|(pct, _)| pct.trim().parse().ok())
         .unwrap_or_else(|| panic!("no total in {text}"));
     assert!(
         (20.0..=202.0).contains(&share),
