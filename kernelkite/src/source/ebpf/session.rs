@@ -151,6 +151,9 @@ pub struct Session {
     count_initial_in_frames: bool,
     /// [`Probes::recursion_misses`] read just before the programs were detached.
     recursion_misses_at_detach: u64,
+    /// CLOCK_MONOTONIC ns just before the previous snapshot's /proc reads began (0:
+    /// none yet): a thread asleep since before it did not move its /proc counters.
+    proc_read_ns: u64,
     /// The machine's constants when the session's clock started.
     host: HostConstants,
     /// Session time of the last histogram snapshot sent to the recording.
@@ -383,6 +386,7 @@ impl Session {
             final_states: (Vec::new(), 0),
             count_initial_in_frames: false,
             recursion_misses_at_detach: 0,
+            proc_read_ns: 0,
             last_sink_histograms_ns: 0,
         })
     }
@@ -1320,6 +1324,18 @@ impl Session {
         } else {
             self.tracked.pids().map(|t| t as i32).collect()
         };
+        // Threads asleep since before the last /proc reads (the map was read above, so
+        // they slept through to now, give or take the reads' own time): their stat,
+        // schedstat and syscall files read the same, so the sampler repeats them (a
+        // sleeping pool of 1,000 threads: `trace --pid` takes less than half the CPU it
+        // did, docs/PERFORMANCE.md).
+        let read_ns = self.proc_read_ns;
+        self.sampler.set_unchanged_threads(
+            (by_tgid.values().flatten())
+                .filter(|(_, s)| asleep_since(s, read_ns))
+                .map(|(&tid, _)| tid as i32),
+        );
+        self.proc_read_ns = monotonic_ns();
         let mut frame = self.sampler.sample(Scope::Subtrees(&roots), t_ns)?;
         let threads = &self.threads;
         let still_held = |tgid: u32| {
@@ -1550,6 +1566,17 @@ fn class_times_at(state: &ThreadState, now: u64) -> ClassTimes {
         times.add(class, open);
     }
     times
+}
+
+/// Whether a thread has been off the CPU since before `t_ns` (CLOCK_MONOTONIC; 0: no
+/// such time): asleep since then, or found asleep at attach with no event since.
+fn asleep_since(state: &ThreadState, t_ns: u64) -> bool {
+    let asleep = match state.run_state {
+        run_state::SLEEPING => true,
+        run_state::INITIAL => state.sleep_class != LatencyClass::OnCpu as u32,
+        _ => false,
+    };
+    asleep && t_ns != 0 && state.since_ns < t_ns
 }
 
 /// A thread's class times at the end of the session. A thread still INITIAL had no

@@ -16,8 +16,8 @@ use super::parse::{self, StatFields};
 use super::pidmap::PidMap;
 use super::tree::{Scope, TreeWalker};
 use crate::model::{
-    CommandLine, Frame, IoCounters, ProcessIdentity, ProcessSample, Schedstat, ThreadExit,
-    ThreadSample, MAX_ARGV_BYTES,
+    CommandLine, Frame, InlineStr, IoCounters, ProcessIdentity, ProcessSample, Schedstat,
+    ThreadExit, ThreadSample, MAX_ARGV_BYTES,
 };
 
 /// What a sample records besides /proc/<pid>/{stat,io}.
@@ -49,6 +49,9 @@ pub struct Sampler {
     /// What the previous sample read, by pid.
     prev: PidMap<i32, Prev>,
     next_prev: PidMap<i32, Prev>,
+    /// Threads the caller knows did not run since the previous sample read them
+    /// ([`Sampler::set_unchanged_threads`]), sorted; cleared by each sample.
+    unchanged: Vec<i32>,
 }
 
 /// The previous sample of a process, for skipping reads that cannot have changed.
@@ -60,9 +63,10 @@ struct Prev {
     threads: Vec<PrevThread>,
 }
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 struct PrevThread {
     tid: i32,
+    comm: InlineStr,
     state: char,
     schedstat: Option<Schedstat>,
     syscall_nr: Option<i64>,
@@ -82,7 +86,19 @@ impl Sampler {
             tids: Vec::new(),
             prev: PidMap::default(),
             next_prev: PidMap::default(),
+            unchanged: Vec::new(),
         })
+    }
+
+    /// Threads (by tid) that did not run since the previous sample read them: the next
+    /// sample repeats that reading instead of reading their stat, schedstat and syscall
+    /// files again (none of them moves while a thread is off the CPU). The eBPF session
+    /// knows them from its thread table (asleep since before that read); a thread the
+    /// previous sample did not read is read as usual.
+    pub fn set_unchanged_threads(&mut self, tids: impl IntoIterator<Item = i32>) {
+        self.unchanged.clear();
+        self.unchanged.extend(tids);
+        self.unchanged.sort_unstable();
     }
 
     /// The procfs root this sampler reads.
@@ -103,6 +119,7 @@ impl Sampler {
         self.dir.end_tick();
         std::mem::swap(&mut self.prev, &mut self.next_prev);
         self.next_prev.clear();
+        self.unchanged.clear();
         let network = if self.options.network {
             match self.dir.read(format_args!("net/dev"), &mut self.buf) {
                 Ok(()) => parse::net_dev(&self.buf),
@@ -264,6 +281,7 @@ impl Sampler {
                     .iter()
                     .map(|t| PrevThread {
                         tid: t.tid,
+                        comm: t.comm.clone(),
                         state: t.state.chars().next().unwrap_or('?'),
                         schedstat: t.schedstat,
                         syscall_nr: t.syscall_nr,
@@ -289,8 +307,10 @@ impl Sampler {
         // task directory listing and that read. A zombie leader may hide a live thread.
         if stat.num_threads == 1 && stat.state != 'Z' {
             let before = find_thread(prev_threads, pid);
-            let (thread, ran) =
-                self.thread_files(ino, pid, pid, stat.comm.clone(), stat.state, before)?;
+            let (thread, ran) = match self.unchanged_thread(pid, pid, before) {
+                Some(thread) => (thread, false),
+                None => self.thread_files(ino, pid, pid, stat.comm.clone(), stat.state, before)?,
+            };
             let none_ran = !ran && prev_threads.len() == 1;
             return Ok((vec![thread], none_ran));
         }
@@ -307,6 +327,11 @@ impl Sampler {
         let mut threads = Vec::with_capacity(tids.len());
         let mut any_ran = false;
         for &(tid, _) in &tids {
+            let before = find_thread(prev_threads, tid);
+            if let Some(thread) = self.unchanged_thread(pid, tid, before) {
+                threads.push(thread);
+                continue;
+            }
             // /proc/<pid>/task/<tid>/stat field 2 is the same thread name as .../comm.
             let key = KeptKey::thread(pid, tid, TaskFile::TaskStat);
             if self.dir.read_kept(key, ino, &mut self.buf).is_err() {
@@ -315,7 +340,6 @@ impl Sampler {
             let Some(tstat) = parse::stat(&self.buf) else {
                 continue;
             };
-            let before = find_thread(prev_threads, tid);
             if let Ok((t, ran)) = self.thread_files(ino, pid, tid, tstat.comm, tstat.state, before)
             {
                 any_ran |= ran;
@@ -332,6 +356,31 @@ impl Sampler {
                 .zip(prev_threads)
                 .all(|(a, b)| a.tid == b.tid);
         Ok((threads, same_threads && !any_ran))
+    }
+
+    /// Thread `tid`'s previous reading (`before`) again, when the caller said it did not
+    /// run since ([`Sampler::set_unchanged_threads`]); its files stay open.
+    fn unchanged_thread(
+        &mut self,
+        pid: i32,
+        tid: i32,
+        before: Option<&PrevThread>,
+    ) -> Option<ThreadSample> {
+        // The previous reading must have found it off the CPU too (a thread found asleep
+        // at attach but running since is not taken for one that stayed asleep).
+        let before = before.filter(|b| b.state != 'R')?;
+        self.unchanged.binary_search(&tid).ok()?;
+        for file in [TaskFile::TaskStat, TaskFile::Schedstat, TaskFile::Syscall] {
+            self.dir.keep(KeptKey::thread(pid, tid, file));
+        }
+        Some(ThreadSample {
+            tid,
+            comm: before.comm.clone(),
+            state: before.state.to_compact_string(),
+            schedstat: before.schedstat,
+            syscall_nr: before.syscall_nr,
+            class_ns: None,
+        })
     }
 
     /// One thread's schedstat and blocked syscall, and whether it may have run since

@@ -570,3 +570,50 @@ fn an_idle_orphan_is_followed_to_its_new_parent() {
     assert_eq!(pids(&f), [101]);
     assert_eq!(find(&f, 101).ppid, 50);
 }
+
+#[test]
+fn threads_said_unchanged_repeat_their_last_reading_and_others_are_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = FakeProc::new(dir.path()).unwrap();
+    base(&fake);
+    let mut p = FakeProcess::new(100, 1, "pool");
+    p.threads.push(FakeThread::new(101, "idle"));
+    p.threads.push(FakeThread::new(102, "busy"));
+    let mut running = FakeThread::new(103, "spinner");
+    running.state = 'R';
+    p.threads.push(running);
+    fake.add(&p).unwrap();
+    let mut s = sampler(&fake);
+    s.sample(Scope::Subtrees(&[100]), 0).unwrap();
+
+    // Every thread's counters move (as the files would if each had run), and all three
+    // are said unchanged: 101 and 102 were asleep at the last reading and are repeated;
+    // 103 was running then, so it is read again whatever the caller says.
+    for t in &mut p.threads {
+        t.schedstat.as_mut().unwrap().on_cpu_ns += 500;
+        t.comm.push_str("-renamed");
+    }
+    fake.add(&p).unwrap();
+    s.set_unchanged_threads([101, 103]);
+    let frame = s.sample(Scope::Subtrees(&[100]), 1).unwrap();
+    let got: Vec<(i32, &str, u64)> = (find(&frame, 100).threads.iter())
+        .map(|t| (t.tid, t.comm.as_str(), t.schedstat.unwrap().on_cpu_ns))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (100, "pool-renamed", 1_000_600),
+            (101, "idle", 1_000_101),
+            (102, "busy-renamed", 1_000_602),
+            (103, "spinner-renamed", 1_000_603),
+        ]
+    );
+
+    // The hint lasts one sample: the next one reads every file.
+    let frame = s.sample(Scope::Subtrees(&[100]), 2).unwrap();
+    let idle = &find(&frame, 100).threads[1];
+    assert_eq!(
+        (idle.comm.as_str(), idle.schedstat.unwrap().on_cpu_ns),
+        ("idle-renamed", 1_000_601)
+    );
+}
