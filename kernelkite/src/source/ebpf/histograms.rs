@@ -5,14 +5,13 @@
 //! each snapshot so the kernel's never fill up.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::Ordering;
 
 use aya::maps::{Array, HashMap, MapData};
 use kernelkite_common::bpf::{
     hist_slots, SyscallHist, SyscallKey, ThreadState, SYSCALL_BEFORE_START,
 };
 
-use super::holders::{wait_for_running_programs, Holders};
+use super::holders::Holders;
 use super::map_batch::read_all;
 use super::syscall_table;
 use crate::model::SyscallHistogram;
@@ -79,54 +78,27 @@ impl KernelHistograms {
         }
     }
 
-    /// Drop `entries`: overflow entries are removed; slots are freed
-    /// (`kernelkite_common::bpf::hist_slots`): marked clearing, so that no program
-    /// adds to them; then, once no program that found one held can still be running,
-    /// read a last time, zeroed (a program claims a free slot as it is) and freed.
-    /// Returns those last readings, which count every call: without the wait, a call
-    /// ending as the slot was marked could be lost, or left to the slot's next holder.
+    /// Drop `entries`: overflow entries are removed, slots freed
+    /// ([`Holders::free`]: no call ending meanwhile is lost). Returns the slots' last
+    /// readings.
     fn remove(&mut self, entries: &[(SyscallKey, Home)]) -> Vec<(SyscallKey, SyscallHist)> {
-        let mut clearing = Vec::new();
+        let mut slots = Vec::new();
         for &(key, home) in entries {
             match home {
                 Home::Overflow => {
                     let _ = self.overflow.remove(&key);
                 }
                 Home::Slot { index, tid } => {
-                    let Some(holder) = hist_slots::holder(key.tgid, tid, key.nr) else {
-                        continue;
-                    };
-                    let marked = self.holders.of(index).compare_exchange(
-                        holder,
-                        hist_slots::CLEARING,
-                        Ordering::SeqCst,
-                        Ordering::SeqCst,
-                    );
-                    if marked.is_ok() {
-                        clearing.push((key, index));
+                    if let Some(holder) = hist_slots::holder(key.tgid, tid, key.nr) {
+                        slots.push((index, holder, key));
                     }
                 }
             }
         }
-        if clearing.is_empty() {
-            return Vec::new();
-        }
-        wait_for_running_programs();
-        let mut last = Vec::with_capacity(clearing.len());
-        for (key, index) in clearing {
-            // Left clearing if a read or the zeroing fails: the programs then take the
-            // slot for another's, and nothing is miscounted.
-            let Ok(hist) = self.slots.get(&index, 0) else {
-                continue;
-            };
-            last.push((key, hist));
-            if self.slots.set(index, zeroed_hist(), 0).is_ok() {
-                self.holders
-                    .of(index)
-                    .store(hist_slots::FREE, Ordering::SeqCst);
-            }
-        }
-        last
+        self.holders.free(slots, hist_slots::CLEARING, |index| {
+            let last = self.slots.get(&index, 0).ok()?;
+            Some((last, self.slots.set(index, zeroed_hist(), 0).is_ok()))
+        })
     }
 }
 

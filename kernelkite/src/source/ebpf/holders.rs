@@ -151,6 +151,48 @@ impl Holders {
             .collect()
     }
 
+    /// Free slots, each given as (index, its holder, the caller's tag): marked
+    /// `clearing` (a holder no program matches, so none adds to the slot), then, once
+    /// no program that found one held can still be running, read a last time and
+    /// zeroed by `take` (a program claims a free slot as it is: `take` says whether the
+    /// zeroing worked), and freed.
+    /// Returns (tag, last reading) of each slot read, which count everything: without
+    /// the wait, an add as the slot was marked could be lost, or left to its next
+    /// holder. A slot that fails to be marked (another holder now), read or zeroed is
+    /// not freed; left clearing, the programs take it for another's and use the
+    /// overflow, so nothing is miscounted.
+    pub fn free<T, V>(
+        &self,
+        slots: impl IntoIterator<Item = (u32, u64, T)>,
+        clearing: u64,
+        mut take: impl FnMut(u32) -> Option<(V, bool)>,
+    ) -> Vec<(T, V)> {
+        let marked: Vec<(u32, T)> = (slots.into_iter())
+            .filter(|(index, holder, _)| {
+                (self.of(*index))
+                    .compare_exchange(*holder, clearing, Ordering::SeqCst, Ordering::SeqCst)
+                    .is_ok()
+            })
+            .map(|(index, _, tag)| (index, tag))
+            .collect();
+        if marked.is_empty() {
+            return Vec::new();
+        }
+        wait_for_running_programs();
+        let mut last = Vec::with_capacity(marked.len());
+        for (index, tag) in marked {
+            let Some((value, zeroed)) = take(index) else {
+                continue;
+            };
+            last.push((tag, value));
+            if zeroed {
+                // Every table's FREE is 0 (asserted above).
+                self.of(index).store(0, Ordering::SeqCst);
+            }
+        }
+        last
+    }
+
     /// (index, holder) of every slot held now, skipping free slots and those being
     /// filled or cleared: loads of the mapping, no syscall.
     pub fn held(&self) -> Vec<(u32, u64)> {

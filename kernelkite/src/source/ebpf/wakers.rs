@@ -3,7 +3,6 @@
 //! open at the end of the session as `not_woken`.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::Ordering;
 
 use aya::maps::{Array, HashMap, MapData, PerCpuArray};
 use kernelkite_common::bpf::{run_state, ThreadState};
@@ -12,7 +11,7 @@ use kernelkite_common::wake::{
 };
 use kernelkite_common::LatencyClass;
 
-use super::holders::{wait_for_running_programs, Holders};
+use super::holders::Holders;
 use super::map_batch::read_all;
 use super::records::comm_string;
 use crate::model::{WakerProfile, WakerSample};
@@ -167,42 +166,25 @@ impl WakerReader {
         );
         self.gone_wakers = gone_now;
         let caps = (MAX_FOLDED_WAKERS, MAX_FOLDED_WAKERS_PER_WAKER);
-        let mut clearing = Vec::new();
+        let mut slots = Vec::new();
         for (key, value, home) in &dead {
             match home {
                 Home::Overflow => {
                     fold_waker(&mut self.folded, *key, value, caps);
                     let _ = self.map.remove(key);
                 }
+                // Folded from its last reading once freed (below).
                 Home::Slot(index) => {
-                    // Marked clearing, no program adds to it; folded once none that
-                    // found it held can still be adding (below).
-                    let holder = waker_slots::holder(key.tgid, key.tid);
-                    let marked = self.holders.of(*index).compare_exchange(
-                        holder,
-                        waker_slots::CLEARING,
-                        Ordering::SeqCst,
-                        Ordering::SeqCst,
-                    );
-                    if marked.is_ok() {
-                        clearing.push(*index);
-                    }
+                    slots.push((*index, waker_slots::holder(key.tgid, key.tid), ()));
                 }
             }
         }
-        if !clearing.is_empty() {
-            wait_for_running_programs();
-        }
-        for index in clearing {
-            // The slot is final now: its last count is folded, then it is zeroed (a
-            // program claims a free slot as it is) and freed. Left clearing if the
-            // zeroing fails: the programs then use the overflow, and nothing is lost.
-            if let Ok(slot) = self.slots.get(&index, 0) {
-                fold_waker(&mut self.folded, slot.key, &slot.time, caps);
-                if self.slots.set(index, WakerSlot::default(), 0).is_ok() {
-                    (self.holders.of(index)).store(waker_slots::FREE, Ordering::SeqCst);
-                }
-            }
+        let last = self.holders.free(slots, waker_slots::CLEARING, |index| {
+            let last = self.slots.get(&index, 0).ok()?;
+            Some((last, self.slots.set(index, WakerSlot::default(), 0).is_ok()))
+        });
+        for ((), slot) in last {
+            fold_waker(&mut self.folded, slot.key, &slot.time, caps);
         }
         dead.len()
     }
