@@ -453,6 +453,7 @@ fn assert_on_cpu_equals_rusage_beside_cpu_hogs(args: &[&str], min_threads: usize
     // Every thread's classes add up to its wall time: from its fork (or the session
     // start) to its exit, both stamped by the BPF programs.
     let mut checked = 0;
+    let mut without_exit = Vec::new();
     for t in &a.threads {
         let at = |kind: LifecycleKind| {
             bundle
@@ -462,13 +463,22 @@ fn assert_on_cpu_equals_rusage_beside_cpu_hogs(args: &[&str], min_threads: usize
                 .map(|e| e.t_ns)
         };
         let Some(end) = at(LifecycleKind::Exit) else {
+            without_exit.push((t.pid, t.tid, t.classes.total_ns()));
             continue;
         };
         let wall = end - at(LifecycleKind::Fork).unwrap_or(0);
         assert_eq!(t.classes.total_ns(), wall, "tid {}: {:?}", t.tid, t.classes);
         checked += 1;
     }
-    assert!(checked >= min_threads, "threads checked: {checked}");
+    // Said in full when it fails (once in CI, 2026-12-05, not reproduced since).
+    let lifecycle: Vec<_> = (bundle.lifecycle.iter())
+        .map(|e| (e.kind, e.pid, e.tid, e.t_ns))
+        .collect();
+    assert!(
+        checked >= min_threads,
+        "threads checked: {checked}; without an exit event (pid, tid, class ns): {without_exit:?}; lifecycle: {lifecycle:?}; frames: {}",
+        bundle.frames.len()
+    );
 }
 
 /// Each program's command line is kept: read at exec by the BPF programs, so a process
