@@ -496,8 +496,10 @@ mod linux {
             Ok(false)
         })?;
         // The last thread of a reaped process may still be on its way off the CPU; its
-        // exit record follows within moments of the reap.
-        let deadline = Instant::now() + Duration::from_millis(500);
+        // exit record follows within moments of the reap, unless the hypervisor stalls
+        // that CPU first (then seconds, on a busy host). The wait ends as soon as no
+        // exit is pending, so only a thread stuck in its exit makes `run` wait it out.
+        let deadline = Instant::now() + Duration::from_secs(2);
         loop {
             session.drain();
             if !session.exits_pending() || Instant::now() > deadline {
