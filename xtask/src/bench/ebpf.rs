@@ -792,6 +792,19 @@ pub(super) fn benchmarks(ctx: &Ctx) -> Result<Vec<Row>> {
                 rows.push(Row::new(what, a / b, "×", &shown).target(target));
             }
         }
+        // Issue 15's every-hook target in wall time, beside its BPF-time rows: what
+        // kernelkite adds to an operation against what runqlat and the clock floor add.
+        let every_hook = (added(PipeConfig::Kernelkite))
+            .zip(added(PipeConfig::Runqlat))
+            .zip(added(PipeConfig::ClockFloor));
+        if let Some(((ours, runqlat), floor)) = every_hook {
+            rows.push(Row::new(
+                "sched pipe, wall time: kernelkite added cost / (runqlat + clock floor added cost)",
+                ours / (runqlat + floor),
+                "×",
+                &shown,
+            ));
+        }
         rows.extend(pipe_program_times(ctx, &pipe_configs)?);
         if pipe_configs.contains(&PipeConfig::Runqlat) {
             rows.extend(pipe_side_by_side(ctx)?);
