@@ -151,7 +151,7 @@ pub struct Session {
     count_initial_in_frames: bool,
     /// [`Probes::recursion_misses`] read just before the programs were detached.
     recursion_misses_at_detach: u64,
-    /// CLOCK_MONOTONIC ns just before the previous snapshot's /proc reads began (0:
+    /// CLOCK_MONOTONIC ns of the previous snapshot, taken before its /proc reads (0:
     /// none yet): a thread asleep since before it did not move its /proc counters.
     proc_read_ns: u64,
     /// The machine's constants when the session's clock started.
@@ -1325,7 +1325,7 @@ impl Session {
             self.tracked.pids().map(|t| t as i32).collect()
         };
         // Threads asleep since before the last /proc reads (the map was read above, so
-        // they slept through to now, give or take the reads' own time): their stat,
+        // they slept through to `now`, which the reads below come after): their stat,
         // schedstat and syscall files read the same, so the sampler repeats them (a
         // sleeping pool of 1,000 threads: `trace --pid` takes less than half the CPU it
         // did, docs/PERFORMANCE.md).
@@ -1335,7 +1335,9 @@ impl Session {
                 .filter(|(_, s)| asleep_since(s, read_ns))
                 .map(|(&tid, _)| tid as i32),
         );
-        self.proc_read_ns = monotonic_ns();
+        // The clock read after the map copies: earlier than these reads, so a thread
+        // counted asleep since it at the next snapshot was asleep when they ran.
+        self.proc_read_ns = now;
         let mut frame = self.sampler.sample(Scope::Subtrees(&roots), t_ns)?;
         let threads = &self.threads;
         let still_held = |tgid: u32| {
