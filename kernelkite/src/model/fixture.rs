@@ -89,7 +89,7 @@ use std::path::Path;
 use serde::Deserialize;
 
 use super::bundle::*;
-use super::io::LoadError;
+use super::io::{one_line, LoadError};
 use crate::model::syscalls::syscall_number;
 
 /// The value of the fixture's `format` key.
@@ -332,10 +332,15 @@ fn invalid<T>(msg: String) -> Result<T, FixtureError> {
     Err(FixtureError::Invalid(msg))
 }
 
+/// serde's message, on one line: it quotes keys from the file, which may hold newlines
+/// (the fuzzer found "unknown field `durati\n_ns`").
+fn json_error(e: serde_json::Error) -> FixtureError {
+    FixtureError::Json(one_line(&e.to_string()))
+}
+
 /// Convert fixture bytes to a bundle (pure; `source_name` becomes `replayed_from`).
 pub fn fixture_to_bundle(bytes: &[u8], source_name: &str) -> Result<Bundle, FixtureError> {
-    let value: serde_json::Value =
-        serde_json::from_slice(bytes).map_err(|e| FixtureError::Json(e.to_string()))?;
+    let value: serde_json::Value = serde_json::from_slice(bytes).map_err(json_error)?;
     let obj = match value.as_object() {
         Some(o) => o,
         None => return invalid("expected a JSON object at the top level".into()),
@@ -367,8 +372,7 @@ pub fn fixture_to_bundle(bytes: &[u8], source_name: &str) -> Result<Bundle, Fixt
         }
         None => return invalid("missing \"backend\" (\"proc\" or \"ebpf\")".into()),
     }
-    let fx: Fixture =
-        serde_json::from_value(value).map_err(|e| FixtureError::Json(e.to_string()))?;
+    let fx: Fixture = serde_json::from_value(value).map_err(json_error)?;
     convert(fx, source_name)
 }
 
@@ -1022,6 +1026,11 @@ mod tests {
             (
                 Box::new(|v| v["processes"][0]["rss_kib"] = serde_json::json!([1, 2, 3])),
                 "whole number",
+            ),
+            // serde quotes the key; its newline is escaped (found by the fuzzer).
+            (
+                Box::new(|v| v["processes"][0]["durati\n_ns"] = 1.into()),
+                "unknown field `durati\\n_ns`",
             ),
         ];
         for (mutate, expected) in cases {
