@@ -684,10 +684,15 @@ fn a_library_loaded_late_is_unwound_through() {
             through += ns;
         }
     }
+    let profile = bundle.stacks.as_ref().unwrap();
     assert!(
         through > 250_000_000,
-        "{through} ns of syscall_blocked through kk_block_in_library <- main: {}",
-        user_symbols(&bundle, "syscall_blocked")
+        "{through} ns of syscall_blocked through kk_block_in_library <- main: {}\n\
+         {} stack copies, {} not sent; files skipped: {:?}",
+        user_symbols(&bundle, "syscall_blocked"),
+        profile.stack_copies,
+        profile.stack_copies_lost,
+        profile.skipped_files
     );
     assert_short_stacks_marked(&bundle);
 }

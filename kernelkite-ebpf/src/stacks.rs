@@ -22,8 +22,9 @@
 //! stack are copied into a STACK_COPY ring-buffer record with the time it stands for,
 //! and userspace unwinds it with the binaries' `.eh_frame` (docs/STACKS.md). A copy is
 //! sent at most once per `STACK_COPY_INTERVAL_NS` per CPU on average (bursts of
-//! `COPY_BURST` allowed) and only while the ring buffer is less than half full; past
-//! that the frame-pointer stack is kept instead (counted in `LOST[STACK_COPY]`).
+//! `COPY_BURST` allowed; on-CPU samples, bounded by `--sample-hz`, are kept off that
+//! budget) and only while the ring buffer is less than half full; past that the
+//! frame-pointer stack is kept instead (counted in `LOST[STACK_COPY]`).
 
 use aya_ebpf::bindings::{BPF_F_USER_STACK, BPF_NOEXIST, BPF_RB_AVAIL_DATA, BPF_RB_RING_SIZE};
 use aya_ebpf::helpers::generated::{bpf_probe_read_user, bpf_task_pt_regs};
@@ -105,14 +106,30 @@ fn global_u32(v: &'static u32) -> usize {
     unsafe { core::ptr::read_volatile(v) as usize }
 }
 
+/// What bounds the rate of a kind of copy.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum CopyRate {
+    /// Copies the scheduler and syscalls drive (switch-outs, long blocks, slow calls):
+    /// their rate has no bound of its own, so they draw on the per-CPU budget.
+    Budgeted,
+    /// On-CPU samples: the perf event already bounds them to --sample-hz per CPU. Kept
+    /// off the budget, a burst of switch-out copies (a server blocking in epoll_wait
+    /// a thousand times a second) cannot leave the on-CPU samples with frame-pointer
+    /// stacks, which stop at the first caller built without one.
+    SampleHz,
+}
+
 /// Whether the rate bound and the ring buffer allow one more copy now.
 #[inline(always)]
-fn may_copy(interval_ns: u64) -> bool {
+fn may_copy(interval_ns: u64, rate: CopyRate) -> bool {
     let size = EVENTS.query(BPF_RB_RING_SIZE as u64);
     let queued = EVENTS.query(BPF_RB_AVAIL_DATA as u64);
     // Half the ring stays for lifecycle records and slow calls.
     if queued + core::mem::size_of::<StackCopy>() as u64 > size / 2 {
         return false;
+    }
+    if rate == CopyRate::SampleHz {
+        return true;
     }
     let Some(budget) = COPY_BUDGET.get_ptr_mut(0) else {
         return false;
@@ -150,13 +167,14 @@ pub fn send_copy(
     runq_ns: u64,
     count: u64,
     sampled: bool,
+    rate: CopyRate,
 ) -> bool {
     // SAFETY: a read-only global set at load time.
     let interval_ns = unsafe { core::ptr::read_volatile(&STACK_COPY_INTERVAL_NS) };
     if interval_ns == 0 {
         return false;
     }
-    if !may_copy(interval_ns) {
+    if !may_copy(interval_ns, rate) {
         count_lost(lost::STACK_COPY);
         return false;
     }
@@ -475,7 +493,8 @@ pub fn on_switch_out<C: StackIdContext>(
             t.last_capture_ns = now;
             // A copy (unwound in userspace) where copies are on; the call's periods
             // are then sent with `last_capture_ns`, which joins them to it.
-            t.sys_user_stack_id = if send_copy(NO_CLASS, now, 0, 0, 0, 0, false) {
+            t.sys_user_stack_id = if send_copy(NO_CLASS, now, 0, 0, 0, 0, false, CopyRate::Budgeted)
+            {
                 COPIED_STACK
             } else {
                 user_stack(ctx) as i32
@@ -488,7 +507,7 @@ pub fn on_switch_out<C: StackIdContext>(
     }
     let preempted = t.run_state == run_state::RUNNABLE;
     t.user_stack_id = if !preempted || ran_ns >= min_block_ns() {
-        if send_copy(NO_CLASS, now, 0, 0, 0, 0, false) {
+        if send_copy(NO_CLASS, now, 0, 0, 0, 0, false, CopyRate::Budgeted) {
             t.last_capture_ns = now;
             COPIED_STACK
         } else {
@@ -689,6 +708,7 @@ pub fn on_sys_exit<C: StackIdContext>(ctx: &C, tgid: u32, tid: u32, t: &mut Thre
                 t.pending_runq_ns,
                 t.pending_periods as u64,
                 t.pending_sampled != 0,
+                CopyRate::Budgeted,
             ) {
                 t.pending_class = NO_PENDING;
                 return;
@@ -738,6 +758,7 @@ pub fn on_cpu_sample(ctx: PerfEventContext) -> u32 {
             0,
             1,
             false,
+            CopyRate::SampleHz,
         ) {
             return 0;
         }

@@ -152,7 +152,16 @@ fn exit_traced<C: StackIdContext, const BTF: bool>(
         // The copy goes first: userspace then has it when the slow call's record comes.
         let user_stack_id = if !stacks::enabled() {
             NO_STACK
-        } else if stacks::send_copy(NO_CLASS, start_ns, 0, 0, 0, 0, false) {
+        } else if stacks::send_copy(
+            NO_CLASS,
+            start_ns,
+            0,
+            0,
+            0,
+            0,
+            false,
+            stacks::CopyRate::Budgeted,
+        ) {
             COPIED_STACK
         } else if t.sys_user_stack_id >= 0 {
             // The frame-pointer stack a switch-out inside the call took.

@@ -588,6 +588,12 @@ impl StackCollector {
             && self.deferred.len() < MAX_DEFERRED
             && !self.unwinder_ready(pid)
         {
+            // The copy may be unwound after the process has exited, when its mappings
+            // can no longer be read: a library it mapped since the last read (dlopen
+            // right before the block this copy stands for) is noted now, while it can.
+            if self.reread_due(pid, MAPS_REREAD) {
+                self.refresh_process(pid);
+            }
             let k = self.deferred.len() as u32;
             self.deferred.push(DeferredCopy {
                 pid,
