@@ -393,6 +393,23 @@ fn a_busy_redis_is_explained_by_its_calls_and_on_cpu_stacks() {
     t.assert_no_events_lost();
     let on_cpu = analyze_on_cpu_stacks(&t);
     let profile = t.bundle.stacks.as_ref().unwrap();
+    // On-CPU samples are unwound from their own copies, not cut at the libc wrapper by
+    // a frame-pointer walk: redis's epoll_wait loop spends the budget of switch-out
+    // copies, which on-CPU samples do not draw on (11-30 % of the samples were cut
+    // when they did, about 1 % are now).
+    let (mut samples, mut cut) = (0, 0);
+    for s in (profile.samples.iter()).filter(|s| s.class == "on_cpu") {
+        samples += s.count;
+        if s.user_stack.is_some_and(|u| profile.is_truncated(u)) {
+            cut += s.count;
+        }
+    }
+    assert!(
+        cut * 20 <= samples,
+        "{cut} of {samples} on-CPU samples cut; {} stack copies, {} not sent",
+        profile.stack_copies,
+        profile.stack_copies_lost
+    );
     for frame in ["processCommand", "call", "aeMain"] {
         assert!(
             on_cpu.contains(frame),
