@@ -71,7 +71,15 @@ impl Agent {
         unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
         let status = self.child.wait().unwrap();
         let mut log = std::mem::take(&mut self.log);
-        log.extend(self.stderr.try_iter());
+        // Every line to the end of stderr: the reader thread may still be forwarding
+        // the last ones after the exit (`try_iter` missed "msg=stopped" once in CI).
+        // The channel closes when the thread reaches the end of the pipe.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while let Ok(line) =
+            (self.stderr).recv_timeout(deadline.saturating_duration_since(Instant::now()))
+        {
+            log.push(line);
+        }
         assert!(status.success(), "agent exit {status}: {log:#?}");
         log
     }
