@@ -579,12 +579,30 @@ impl StackCollector {
         if !self.mapped(pid, copy.ip) && self.reread_due(pid, LEAF_MAPS_REREAD) {
             self.refresh_process(pid);
         }
+        // With every file's unwind information at hand: a caller in no mapping read so
+        // far has the mappings read again. If they changed, the unwinder is built
+        // again, and the file just mapped (a library loaded) may be one still being
+        // read: then the copy waits for it as below, not unwound by frame pointer
+        // through the library (that cut a dlopen'ed library's caller when its read
+        // passed the deadline on a loaded machine).
+        let mut unwound = None;
+        if self.unwinder_ready(pid) {
+            let first = self.unwinders[&pid].unwind(&mut self.unwind_cache, copy);
+            let stale = first.0.iter().skip(1).any(|&a| !self.mapped(pid, a));
+            if stale && self.reread_due(pid, MAPS_REREAD) {
+                self.refresh_process(pid);
+            }
+            if self.unwinders.contains_key(&pid) {
+                unwound = Some(first);
+            }
+        }
         // A file of the process still being read (the door reads one file per user at
         // a time; node's 90 MB binary takes seconds on a loaded machine): without its
         // unwind information the unwinder would fall back to the frame pointer there
         // and end the stack. The copy waits for it, and is unwound when its stack is
         // resolved (at a snapshot, or at the end, when every read has ended).
-        if self.deferred_held < MAX_DEFERRED_COPIES
+        if unwound.is_none()
+            && self.deferred_held < MAX_DEFERRED_COPIES
             && self.deferred.len() < MAX_DEFERRED
             && !self.unwinder_ready(pid)
         {
@@ -606,7 +624,10 @@ impl StackCollector {
             self.deferred_held += 1;
             return Some(DEFERRED | k);
         }
-        self.unwind_now(pid, copy)
+        match unwound {
+            Some((addrs, cut)) => self.intern_unwound(pid, addrs, cut),
+            None => self.unwind_now(pid, copy),
+        }
     }
 
     /// [`StackCollector::unwind`] with the unwinder there is now.
