@@ -170,6 +170,9 @@ pub struct StacksAnalysis {
     pub sample_hz: u64,
     pub min_block_ns: u64,
     pub captures_lost: u64,
+    /// Stack copies the kernel did not send (rate bound, ring half full): those
+    /// stacks are frame-pointer walks, cut at the first caller built without one.
+    pub stack_copies_lost: u64,
     /// Every class with time in the latency classes or with stack time (those without
     /// stacks have an empty `top`), the class with the most time first (ties: class
     /// order).
@@ -414,6 +417,7 @@ fn analyze_stacks_of(
         sample_hz: profile.sample_hz,
         min_block_ns: profile.min_block_ns,
         captures_lost: profile.captures_lost,
+        stack_copies_lost: profile.stack_copies_lost,
         classes,
     })
 }

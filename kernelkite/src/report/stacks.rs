@@ -222,6 +222,12 @@ pub fn stacks_text(a: &Analysis, s: &StacksAnalysis, calls: &[SlowCallStack]) ->
         fmt_ns(s.min_block_ns as f64),
         s.captures_lost
     ));
+    if s.stack_copies_lost > 0 {
+        out.push_str(&format!(
+            "  {} stack copies not sent (rate bound or ring buffer half full): those stacks are frame-pointer walks, which end early (marked [truncated]) in code built without frame pointers\n",
+            s.stack_copies_lost
+        ));
+    }
     if s.classes.is_empty() {
         out.push_str("\nno time in the classes asked for, and no stack\n");
     }
@@ -367,6 +373,7 @@ pub fn stacks_json(a: &Analysis, s: &StacksAnalysis, calls: &[SlowCallStack]) ->
         "sample_hz": s.sample_hz,
         "min_block_ns": s.min_block_ns,
         "captures_lost": s.captures_lost,
+        "stack_copies_lost": s.stack_copies_lost,
         "skipped_files": a.skipped_files,
         "classes": classes,
         "slow_syscalls": calls.iter().map(|c| json!({
