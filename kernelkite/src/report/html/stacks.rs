@@ -63,6 +63,15 @@ pub fn stacks_section(h: &mut String, bundle: &Bundle, a: &Analysis) {
         stacks.sample_hz,
         stacks.captures_lost
     );
+    if stacks.stack_copies_lost > 0 {
+        let _ = writeln!(
+            h,
+            "<p class=\"hint\">{} stack copies not sent (rate bound or ring buffer half \
+             full): those stacks are frame-pointer walks, which end early (marked \
+             [truncated]) in code built without frame pointers.</p>",
+            stacks.stack_copies_lost
+        );
+    }
     if !a.skipped_files.is_empty() {
         h.push_str(
             "<p class=\"hint\">Files the traced processes control that were not read for \
