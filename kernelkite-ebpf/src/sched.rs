@@ -115,6 +115,18 @@ fn switch_out(t: &mut ThreadState, prev: *const u8, preempt: bool, prev_state: u
             // SAFETY: as above.
             t.runtime_ns = unsafe { task::sum_exec_runtime::<true>(prev) };
         }
+        // Held runnable with a runtime baseline: its switch-in was not seen (an INITIAL
+        // thread woken while still on its CPU, taken for runnable and switched out so
+        // in exec storms under `run`, has no baseline). The runtime it moved is on_cpu.
+        run_state::RUNNABLE if t.runtime_ns != NO_RUNTIME => {
+            // SAFETY: prev is the tracepoint's task_struct (null: classic tracepoints).
+            let runtime_ns = unsafe { task::sum_exec_runtime::<true>(prev) };
+            if runtime_ns == NO_RUNTIME {
+                close_interval(t, waiting_class(t), now);
+            } else {
+                t.close_unseen_run(runtime_ns, now);
+            }
+        }
         // Not counted as a missed switch-in: an INITIAL thread woken while still on its
         // CPU is taken for runnable, then switched out so (exec storms under `run`).
         _ => close_interval(t, waiting_class(t), now),
