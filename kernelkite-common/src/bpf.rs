@@ -365,16 +365,24 @@ impl ThreadState {
             return;
         }
         let interval = now - self.since_ns;
-        let accounted = runtime_ns.saturating_sub(self.runtime_ns);
-        let ran = if accounted < interval {
-            accounted
-        } else {
-            interval
-        };
+        let (_, ran) = self.runtime_within(runtime_ns, interval);
         let queued = interval - ran;
         self.class_ns[LatencyClass::Runqueue as usize] += queued;
         self.since_ns += queued;
         self.split_on_cpu(runtime_ns, now);
+    }
+
+    /// The runtime the kernel accounted since the baseline, if it is `runtime_ns` now,
+    /// and the part of it an interval of `interval_ns` holds.
+    #[inline(always)]
+    fn runtime_within(&self, runtime_ns: u64, interval_ns: u64) -> (u64, u64) {
+        let accounted = runtime_ns.saturating_sub(self.runtime_ns);
+        let within = if accounted < interval_ns {
+            accounted
+        } else {
+            interval_ns
+        };
+        (accounted, within)
     }
 
     /// Close the on-CPU interval that ends at `now` of a thread whose kernel runtime
@@ -398,12 +406,7 @@ impl ThreadState {
             return;
         }
         let interval = now - self.since_ns;
-        let accounted = runtime_ns.saturating_sub(self.runtime_ns);
-        let on_cpu = if accounted < interval {
-            accounted
-        } else {
-            interval
-        };
+        let (accounted, on_cpu) = self.runtime_within(runtime_ns, interval);
         let excess = accounted - on_cpu;
         let stolen = self.class_ns[LatencyClass::Steal as usize] + (interval - on_cpu);
         let from_steal = if excess < stolen { excess } else { stolen };
