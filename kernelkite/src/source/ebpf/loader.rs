@@ -198,6 +198,15 @@ pub struct StackOptions {
 /// up to 16 KiB through the ring buffer and one unwind in userspace; past it a stack
 /// is walked by frame pointers only, counted in `events_lost`).
 pub const STACK_COPIES_PER_SEC: u64 = 1000;
+
+/// [`STACK_COPIES_PER_SEC`], or less with `KERNELKITE_DEBUG_STACK_COPIES_PER_SEC` (tests:
+/// a budget the scheduler's copies always spend, docs/TESTING.md); never more.
+fn stack_copies_per_sec() -> u64 {
+    (std::env::var("KERNELKITE_DEBUG_STACK_COPIES_PER_SEC").ok())
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|&n| n > 0)
+        .map_or(STACK_COPIES_PER_SEC, |n| n.min(STACK_COPIES_PER_SEC))
+}
 /// `--stacks`: the ring buffer's size (copies use at most half of it): 64 copies
 /// between two drains at 16 KiB each.
 const STACKS_RING_BYTES: u32 = 16 << 20;
@@ -446,7 +455,7 @@ fn load_programs(
     // x86_64 only (the unwinder's architecture): elsewhere stacks are frame pointers only.
     let (ip_offset, sp_offset, bp_offset) = layout.pt_regs_ip_sp_bp.unwrap_or_default();
     let copy_interval_ns = match (options.stacks, layout.pt_regs_ip_sp_bp) {
-        (Some(_), Some(_)) => 1_000_000_000 / STACK_COPIES_PER_SEC,
+        (Some(_), Some(_)) => 1_000_000_000 / stack_copies_per_sec(),
         _ => 0,
     };
     let mut loader = EbpfLoader::new();
