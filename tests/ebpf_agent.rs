@@ -653,7 +653,10 @@ fn a_new_stack_epoch_keeps_the_series_going() {
     if classic_hooks() {
         return;
     }
-    let mut work = GatedWorkload::spawn(&["cpu_stress", "--threads", "2", "--seconds", "16"]);
+    // Spinning past the end of the test, however long a loaded machine takes to attach
+    // twice (3.4 s each beside `cargo xtask stress-ci`'s load, where 16 s of spinning
+    // ended before the second reading and the class time stopped growing).
+    let mut work = GatedWorkload::spawn(&["cpu_stress", "--threads", "2", "--seconds", "120"]);
     let pid = work.pid;
     work.go();
     let mut agent = Agent::start(&[
@@ -703,5 +706,6 @@ fn a_new_stack_epoch_keeps_the_series_going() {
     assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
     assert_eq!(&body[..2], &[0x1f, 0x8b], "a gzip profile");
     agent.stop();
-    work.finish();
+    let _ = work.child.kill();
+    let _ = work.child.wait();
 }

@@ -88,6 +88,14 @@ pub struct GatedWorkload {
     stdout: BufReader<ChildStdout>,
 }
 
+impl Drop for GatedWorkload {
+    /// A test that failed must not leave its workload running (some spin for minutes).
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 impl GatedWorkload {
     pub fn spawn(args: &[&str]) -> GatedWorkload {
         let mut child = Command::new(workload_bin())
