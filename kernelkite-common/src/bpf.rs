@@ -361,28 +361,13 @@ impl ThreadState {
     /// 3.4 ms, once in a CI run).
     #[inline(always)]
     pub fn close_unseen_run(&mut self, runtime_ns: u64, now: u64) {
-        if now <= self.since_ns {
-            return;
-        }
-        let interval = now - self.since_ns;
-        let (_, ran) = self.runtime_within(runtime_ns, interval);
-        let queued = interval - ran;
+        // The part of the interval the run does not cover (none when the clock did not
+        // move); the run itself, and any runtime beyond it, as split_on_cpu does.
+        let ran = runtime_ns.saturating_sub(self.runtime_ns);
+        let queued = now.saturating_sub(self.since_ns).saturating_sub(ran);
         self.class_ns[LatencyClass::Runqueue as usize] += queued;
         self.since_ns += queued;
         self.split_on_cpu(runtime_ns, now);
-    }
-
-    /// The runtime the kernel accounted since the baseline, if it is `runtime_ns` now,
-    /// and the part of it an interval of `interval_ns` holds.
-    #[inline(always)]
-    fn runtime_within(&self, runtime_ns: u64, interval_ns: u64) -> (u64, u64) {
-        let accounted = runtime_ns.saturating_sub(self.runtime_ns);
-        let within = if accounted < interval_ns {
-            accounted
-        } else {
-            interval_ns
-        };
-        (accounted, within)
     }
 
     /// Close the on-CPU interval that ends at `now` of a thread whose kernel runtime
@@ -406,7 +391,12 @@ impl ThreadState {
             return;
         }
         let interval = now - self.since_ns;
-        let (accounted, on_cpu) = self.runtime_within(runtime_ns, interval);
+        let accounted = runtime_ns.saturating_sub(self.runtime_ns);
+        let on_cpu = if accounted < interval {
+            accounted
+        } else {
+            interval
+        };
         let excess = accounted - on_cpu;
         let stolen = self.class_ns[LatencyClass::Steal as usize] + (interval - on_cpu);
         let from_steal = if excess < stolen { excess } else { stolen };

@@ -122,11 +122,17 @@ pub enum CopyRate {
     BudgetedRetried,
 }
 
+/// Average ns between two budgeted copies on a CPU; 0 when copies are off.
+#[inline(always)]
+fn copy_interval_ns() -> u64 {
+    // SAFETY: a read-only global set at load time.
+    unsafe { core::ptr::read_volatile(&STACK_COPY_INTERVAL_NS) }
+}
+
 /// Whether user-stack copies are on (`--stacks` on x86_64).
 #[inline(always)]
 fn copies_on() -> bool {
-    // SAFETY: a read-only global set at load time.
-    unsafe { core::ptr::read_volatile(&STACK_COPY_INTERVAL_NS) != 0 }
+    copy_interval_ns() != 0
 }
 
 /// Whether the rate bound and the ring buffer allow one more copy now.
@@ -179,18 +185,19 @@ pub fn send_copy(
     sampled: bool,
     rate: CopyRate,
 ) -> bool {
-    // SAFETY: a read-only global set at load time.
-    let interval_ns = unsafe { core::ptr::read_volatile(&STACK_COPY_INTERVAL_NS) };
+    let interval_ns = copy_interval_ns();
     if interval_ns == 0 {
         return false;
     }
     // A copy the caller tries again later is counted there if it is not sent then.
-    let counted = rate != CopyRate::BudgetedRetried;
-    if !may_copy(interval_ns, rate) {
-        if counted {
+    let not_sent = || {
+        if rate != CopyRate::BudgetedRetried {
             count_lost(lost::STACK_COPY);
         }
-        return false;
+        false
+    };
+    if !may_copy(interval_ns, rate) {
+        return not_sent();
     }
     let Some(buf) = COPY_SCRATCH.get_ptr_mut(0) else {
         return false;
@@ -198,10 +205,7 @@ pub fn send_copy(
     // SAFETY: the current task, as a BTF pointer; its user registers at kernel entry.
     let regs = unsafe { bpf_task_pt_regs(bpf_get_current_task_btf() as *mut _) } as *const u8;
     if regs.is_null() {
-        if counted {
-            count_lost(lost::STACK_COPY);
-        }
-        return false;
+        return not_sent();
     }
     let reg = |off: &'static u32| {
         // SAFETY: regs is the task's pt_regs; the offsets come from BTF.
@@ -213,10 +217,7 @@ pub fn send_copy(
         reg(&PT_REGS_BP_OFFSET),
     );
     if sp == 0 || ip == 0 {
-        if counted {
-            count_lost(lost::STACK_COPY);
-        }
-        return false;
+        return not_sent();
     }
     // SAFETY: buf is this CPU's scratch value.
     let copy = unsafe { &mut *buf };
@@ -274,10 +275,7 @@ pub fn send_copy(
     // SAFETY: the first `total` bytes of the scratch value.
     let bytes = unsafe { core::slice::from_raw_parts(buf as *const u8, total) };
     if EVENTS.output::<[u8]>(bytes, 0).is_err() {
-        if counted {
-            count_lost(lost::STACK_COPY);
-        }
-        return false;
+        return not_sent();
     }
     true
 }
