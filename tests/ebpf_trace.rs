@@ -1470,29 +1470,38 @@ fn a_live_process_traced_mid_life_matches_schedstat_per_thread() {
 }
 
 /// The overhead benchmark's reference programs (`kernelkite bench-floor`, hidden) load
-/// and attach on this kernel: the empty, bit, clock and scheduler floors each name the
-/// programs they attached, and detach when their stdin closes.
+/// and attach on this kernel: the empty, bit, clock, scheduler and waker floors each
+/// name the programs they attached, and detach when their stdin closes.
 #[test]
 fn the_benchmark_floors_load_attach_and_detach() {
     let Some(_serial) = ebpf_ready("the_benchmark_floors_load_attach_and_detach") else {
         return;
     };
     let pid = std::process::id().to_string();
-    for (args, programs) in [
-        (vec![], ["floor_sys_enter", "floor_sys_exit"]),
+    let floors: [(Vec<&str>, &[&str]); 5] = [
+        (vec![], &["floor_sys_enter", "floor_sys_exit"]),
         (
             vec!["--bit", "--pid", &pid],
-            ["floor_bit_sys_enter", "floor_bit_sys_exit"],
+            &["floor_bit_sys_enter", "floor_bit_sys_exit"],
         ),
         (
             vec!["--clock", "--pid", &pid],
-            ["floor_clock_sys_enter", "floor_clock_sys_exit"],
+            &["floor_clock_sys_enter", "floor_clock_sys_exit"],
         ),
         (
             vec!["--sched", "--pid", &pid],
-            ["floor_sched_switch", "floor_sched_wakeup"],
+            &["floor_sched_switch", "floor_sched_wakeup"],
         ),
-    ] {
+        (
+            vec!["--wakers", "--pid", &pid],
+            &[
+                "floor_sched_switch",
+                "floor_sched_waking",
+                "floor_wakers_sched_wakeup",
+            ],
+        ),
+    ];
+    for (args, programs) in floors {
         let mut child = Command::new(kernelkite_bin())
             .arg("bench-floor")
             .args(&args)

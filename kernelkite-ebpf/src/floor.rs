@@ -7,7 +7,10 @@
 //! - the bit floor: the target bit test alone, what an untraced process's syscall
 //!   costs at least under any tracer that selects processes;
 //! - the scheduler floor: on sched_switch and sched_wakeup, the least a tracer that
-//!   splits each traced thread's time at those events does.
+//!   splits each traced thread's time at those events does;
+//! - the waker floor: the scheduler floor, and the least a tracer that also says who
+//!   ended each sleep does (the waker noted at sched_waking, in its context, and the
+//!   sleep added to its total at sched_wakeup).
 
 use aya_ebpf::helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns};
 use aya_ebpf::macros::{btf_tracepoint, map};
@@ -114,6 +117,8 @@ fn bit_test() -> i32 {
 struct FloorThread {
     since_ns: u64,
     total_ns: u64,
+    /// The waker floor's note: the thread that woke it (its tid).
+    waker_tid: u32,
 }
 
 /// The scheduler floor's threads.
@@ -133,6 +138,7 @@ fn floor_interval(tid: u32, now: u64) {
             let t = FloorThread {
                 since_ns: now,
                 total_ns: 0,
+                waker_tid: 0,
             };
             let _ = FLOOR_THREADS.insert(&tid, &t, 0);
         }
@@ -165,14 +171,67 @@ pub fn floor_sched_switch(ctx: BtfTracePointContext) -> i32 {
     0
 }
 
-#[btf_tracepoint(function = "sched_wakeup")]
-pub fn floor_sched_wakeup(ctx: BtfTracePointContext) -> i32 {
+/// The thread of a wakeup tracepoint's task (its first argument), if traced.
+#[inline(always)]
+fn traced_wakee(ctx: &BtfTracePointContext) -> Option<u32> {
     let p: *const u8 = ctx.arg(0);
     // SAFETY: the tracepoint's task_struct.
     let (tid, tgid) = unsafe { task::ids::<true>(p) };
-    if is_target(tgid) {
+    is_target(tgid).then_some(tid)
+}
+
+#[btf_tracepoint(function = "sched_wakeup")]
+pub fn floor_sched_wakeup(ctx: BtfTracePointContext) -> i32 {
+    if let Some(tid) = traced_wakee(&ctx) {
         // SAFETY: helper call without preconditions.
         floor_interval(tid, unsafe { bpf_ktime_get_ns() });
+    }
+    0
+}
+
+/// The waker floor's sleep time per (woken thread, waker thread).
+#[map]
+static FLOOR_WAKERS: HashMap<[u32; 2], u64> = HashMap::with_max_entries(4_096, 0);
+
+/// The waker floor at sched_waking, which runs in the waker's context (sched_wakeup may
+/// run later on the wakee's CPU, from an IPI): a traced wakee's waker noted.
+#[btf_tracepoint(function = "sched_waking")]
+pub fn floor_sched_waking(ctx: BtfTracePointContext) -> i32 {
+    let Some(tid) = traced_wakee(&ctx) else {
+        return 0;
+    };
+    if let Some(t) = FLOOR_THREADS.get_ptr_mut(&tid) {
+        // SAFETY: a map value, valid while the program runs.
+        unsafe { (*t).waker_tid = split_pid_tgid().1 };
+    }
+    0
+}
+
+/// The waker floor at sched_wakeup: the sleep added to its waker's total, then the
+/// thread's interval closed as the scheduler floor closes it.
+#[btf_tracepoint(function = "sched_wakeup")]
+pub fn floor_wakers_sched_wakeup(ctx: BtfTracePointContext) -> i32 {
+    let Some(tid) = traced_wakee(&ctx) else {
+        return 0;
+    };
+    // SAFETY: helper call without preconditions.
+    let now = unsafe { bpf_ktime_get_ns() };
+    let Some(t) = FLOOR_THREADS.get_ptr_mut(&tid) else {
+        floor_interval(tid, now);
+        return 0;
+    };
+    // SAFETY: a map value, valid while the program runs.
+    unsafe {
+        let sleep_ns = now.saturating_sub((*t).since_ns);
+        let key = [tid, (*t).waker_tid];
+        match FLOOR_WAKERS.get_ptr_mut(&key) {
+            Some(total) => *total += sleep_ns,
+            None => {
+                let _ = FLOOR_WAKERS.insert(&key, &sleep_ns, 0);
+            }
+        }
+        (*t).total_ns += sleep_ns;
+        (*t).since_ns = now;
     }
     0
 }

@@ -201,16 +201,20 @@ pub enum Command {
 pub struct BenchFloorArgs {
     /// Attach the clock floor instead: a target check and a clock read at entry and
     /// exit, the least a syscall-latency tracer does.
-    #[arg(long, conflicts_with_all = ["bit", "sched"])]
+    #[arg(long, conflicts_with_all = ["bit", "sched", "wakers"])]
     pub clock: bool,
     /// Attach the bit floor instead: the target bit test alone on sys_enter and
     /// sys_exit, what a process a tracer does not select pays at least.
-    #[arg(long, conflicts_with = "sched")]
+    #[arg(long, conflicts_with_all = ["sched", "wakers"])]
     pub bit: bool,
     /// Attach the scheduler floor instead: on sched_switch and sched_wakeup, a target
     /// test, one clock read and each traced thread's interval closed.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "wakers")]
     pub sched: bool,
+    /// Attach the waker floor instead: the scheduler floor, and a traced thread's waker
+    /// noted at sched_waking and its sleep added to that waker's total at sched_wakeup.
+    #[arg(long)]
+    pub wakers: bool,
     /// Process the floor measures (its target bit is set).
     #[arg(long)]
     pub pid: Option<u32>,

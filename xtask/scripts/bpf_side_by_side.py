@@ -5,7 +5,7 @@ Both tracers are attached at once, so every event runs both, and each program's
 run_time_ns / run_cnt (kernel.bpf_stats_enabled=1) is printed per program and per
 workload operation. docs/PERFORMANCE.md ("Directions tried") was measured with it.
 
-    python3 xtask/scripts/bpf_side_by_side.py [--workload read|pipe] [--floor clock|bit|sched|empty]
+    python3 xtask/scripts/bpf_side_by_side.py [--workload read|pipe] [--floor clock|bit|sched|wakers|empty]
                                               [--untargeted] [--kernelkite target/release/kernelkite]
                                               [--versus OTHER_KERNELKITE]
 
@@ -18,7 +18,7 @@ import argparse, glob, os, re, subprocess, sys, threading, time
 
 p = argparse.ArgumentParser()
 p.add_argument('--workload', choices=['read', 'pipe'], default='read')
-p.add_argument('--floor', choices=['clock', 'bit', 'sched', 'empty'], default='clock')
+p.add_argument('--floor', choices=['clock', 'bit', 'sched', 'wakers', 'empty'], default='clock')
 p.add_argument('--untargeted', action='store_true')
 p.add_argument('--kernelkite', default='target/release/kernelkite')
 p.add_argument('--versus', help='another kernelkite binary, traced side by side instead of a floor '

@@ -95,12 +95,14 @@ mod platform {
     use crate::source::ebpf::loader::{self, ProbeOptions};
 
     pub fn bench_floor(args: &BenchFloorArgs) -> Result<ExitCode> {
-        let mut probes = loader::load_floor(match (args.clock, args.bit, args.sched) {
-            (true, _, _) => loader::Floor::Clock,
-            (_, true, _) => loader::Floor::Bit,
-            (_, _, true) => loader::Floor::Sched,
-            _ => loader::Floor::Empty,
-        })?;
+        let mut probes =
+            loader::load_floor(match (args.clock, args.bit, args.sched, args.wakers) {
+                (true, ..) => loader::Floor::Clock,
+                (_, true, ..) => loader::Floor::Bit,
+                (_, _, true, _) => loader::Floor::Sched,
+                (.., true) => loader::Floor::Wakers,
+                _ => loader::Floor::Empty,
+            })?;
         if let Some(pid) = args.pid {
             let mut targets: aya::maps::Array<&mut aya::maps::MapData, u64> = probes
                 .ebpf

@@ -370,6 +370,7 @@ pub(super) enum PipeConfig {
     Untraced,
     ClockFloor,
     SchedFloor,
+    WakerFloor,
     Kernelkite,
     KernelkiteNoWakers,
     KernelkiteNoRuntime,
@@ -387,6 +388,9 @@ impl PipeConfig {
             }
             PipeConfig::SchedFloor => {
                 "sched pipe: scheduler floor (target test, one clock read, the thread's interval closed at sched_switch/sched_wakeup)"
+            }
+            PipeConfig::WakerFloor => {
+                "sched pipe: waker floor (the scheduler floor, the waker noted at sched_waking, the sleep added to its total at sched_wakeup)"
             }
             PipeConfig::Kernelkite => "sched pipe: kernelkite trace --follow",
             PipeConfig::KernelkiteNoWakers => {
@@ -423,11 +427,11 @@ pub(super) fn pipe_run(ctx: &Ctx, config: PipeConfig) -> Result<(f64, Option<Vec
     let mut shell = gated_pipe_bench(Stdio::piped())?;
     let tracer = match config {
         PipeConfig::Untraced => None,
-        PipeConfig::ClockFloor | PipeConfig::SchedFloor => {
-            let floor = if config == PipeConfig::ClockFloor {
-                "--clock"
-            } else {
-                "--sched"
+        PipeConfig::ClockFloor | PipeConfig::SchedFloor | PipeConfig::WakerFloor => {
+            let floor = match config {
+                PipeConfig::ClockFloor => "--clock",
+                PipeConfig::SchedFloor => "--sched",
+                _ => "--wakers",
             };
             let mut c = Command::new(&ctx.kernelkite);
             c.args(["bench-floor", floor, "--pid", &shell.id().to_string()]);
@@ -860,6 +864,7 @@ fn pipe_program_times(ctx: &Ctx, configs: &[PipeConfig]) -> Result<Vec<Row>> {
         PipeConfig::Runqlat,
         PipeConfig::ClockFloor,
         PipeConfig::SchedFloor,
+        PipeConfig::WakerFloor,
     ];
     let mut runs: Vec<Vec<Vec<ProgramTime>>> = (0..measured.len()).map(|_| Vec::new()).collect();
     for _ in 0..STATS_ROUNDS {
@@ -876,7 +881,7 @@ fn pipe_program_times(ctx: &Ctx, configs: &[PipeConfig]) -> Result<Vec<Row>> {
     });
     let mut next = || medians.next().flatten();
     let (ours, no_runtime, no_wakers) = (next(), next(), next());
-    let (runqlat, clock_floor, sched_floor) = (next(), next(), next());
+    let (runqlat, clock_floor, sched_floor, waker_floor) = (next(), next(), next(), next());
     let (Some(ours), Some(runqlat)) = (ours, runqlat) else {
         return Ok(rows);
     };
@@ -952,29 +957,36 @@ fn pipe_program_times(ctx: &Ctx, configs: &[PipeConfig]) -> Result<Vec<Row>> {
         )
         .target(SCHED_VS_RUNQLAT_TARGET),
     );
-    if let Some(floor) = &sched_floor {
-        // What any tracer that splits each thread's time at its switches and wakeups
-        // pays at least: below it no scheduler accounting goes.
+    // The scheduler floor: what any tracer that splits each thread's time at its
+    // switches and wakeups pays at least. The waker floor: the least a tracer does that
+    // also says who ended each sleep (issue 12), which runqlat does not, so the
+    // scheduler target's floor for kernelkite.
+    for (name, floor) in [
+        ("scheduler floor", &sched_floor),
+        ("waker floor", &waker_floor),
+    ] {
+        let Some(floor) = floor else {
+            continue;
+        };
         let floor = per_op(floor, &|_| true);
+        for (what, value, unit) in [
+            (String::new(), floor, "ns/op"),
+            (" / runqlat".to_string(), floor / peer, "×"),
+        ] {
+            rows.push(Row::new(
+                format!("BPF program time per sched-pipe op: {name}{what}"),
+                value,
+                unit,
+                &shown,
+            ));
+        }
         rows.push(Row::new(
-            "BPF program time per sched-pipe op: scheduler floor",
-            floor,
-            "ns/op",
-            &shown,
-        ));
-        rows.push(Row::new(
-            "BPF program time per sched-pipe op: scheduler floor / runqlat",
-            floor / peer,
-            "×",
-            &shown,
-        ));
-        rows.push(Row::new(
-            "BPF program time per sched-pipe op: kernelkite scheduler hooks / scheduler floor",
+            format!("BPF program time per sched-pipe op: kernelkite scheduler hooks / {name}"),
             sched / floor,
             "×",
             &shown,
         ));
-        if let Some(no_wakers) = &no_wakers {
+        if let (Some(no_wakers), "scheduler floor") = (&no_wakers, name) {
             let sched_no_wakers = per_op(no_wakers, &|n| !is_syscall_hook(n));
             rows.push(Row::new(
                 "BPF program time per sched-pipe op: kernelkite scheduler hooks, waker aggregation off / scheduler floor",

@@ -408,6 +408,11 @@ pub fn load_floor(floor: Floor) -> Result<Probes, ProbeError> {
             ("floor_sched_switch", "sched_switch"),
             ("floor_sched_wakeup", "sched_wakeup"),
         ],
+        Floor::Wakers => vec![
+            ("floor_sched_switch", "sched_switch"),
+            ("floor_sched_waking", "sched_waking"),
+            ("floor_wakers_sched_wakeup", "sched_wakeup"),
+        ],
     })
 }
 
@@ -423,6 +428,9 @@ pub enum Floor {
     /// On sched_switch and sched_wakeup: a target test, one clock read, each traced
     /// thread's interval closed.
     Sched,
+    /// The scheduler floor, and a traced thread's waker noted at sched_waking and its
+    /// sleep added to that waker's total at sched_wakeup.
+    Wakers,
 }
 
 fn load_programs(
