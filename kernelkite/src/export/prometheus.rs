@@ -175,7 +175,10 @@ impl Snapshot {
         let comms: BTreeMap<i32, &str> = (analysis.processes.iter())
             .map(|p| (p.pid, p.comm.as_str()))
             .collect();
-        for call in &bundle.syscalls_in_progress {
+        // Live views: calls of live processes only. A snapshot reads the calls from the
+        // map before /proc: a process that exits in between is not live in the frame,
+        // its call is over, and its time is in the exited series.
+        for call in (bundle.syscalls_in_progress.iter()).filter(|c| thread_shown(c.pid)) {
             let comm = comms.get(&call.pid).copied().unwrap_or("?").to_string();
             let e = (s.in_progress)
                 .entry((SeriesPid::Pid(call.pid), comm, call.name.clone()))
@@ -783,6 +786,45 @@ mod tests {
             p.classes.on_cpu as f64 / 1e9
         );
         assert!(text.contains(&want), "{want}\n{text}");
+    }
+
+    /// A live view shows the calls of live processes only: one whose process is gone
+    /// from the latest frame (it exited between the snapshot's map read and its /proc
+    /// read) has no call in progress and no series of its own.
+    #[test]
+    fn a_live_view_shows_no_call_of_a_process_gone_from_the_frame() {
+        let mut b = fixture("api-server-ebpf.json");
+        let live = b.frames.last().unwrap().processes[0].pid;
+        let gone = 1
+            + (b.frames.iter().flat_map(|f| &f.processes))
+                .map(|p| p.pid)
+                .max()
+                .unwrap();
+        for pid in [live, gone] {
+            b.syscalls_in_progress.push(SyscallInProgress {
+                pid,
+                tid: pid,
+                nr: 59,
+                name: "execve".into(),
+                t_ns: 0,
+                elapsed_ns: 1_000_000,
+                before_start: false,
+                user_stack: None,
+            });
+        }
+        let a = analyze(&b);
+        let live_only = Snapshot::with_series(&b, &a, ProcessSeries::LiveOnly);
+        let text = render_snapshot(live_only).unwrap();
+        let calls = |text: &str, pid: i32| {
+            (text.lines())
+                .filter(|l| l.starts_with("kernelkite_syscalls_in_progress{"))
+                .any(|l| l.contains(&format!("pid=\"{pid}\"")))
+        };
+        assert!(calls(&text, live), "{text}");
+        assert!(!calls(&text, gone), "{text}");
+        // Every process's own series (`serve` without folding) keeps both.
+        let every = render_snapshot(Snapshot::new(&b, &a)).unwrap();
+        assert!(calls(&every, live) && calls(&every, gone), "{every}");
     }
 
     #[test]
