@@ -961,40 +961,40 @@ fn pipe_program_times(ctx: &Ctx, configs: &[PipeConfig]) -> Result<Vec<Row>> {
     // switches and wakeups pays at least. The waker floor: the least a tracer does that
     // also says who ended each sleep (issue 12), which runqlat does not, so the
     // scheduler target's floor for kernelkite.
+    let sched_floor = sched_floor.map(|f| per_op(&f, &|_| true));
+    let waker_floor = waker_floor.map(|f| per_op(&f, &|_| true));
     for (name, floor) in [
-        ("scheduler floor", &sched_floor),
-        ("waker floor", &waker_floor),
+        ("scheduler floor", sched_floor),
+        ("waker floor", waker_floor),
     ] {
         let Some(floor) = floor else {
             continue;
         };
-        let floor = per_op(floor, &|_| true);
         for (what, value, unit) in [
-            (String::new(), floor, "ns/op"),
-            (" / runqlat".to_string(), floor / peer, "×"),
+            (name.to_string(), floor, "ns/op"),
+            (format!("{name} / runqlat"), floor / peer, "×"),
+            (
+                format!("kernelkite scheduler hooks / {name}"),
+                sched / floor,
+                "×",
+            ),
         ] {
             rows.push(Row::new(
-                format!("BPF program time per sched-pipe op: {name}{what}"),
+                format!("BPF program time per sched-pipe op: {what}"),
                 value,
                 unit,
                 &shown,
             ));
         }
+    }
+    if let (Some(floor), Some(no_wakers)) = (sched_floor, &no_wakers) {
+        let sched_no_wakers = per_op(no_wakers, &|n| !is_syscall_hook(n));
         rows.push(Row::new(
-            format!("BPF program time per sched-pipe op: kernelkite scheduler hooks / {name}"),
-            sched / floor,
+            "BPF program time per sched-pipe op: kernelkite scheduler hooks, waker aggregation off / scheduler floor",
+            sched_no_wakers / floor,
             "×",
             &shown,
         ));
-        if let (Some(no_wakers), "scheduler floor") = (&no_wakers, name) {
-            let sched_no_wakers = per_op(no_wakers, &|n| !is_syscall_hook(n));
-            rows.push(Row::new(
-                "BPF program time per sched-pipe op: kernelkite scheduler hooks, waker aggregation off / scheduler floor",
-                sched_no_wakers / floor,
-                "×",
-                &shown,
-            ));
-        }
     }
     if let Some(clock) = &clock_floor {
         // Issue 15: every hook against runqlat plus what timing the op's four syscalls
