@@ -101,16 +101,263 @@ fn assert_regular(path: &Path, what: &str) {
 }
 
 #[test]
-fn a_symlink_at_the_output_path_is_replaced_not_followed() {
+fn a_symlink_at_the_output_path_is_refused_neither_followed_nor_replaced() {
     let work = tempfile::tempdir().unwrap();
     let bundle = stacks_bundle(work.path());
     let victim = Victim::new();
     for args in output_commands(&bundle) {
         let out = work.path().join(format!("{}.out", args[0]));
         std::os::unix::fs::symlink(&victim.path, &out).unwrap();
-        run_ok(Command::new(kk_path()).args(with_out(&args, &out.display().to_string())));
+        let got = Command::new(kk_path())
+            .args(with_out(&args, &out.display().to_string()))
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&got.stderr);
+        assert!(!got.status.success(), "{args:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: one line: {stderr}");
+        assert!(stderr.contains("symbolic link"), "{args:?}: {stderr}");
         victim.assert_untouched(&args[0]);
-        assert_regular(&out, &args[0]);
+        assert!(
+            std::fs::symlink_metadata(&out).unwrap().is_symlink(),
+            "{args:?}"
+        );
+    }
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Every command that writes an output, as users run it, with `OUT` for the output: the
+/// fixture commands, `run` on both backends, `run --record`, and (as root) `trace -o`.
+fn every_output_command(bundle: &Path) -> Vec<Vec<String>> {
+    let mut commands = output_commands(bundle);
+    let strings = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    commands.push(strings(&["--backend", "proc", "run", "OUT", "--", "true"]));
+    commands.push(strings(&[
+        "--backend",
+        "proc",
+        "run",
+        "--record",
+        "OUT",
+        "run.json",
+        "--",
+        "true",
+    ]));
+    if is_root() {
+        commands.push(strings(&["run", "OUT", "--", "true"]));
+        commands.push(strings(&[
+            "trace",
+            "--pid",
+            &std::process::id().to_string(),
+            "--duration",
+            "0.3",
+            "-o",
+            "OUT",
+        ]));
+    }
+    commands
+}
+
+fn run_in(dir: &Path, args: &[String]) -> std::process::Output {
+    let out = Command::new(kk_path())
+        .current_dir(dir)
+        .args(args)
+        .env_remove("RUST_BACKTRACE")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn mknod_char(path: &Path, major: u32, minor: u32) {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
+    // SAFETY: c is NUL-terminated.
+    let rc = unsafe {
+        libc::mknod(
+            c.as_ptr(),
+            libc::S_IFCHR | 0o666,
+            libc::makedev(major, minor),
+        )
+    };
+    assert_eq!(
+        rc,
+        0,
+        "mknod {}: {}",
+        path.display(),
+        std::io::Error::last_os_error()
+    );
+}
+
+fn mkfifo(path: &Path) {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
+    // SAFETY: c is NUL-terminated.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o666) }, 0);
+}
+
+/// `-o /dev/null` as root replaced /dev/null with a regular file (outputs were renamed
+/// over their name). A device node made with mknod (a copy of /dev/null's, 1:3, never the
+/// real one) is written in place: afterwards it is the same node.
+#[test]
+fn a_device_node_at_the_output_path_is_written_in_place() {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    if !is_root() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "mknod needs root, and CI runs as root"
+        );
+        eprintln!("skipped a_device_node_at_the_output_path_is_written_in_place: mknod needs root");
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    let bundle = stacks_bundle(work.path());
+    let node = work.path().join("null");
+    mknod_char(&node, 1, 3);
+    let before = std::fs::symlink_metadata(&node).unwrap();
+    for args in every_output_command(&bundle) {
+        run_in(work.path(), &with_out(&args, "null"));
+        let after = std::fs::symlink_metadata(&node).unwrap();
+        assert!(after.file_type().is_char_device(), "{args:?}: {after:?}");
+        assert_eq!(
+            (after.ino(), after.rdev(), after.mode(), after.uid()),
+            (before.ino(), before.rdev(), before.mode(), before.uid()),
+            "{args:?}"
+        );
+    }
+}
+
+/// A FIFO at the output path stays a FIFO, and its reader gets exactly what the same
+/// command writes to a regular file (for `run` and `trace`, a bundle that loads).
+#[test]
+fn a_fifo_at_the_output_path_is_written_in_place_and_read() {
+    use std::io::Read;
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let work = tempfile::tempdir().unwrap();
+    let bundle = stacks_bundle(work.path());
+    let fifo = work.path().join("fifo");
+    mkfifo(&fifo);
+    let before = std::fs::symlink_metadata(&fifo).unwrap();
+    for args in every_output_command(&bundle) {
+        let reader = {
+            let fifo = fifo.clone();
+            std::thread::spawn(move || {
+                let mut got = Vec::new();
+                std::fs::File::open(fifo)
+                    .unwrap()
+                    .read_to_end(&mut got)
+                    .unwrap();
+                got
+            })
+        };
+        run_in(work.path(), &with_out(&args, "fifo"));
+        let got = reader.join().unwrap();
+        let after = std::fs::symlink_metadata(&fifo).unwrap();
+        assert!(after.file_type().is_fifo(), "{args:?}: {after:?}");
+        assert_eq!(
+            (after.ino(), after.mode()),
+            (before.ino(), before.mode()),
+            "{args:?}"
+        );
+        assert!(!got.is_empty(), "{args:?}: the reader got nothing");
+        let live = args.iter().any(|a| a == "run" || a == "trace");
+        if args.iter().any(|a| a == "--record") {
+            let kkr = work.path().join("got.kkr");
+            std::fs::write(&kkr, &got).unwrap();
+            run_in(
+                work.path(),
+                &["replay".into(), "got.kkr".into(), "replayed.json".into()],
+            );
+        } else if live {
+            let copy = work.path().join("got.json");
+            std::fs::write(&copy, &got).unwrap();
+            kernelkite::model::load_bundle(&copy)
+                .unwrap_or_else(|e| panic!("{args:?}: the FIFO's bytes are no bundle: {e:#}"));
+        } else {
+            run_in(work.path(), &with_out(&args, "regular.out"));
+            let regular = std::fs::read(work.path().join("regular.out")).unwrap();
+            assert!(
+                got == regular,
+                "{args:?}: the FIFO's bytes differ from the file's"
+            );
+        }
+    }
+}
+
+/// `-o -` is standard output: the same bytes as the default, and no file named `-`.
+#[test]
+fn a_dash_writes_to_standard_output() {
+    let work = tempfile::tempdir().unwrap();
+    let bundle = stacks_bundle(work.path());
+    let b = bundle.display().to_string();
+    for (with_dash, plain) in [
+        (
+            vec!["export", &b, "--format", "json", "-o", "-"],
+            vec!["export", &b, "--format", "json"],
+        ),
+        (
+            vec!["flamegraph", &b, "--folded", "-o", "-"],
+            vec!["flamegraph", &b, "--folded"],
+        ),
+        (vec!["viewer", &b, "-"], vec!["viewer", &b]),
+    ] {
+        let strings = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let dashed = run_in(work.path(), &strings(&with_dash));
+        let default = run_in(work.path(), &strings(&plain));
+        assert!(!dashed.stdout.is_empty(), "{with_dash:?}");
+        assert!(dashed.stdout == default.stdout, "{with_dash:?}");
+        assert!(
+            !work.path().join("-").exists(),
+            "{with_dash:?} made a file named -"
+        );
+    }
+    let html = run_in(
+        work.path(),
+        &["report".into(), b.clone(), "-o".into(), "-".into()],
+    );
+    assert!(String::from_utf8_lossy(&html.stdout).starts_with("<!DOCTYPE html>"));
+    // `run -`: the bundle on standard output, the command's own output beside it.
+    let ran = run_in(
+        work.path(),
+        &["--backend", "proc", "run", "-", "--", "true"].map(String::from),
+    );
+    std::fs::write(work.path().join("ran.json"), &ran.stdout).unwrap();
+    kernelkite::model::load_bundle(&work.path().join("ran.json")).unwrap();
+    assert!(String::from_utf8_lossy(&ran.stderr).contains("wrote standard output"));
+    assert!(!work.path().join("-").exists());
+}
+
+/// A directory at the output path: one line saying so, a failure, and nothing written.
+#[test]
+fn a_directory_at_the_output_path_is_a_one_line_error() {
+    let work = tempfile::tempdir().unwrap();
+    let bundle = stacks_bundle(work.path());
+    for args in every_output_command(&bundle) {
+        let dir = work.path().join("a-dir");
+        std::fs::create_dir(&dir).unwrap();
+        let out = Command::new(kk_path())
+            .current_dir(work.path())
+            .args(with_out(&args, "a-dir"))
+            .env_remove("RUST_BACKTRACE")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?}: {stderr}");
+        assert!(stderr.contains("it is a directory"), "{args:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+        assert!(
+            std::fs::read_dir(&dir).unwrap().next().is_none(),
+            "{args:?}"
+        );
+        std::fs::remove_dir(&dir).unwrap();
     }
 }
 

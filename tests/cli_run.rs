@@ -1103,15 +1103,50 @@ fn the_command_cannot_redirect_the_bundle_to_a_root_file() {
 }
 
 /// `--record` created its final path with `File::create`: a symlink planted there (by
-/// the user, in their directory) had a root-only file truncated and overwritten.
+/// the user, in their directory) had a root-only file truncated and overwritten. A
+/// symlink at an output path is now refused (never followed, never replaced), before
+/// the command starts.
 #[test]
-fn a_symlink_at_the_recording_path_is_replaced_not_followed() {
+fn a_symlink_at_the_recording_path_is_refused_not_followed() {
     let Some((_dir, home, victim)) = users_dir_and_root_only_file() else {
-        eprintln!("skipped a_symlink_at_the_recording_path_is_replaced_not_followed: needs root");
+        eprintln!("skipped a_symlink_at_the_recording_path_is_refused_not_followed: needs root");
         return;
     };
     let kkr = home.join("out.kkr");
     std::os::unix::fs::symlink(&victim, &kkr).unwrap();
+    let marker = home.join("ran");
+    let refused = |out: std::process::Output| {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{stderr}");
+        assert!(stderr.contains("symbolic link"), "{stderr}");
+        assert_untouched(&victim);
+        assert!(std::fs::symlink_metadata(&kkr).unwrap().is_symlink());
+        assert!(!marker.exists(), "the command ran: {stderr}");
+    };
+    let touch = ["--", "touch", marker.to_str().unwrap()];
+    refused(
+        kk_under_sudo_by_nobody()
+            .arg("run")
+            .arg(home.join("out.json"))
+            .arg("--record")
+            .arg(&kkr)
+            .args(touch)
+            .output()
+            .unwrap(),
+    );
+    // As plain root (no sudo) too.
+    refused(
+        std::process::Command::new(kk_path())
+            .arg("run")
+            .arg(home.join("root.json"))
+            .arg("--record")
+            .arg(&kkr)
+            .args(touch)
+            .output()
+            .unwrap(),
+    );
+    // Without the link, the recording is the user's and replays.
+    std::fs::remove_file(&kkr).unwrap();
     let out = kk_under_sudo_by_nobody()
         .arg("run")
         .arg(home.join("out.json"))
@@ -1125,31 +1160,13 @@ fn a_symlink_at_the_recording_path_is_replaced_not_followed() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert_untouched(&victim);
     assert_users_regular_file(&kkr);
     assert_users_regular_file(&home.join("out.json"));
-    // The recording replays.
     kk().arg("replay")
         .arg(&kkr)
         .arg(home.join("replayed.json"))
         .assert()
         .success();
-
-    // As plain root (no sudo) too.
-    std::fs::remove_file(&kkr).unwrap();
-    std::os::unix::fs::symlink(&victim, &kkr).unwrap();
-    kk().arg("run")
-        .arg(home.join("root.json"))
-        .arg("--record")
-        .arg(&kkr)
-        .args(["--", "true"])
-        .assert()
-        .success();
-    assert_untouched(&victim);
-    assert!(std::fs::symlink_metadata(&kkr)
-        .unwrap()
-        .file_type()
-        .is_file());
 }
 
 /// The frame cap also bounds memory: a big process tree fills `--max-frames-mb` long

@@ -6,8 +6,12 @@
 //!   is ever opened or chowned by a path someone else could have planted;
 //! - it is written, `fchmod`ed to 0666 minus the umask, `fchown`ed to the invoking user
 //!   through its fd when kernelkite writes as root on their behalf, fsynced, renamed over
-//!   the final name (a symlink there is replaced, never written through) and the
-//!   directory fsynced;
+//!   the final name and the directory fsynced;
+//! - that is for a name that holds nothing or a regular file. A name that holds a
+//!   device node, a FIFO or a socket is written in place (opened, or connected to), never
+//!   replaced, with the invoking user's rights; `-` (or `/dev/stdout`, `/dev/stderr`) is
+//!   the stream itself; a directory or a symlink at the name is refused
+//!   ([`Destination`], docs/SECURITY.md);
 //! - a streaming output (the `--record` file) is renamed into place right after its
 //!   creation, before anything is written: a session killed with SIGKILL or by the OOM
 //!   killer still leaves its complete chunks under the name the user gave;
@@ -71,8 +75,12 @@ pub fn create_streaming(path: &Path) -> io::Result<File> {
 /// Remove `path` if it still names `file` (one [`create_streaming`] returned), as the
 /// same user that created it.
 pub fn remove_created(path: &Path, file: &File) -> io::Result<()> {
-    let target = Target::of(path)?;
     let ours = file.metadata()?;
+    // Only a file this module created: never a device, FIFO or socket written in place.
+    if !ours.is_file() || matches!(Destination::of(path), Ok(Destination::Stream(_))) {
+        return Ok(());
+    }
+    let target = Target::of(path)?;
     let owner = invoking_user();
     as_writer(&target.dir, owner, |_| {
         let dir = Dir::open(&target.dir)?;
@@ -106,8 +114,17 @@ pub fn check_writable(path: &Path) -> io::Result<()> {
 }
 
 fn check_writable_for(path: &Path, owner: Option<&OutputOwner>) -> io::Result<()> {
-    if std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir()) {
-        return Err(io::Error::other("it is a directory"));
+    match Destination::of(path)? {
+        Destination::Stream(_) => return Ok(()),
+        Destination::InPlace(_) => {
+            // Not opened: a FIFO's open would wait for its reader.
+            let target = Target::of(path)?;
+            return as_user_in_place(owner, || {
+                let dir = Dir::open(&target.dir)?;
+                dir.check_write_access(&cstring(&target.name)?)
+            });
+        }
+        Destination::Replace => {}
     }
     let target = Target::of(path)?;
     as_writer(&target.dir, owner, |_| {
@@ -117,6 +134,14 @@ fn check_writable_for(path: &Path, owner: Option<&OutputOwner>) -> io::Result<()
 }
 
 fn write_file_for(path: &Path, bytes: &[u8], owner: Option<&OutputOwner>) -> io::Result<()> {
+    match Destination::of(path)? {
+        Destination::Stream(stream) => return write_stream(stream, bytes),
+        Destination::InPlace(kind) => {
+            let mut file = open_in_place(path, kind, owner)?;
+            return file.write_all(bytes);
+        }
+        Destination::Replace => {}
+    }
     let target = Target::of(path)?;
     as_writer(&target.dir, owner, |chown_to| {
         let dir = Dir::open(&target.dir)?;
@@ -130,6 +155,11 @@ fn write_file_for(path: &Path, bytes: &[u8], owner: Option<&OutputOwner>) -> io:
 }
 
 fn create_streaming_for(path: &Path, owner: Option<&OutputOwner>) -> io::Result<File> {
+    match Destination::of(path)? {
+        Destination::Stream(stream) => return stream.dup(),
+        Destination::InPlace(kind) => return open_in_place(path, kind, owner),
+        Destination::Replace => {}
+    }
     let target = Target::of(path)?;
     as_writer(&target.dir, owner, |chown_to| {
         let dir = Dir::open(&target.dir)?;
@@ -139,6 +169,165 @@ fn create_streaming_for(path: &Path, owner: Option<&OutputOwner>) -> io::Result<
         dir.sync()?;
         tmp.file.try_clone()
     })
+}
+
+/// Whether `path` names standard output (`-`, `/dev/stdout`): a command that also prints
+/// text there sends the text to standard error instead.
+pub fn is_stdout(path: &Path) -> bool {
+    matches!(
+        Destination::of(path),
+        Ok(Destination::Stream(Stream::Stdout))
+    )
+}
+
+/// How a message names an output: its path, or "standard output" for `-`.
+pub fn display_name(path: &Path) -> String {
+    match Destination::of(path) {
+        Ok(Destination::Stream(Stream::Stdout)) => "standard output".to_owned(),
+        Ok(Destination::Stream(Stream::Stderr)) => "standard error".to_owned(),
+        _ => path.display().to_string(),
+    }
+}
+
+/// Sync what [`create_streaming`] returned, where syncing means something: a regular
+/// file is fsynced; a pipe, a device or a socket (which reject fsync) is left as it is.
+pub fn sync_output(file: &File) -> io::Result<()> {
+    if file.metadata()?.is_file() {
+        file.sync_all()
+    } else {
+        Ok(())
+    }
+}
+
+/// Standard output or error, named `-` (standard output), `/dev/stdout` or `/dev/stderr`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stream {
+    Stdout,
+    Stderr,
+}
+
+impl Stream {
+    fn fd(self) -> libc::c_int {
+        match self {
+            Stream::Stdout => libc::STDOUT_FILENO,
+            Stream::Stderr => libc::STDERR_FILENO,
+        }
+    }
+
+    /// The stream as a file of its own (a duplicate of its descriptor).
+    fn dup(self) -> io::Result<File> {
+        // SAFETY: F_DUPFD_CLOEXEC on a descriptor number; a closed one fails with EBADF.
+        let fd = unsafe { libc::fcntl(self.fd(), libc::F_DUPFD_CLOEXEC, 3) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a new fd we own.
+        Ok(unsafe { File::from_raw_fd(fd) })
+    }
+}
+
+/// The kind of existing file an output is written into in place.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum InPlace {
+    /// A character or block device, or a FIFO: opened for writing.
+    Opened,
+    /// A Unix socket: connected to.
+    Socket,
+}
+
+/// What an output path names, read without following a link at its end.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Destination {
+    Stream(Stream),
+    /// An existing device node, FIFO or socket: written in place, never replaced.
+    InPlace(InPlace),
+    /// Nothing, or a regular file: a new file is renamed over the name.
+    Replace,
+}
+
+impl Destination {
+    fn of(path: &Path) -> io::Result<Destination> {
+        use std::os::unix::fs::FileTypeExt;
+        match path.as_os_str().as_bytes() {
+            b"-" | b"/dev/stdout" => return Ok(Destination::Stream(Stream::Stdout)),
+            b"/dev/stderr" => return Ok(Destination::Stream(Stream::Stderr)),
+            _ => {}
+        }
+        let meta = match std::fs::symlink_metadata(path) {
+            Ok(meta) => meta,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Destination::Replace),
+            // The directory cannot be read (or is missing): the write says why.
+            Err(_) => return Ok(Destination::Replace),
+        };
+        let kind = meta.file_type();
+        if kind.is_file() {
+            Ok(Destination::Replace)
+        } else if kind.is_dir() {
+            Err(io::Error::other("it is a directory"))
+        } else if kind.is_symlink() {
+            Err(io::Error::other(
+                "it is a symbolic link, which outputs never follow or replace (name the file it points to)",
+            ))
+        } else if kind.is_socket() {
+            Ok(Destination::InPlace(InPlace::Socket))
+        } else {
+            // Character and block devices and FIFOs.
+            Ok(Destination::InPlace(InPlace::Opened))
+        }
+    }
+}
+
+/// Write all of `bytes` to standard output or error. A reader that went away (a closed
+/// pipe, `| head`) is not an error: what it read was whole up to there.
+fn write_stream(stream: Stream, bytes: &[u8]) -> io::Result<()> {
+    let mut file = stream.dup()?;
+    match file.write_all(bytes).and_then(|()| file.flush()) {
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
+        other => other,
+    }
+}
+
+/// Open an existing device node, FIFO or socket at `path` for writing, in place: the
+/// name is never replaced, a link at it is never followed, and as root for a user the
+/// user's own rights decide (a device is not a new file that root could hand over).
+fn open_in_place(path: &Path, kind: InPlace, owner: Option<&OutputOwner>) -> io::Result<File> {
+    let target = Target::of(path)?;
+    as_user_in_place(owner, || {
+        let dir = Dir::open(&target.dir)?;
+        let name = cstring(&target.name)?;
+        let file = match kind {
+            InPlace::Opened => dir.open_existing(&name)?,
+            InPlace::Socket => dir.connect_existing(&name)?,
+        };
+        // Something else took the name between the look and the open: a regular file
+        // or a directory is never written in place.
+        let meta = file.metadata()?;
+        if meta.is_file() || meta.is_dir() {
+            return Err(io::Error::other(
+                "it changed from a device, FIFO or socket while being opened",
+            ));
+        }
+        Ok(file)
+    })
+}
+
+/// Run `f` with the invoking user's file rights (on a short-lived thread, as
+/// [`as_writer`] does) when there is one, else with the process's own.
+fn as_user_in_place<T: Send>(
+    owner: Option<&OutputOwner>,
+    f: impl FnOnce() -> io::Result<T> + Send,
+) -> io::Result<T> {
+    match owner {
+        None => f(),
+        Some(owner) => std::thread::scope(|s| {
+            s.spawn(|| {
+                become_for_files(owner)?;
+                f()
+            })
+            .join()
+            .unwrap_or_else(|_| Err(io::Error::other("opening the output panicked")))
+        }),
+    }
 }
 
 /// An output path split into its directory and file name.
@@ -284,6 +473,85 @@ impl Dir {
         }
         // SAFETY: our fd.
         if unsafe { libc::fsync(self.fd.as_raw_fd()) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// Open the existing entry `name` for writing, without following a link or
+    /// creating anything (a FIFO's open waits for its reader, as the shell's would).
+    fn open_existing(&self, name: &CString) -> io::Result<File> {
+        let flags = libc::O_WRONLY | libc::O_NOFOLLOW | libc::O_NOCTTY | libc::O_CLOEXEC;
+        // SAFETY: name is NUL-terminated.
+        let fd = unsafe { libc::openat(self.fd.as_raw_fd(), name.as_ptr(), flags) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a new fd we own.
+        Ok(unsafe { File::from_raw_fd(fd) })
+    }
+
+    /// Connect to the existing Unix socket `name` (stream, else seqpacket). The socket
+    /// is reached through an `O_PATH` descriptor of the entry itself, so a link swapped
+    /// in after the look is refused rather than followed.
+    fn connect_existing(&self, name: &CString) -> io::Result<File> {
+        let flags = libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+        // SAFETY: name is NUL-terminated.
+        let raw = unsafe { libc::openat(self.fd.as_raw_fd(), name.as_ptr(), flags) };
+        if raw < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a new fd we own.
+        let entry = unsafe { OwnedFd::from_raw_fd(raw) };
+        // SAFETY: an all-zero stat is valid; fstat fills it.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: our fd, st is writable.
+        if unsafe { libc::fstat(entry.as_raw_fd(), &mut st) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if st.st_mode & libc::S_IFMT != libc::S_IFSOCK {
+            return Err(io::Error::other("it is no longer a socket"));
+        }
+        let via = format!("/proc/self/fd/{}", entry.as_raw_fd());
+        // SAFETY: an all-zero sockaddr_un is valid.
+        let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+        addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+        for (dst, src) in addr.sun_path.iter_mut().zip(via.as_bytes()) {
+            *dst = *src as libc::c_char;
+        }
+        let mut last = io::Error::other("no socket type to connect with");
+        for kind in [libc::SOCK_STREAM, libc::SOCK_SEQPACKET] {
+            // SAFETY: plain socket creation.
+            let sock = unsafe { libc::socket(libc::AF_UNIX, kind | libc::SOCK_CLOEXEC, 0) };
+            if sock < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            // SAFETY: a new fd we own.
+            let sock = unsafe { OwnedFd::from_raw_fd(sock) };
+            // SAFETY: addr is a valid sockaddr_un of the given size.
+            let rc = unsafe {
+                libc::connect(
+                    sock.as_raw_fd(),
+                    (&raw const addr).cast(),
+                    std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t,
+                )
+            };
+            if rc == 0 {
+                return Ok(File::from(sock));
+            }
+            last = io::Error::last_os_error();
+            if last.raw_os_error() != Some(libc::EPROTOTYPE) {
+                break;
+            }
+        }
+        Err(last)
+    }
+
+    /// Whether this thread's file rights may write the entry `name` (not followed).
+    fn check_write_access(&self, name: &CString) -> io::Result<()> {
+        let flags = libc::AT_EACCESS | libc::AT_SYMLINK_NOFOLLOW;
+        // SAFETY: name is NUL-terminated.
+        if unsafe { libc::faccessat(self.fd.as_raw_fd(), name.as_ptr(), libc::W_OK, flags) } != 0 {
             return Err(io::Error::last_os_error());
         }
         Ok(())
@@ -470,23 +738,142 @@ mod tests {
     }
 
     #[test]
-    fn a_symlink_at_the_final_name_is_replaced_not_followed() {
+    fn a_symlink_at_the_final_name_is_refused_neither_followed_nor_replaced() {
         let (_v, victim) = victim();
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("out.json");
         symlink(&victim, &path).unwrap();
-        write_file_for(&path, b"bundle", None).unwrap();
+        let err = write_file_for(&path, b"bundle", None).unwrap_err();
+        assert!(err.to_string().contains("symbolic link"), "{err}");
+        let err = check_writable_for(&path, None).unwrap_err();
+        assert!(err.to_string().contains("symbolic link"), "{err}");
+        let err = create_streaming_for(&path, None).unwrap_err();
+        assert!(err.to_string().contains("symbolic link"), "{err}");
         assert_untouched(&victim);
-        assert!(std::fs::symlink_metadata(&path).unwrap().is_file());
-        assert_eq!(std::fs::read(&path).unwrap(), b"bundle");
+        assert!(std::fs::symlink_metadata(&path).unwrap().is_symlink());
+        assert_eq!(entries(dir.path()), ["out.json"]);
+    }
 
-        let kkr = dir.path().join("out.kkr");
-        symlink(&victim, &kkr).unwrap();
-        let mut f = create_streaming_for(&kkr, None).unwrap();
+    fn mkfifo(path: &Path) {
+        let c = cstring(path.as_os_str()).unwrap();
+        // SAFETY: c is NUL-terminated.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    }
+
+    fn file_type(path: &Path) -> std::fs::FileType {
+        std::fs::symlink_metadata(path).unwrap().file_type()
+    }
+
+    #[test]
+    fn a_fifo_is_written_in_place_and_its_reader_gets_the_bytes() {
+        use std::io::Read;
+        use std::os::unix::fs::FileTypeExt;
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("pipe");
+        mkfifo(&fifo);
+        let before = std::fs::symlink_metadata(&fifo).unwrap();
+        check_writable_for(&fifo, None).unwrap();
+        for write in [
+            |p: &Path| write_file_for(p, b"bundle", None),
+            |p: &Path| {
+                let mut f = create_streaming_for(p, None)?;
+                f.write_all(b"bundle")?;
+                sync_output(&f)?;
+                remove_created(p, &f)
+            },
+        ] {
+            let reader = {
+                let fifo = fifo.clone();
+                std::thread::spawn(move || {
+                    let mut got = Vec::new();
+                    File::open(fifo).unwrap().read_to_end(&mut got).unwrap();
+                    got
+                })
+            };
+            write(&fifo).unwrap();
+            assert_eq!(reader.join().unwrap(), b"bundle");
+            let after = std::fs::symlink_metadata(&fifo).unwrap();
+            assert!(after.file_type().is_fifo());
+            assert_eq!((after.ino(), after.mode()), (before.ino(), before.mode()));
+        }
+        assert_eq!(entries(dir.path()), ["pipe"]);
+    }
+
+    #[test]
+    fn a_socket_is_connected_to_and_written() {
+        use std::io::Read;
+        use std::os::unix::fs::FileTypeExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sock");
+        let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        let reader = std::thread::spawn(move || {
+            let (mut conn, _) = listener.accept().unwrap();
+            let mut got = Vec::new();
+            conn.read_to_end(&mut got).unwrap();
+            got
+        });
+        check_writable_for(&path, None).unwrap();
+        write_file_for(&path, b"bundle", None).unwrap();
+        assert_eq!(reader.join().unwrap(), b"bundle");
+        assert!(file_type(&path).is_socket());
+    }
+
+    #[test]
+    fn a_device_node_is_written_in_place_never_replaced() {
+        use std::os::unix::fs::FileTypeExt;
+        if !is_root() {
+            // CI runs as root: there, this test must run.
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "mknod needs root, and CI is root"
+            );
+            eprintln!("skipped a_device_node_is_written_in_place_never_replaced: mknod needs root");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let node = dir.path().join("null");
+        let c = cstring(node.as_os_str()).unwrap();
+        // A copy of /dev/null's node (1, 3): writes to it go nowhere.
+        // SAFETY: c is NUL-terminated.
+        let rc = unsafe { libc::mknod(c.as_ptr(), libc::S_IFCHR | 0o666, libc::makedev(1, 3)) };
+        assert_eq!(rc, 0, "{}", io::Error::last_os_error());
+        let before = std::fs::symlink_metadata(&node).unwrap();
+        check_writable_for(&node, None).unwrap();
+        write_file_for(&node, b"bundle", None).unwrap();
+        let mut f = create_streaming_for(&node, None).unwrap();
         f.write_all(b"header").unwrap();
-        assert_untouched(&victim);
-        assert!(std::fs::symlink_metadata(&kkr).unwrap().is_file());
-        assert_eq!(std::fs::read(&kkr).unwrap(), b"header");
+        sync_output(&f).unwrap();
+        remove_created(&node, &f).unwrap();
+        let after = std::fs::symlink_metadata(&node).unwrap();
+        assert!(after.file_type().is_char_device());
+        assert_eq!(
+            (after.ino(), after.mode(), after.rdev(), after.uid()),
+            (before.ino(), before.mode(), before.rdev(), before.uid())
+        );
+        assert_eq!(entries(dir.path()), ["null"]);
+        // As a user with no rights on it: refused, not replaced.
+        std::fs::set_permissions(&node, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let err = write_file_for(&node, b"x", Some(&nobody())).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::PermissionDenied, "{err}");
+        assert!(check_writable_for(&node, Some(&nobody())).is_err());
+        assert!(file_type(&node).is_char_device());
+    }
+
+    #[test]
+    fn a_dash_names_standard_output_and_a_directory_is_refused() {
+        assert_eq!(
+            Destination::of(Path::new("-")).unwrap(),
+            Destination::Stream(Stream::Stdout)
+        );
+        assert_eq!(
+            Destination::of(Path::new("/dev/stderr")).unwrap(),
+            Destination::Stream(Stream::Stderr)
+        );
+        check_writable_for(Path::new("-"), None).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let err = write_file_for(dir.path(), b"x", None).unwrap_err();
+        assert_eq!(err.to_string(), "it is a directory");
+        assert!(entries(dir.path()).is_empty());
     }
 
     #[test]
@@ -563,8 +950,10 @@ mod tests {
 
         let path = user_dir.join("out.json");
         symlink(&victim, &path).unwrap();
-        write_file_for(&path, b"bundle", Some(&owner)).unwrap();
+        assert!(write_file_for(&path, b"bundle", Some(&owner)).is_err());
         assert_untouched(&victim);
+        std::fs::remove_file(&path).unwrap();
+        write_file_for(&path, b"bundle", Some(&owner)).unwrap();
         let meta = std::fs::symlink_metadata(&path).unwrap();
         assert!(meta.is_file());
         assert_eq!((meta.uid(), meta.gid()), (NOBODY, NOBODY));

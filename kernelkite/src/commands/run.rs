@@ -573,7 +573,7 @@ mod linux {
         let a = crate::analysis::analyze(bundle);
         crate::note!(
             "kernelkite: wrote {} ({} backend, {}, {} processes, CPU {}, peak RSS {}); details: kernelkite summary {}",
-            path.display(),
+            crate::output::display_name(path),
             a.backend,
             crate::report::fmt_ms(a.duration_ms.round()),
             a.distinct_pids,

@@ -174,7 +174,7 @@ mod platform {
         let written = match &args.output {
             Some(out) => write_bundle(out, &bundle)
                 .with_context(|| format!("cannot write {}", out.display()))
-                .map(|()| crate::note!("kernelkite: wrote {}", out.display())),
+                .map(|()| crate::note!("kernelkite: wrote {}", crate::output::display_name(out))),
             None => Ok(()),
         };
         let recorded = match record {
@@ -194,7 +194,12 @@ mod platform {
             }
             text
         };
-        let printed = write_stdout(&text).context("cannot write to standard output");
+        // The bundle itself went to standard output (`-o -`): the text goes beside it.
+        let printed = if args.output.as_deref().is_some_and(crate::output::is_stdout) {
+            crate::report::write_stderr(&text).context("cannot write to standard error")
+        } else {
+            write_stdout(&text).context("cannot write to standard output")
+        };
         written?;
         recorded?;
         printed?;

@@ -562,7 +562,7 @@ impl SharedRecording {
             .ok_or_else(|| io::Error::other("the recording was already finished"))?;
         w.append(RecordRef::End { t_ns: end_t_ns });
         let (file, stats) = w.finish()?;
-        file.sync_all()?;
+        crate::output::sync_output(&file)?;
         Ok(stats)
     }
 }

@@ -31,6 +31,16 @@ pub fn write_stdout(text: &str) -> std::io::Result<()> {
     }
 }
 
+/// `text` to standard error, as [`write_stdout`] writes standard output.
+pub fn write_stderr(text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut err = std::io::stderr().lock();
+    match err.write_all(text.as_bytes()).and_then(|_| err.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other,
+    }
+}
+
 /// Pretty JSON with a trailing newline, as every `--json` command prints it.
 pub fn json_text(value: &serde_json::Value) -> String {
     let mut s = serde_json::to_string_pretty(value).unwrap_or_else(|_| "null".to_string());
