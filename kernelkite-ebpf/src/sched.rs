@@ -149,9 +149,19 @@ fn switch_in(t: &mut ThreadState, next: *const u8, now: u64) {
     }
     match t.run_state {
         run_state::EXITED => return,
-        // Not counted as a missed switch-out: system-wide sessions show such switch-ins
-        // with no skipped run at all (cause not found).
-        run_state::ON_CPU => close_interval(t, LatencyClass::OnCpu, now),
+        // A switch-out that was not seen (not counted as a missed run: system-wide
+        // sessions show such switch-ins with no skipped run at all, cause not found).
+        // The kernel's runtime, which does not move off the CPU, says how much of the
+        // interval was a run.
+        run_state::ON_CPU => {
+            // SAFETY: as above.
+            let runtime_ns = unsafe { task::sum_exec_runtime::<true>(next) };
+            if runtime_ns == NO_RUNTIME {
+                close_interval(t, LatencyClass::OnCpu, now);
+            } else {
+                t.close_missed_switch_out(runtime_ns, now);
+            }
+        }
         _ => close_interval(t, waiting_class(t), now),
     }
     t.run_state = run_state::ON_CPU;

@@ -9,7 +9,7 @@ use std::time::Duration;
 use aya::maps::{Array, MapData, PerCpuArray, RingBuf};
 use kernelkite_common::bpf::{
     exit_flags, lost, map_names, record_flags, record_kind, run_state, sys_flags, ThreadState,
-    COPIED_STACK, NO_PENDING, NO_STACK, NO_SYSCALL, SYSCALL_BEFORE_START,
+    COPIED_STACK, NO_PENDING, NO_RUNTIME, NO_STACK, NO_SYSCALL, SYSCALL_BEFORE_START,
 };
 use kernelkite_common::LatencyClass;
 
@@ -1360,13 +1360,25 @@ impl Session {
             let remembered: BTreeSet<u32> = self.tracked.pids().collect();
             self.parent_of.retain(|pid, _| remembered.contains(pid));
         }
+        // The kernel runtime of each thread /proc read off the CPU just now (not R): it
+        // ends the run in progress of a thread the map still shows on a CPU (its
+        // switch-out can go unseen). A running thread's runtime lags its run by up to a
+        // tick, so it bounds nothing.
+        let runtime_now: BTreeMap<u32, u64> = frame
+            .processes
+            .iter()
+            .flat_map(|p| &p.threads)
+            .filter(|t| !t.state.as_str().starts_with('R'))
+            .filter_map(|t| Some((t.tid as u32, t.schedstat?.on_cpu_ns)))
+            .collect();
         let mut emitted: BTreeMap<u32, ClassTimes> = BTreeMap::new();
         for states in by_tgid.values() {
             for (&tid, state) in states {
+                let runtime = runtime_now.get(&tid).copied();
                 let times = if final_frame || self.count_initial_in_frames {
-                    class_times_final(state, now)
+                    class_times_final(state, now, runtime)
                 } else {
-                    class_times_at(state, now)
+                    class_times_at(state, now, runtime)
                 };
                 emitted.insert(
                     tid,
@@ -1555,11 +1567,24 @@ fn initial_class(state: &str, syscall_nr: Option<i64>) -> LatencyClass {
 
 /// A thread's class times up to `now`: completed intervals plus the one in progress.
 /// INITIAL threads' first interval is not counted until it is known (see finish).
-fn class_times_at(state: &ThreadState, now: u64) -> ClassTimes {
+/// `runtime_ns` is the kernel runtime of a thread /proc saw off the CPU at or after
+/// `now`, if known: a run the map shows in progress then ended, and is on_cpu only as
+/// far as the runtime moved since the interval began, the rest unknown_wait (a
+/// switch-out the hooks did not see leaves a sleeping thread on a CPU in the map,
+/// `ThreadState::close_missed_switch_out`).
+fn class_times_at(state: &ThreadState, now: u64, runtime_ns: Option<u64>) -> ClassTimes {
     let mut times = ClassTimes::from_array(state.class_ns);
     let open = now.saturating_sub(state.since_ns);
+    if state.run_state == run_state::ON_CPU {
+        let ran = match runtime_ns {
+            Some(r) if state.runtime_ns != NO_RUNTIME => r.saturating_sub(state.runtime_ns),
+            _ => open,
+        };
+        times.add(LatencyClass::OnCpu, open.min(ran));
+        times.add(LatencyClass::UnknownWait, open - open.min(ran));
+        return times;
+    }
     let class = match state.run_state {
-        run_state::ON_CPU => Some(LatencyClass::OnCpu),
         run_state::RUNNABLE => Some(LatencyClass::Runqueue),
         run_state::SLEEPING => LatencyClass::from_id(state.sleep_class),
         _ => None,
@@ -1583,9 +1608,9 @@ fn asleep_since(state: &ThreadState, t_ns: u64) -> bool {
 
 /// A thread's class times at the end of the session. A thread still INITIAL had no
 /// event at all: it spent the whole window in the state /proc showed at attach time.
-fn class_times_final(state: &ThreadState, now: u64) -> ClassTimes {
+fn class_times_final(state: &ThreadState, now: u64, runtime_ns: Option<u64>) -> ClassTimes {
     if state.run_state != run_state::INITIAL {
-        return class_times_at(state, now);
+        return class_times_at(state, now, runtime_ns);
     }
     let mut times = ClassTimes::from_array(state.class_ns);
     let class = LatencyClass::from_id(state.sleep_class).unwrap_or(LatencyClass::UnknownWait);
@@ -1637,19 +1662,36 @@ mod tests {
     #[test]
     fn open_interval_goes_to_the_current_state_class() {
         let on = state(run_state::ON_CPU, 150, [50, 0, 0, 0, 0, 0, 0]);
-        assert_eq!(class_times_at(&on, 170).on_cpu, 70);
+        assert_eq!(class_times_at(&on, 170, None).on_cpu, 70);
         let asleep = state(run_state::SLEEPING, 150, [50, 0, 0, 0, 0, 0, 0]);
-        let t = class_times_at(&asleep, 170);
+        let t = class_times_at(&asleep, 170, None);
         assert_eq!((t.on_cpu, t.syscall_blocked), (50, 20));
         let waiting = state(run_state::RUNNABLE, 150, [50, 0, 0, 0, 0, 0, 0]);
-        assert_eq!(class_times_at(&waiting, 170).runqueue, 20);
+        assert_eq!(class_times_at(&waiting, 170, None).runqueue, 20);
         // An INITIAL thread's first interval is unknown until its first event, and is
         // only attributed (to the class /proc showed) at the end of the session.
         let initial = state(run_state::INITIAL, 100, [0; NUM_CLASSES]);
-        assert_eq!(class_times_at(&initial, 170).total_ns(), 0);
-        assert_eq!(class_times_final(&initial, 170).syscall_blocked, 70);
+        assert_eq!(class_times_at(&initial, 170, None).total_ns(), 0);
+        assert_eq!(class_times_final(&initial, 170, None).syscall_blocked, 70);
         // A clock a little behind since_ns never underflows.
-        assert_eq!(class_times_at(&on, 140).on_cpu, 50);
+        assert_eq!(class_times_at(&on, 140, None).on_cpu, 50);
+    }
+
+    /// A thread the map shows on a CPU since 150 whose kernel runtime moved 5 ns since
+    /// then (its switch-out went unseen): 5 ns of the 20 are on_cpu, the rest unknown.
+    #[test]
+    fn a_run_in_progress_is_on_cpu_only_as_far_as_the_runtime_moved() {
+        let mut on = state(run_state::ON_CPU, 150, [50, 0, 0, 0, 0, 0, 0]);
+        on.runtime_ns = 1_000;
+        let t = class_times_at(&on, 170, Some(1_005));
+        assert_eq!((t.on_cpu, t.unknown_wait), (55, 15));
+        // A runtime ahead of the interval: all of it on_cpu, never more.
+        let t = class_times_at(&on, 170, Some(9_000));
+        assert_eq!((t.on_cpu, t.unknown_wait), (70, 0));
+        // Without a baseline the runtime says nothing.
+        on.runtime_ns = NO_RUNTIME;
+        assert_eq!(class_times_at(&on, 170, Some(1_005)).on_cpu, 70);
+        assert_eq!(class_times_final(&on, 170, Some(1_005)).on_cpu, 70);
     }
 
     #[test]
