@@ -2,6 +2,23 @@
 //! byte amounts, durations, shares, command lines, and aligned columns. A leaf: it
 //! imports nothing from the crate, so every layer may use it.
 
+/// A count as an English word ("seven") up to twelve, digits past it.
+pub fn number_word(n: usize) -> String {
+    const WORDS: [&str; 13] = [
+        "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
+        "eleven", "twelve",
+    ];
+    WORDS
+        .get(n)
+        .map_or_else(|| n.to_string(), |w| (*w).to_string())
+}
+
+/// How many latency classes there are, as a word ("seven"): every text that counts
+/// them says it from `NUM_CLASSES`.
+pub fn classes_word() -> String {
+    number_word(kernelkite_common::class::NUM_CLASSES)
+}
+
 /// A name from the kernel (comm, argv element) made safe for one line of text: control
 /// characters are shown escaped (`\n`, `\u{1b}`).
 pub fn clean(s: &str) -> String {

@@ -351,7 +351,7 @@ pub struct ThreadRow {
     pub window_start_ns: u64,
     /// `t_ns` of the thread's last sample.
     pub window_end_ns: u64,
-    /// Wall time attributed to the thread; the six classes add up to exactly this.
+    /// Wall time attributed to the thread; the classes add up to exactly this.
     /// `max(window_end − window_start, on_cpu + runqueue)` from /proc, or the sum of
     /// the exact classes from eBPF.
     pub wall_ns: u64,
@@ -561,7 +561,7 @@ fn host_steal_ns(bundle: &Bundle) -> Option<u64> {
 /// proportion to `votes` (one per off-CPU sample, see [`sample_class`]); integer
 /// rounding leftovers go to the class with the most votes (ties: lowest class id); with
 /// no off-CPU vote the remainder is `unknown_wait`. Without schedstat, running samples
-/// (`votes[on_cpu]`) take part in the split as `on_cpu`. The six classes add up to
+/// (`votes[on_cpu]`) take part in the split as `on_cpu`. The classes add up to
 /// `max(window, on_cpu + runqueue)`.
 pub fn estimate_classes(
     window_ns: u64,

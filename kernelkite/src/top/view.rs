@@ -1,5 +1,5 @@
 //! Drawing an [`App`]: header with the class legend, the process table with a stacked
-//! bar of the six latency classes per row, the syscall panel, the stacks panel (when the
+//! bar of the seven latency classes per row, the syscall panel, the stacks panel (when the
 //! feed has stacks), the status line, and the help overlay. Every number shown comes from the app's window analysis; this module
 //! only lays it out. Any terminal size renders (tiny ones get a one-line notice).
 

@@ -262,16 +262,18 @@ pub(super) fn classes_section(h: &mut String, a: &Analysis) {
     h.push_str("<section id=\"classes\">\n<h2>Where the time went: latency classes</h2>\n");
     let total = a.latency_classes.total_ns();
     if a.latency_classes_exact {
-        h.push_str(
-            "<p class=\"hint\">Wall time of every observed thread, split into six classes \
+        h.push_str(&format!(
+            "<p class=\"hint\">Wall time of every observed thread, split into {} classes \
              measured exactly by the kernel (eBPF).</p>\n",
-        );
+            crate::format::classes_word()
+        ));
     } else {
-        h.push_str(
-            "<p class=\"hint\">Wall time of every observed thread, split into six classes. \
+        h.push_str(&format!(
+            "<p class=\"hint\">Wall time of every observed thread, split into {} classes. \
              Hatched classes are <em>estimated</em> from sampled thread states; on_cpu and \
              runqueue are exact (schedstat).</p>\n",
-        );
+            crate::format::classes_word()
+        ));
     }
     if total == 0 {
         h.push_str("<p class=\"hint\">No thread time was observed.</p>\n</section>\n");
