@@ -7,7 +7,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 /// `kernelkite --version`: the version, the commit it was built from, and whether the
 /// BPF object it embeds was built from the BPF sources it was built with (build.rs).
-const LONG_VERSION: &str = concat!(
+pub const LONG_VERSION: &str = concat!(
     env!("CARGO_PKG_VERSION"),
     "\ncommit:     ",
     env!("KK_BUILD_COMMIT"),
@@ -15,41 +15,177 @@ const LONG_VERSION: &str = concat!(
     env!("KK_BUILD_BPF"),
 );
 
-/// Where does my program's time go? kernelkite explains a process tree's time as latency
-/// classes (on_cpu, runqueue, io_wait, lock_wait, syscall_blocked, unknown_wait) with eBPF
-/// when it may, or by sampling /proc without privileges.
+use crate::format::classes_word;
+
+/// The latency classes' names, comma separated, in id order.
+pub fn class_names() -> String {
+    kernelkite_common::LatencyClass::ALL
+        .iter()
+        .map(|c| c.name())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn top_about() -> String {
+    format!(
+        "Where does my program's time go? kernelkite explains a process tree's time in {} \
+         latency classes ({}) with eBPF when it may, or by sampling /proc without privileges.",
+        classes_word(),
+        class_names()
+    )
+}
+
 #[derive(Debug, Parser)]
 #[command(
     name = "kernelkite",
+    about = top_about(),
     version,
     long_version = LONG_VERSION,
     propagate_version = true
 )]
 pub struct Cli {
-    #[command(flatten)]
-    pub global: GlobalArgs,
     #[command(subcommand)]
     pub command: Command,
 }
 
-/// Flags accepted before or after the subcommand.
+/// The options that were once global to every subcommand: `kernelkite --json summary B` and
+/// `kernelkite --backend proc run B -- CMD` still parse, for the subcommands that have the
+/// option (see [`hoist_leading_options`]). Value-taking ones first.
+pub const LEADING_OPTIONS: [(&str, bool); 5] = [
+    ("--backend", true),
+    ("--interval-ms", true),
+    ("--label", true),
+    ("--json", false),
+    ("--network", false),
+];
+
+/// `kernelkite OPTIONS... SUBCOMMAND REST...` → `kernelkite SUBCOMMAND OPTIONS... REST...`
+/// for the [`LEADING_OPTIONS`] before the subcommand's name, so they are parsed as the
+/// subcommand's own: a subcommand that does not have one rejects it, naming it, with its
+/// own usage line (never a flag accepted and ignored).
+pub fn hoist_leading_options(args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    let mut i = 1;
+    while let Some(arg) = args.get(i).and_then(|a| a.to_str()) {
+        let known = LEADING_OPTIONS.iter().find(|(name, takes_value)| {
+            arg == *name
+                || (*takes_value && arg.strip_prefix(name).is_some_and(|r| r.starts_with('=')))
+        });
+        match known {
+            Some((name, true)) if arg == *name => i += 2,
+            Some(_) => i += 1,
+            None => break,
+        }
+    }
+    let is_subcommand = args
+        .get(i)
+        .and_then(|a| a.to_str())
+        .is_some_and(|a| !a.starts_with('-'));
+    if i == 1 || !is_subcommand {
+        return args;
+    }
+    let mut out = Vec::with_capacity(args.len());
+    out.push(args[0].clone());
+    out.push(args[i].clone());
+    out.extend(args[1..i].iter().cloned());
+    out.extend(args[i + 1..].iter().cloned());
+    out
+}
+
+/// The command tree, with the top page's closing text saying which subcommands take
+/// each of the [`LEADING_OPTIONS`] (read from the tree, so it cannot drift).
+pub fn command() -> clap::Command {
+    let cmd = <Cli as clap::CommandFactory>::command();
+    let mut lines = vec![
+        "Options of a subcommand come after its name. These may also come before it, \
+         for the subcommands that have them (`kernelkite --json summary B`):"
+            .to_string(),
+    ];
+    for (option, _) in LEADING_OPTIONS {
+        let subs = subcommands_with(&cmd, option.trim_start_matches('-'));
+        lines.push(format!("  {option}: {}", subs.join(", ")));
+    }
+    cmd.after_help(lines.join("\n"))
+}
+
+/// The visible subcommands that have the long option `long`.
+pub fn subcommands_with(cmd: &clap::Command, long: &str) -> Vec<String> {
+    cmd.get_subcommands()
+        .filter(|s| !s.is_hide_set())
+        .filter(|s| s.get_arguments().any(|a| a.get_long() == Some(long)))
+        .map(|s| s.get_name().to_string())
+        .collect()
+}
+
+/// Parse a command line (the first item is the program's name).
+pub fn try_parse_from(
+    args: impl IntoIterator<Item = impl Into<std::ffi::OsString>>,
+) -> Result<Cli, clap::Error> {
+    use clap::FromArgMatches;
+    let given: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
+    let args = hoist_leading_options(given.clone());
+    if args != given {
+        refuse_hoisted_options_not_had(&given, &args[1])?;
+    }
+    let mut matches = command().try_get_matches_from(args)?;
+    Cli::from_arg_matches_mut(&mut matches)
+}
+
+/// A [`LEADING_OPTIONS`] option given before a subcommand that does not have it: an
+/// error naming the subcommands that do (clap's own would suggest `-- --label`).
+fn refuse_hoisted_options_not_had(
+    given: &[std::ffi::OsString],
+    sub_name: &std::ffi::OsStr,
+) -> Result<(), clap::Error> {
+    let mut cmd = command();
+    cmd.build();
+    let Some(sub) = sub_name
+        .to_str()
+        .and_then(|name| cmd.find_subcommand(name))
+        .cloned()
+    else {
+        return Ok(()); // clap says the subcommand is unknown
+    };
+    for arg in given[1..].iter().map_while(|a| a.to_str()) {
+        if arg == sub.get_name() {
+            break;
+        }
+        let Some((option, _)) = LEADING_OPTIONS
+            .iter()
+            .find(|(name, _)| arg == *name || arg.starts_with(&format!("{name}=")))
+        else {
+            continue; // a value
+        };
+        let long = option.trim_start_matches('-');
+        if !sub.get_arguments().any(|a| a.get_long() == Some(long)) {
+            let mut sub = sub
+                .clone()
+                .bin_name(format!("kernelkite {}", sub.get_name()));
+            return Err(sub.error(
+                clap::error::ErrorKind::UnknownArgument,
+                format!(
+                    "{option} is not an option of {}: it does nothing there (it is an option of {})",
+                    sub.get_name(),
+                    subcommands_with(&cmd, long).join(", ")
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `--interval-ms`, `--label` and `--network`: what a recording session (`run`, `trace`)
+/// stores and how often it snapshots.
 #[derive(Debug, Args, Clone)]
-pub struct GlobalArgs {
-    /// Sampling (proc) or snapshot (ebpf) interval in milliseconds.
-    #[arg(long, global = true, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
+pub struct SessionArgs {
+    /// Sampling (/proc) or snapshot (eBPF) interval in milliseconds.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
     pub interval_ms: u64,
     /// Free-text label stored in the bundle and shown in reports.
-    #[arg(long, global = true)]
+    #[arg(long)]
     pub label: Option<String>,
     /// Also record host-wide /proc/net/dev counters (not attributable to the profiled processes).
-    #[arg(long, global = true)]
+    #[arg(long)]
     pub network: bool,
-    /// Print machine-readable JSON instead of text (summary, compare, tree, trace, doctor, stacks).
-    #[arg(long, global = true)]
-    pub json: bool,
-    /// Which collector to use: auto picks eBPF when privileged, else /proc.
-    #[arg(long, global = true, value_enum, default_value_t = BackendChoice::Auto)]
-    pub backend: BackendChoice,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -87,15 +223,10 @@ pub enum Command {
     /// Either way it gets neither kernelkite's ambient or inheritable capabilities nor
     /// the unlimited RLIMIT_MEMLOCK kernelkite sets for loading BPF.
     Run(RunArgs),
-    /// Attach to running processes with eBPF and explain where their time goes (needs root).
-    ///
-    /// Shows a one-line status while it runs. It stops after `--duration`, on Ctrl-C, or
-    /// when every traced process has exited, then prints each process's (`--threads`:
-    /// each thread's) time in the six latency classes, the top syscalls by total time
-    /// with count and p50/p95/p99/max latency, and the number of events lost (counted in
-    /// the kernel). Cost on the reference machine: about 0.25 µs per traced syscall
-    /// (less than libbpf-tools `syscount -L`); other processes pay a bitmap check
-    /// (docs/PERFORMANCE.md has the measurements).
+    #[command(
+        about = "Attach to running processes with eBPF and explain where their time goes (needs root)",
+        long_about = trace_long_about()
+    )]
     Trace(TraceArgs),
     /// Run as an always-on agent: trace the whole machine (or a selection) with eBPF
     /// and serve Prometheus metrics, push OTLP metrics, and serve pprof profiles (needs
@@ -107,21 +238,10 @@ pub enum Command {
     /// (docs/AGENT.md has the rule and every metric). SIGHUP rereads --config; SIGTERM
     /// and Ctrl-C detach everything and exit. Logs are logfmt lines on stderr.
     Agent(AgentArgs),
-    /// A live terminal view of where time goes, per process (and thread).
-    ///
-    /// Each row is a process (Enter or → shows its threads) with a stacked bar of its
-    /// wall time in the six latency classes, its CPU% and off-CPU time; below, the top
-    /// syscalls of the selected process (or all) with count, rate and p50/p95/p99/max;
-    /// the status line shows events lost, the backend and hooks, and kernelkite's own
-    /// CPU. Windows: last 1 s, last 10 s, since start (`w`). Sort with `s`, `<`, `>`
-    /// (`r` reverses), filter with `/`, pause with `p` or space, help with `?`, quit
-    /// with `q` or Ctrl-C. Without `--pid` it watches every process, heaviest off-CPU
-    /// first. With privileges every class is exact (eBPF); without them (or with
-    /// `--backend proc`) /proc is sampled: on_cpu and runqueue exact, the rest
-    /// estimated, and no syscall latency. `--stacks` (eBPF) adds a panel of the heaviest
-    /// stacks of the selected row's dominant class in the window. `--record FILE.kkr`
-    /// writes the session as it runs (`kernelkite replay` reads it like any recording);
-    /// `--replay` plays a recording or a bundle through the same view (`+`/`-` speed).
+    #[command(
+        about = "A live terminal view of where time goes, per process (and thread)",
+        long_about = top_long_about()
+    )]
     Top(TopArgs),
     /// Turn a fixture or a recording into a bundle, byte for byte the same every time.
     ///
@@ -186,7 +306,7 @@ pub enum Command {
     /// is time in nanoseconds. The file is written atomically.
     Flamegraph(FlamegraphArgs),
     /// Say which backend would be used here, and why.
-    Doctor,
+    Doctor(DoctorArgs),
     /// Print shell completions.
     Completions(CompletionsArgs),
     /// Print the man page (roff): kernelkite(1), or with a subcommand's name its own
@@ -195,6 +315,53 @@ pub enum Command {
     /// Benchmark helper: attach empty sys_enter/sys_exit programs until stdin closes.
     #[command(hide = true)]
     BenchFloor(BenchFloorArgs),
+}
+
+fn trace_long_about() -> String {
+    format!(
+        "Attach to running processes with eBPF and explain where their time goes (needs root).
+
+Shows a one-line status while it runs. It stops after `--duration`, on Ctrl-C, or \
+when every traced process has exited, then prints each process's (`--threads`: \
+each thread's) time in the {} latency classes, the top syscalls by total time \
+with count and p50/p95/p99/max latency, and the number of events lost (counted in \
+the kernel). Cost on the reference machine: about 0.25 µs per traced syscall \
+(less than libbpf-tools `syscount -L`); other processes pay a bitmap check \
+(docs/PERFORMANCE.md has the measurements).",
+        classes_word()
+    )
+}
+
+fn top_long_about() -> String {
+    format!(
+        "A live terminal view of where time goes, per process (and thread).
+
+Each row is a process (Enter or → shows its threads) with a stacked bar of its \
+wall time in the {} latency classes, its CPU% and off-CPU time; below, the top \
+syscalls of the selected process (or all) with count, rate and p50/p95/p99/max; \
+the status line shows events lost, the backend and hooks, and kernelkite's own \
+CPU. Windows: last 1 s, last 10 s, since start (`w`). Sort with `s`, `<`, `>` \
+(`r` reverses), filter with `/`, pause with `p` or space, help with `?`, quit \
+with `q` or Ctrl-C. Without `--pid` it watches every process, heaviest off-CPU \
+first. With privileges every class is exact (eBPF); without them (or with \
+`--backend proc`) /proc is sampled: on_cpu and runqueue exact, the rest \
+estimated, and no syscall latency. `--stacks` (eBPF) adds a panel of the heaviest \
+stacks of the selected row's dominant class in the window. `--record FILE.kkr` \
+writes the session as it runs (`kernelkite replay` reads it like any recording); \
+`--replay` plays a recording or a bundle through the same view (`+`/`-` speed).",
+        classes_word()
+    )
+}
+
+fn class_help() -> String {
+    format!("Only this latency class ({}).", class_names())
+}
+
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    /// Print the findings as JSON (docs/JSON.md).
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -250,6 +417,11 @@ pub struct RunArgs {
     pub no_exit_stops: bool,
     #[command(flatten)]
     pub recording: RecordArgs,
+    #[command(flatten)]
+    pub session: SessionArgs,
+    /// Which collector to use: auto picks eBPF when privileged, else /proc.
+    #[arg(long, value_enum, default_value_t = BackendChoice::Auto)]
+    pub backend: BackendChoice,
 }
 
 /// How many frames a session keeps in memory (and writes to its bundle).
@@ -300,12 +472,31 @@ pub struct StackArgs {
     pub stacks: bool,
     /// With --stacks: off-CPU periods at least this long get a stack and their exact
     /// time; shorter ones are sampled with probability length / this (their time always
-    /// counts in the latency classes).
-    #[arg(long, default_value_t = 1000, value_name = "US", value_parser = clap::value_parser!(u64).range(1..))]
-    pub min_block_us: u64,
-    /// With --stacks: on-CPU stack samples per second per CPU (0: none).
-    #[arg(long, default_value_t = 99, value_name = "HZ", value_parser = clap::value_parser!(u64).range(0..=10_000))]
-    pub sample_hz: u64,
+    /// counts in the latency classes). Default 1000.
+    #[arg(long, value_name = "US", value_parser = clap::value_parser!(u64).range(1..))]
+    pub min_block_us: Option<u64>,
+    /// With --stacks: on-CPU stack samples per second per CPU (0: none). Default 99.
+    #[arg(long, value_name = "HZ", value_parser = clap::value_parser!(u64).range(0..=MAX_SAMPLE_HZ))]
+    pub sample_hz: Option<u64>,
+}
+
+/// `--min-block-us` without one.
+pub const DEFAULT_MIN_BLOCK_US: u64 = 1000;
+/// `--sample-hz` without one.
+pub const DEFAULT_SAMPLE_HZ: u64 = 99;
+/// The most `--sample-hz` takes.
+pub const MAX_SAMPLE_HZ: u64 = 10_000;
+
+impl StackArgs {
+    /// `--min-block-us`, or its default.
+    pub fn min_block_us(&self) -> u64 {
+        self.min_block_us.unwrap_or(DEFAULT_MIN_BLOCK_US)
+    }
+
+    /// `--sample-hz`, or its default.
+    pub fn sample_hz(&self) -> u64 {
+        self.sample_hz.unwrap_or(DEFAULT_SAMPLE_HZ)
+    }
 }
 
 /// `--record`: the session's stream, written while it runs.
@@ -330,22 +521,19 @@ pub enum RecordCompression {
 }
 
 #[derive(Debug, Args)]
+#[command(group = clap::ArgGroup::new("target").required(true).multiple(false).args(["pids", "cgroup", "container"]))]
 pub struct TraceArgs {
     /// Process to trace (every thread), by its host pid (docs/CONTAINERS.md: finding
-    /// it from inside a container); repeatable.
-    #[arg(
-        long = "pid",
-        num_args = 1,
-        required_unless_present_any = ["cgroup", "container"],
-        conflicts_with_all = ["cgroup", "container"]
-    )]
+    /// it from inside a container); repeatable. One of --pid, --cgroup or --container
+    /// is required.
+    #[arg(long = "pid", value_name = "PID", num_args = 1)]
     pub pids: Vec<i32>,
     /// Trace every process of this cgroup v2 directory and the cgroups below it: those
     /// there at the start and those that fork or exec there later, selected in the
     /// kernel. A directory under the v2 mount (/sys/fs/cgroup/system.slice/my.service)
     /// or a path within the hierarchy (/system.slice/my.service). Runs until Ctrl-C,
     /// --duration, or the cgroup's removal.
-    #[arg(long, value_name = "PATH", conflicts_with = "container")]
+    #[arg(long, value_name = "PATH")]
     pub cgroup: Option<PathBuf>,
     /// Trace a container, by its id or a unique prefix of it (Docker, containerd and
     /// Kubernetes, CRI-O, Podman), or a systemd unit by name (nginx.service, nginx):
@@ -393,15 +581,22 @@ pub struct TraceArgs {
     pub serve: Option<std::net::SocketAddr>,
     #[command(flatten)]
     pub recording: RecordArgs,
+    #[command(flatten)]
+    pub session: SessionArgs,
+    /// Print the report as JSON (the `summary --json` document, docs/JSON.md) instead
+    /// of text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
 pub struct AgentArgs {
-    /// A TOML file of settings (docs/AGENT.md): the keys are this command's long
-    /// options in snake_case (`top_processes = 30`, `otlp_endpoint = "..."`,
-    /// `otlp_headers = { authorization = "..." }`). An option given on the command line
-    /// wins. SIGHUP rereads it: the series limits and the OTLP settings change at once;
-    /// a change of what is traced, --listen or --stacks is logged and needs a restart.
+    /// A TOML file of settings (docs/AGENT.md): the keys are this command's other long
+    /// options in snake_case (`top_processes = 30`, `otlp_endpoint = "..."`, `pid =
+    /// [1234]`, `otlp_header = { authorization = "..." }`). An option given on the
+    /// command line wins (any of --pid, --cgroup, --container replaces the file's
+    /// selection). SIGHUP rereads it: the series limits and the OTLP settings change at
+    /// once; a change of anything else is logged and needs a restart.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Serve /metrics (and, with --stacks, /debug/pprof/profile) at IP:PORT (default
@@ -414,7 +609,7 @@ pub struct AgentArgs {
     pub allow_remote: bool,
     /// Trace only these processes (and their descendants), by host pid; repeatable.
     /// Default: every process on the machine.
-    #[arg(long = "pid", num_args = 1, conflicts_with_all = ["cgroup", "container"])]
+    #[arg(long = "pid", value_name = "PID", num_args = 1, conflicts_with_all = ["cgroup", "container"])]
     pub pids: Vec<i32>,
     /// Trace only this cgroup v2 subtree (as `trace --cgroup`).
     #[arg(long, value_name = "PATH", conflicts_with = "container")]
@@ -454,9 +649,10 @@ pub struct AgentArgs {
     #[arg(long, value_name = "N")]
     pub otlp_queue: Option<usize>,
     /// Threads the kernel side can track at once, at least (its thread table: this many
-    /// overflow entries beside up to 16,384 slots, as `trace --max-threads`).
-    #[arg(long, default_value_t = 65_536, value_parser = clap::value_parser!(u32).range(1..))]
-    pub max_threads: u32,
+    /// overflow entries beside up to 16,384 slots, as `trace --max-threads`; default
+    /// 65,536).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_threads: Option<u32>,
     /// With --stacks: the stack capture starts over every this many seconds (default
     /// 600; at once when no profile is being taken), which bounds what it keeps by the
     /// distinct stacks of one period rather than of the agent's whole uptime.
@@ -471,7 +667,7 @@ pub struct AgentArgs {
 #[derive(Debug, Args)]
 pub struct TopArgs {
     /// Process to watch (every thread), by host pid; repeatable. Default: every process.
-    #[arg(long = "pid", num_args = 1, conflicts_with_all = ["replay", "cgroup", "container"])]
+    #[arg(long = "pid", value_name = "PID", num_args = 1, conflicts_with_all = ["replay", "cgroup", "container"])]
     pub pids: Vec<i32>,
     /// Watch every process of this cgroup v2 directory and below it, as
     /// `trace --cgroup` does (eBPF backend).
@@ -500,6 +696,10 @@ pub struct TopArgs {
     pub stacks: StackArgs,
     #[command(flatten)]
     pub recording: RecordArgs,
+    /// Which collector watches live: auto picks eBPF when privileged, else /proc (not
+    /// used with --replay).
+    #[arg(long, value_enum, default_value_t = BackendChoice::Auto)]
+    pub backend: BackendChoice,
 }
 
 #[derive(Debug, Args)]
@@ -508,17 +708,31 @@ pub struct ReplayArgs {
     pub input: PathBuf,
     /// Where to write the bundle.
     pub bundle: PathBuf,
+    /// Free-text label stored in the bundle (in place of the input's own).
+    #[arg(long)]
+    pub label: Option<String>,
 }
+
+/// What every report reads: a bundle or a recording (`commands::replay::load_input`).
+const BUNDLE_HELP: &str =
+    "Bundle to read (as `run`, `trace -o` or `replay` write it), or a recording (.kkr)";
 
 #[derive(Debug, Args)]
 pub struct SummaryArgs {
+    #[arg(help = BUNDLE_HELP)]
     pub bundle: PathBuf,
+    /// Print the summary as JSON (docs/JSON.md) instead of text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
 pub struct WaitsArgs {
-    /// Bundle (or fixture, or recording) to read.
+    /// Bundle (or recording) of an eBPF session.
     pub bundle: PathBuf,
+    /// Print the waits as JSON (docs/JSON.md) instead of text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -529,25 +743,38 @@ pub struct CriticalPathArgs {
     /// them all).
     #[arg(long, default_value_t = 20)]
     pub segments: usize,
+    /// Print the whole path as JSON (docs/JSON.md) instead of text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
 pub struct CompareArgs {
+    /// The baseline bundle.
     pub before: PathBuf,
+    /// The bundle compared with it.
     pub after: PathBuf,
     /// Exit non-zero when a metric crosses a threshold, e.g. 'cpu_seconds>+10%',
     /// 'peak_rss_bytes>+50MiB', 'duration_ms>+0'. Repeatable.
     #[arg(long = "fail-on", value_name = "RULE")]
     pub fail_on: Vec<String>,
+    /// Print the comparison as JSON (docs/JSON.md) instead of text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
 pub struct TreeArgs {
+    #[arg(help = BUNDLE_HELP)]
     pub bundle: PathBuf,
+    /// Print the tree as JSON (docs/JSON.md) instead of text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
 pub struct ViewerArgs {
+    #[arg(help = BUNDLE_HELP)]
     pub bundle: PathBuf,
     /// Output file (default: standard output).
     pub output: Option<PathBuf>,
@@ -572,6 +799,7 @@ pub struct ExportArgs {
 
 #[derive(Debug, Args)]
 pub struct ReportArgs {
+    #[arg(help = BUNDLE_HELP)]
     pub bundle: PathBuf,
     /// Output HTML file.
     #[arg(short = 'o', long = "output", required = true)]
@@ -593,12 +821,14 @@ fn parse_class(s: &str) -> Result<kernelkite_common::LatencyClass, String> {
 pub struct StacksArgs {
     /// Bundle recorded with --stacks.
     pub bundle: PathBuf,
-    /// Only this latency class (on_cpu, runqueue, io_wait, lock_wait, syscall_blocked, unknown_wait).
-    #[arg(long, value_parser = parse_class)]
+    #[arg(long, value_parser = parse_class, help = class_help())]
     pub class: Option<kernelkite_common::LatencyClass>,
     /// How many stacks per class.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
     pub top: u64,
+    /// Print the stacks as JSON (docs/JSON.md) instead of text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -621,12 +851,14 @@ pub struct FlamegraphArgs {
 
 #[derive(Debug, Args)]
 pub struct ManArgs {
-    /// The subcommand whose page to print (e.g. `run`); without it, the top page.
+    /// The subcommand whose page to print (e.g. `run`); without it, or with
+    /// `kernelkite`, the top page.
     pub subcommand: Option<String>,
 }
 
 #[derive(Debug, Args)]
 pub struct CompletionsArgs {
+    /// The shell to print completions for.
     #[arg(value_enum)]
     pub shell: clap_complete::Shell,
 }

@@ -1,13 +1,17 @@
 use std::process::ExitCode;
 
-use clap::{CommandFactory, Parser};
 use kernelkite::commands::run::{CommandNotStarted, STATUS_OWN_ERROR};
 
 fn main() -> ExitCode {
     // `run` exits with its command's status, so its own failures (a bad flag included)
     // use statuses a command rarely does, as `env` and `timeout` do.
-    let own_error = if is_run() { STATUS_OWN_ERROR } else { 2 };
-    let cli = match kernelkite::cli::Cli::try_parse() {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let own_error = if is_run(&kernelkite::cli::hoist_leading_options(args.clone())) {
+        STATUS_OWN_ERROR
+    } else {
+        2
+    };
+    let cli = match kernelkite::cli::try_parse_from(args) {
         Ok(cli) => cli,
         Err(err) => {
             let _ = err.print();
@@ -41,9 +45,9 @@ fn main() -> ExitCode {
 }
 
 /// Whether the command line asks for `run` (parsed leniently, so a bad flag still tells).
-fn is_run() -> bool {
-    kernelkite::cli::Cli::command()
+fn is_run(args: &[std::ffi::OsString]) -> bool {
+    kernelkite::cli::command()
         .ignore_errors(true)
-        .try_get_matches()
+        .try_get_matches_from(args)
         .is_ok_and(|m| m.subcommand_name() == Some("run"))
 }

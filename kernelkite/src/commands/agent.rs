@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -17,20 +17,28 @@ use anyhow::{bail, Context, Result};
 use serde::Deserialize;
 
 use crate::analysis::rolling::{FoldBy, RankBy, RollingConfig};
-use crate::cli::{AgentArgs, GlobalArgs};
+use crate::cli::AgentArgs;
 
 /// `--listen` without one.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:9464";
 /// The largest --config file read.
 const MAX_CONFIG_BYTES: u64 = 1 << 20;
 
-/// The --config file: the long options in snake_case, each optional.
+/// The --config file: the long options but --config in snake_case, each optional
+/// (`tests::every_long_option_is_a_config_key` holds them to the command line's).
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileConfig {
     pub listen: Option<SocketAddr>,
     pub allow_remote: Option<bool>,
+    /// `pid = 1234` or `pid = [1234, 5678]` (`--pid`, repeatable).
+    pub pid: Option<OneOrMany<i32>>,
+    pub cgroup: Option<PathBuf>,
+    pub container: Option<String>,
+    pub max_threads: Option<u32>,
     pub stacks: Option<bool>,
+    pub min_block_us: Option<u64>,
+    pub sample_hz: Option<u64>,
     pub top_processes: Option<usize>,
     pub rank_by: Option<RankBy>,
     pub fold_by: Option<FoldBy>,
@@ -38,9 +46,38 @@ pub struct FileConfig {
     pub interval: Option<f64>,
     pub otlp_endpoint: Option<String>,
     pub otlp_interval: Option<f64>,
-    pub otlp_headers: Option<BTreeMap<String, String>>,
+    /// `otlp_header = { NAME = "VALUE" }` (`--otlp-header NAME=VALUE`, repeatable);
+    /// `otlp_headers`, the name it had first, is read too.
+    #[serde(alias = "otlp_headers")]
+    pub otlp_header: Option<BTreeMap<String, String>>,
     pub otlp_queue: Option<usize>,
     pub stacks_epoch: Option<f64>,
+}
+
+/// A key given one value or a list of them.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(untagged)]
+pub enum OneOrMany<T> {
+    One(T),
+    Many(Vec<T>),
+}
+
+impl<T: Clone> OneOrMany<T> {
+    fn to_vec(&self) -> Vec<T> {
+        match self {
+            OneOrMany::One(v) => vec![v.clone()],
+            OneOrMany::Many(v) => v.clone(),
+        }
+    }
+}
+
+/// What the agent traces: every process (all empty), these processes and their
+/// descendants, or one cgroup subtree (by path or by container or unit).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Selection {
+    pub pids: Vec<i32>,
+    pub cgroup: Option<PathBuf>,
+    pub container: Option<String>,
 }
 
 /// The settings in force: the command line over the file over the defaults.
@@ -48,7 +85,11 @@ pub struct FileConfig {
 pub struct Settings {
     pub listen: SocketAddr,
     pub allow_remote: bool,
+    pub selection: Selection,
+    pub max_threads: u32,
     pub stacks: bool,
+    pub min_block_us: u64,
+    pub sample_hz: u64,
     /// With `stacks`: how often the stack capture starts over.
     pub stacks_epoch: Duration,
     pub rolling: RollingConfig,
@@ -102,6 +143,44 @@ pub fn resolve(args: &AgentArgs, file: &FileConfig) -> Result<Settings> {
              the host; add --allow-remote (allow_remote = true) to serve them beyond it"
         );
     }
+    let selection = if !args.pids.is_empty() || args.cgroup.is_some() || args.container.is_some() {
+        Selection {
+            pids: args.pids.clone(),
+            cgroup: args.cgroup.clone(),
+            container: args.container.clone(),
+        }
+    } else {
+        Selection {
+            pids: file.pid.as_ref().map(OneOrMany::to_vec).unwrap_or_default(),
+            cgroup: file.cgroup.clone(),
+            container: file.container.clone(),
+        }
+    };
+    let chosen = [
+        !selection.pids.is_empty(),
+        selection.cgroup.is_some(),
+        selection.container.is_some(),
+    ];
+    if chosen.iter().filter(|&&c| c).count() > 1 {
+        bail!("pid, cgroup and container each select what is traced: give at most one");
+    }
+    let max_threads = args.max_threads.or(file.max_threads).unwrap_or(65_536);
+    if max_threads == 0 {
+        bail!("--max-threads must be at least 1");
+    }
+    let min_block_us = (args.stacks.min_block_us.or(file.min_block_us))
+        .unwrap_or(crate::cli::DEFAULT_MIN_BLOCK_US);
+    if min_block_us == 0 {
+        bail!("--min-block-us must be at least 1");
+    }
+    let sample_hz =
+        (args.stacks.sample_hz.or(file.sample_hz)).unwrap_or(crate::cli::DEFAULT_SAMPLE_HZ);
+    if sample_hz > crate::cli::MAX_SAMPLE_HZ {
+        bail!(
+            "--sample-hz must be at most {}, got {sample_hz}",
+            crate::cli::MAX_SAMPLE_HZ
+        );
+    }
     let top_processes = args.top_processes.or(file.top_processes).unwrap_or(20);
     if top_processes > 10_000 {
         bail!("--top-processes must be at most 10000, got {top_processes}");
@@ -132,7 +211,7 @@ pub fn resolve(args: &AgentArgs, file: &FileConfig) -> Result<Settings> {
                 1.0,
                 3600.0,
             )?;
-            let mut headers: Vec<(String, String)> = (file.otlp_headers.iter().flatten())
+            let mut headers: Vec<(String, String)> = (file.otlp_header.iter().flatten())
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect();
             for h in &args.otlp_headers {
@@ -157,7 +236,11 @@ pub fn resolve(args: &AgentArgs, file: &FileConfig) -> Result<Settings> {
     Ok(Settings {
         listen,
         allow_remote,
+        selection,
+        max_threads,
         stacks: args.stacks.stacks || file.stacks.unwrap_or(false),
+        min_block_us,
+        sample_hz,
         stacks_epoch: seconds(
             "--stacks-epoch",
             args.stacks_epoch.or(file.stacks_epoch).unwrap_or(600.0),
@@ -209,19 +292,19 @@ fn logfmt_value(v: &str) -> String {
     out
 }
 
-pub fn execute(global: &GlobalArgs, args: &AgentArgs) -> Result<ExitCode> {
+pub fn execute(args: &AgentArgs) -> Result<ExitCode> {
     let file = match &args.config {
         Some(path) => read_config(path)?,
         None => FileConfig::default(),
     };
     let settings = resolve(args, &file)?;
-    platform::execute(global, args, settings)
+    platform::execute(args, settings)
 }
 
 #[cfg(not(target_os = "linux"))]
 mod platform {
     use super::*;
-    pub fn execute(_: &GlobalArgs, _: &AgentArgs, _: Settings) -> Result<ExitCode> {
+    pub fn execute(_: &AgentArgs, _: Settings) -> Result<ExitCode> {
         bail!("kernelkite agent needs Linux")
     }
 }
@@ -271,11 +354,8 @@ mod platform {
         reply: oneshot::Sender<Result<Vec<u8>, String>>,
     }
 
-    pub fn execute(global: &GlobalArgs, args: &AgentArgs, settings: Settings) -> Result<ExitCode> {
+    pub fn execute(args: &AgentArgs, settings: Settings) -> Result<ExitCode> {
         keep_large_buffers_mapped();
-        if global.backend == crate::cli::BackendChoice::Proc {
-            bail!("the agent needs the eBPF backend; `kernelkite top` samples /proc");
-        }
         if let Some(reason) = Availability::probe().unavailable_reason() {
             bail!("eBPF is not available: {reason}");
         }
@@ -283,21 +363,22 @@ mod platform {
             .with_context(|| format!("cannot listen on {}", settings.listen))?;
         // Port 0 picks a free port: the log says which.
         let bound = listener.local_addr()?;
-        let cgroup = match (&args.cgroup, &args.container) {
+        let selection = &settings.selection;
+        let cgroup = match (&selection.cgroup, &selection.container) {
             (Some(path), _) => Some(cgroups::resolve_dir(path)?),
             (None, Some(id)) => Some(cgroups::resolve_container(id)?),
             (None, None) => None,
         };
-        let whole_machine = args.pids.is_empty() && cgroup.is_none();
+        let whole_machine = selection.pids.is_empty() && cgroup.is_none();
         // A bad OTLP endpoint or header fails before anything is attached.
         let push = settings.otlp.as_ref().map(push_config).transpose()?;
-        crate::source::ebpf::session::check_pids_exist(&args.pids)?;
+        crate::source::ebpf::session::check_pids_exist(&selection.pids)?;
         let options = TraceOptions {
             // The whole machine: pid 1 and everything it forks (as `top` does).
             pids: if whole_machine {
                 vec![1]
             } else {
-                args.pids.clone()
+                selection.pids.clone()
             },
             follow: true,
             cgroup: cgroup.clone(),
@@ -307,21 +388,14 @@ mod platform {
             // Frames are handed over, never kept.
             max_frames: 2,
             max_frame_bytes: 64 << 20,
-            max_threads: Some(args.max_threads),
+            max_threads: Some(settings.max_threads),
             network: false,
             label: None,
             stacks: settings
                 .stacks
-                .then(|| crate::commands::stack_options(&args.stacks))
-                .flatten()
-                .or_else(|| {
-                    // `stacks = true` in the file, without --stacks' own options.
-                    settings
-                        .stacks
-                        .then_some(crate::source::ebpf::loader::StackOptions {
-                            min_block_ns: args.stacks.min_block_us.saturating_mul(1000),
-                            sample_hz: args.stacks.sample_hz,
-                        })
+                .then_some(crate::source::ebpf::loader::StackOptions {
+                    min_block_ns: settings.min_block_us.saturating_mul(1000),
+                    sample_hz: settings.sample_hz,
                 }),
             critical_path: false,
         };
@@ -352,7 +426,7 @@ mod platform {
         let what = match (&cgroup, whole_machine) {
             (Some(c), _) => format!("cgroup {}", c.path),
             (None, true) => "the whole machine".to_string(),
-            (None, false) => format!("{} process trees", args.pids.len()),
+            (None, false) => format!("{} process trees", selection.pids.len()),
         };
         log(
             "info",
@@ -699,7 +773,21 @@ mod platform {
                     "allow_remote",
                     next.allow_remote != self.settings.allow_remote,
                 ),
+                (
+                    "pid, cgroup or container",
+                    next.selection != self.settings.selection,
+                ),
+                ("max_threads", next.max_threads != self.settings.max_threads),
                 ("stacks", next.stacks != self.settings.stacks),
+                (
+                    "min_block_us",
+                    next.min_block_us != self.settings.min_block_us,
+                ),
+                ("sample_hz", next.sample_hz != self.settings.sample_hz),
+                (
+                    "stacks_epoch",
+                    next.stacks_epoch != self.settings.stacks_epoch,
+                ),
                 ("interval", next.interval != self.settings.interval),
             ] {
                 if changed {
@@ -825,6 +913,123 @@ mod tests {
         .is_ok());
         let e = resolve(&args(&["--interval", "0"]), &file).unwrap_err();
         assert!(e.to_string().contains("--interval"), "{e}");
+    }
+
+    /// Each option, given on the command line, changes the settings `resolve` makes
+    /// (tests/cli_help.rs points here for the options no cheaper test sees).
+    #[test]
+    fn every_option_changes_the_settings() {
+        let endpoint = ["--otlp-endpoint", "http://c:4318"];
+        // (option, the arguments with it, the arguments without it)
+        let rows: &[(&str, &[&str], &[&str])] = &[
+            ("--listen", &["--listen", "127.0.0.1:1"], &[]),
+            ("--allow-remote", &["--allow-remote"], &[]),
+            ("--pid", &["--pid", "7"], &[]),
+            ("--cgroup", &["--cgroup", "/x"], &[]),
+            ("--container", &["--container", "abc"], &[]),
+            ("--top-processes", &["--top-processes", "3"], &[]),
+            ("--rank-by", &["--rank-by", "on-cpu"], &[]),
+            ("--fold-by", &["--fold-by", "cgroup"], &[]),
+            ("--max-groups", &["--max-groups", "3"], &[]),
+            ("--interval", &["--interval", "2"], &[]),
+            ("--otlp-endpoint", &endpoint, &[]),
+            (
+                "--otlp-interval",
+                &["--otlp-endpoint", "http://c:4318", "--otlp-interval", "3"],
+                &endpoint,
+            ),
+            (
+                "--otlp-header",
+                &["--otlp-endpoint", "http://c:4318", "--otlp-header", "a=b"],
+                &endpoint,
+            ),
+            (
+                "--otlp-queue",
+                &["--otlp-endpoint", "http://c:4318", "--otlp-queue", "3"],
+                &endpoint,
+            ),
+            ("--max-threads", &["--max-threads", "3"], &[]),
+            ("--stacks-epoch", &["--stacks-epoch", "60"], &[]),
+            ("--stacks", &["--stacks"], &[]),
+            ("--min-block-us", &["--min-block-us", "3"], &[]),
+            ("--sample-hz", &["--sample-hz", "3"], &[]),
+        ];
+        let file = FileConfig::default();
+        for (option, with, without) in rows {
+            assert!(with.contains(option), "{option}");
+            let a = resolve(&args(with), &file).unwrap();
+            let b = resolve(&args(without), &file).unwrap();
+            assert_ne!(a, b, "{option} changed nothing");
+        }
+        // Every long option but --config (which reads a file) has a row.
+        let cli = crate::cli::command();
+        for arg in cli.find_subcommand("agent").unwrap().get_arguments() {
+            let Some(long) = arg.get_long() else { continue };
+            let long = format!("--{long}");
+            assert!(
+                long == "--config" || rows.iter().any(|(o, _, _)| *o == long),
+                "{long} has no row"
+            );
+        }
+    }
+
+    #[test]
+    fn every_long_option_is_a_config_key() {
+        let cli = crate::cli::command();
+        let agent = cli.find_subcommand("agent").unwrap();
+        let mut keys = 0;
+        for arg in agent.get_arguments() {
+            let Some(long) = arg.get_long() else { continue };
+            if long == "config" {
+                continue;
+            }
+            let key = long.replace('-', "_");
+            // A wrong type is fine here; an unknown key is what must not happen.
+            if let Err(e) = toml::from_str::<FileConfig>(&format!("{key} = 1\n")) {
+                assert!(!e.to_string().contains("unknown field"), "{key}: {e}");
+            }
+            keys += 1;
+        }
+        assert_eq!(keys, 19, "the agent's long options but --config");
+        let e = toml::from_str::<FileConfig>("interval_ms = 1\n").unwrap_err();
+        assert!(e.to_string().contains("unknown field"), "{e}");
+    }
+
+    #[test]
+    fn the_selection_and_the_kernel_side_come_from_the_file_too() {
+        let file: FileConfig = toml::from_str(
+            "pid = [7, 9]\nmax_threads = 1000\nstacks = true\nmin_block_us = 50\nsample_hz = 0\n\
+             otlp_endpoint = \"http://c:4318\"\notlp_header = { authorization = \"x\" }\n",
+        )
+        .unwrap();
+        let s = resolve(&args(&[]), &file).unwrap();
+        assert_eq!(s.selection.pids, [7, 9]);
+        assert_eq!(s.max_threads, 1000);
+        assert!(s.stacks);
+        assert_eq!((s.min_block_us, s.sample_hz), (50, 0));
+        let headers = s.otlp.unwrap().headers;
+        assert_eq!(headers, vec![("authorization".into(), "x".into())]);
+        // One pid, the older key name, and the command line's selection over the file's.
+        let file: FileConfig = toml::from_str(
+            "pid = 7\nsample_hz = 20\notlp_endpoint = \"http://c:4318\"\n\
+             otlp_headers = { a = \"b\" }\n",
+        )
+        .unwrap();
+        let s = resolve(&args(&["--cgroup", "/x", "--sample-hz", "5"]), &file).unwrap();
+        assert_eq!(s.selection.pids, Vec::<i32>::new());
+        assert_eq!(s.selection.cgroup.as_deref(), Some(Path::new("/x")));
+        assert_eq!(s.sample_hz, 5);
+        assert_eq!(s.otlp.unwrap().headers, vec![("a".into(), "b".into())]);
+        let s = resolve(&args(&[]), &file).unwrap();
+        assert_eq!(
+            (s.selection.pids.as_slice(), s.max_threads),
+            (&[7][..], 65_536)
+        );
+        let both: FileConfig = toml::from_str("pid = 7\ncontainer = \"abc\"\n").unwrap();
+        let e = resolve(&args(&[]), &both).unwrap_err();
+        assert!(e.to_string().contains("at most one"), "{e}");
+        let bad: FileConfig = toml::from_str("sample_hz = 20000\n").unwrap();
+        assert!(resolve(&args(&[]), &bad).is_err());
     }
 
     #[test]

@@ -10,12 +10,12 @@ use anyhow::{anyhow, Result};
 
 use crate::analysis::analyze;
 use crate::analysis::compare::{compare, FailRule};
-use crate::cli::{CompareArgs, GlobalArgs};
+use crate::cli::CompareArgs;
 use crate::commands::replay::load_input;
 use crate::report::compare::{compare_json, compare_text};
 use crate::report::{json_text, write_stdout};
 
-pub fn execute(global: &GlobalArgs, args: &CompareArgs) -> Result<ExitCode> {
+pub fn execute(args: &CompareArgs) -> Result<ExitCode> {
     // Rules first: a typo should not cost loading two bundles.
     let rules = args
         .fail_on
@@ -26,7 +26,7 @@ pub fn execute(global: &GlobalArgs, args: &CompareArgs) -> Result<ExitCode> {
     let after = analyze(&load_input(&args.after)?);
     let cmp = compare(&before, &after);
     let outcomes: Vec<_> = rules.iter().map(|r| r.evaluate(&cmp)).collect();
-    if global.json {
+    if args.json {
         write_stdout(&json_text(&compare_json(&cmp, &outcomes)))?;
     } else {
         write_stdout(&compare_text(&cmp, &outcomes))?;

@@ -7,13 +7,13 @@ use anyhow::Result;
 
 use crate::analysis::analyze;
 use crate::analysis::critical_path::{critical_path, NoPath};
-use crate::cli::{CriticalPathArgs, GlobalArgs};
+use crate::cli::CriticalPathArgs;
 use crate::commands::replay::load_input;
 use crate::model::Backend;
 use crate::report::critical_path::{critical_path_json, critical_path_text};
 use crate::report::{json_text, write_stdout};
 
-pub fn execute(global: &GlobalArgs, args: &CriticalPathArgs) -> Result<ExitCode> {
+pub fn execute(args: &CriticalPathArgs) -> Result<ExitCode> {
     let bundle = load_input(&args.bundle)?;
     let analysis = analyze(&bundle);
     let path = match critical_path(&bundle, &analysis) {
@@ -32,7 +32,7 @@ pub fn execute(global: &GlobalArgs, args: &CriticalPathArgs) -> Result<ExitCode>
             return Ok(ExitCode::from(2));
         }
     };
-    if global.json {
+    if args.json {
         write_stdout(&json_text(&critical_path_json(&path)))?;
     } else {
         write_stdout(&critical_path_text(&path, args.segments))?;

@@ -4,11 +4,11 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 
-use crate::cli::{BenchFloorArgs, GlobalArgs};
+use crate::cli::{BenchFloorArgs, DoctorArgs};
 
-pub fn execute(global: &GlobalArgs) -> Result<ExitCode> {
+pub fn execute(args: &DoctorArgs) -> Result<ExitCode> {
     let report = platform::diagnose();
-    let text = if global.json {
+    let text = if args.json {
         crate::report::json_text(&report)
     } else {
         render_text(&report)

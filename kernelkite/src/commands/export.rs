@@ -6,12 +6,12 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 
 use crate::analysis::analyze;
-use crate::cli::{ExportArgs, GlobalArgs};
+use crate::cli::ExportArgs;
 use crate::commands::replay::load_input;
 use crate::export::{render, ExportOptions};
 use crate::output::write_file;
 
-pub fn execute(_global: &GlobalArgs, args: &ExportArgs) -> Result<ExitCode> {
+pub fn execute(args: &ExportArgs) -> Result<ExitCode> {
     let bundle = load_input(&args.bundle)?;
     let analysis = analyze(&bundle);
     let options = ExportOptions {

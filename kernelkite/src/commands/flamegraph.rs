@@ -5,13 +5,13 @@ use std::process::ExitCode;
 
 use anyhow::{anyhow, Context, Result};
 
-use crate::cli::{FlamegraphArgs, GlobalArgs};
+use crate::cli::FlamegraphArgs;
 use crate::commands::replay::load_input;
 use crate::output::write_file;
 use crate::report::flamegraph::{flamegraph_svg, folded_text, FlameGraphError, FlameGraphSpec};
 use crate::report::write_stdout;
 
-pub fn execute(_global: &GlobalArgs, args: &FlamegraphArgs) -> Result<ExitCode> {
+pub fn execute(args: &FlamegraphArgs) -> Result<ExitCode> {
     let bundle = load_input(&args.bundle)?;
     let spec = FlameGraphSpec {
         class: args.class,

@@ -2,10 +2,8 @@
 
 use std::process::ExitCode;
 
-use anyhow::Result;
-use clap::CommandFactory;
-
 use crate::cli::{Cli, Command};
+use anyhow::Result;
 
 pub mod agent;
 pub mod compare;
@@ -56,8 +54,8 @@ pub fn stack_options(
 ) -> Option<crate::source::ebpf::loader::StackOptions> {
     args.stacks
         .then(|| crate::source::ebpf::loader::StackOptions {
-            min_block_ns: args.min_block_us.saturating_mul(1000),
-            sample_hz: args.sample_hz,
+            min_block_ns: args.min_block_us().saturating_mul(1000),
+            sample_hz: args.sample_hz(),
         })
 }
 
@@ -96,53 +94,114 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode> {
             groups: u.groups,
         }));
     }
-    let global = cli.global;
     match cli.command {
-        Command::Run(args) => run::execute(&global, &args),
-        Command::Trace(args) => trace::execute(&global, &args),
-        Command::Agent(args) => agent::execute(&global, &args),
-        Command::Top(args) => top::execute(&global, &args),
-        Command::Replay(args) => replay::execute(&global, &args),
-        Command::Summary(args) => summary::execute(&global, &args),
-        Command::Waits(args) => waits::execute(&global, &args),
-        Command::CriticalPath(args) => critical_path::execute(&global, &args),
-        Command::Compare(args) => compare::execute(&global, &args),
-        Command::Tree(args) => tree::execute(&global, &args),
-        Command::Viewer(args) => viewer::execute(&global, &args),
-        Command::Report(args) => report::execute(&global, &args),
-        Command::Export(args) => export::execute(&global, &args),
-        Command::Stacks(args) => stacks::execute(&global, &args),
-        Command::Flamegraph(args) => flamegraph::execute(&global, &args),
-        Command::Doctor => doctor::execute(&global),
+        Command::Run(args) => run::execute(&args),
+        Command::Trace(args) => trace::execute(&args),
+        Command::Agent(args) => agent::execute(&args),
+        Command::Top(args) => top::execute(&args),
+        Command::Replay(args) => replay::execute(&args),
+        Command::Summary(args) => summary::execute(&args),
+        Command::Waits(args) => waits::execute(&args),
+        Command::CriticalPath(args) => critical_path::execute(&args),
+        Command::Compare(args) => compare::execute(&args),
+        Command::Tree(args) => tree::execute(&args),
+        Command::Viewer(args) => viewer::execute(&args),
+        Command::Report(args) => report::execute(&args),
+        Command::Export(args) => export::execute(&args),
+        Command::Stacks(args) => stacks::execute(&args),
+        Command::Flamegraph(args) => flamegraph::execute(&args),
+        Command::Doctor(args) => doctor::execute(&args),
         Command::BenchFloor(args) => doctor::bench_floor(&args),
         Command::Completions(args) => {
-            let mut cmd = Cli::command();
+            let mut cmd = crate::cli::command();
             let mut out = Vec::new();
             clap_complete::generate(args.shell, &mut cmd, "kernelkite", &mut out);
             crate::report::write_stdout(&String::from_utf8_lossy(&out))?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Man(args) => {
-            let top = Cli::command();
-            let man = match &args.subcommand {
-                None => clap_mangen::Man::new(top),
-                // The top page's SEE ALSO names kernelkite-NAME(1) for each subcommand.
-                Some(name) => match top.find_subcommand(name).filter(|c| !c.is_hide_set()) {
-                    Some(sub) => {
-                        let name = sub.get_name().to_string();
-                        clap_mangen::Man::new(
-                            sub.clone()
-                                .name(format!("kernelkite-{name}"))
-                                .bin_name(format!("kernelkite {name}")),
-                        )
-                    }
-                    None => anyhow::bail!("man: no subcommand {name:?} (see kernelkite help)"),
-                },
-            };
-            let mut out = Vec::new();
-            man.render(&mut out)?;
-            crate::report::write_stdout(&String::from_utf8_lossy(&out))?;
+            crate::report::write_stdout(&man_page(args.subcommand.as_deref())?)?;
             Ok(ExitCode::SUCCESS)
         }
+    }
+}
+
+/// `kernelkite man [NAME]`: kernelkite(1) (without a name, or with `kernelkite`), or
+/// kernelkite-NAME(1), the pages the top page's SUBCOMMANDS section names.
+pub fn man_page(name: Option<&str>) -> Result<String> {
+    // No `help` subcommand on the page: there is no kernelkite-help(1) to name.
+    let top = crate::cli::command().disable_help_subcommand(true);
+    let cmd = match name {
+        None | Some("kernelkite") => top,
+        Some(name) => match top.find_subcommand(name).filter(|c| !c.is_hide_set()) {
+            Some(sub) => {
+                let name = sub.get_name().to_string();
+                sub.clone()
+                    .name(format!("kernelkite-{name}"))
+                    .bin_name(format!("kernelkite {name}"))
+            }
+            None => anyhow::bail!("man: no subcommand {name:?} (`kernelkite help` lists them)"),
+        },
+    };
+    let man = clap_mangen::Man::new(cmd.clone());
+    let mut out = Vec::new();
+    man.render_title(&mut out)?;
+    man.render_name_section(&mut out)?;
+    let mut synopsis = Vec::new();
+    man.render_synopsis_section(&mut synopsis)?;
+    let mut synopsis = String::from_utf8_lossy(&synopsis).into_owned();
+    // clap_mangen leaves out the `--` before a trailing (`last`) argument: `run`'s
+    // command must follow one.
+    for arg in cmd.get_positionals().filter(|a| a.is_last_set()) {
+        let name = arg
+            .get_value_names()
+            .map_or_else(|| arg.get_id().to_string(), |v| v.join(" "));
+        let (open, close) = if arg.is_required_set() {
+            ("<", ">")
+        } else {
+            ("[", "]")
+        };
+        let shown = format!("{open}\\fI{name}\\fR{close}");
+        anyhow::ensure!(
+            synopsis.contains(&shown),
+            "man: the synopsis has no {shown:?} to mark with --"
+        );
+        synopsis = synopsis.replace(&shown, &format!("\\fB\\-\\-\\fR {shown}"));
+    }
+    out.extend_from_slice(synopsis.as_bytes());
+    man.render_description_section(&mut out)?;
+    if cmd.get_arguments().any(|a| !a.is_hide_set()) {
+        man.render_options_section(&mut out)?;
+    }
+    if cmd.get_subcommands().any(|s| !s.is_hide_set()) {
+        man.render_subcommands_section(&mut out)?;
+    }
+    if cmd.get_after_help().is_some() || cmd.get_after_long_help().is_some() {
+        man.render_extra_section(&mut out)?;
+    }
+    // One line each (clap_mangen runs the long version's lines together).
+    out.extend_from_slice(b".SH VERSION\n.nf\n");
+    for line in crate::cli::LONG_VERSION.lines() {
+        out.extend_from_slice(roff_line(line).as_bytes());
+        out.push(b'\n');
+    }
+    out.extend_from_slice(b".fi\n");
+    // Each section rendered apart repeats roff's quote definition: keep the first.
+    let page = String::from_utf8_lossy(&out).into_owned();
+    const QUOTE: &str = ".ie \\n(.g .ds Aq \\(aq\n.el .ds Aq '\n";
+    Ok(match page.split_once(QUOTE) {
+        Some((head, rest)) => format!("{head}{QUOTE}{}", rest.replace(QUOTE, "")),
+        None => page,
+    })
+}
+
+/// `text` as one roff text line: backslashes and dashes escaped, no control character
+/// at its start.
+fn roff_line(text: &str) -> String {
+    let escaped = text.replace('\\', "\\e").replace('-', "\\-");
+    if escaped.starts_with(['.', '\'']) {
+        format!("\\&{escaped}")
+    } else {
+        escaped
     }
 }

@@ -7,19 +7,19 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 
-use crate::cli::{GlobalArgs, ReplayArgs};
+use crate::cli::ReplayArgs;
 use crate::collect::replay_recording_file;
 use crate::model::fixture::load_fixture;
 use crate::model::{write_bundle, Bundle};
 use crate::recording::{has_magic, MAGIC};
 
-pub fn execute(global: &GlobalArgs, args: &ReplayArgs) -> Result<ExitCode> {
+pub fn execute(args: &ReplayArgs) -> Result<ExitCode> {
     let mut bundle = if is_recording(&args.input) {
         replay_file(&args.input)?
     } else {
         load_fixture(&args.input)?
     };
-    if let Some(label) = &global.label {
+    if let Some(label) = &args.label {
         bundle.label = Some(label.clone());
     }
     write_bundle(&args.bundle, &bundle)

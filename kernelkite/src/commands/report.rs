@@ -4,12 +4,12 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 
-use crate::cli::{GlobalArgs, ReportArgs};
+use crate::cli::ReportArgs;
 use crate::commands::replay::load_input;
 use crate::output::write_file;
 use crate::report::html;
 
-pub fn execute(_global: &GlobalArgs, args: &ReportArgs) -> Result<ExitCode> {
+pub fn execute(args: &ReportArgs) -> Result<ExitCode> {
     let bundle = load_input(&args.bundle)?;
     let page = html::render(&bundle);
     write_file(&args.output, page.as_bytes())

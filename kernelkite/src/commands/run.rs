@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 
-use crate::cli::{GlobalArgs, RunArgs};
+use crate::cli::RunArgs;
 
 /// `run`'s status when kernelkite itself failed (the command's own statuses are its own).
 pub const STATUS_OWN_ERROR: u8 = 125;
@@ -48,14 +48,14 @@ fn not_started(program: &str, err: std::io::Error) -> anyhow::Error {
     }
 }
 
-pub fn execute(global: &GlobalArgs, args: &RunArgs) -> Result<ExitCode> {
+pub fn execute(args: &RunArgs) -> Result<ExitCode> {
     #[cfg(target_os = "linux")]
     {
-        linux::execute(global, args)
+        linux::execute(args)
     }
     #[cfg(not(target_os = "linux"))]
     {
-        let _ = (global, args);
+        let _ = args;
         anyhow::bail!("kernelkite run needs Linux")
     }
 }
@@ -68,7 +68,7 @@ mod linux {
 
     use anyhow::{bail, Context, Result};
 
-    use crate::cli::{BackendChoice, GlobalArgs, RunArgs};
+    use crate::cli::{BackendChoice, RunArgs};
     use crate::collect::RecordedFold;
     use crate::commands::recording_file::RecordingFile;
     use crate::model::{
@@ -91,12 +91,12 @@ mod linux {
     /// `run` streams single syscalls at least this slow (10 ms), as `trace` does by default.
     const RUN_MIN_LATENCY_NS: u64 = 10_000_000;
 
-    pub(super) fn execute(global: &GlobalArgs, args: &RunArgs) -> Result<ExitCode> {
+    pub(super) fn execute(args: &RunArgs) -> Result<ExitCode> {
         args.frame_cap.max_frame_bytes()?;
         let users = CommandUsers::resolve(args.user.as_deref())?;
         crate::output::check_writable(&args.bundle)?;
         let recording_file = RecordingFile::create(&args.recording)?;
-        let profiled = profile(global, args, users, recording_file.as_ref());
+        let profiled = profile(args, users, recording_file.as_ref());
         if profiled.is_err() {
             recording_file
                 .iter()
@@ -119,14 +119,13 @@ mod linux {
     /// Choose the backend, launch the command and profile it until its whole tree has
     /// been reaped.
     fn profile(
-        global: &GlobalArgs,
         args: &RunArgs,
         users: CommandUsers,
         recording_file: Option<&RecordingFile>,
     ) -> Result<(Bundle, Option<Exit>)> {
         // eBPF when it may (the probes are loaded before the command starts, so a
         // failure can still fall back), else /proc; never a silent downgrade.
-        let probes = match global.backend {
+        let probes = match args.backend {
             BackendChoice::Proc if args.stacks.stacks => {
                 bail!("--stacks needs the eBPF backend (not --backend proc)")
             }
@@ -134,10 +133,8 @@ mod linux {
                 bail!("--critical-path needs the eBPF backend (not --backend proc)")
             }
             BackendChoice::Proc => None,
-            BackendChoice::Ebpf => {
-                Some(load_probes(global, args).context("eBPF is not available")?)
-            }
-            BackendChoice::Auto => match load_probes(global, args) {
+            BackendChoice::Ebpf => Some(load_probes(args).context("eBPF is not available")?),
+            BackendChoice::Auto => match load_probes(args) {
                 Ok(session) => Some(session),
                 Err(e) if args.stacks.stacks => {
                     return Err(e.context("--stacks needs the eBPF backend, which is not available"))
@@ -165,16 +162,16 @@ mod linux {
                 if let Some(r) = recording_file {
                     ebpf.record_to(r.sink());
                 }
-                record_ebpf(&mut launcher, ebpf, global, args)?
+                record_ebpf(&mut launcher, ebpf, args)?
             }
             None => {
                 let options = SamplerOptions {
                     threads: true,
-                    network: global.network,
+                    network: args.session.network,
                 };
                 let sampler =
                     Sampler::new(Path::new(PROC_ROOT), options).context("cannot sample /proc")?;
-                let run = record(&mut launcher, sampler, global, args, host, recording)?;
+                let run = record(&mut launcher, sampler, args, host, recording)?;
                 let mut bundle = run.kept.finish();
                 bundle.launched = Some(launched_command(args, run.pid, run.exit, run.rusage));
                 (bundle, run.exit)
@@ -204,7 +201,6 @@ mod linux {
     fn record(
         launcher: &mut Launcher,
         mut sampler: Sampler,
-        global: &GlobalArgs,
         args: &RunArgs,
         host: HostConstants,
         recording: Option<&SharedRecording>,
@@ -220,20 +216,20 @@ mod linux {
         let page_bytes = host.page_size_bytes.max(1);
         let start_record = SessionStart {
             backend: Backend::Proc,
-            label: global.label.clone(),
+            label: args.session.label.clone(),
             host,
-            interval_ms: global.interval_ms,
+            interval_ms: args.session.interval_ms,
             max_frames: args.frame_cap.max_frames,
             min_latency_ns: 0,
             follow: true,
-            network: global.network,
+            network: args.session.network,
             root_pids: vec![pid],
             clock,
         };
         let sink = recording.map(|r| Box::new(r.clone()) as Box<dyn RecordSink>);
         let mut kept = RecordedFold::new(start_record, args.frame_cap.max_frame_bytes()?, sink);
         let me = std::process::id() as i32;
-        let mut schedule = Schedule::new(start, Duration::from_millis(global.interval_ms));
+        let mut schedule = Schedule::new(start, Duration::from_millis(args.session.interval_ms));
         // At an exit stop, the thread's final counters, and a process's command line.
         let exits_past_cap = std::cell::Cell::new(0u64);
         let (identities, note) = IdentityReader::new();
@@ -418,7 +414,7 @@ mod linux {
     const RING_DRAIN_WITH_STACKS: Duration = Duration::from_millis(10);
 
     /// The eBPF programs, loaded and attached, with no target yet.
-    fn load_probes(global: &GlobalArgs, args: &RunArgs) -> Result<ebpf::Session> {
+    fn load_probes(args: &RunArgs) -> Result<ebpf::Session> {
         if let Some(reason) = Availability::probe().unavailable_reason() {
             bail!("{reason}");
         }
@@ -426,12 +422,12 @@ mod linux {
             pids: Vec::new(),
             follow: true,
             min_latency_ns: RUN_MIN_LATENCY_NS,
-            interval: Duration::from_millis(global.interval_ms),
+            interval: Duration::from_millis(args.session.interval_ms),
             max_frames: args.frame_cap.max_frames,
             max_frame_bytes: args.frame_cap.max_frame_bytes()?,
             max_threads: None,
-            network: global.network,
-            label: global.label.clone(),
+            network: args.session.network,
+            label: args.session.label.clone(),
             stacks: crate::commands::stack_options(&args.stacks),
             critical_path: args.critical_path,
             cgroup: None,
@@ -448,7 +444,6 @@ mod linux {
     fn record_ebpf(
         launcher: &mut Launcher,
         mut session: ebpf::Session,
-        global: &GlobalArgs,
         args: &RunArgs,
     ) -> Result<(Bundle, Option<Exit>)> {
         find_program(&args.command[0]).map_err(|e| super::not_started(&args.command[0], e))?;
@@ -473,7 +468,10 @@ mod linux {
         gate.open_or_killed()
             .map_err(|e| super::not_started(&args.command[0], e))?;
         note_root(launcher);
-        let mut schedule = Schedule::new(Instant::now(), Duration::from_millis(global.interval_ms));
+        let mut schedule = Schedule::new(
+            Instant::now(),
+            Duration::from_millis(args.session.interval_ms),
+        );
         // `--stacks` copies fill the ring buffer far faster than lifecycle records:
         // drain it every 10 ms.
         // So do --critical-path's wakeup records.

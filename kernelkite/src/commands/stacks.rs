@@ -6,12 +6,12 @@ use anyhow::{bail, Result};
 
 use crate::analysis::analyze;
 use crate::analysis::stacks::{analyze_stacks, slow_call_stacks};
-use crate::cli::{GlobalArgs, StacksArgs};
+use crate::cli::StacksArgs;
 use crate::commands::replay::load_input;
 use crate::report::stacks::{stacks_json, stacks_text, STACKS_SLOW_CALLS};
 use crate::report::{json_text, write_stdout};
 
-pub fn execute(global: &GlobalArgs, args: &StacksArgs) -> Result<ExitCode> {
+pub fn execute(args: &StacksArgs) -> Result<ExitCode> {
     let bundle = load_input(&args.bundle)?;
     let analysis = analyze(&bundle);
     let top = usize::try_from(args.top).unwrap_or(usize::MAX);
@@ -26,7 +26,7 @@ pub fn execute(global: &GlobalArgs, args: &StacksArgs) -> Result<ExitCode> {
         Some(_) => Vec::new(),
         None => slow_call_stacks(&bundle, STACKS_SLOW_CALLS),
     };
-    if global.json {
+    if args.json {
         write_stdout(&json_text(&stacks_json(&analysis, &stacks, &calls)))?;
     } else {
         write_stdout(&stacks_text(&analysis, &stacks, &calls))?;

@@ -5,15 +5,15 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 
-use crate::cli::{GlobalArgs, TopArgs};
+use crate::cli::TopArgs;
 
 #[cfg(not(target_os = "linux"))]
-pub fn execute(_global: &GlobalArgs, _args: &TopArgs) -> Result<ExitCode> {
+pub fn execute(_args: &TopArgs) -> Result<ExitCode> {
     anyhow::bail!("top needs Linux (it reads /proc and loads eBPF programs)")
 }
 
 #[cfg(target_os = "linux")]
-pub fn execute(global: &GlobalArgs, args: &TopArgs) -> Result<ExitCode> {
+pub fn execute(args: &TopArgs) -> Result<ExitCode> {
     use std::time::Duration;
 
     use anyhow::{bail, Context};
@@ -38,7 +38,7 @@ pub fn execute(global: &GlobalArgs, args: &TopArgs) -> Result<ExitCode> {
     if args.replay.is_some() && args.stacks.stacks {
         bail!("--stacks captures stacks live; a replay shows the stacks its recording holds");
     }
-    if args.stacks.stacks && global.backend == BackendChoice::Proc {
+    if args.stacks.stacks && args.backend == BackendChoice::Proc {
         bail!("--stacks needs the eBPF backend");
     }
     let refresh = Duration::from_secs_f64(args.refresh);
@@ -51,7 +51,7 @@ pub fn execute(global: &GlobalArgs, args: &TopArgs) -> Result<ExitCode> {
             (None, Some(id)) => Some(crate::source::cgroups::resolve_container(id)?),
             (None, None) => None,
         };
-        if cgroup.is_some() && global.backend == BackendChoice::Proc {
+        if cgroup.is_some() && args.backend == BackendChoice::Proc {
             bail!(
                 "--cgroup and --container select in the kernel: they need the eBPF backend (sudo)"
             );
@@ -75,7 +75,7 @@ pub fn execute(global: &GlobalArgs, args: &TopArgs) -> Result<ExitCode> {
         let ebpf_feed = |targets: LiveTargets| -> Result<Box<dyn TopFeed>> {
             Ok(Box::new(EbpfFeed::start(targets, refresh, stacks, sink())?))
         };
-        Ok(match global.backend {
+        Ok(match args.backend {
             BackendChoice::Proc => proc_feed(targets)?,
             BackendChoice::Ebpf => ebpf_feed(targets).context("eBPF is not available")?,
             BackendChoice::Auto => match Availability::probe().unavailable_reason() {

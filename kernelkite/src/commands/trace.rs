@@ -5,14 +5,9 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 
-use crate::cli::{BackendChoice, GlobalArgs, TraceArgs};
+use crate::cli::TraceArgs;
 
-pub fn execute(global: &GlobalArgs, args: &TraceArgs) -> Result<ExitCode> {
-    if global.backend == BackendChoice::Proc {
-        anyhow::bail!(
-            "trace needs the eBPF backend; use `kernelkite run` to profile a command from /proc"
-        );
-    }
+pub fn execute(args: &TraceArgs) -> Result<ExitCode> {
     if let Some(d) = args.duration {
         // At most a year: keeps the deadline representable.
         if !(d.is_finite() && d > 0.0 && d <= 31_536_000.0) {
@@ -26,13 +21,13 @@ pub fn execute(global: &GlobalArgs, args: &TraceArgs) -> Result<ExitCode> {
             );
         }
     }
-    platform::execute(global, args)
+    platform::execute(args)
 }
 
 #[cfg(not(target_os = "linux"))]
 mod platform {
     use super::*;
-    pub fn execute(_global: &GlobalArgs, _args: &TraceArgs) -> Result<ExitCode> {
+    pub fn execute(_args: &TraceArgs) -> Result<ExitCode> {
         anyhow::bail!("kernelkite trace needs Linux")
     }
 }
@@ -59,7 +54,7 @@ mod platform {
     use crate::source::ebpf::availability::Availability;
     use crate::source::ebpf::session::{Session, TraceOptions};
 
-    pub fn execute(global: &GlobalArgs, args: &TraceArgs) -> Result<ExitCode> {
+    pub fn execute(args: &TraceArgs) -> Result<ExitCode> {
         if let Some(reason) = Availability::probe().unavailable_reason() {
             anyhow::bail!("eBPF is not available: {reason}");
         }
@@ -83,12 +78,12 @@ mod platform {
             follow: args.follow || cgroup.is_some(),
             cgroup: cgroup.clone(),
             min_latency_ns: args.min_latency_us.saturating_mul(1000),
-            interval: Duration::from_millis(global.interval_ms),
+            interval: Duration::from_millis(args.session.interval_ms),
             max_frames: args.frame_cap.max_frames,
             max_frame_bytes: args.frame_cap.max_frame_bytes()?,
             max_threads: Some(args.max_threads),
-            network: global.network,
-            label: global.label.clone(),
+            network: args.session.network,
+            label: args.session.label.clone(),
             stacks: crate::commands::stack_options(&args.stacks),
             critical_path: args.critical_path,
         };
@@ -158,7 +153,7 @@ mod platform {
                 scrapes = Some(rx);
             }
             let cgroup_dir = cgroup.as_ref().map(|c| c.dir.as_path());
-            event_loop(&mut session, global, args, cgroup_dir, scrapes, signals).await
+            event_loop(&mut session, args, cgroup_dir, scrapes, signals).await
         })?;
         if std::io::stderr().is_terminal() {
             // Over the status line.
@@ -182,7 +177,7 @@ mod platform {
             None => Ok(()),
         };
         let analysis = analyze(&bundle);
-        let text = if global.json {
+        let text = if args.json {
             let idle = crate::analysis::waits::idle_split(&bundle, &analysis);
             json_text(&summary_json_with(&analysis, idle.as_ref()))
         } else {
@@ -238,7 +233,6 @@ mod platform {
     /// until the duration passes, a signal arrives, or every target has exited.
     async fn event_loop(
         session: &mut Session,
-        global: &GlobalArgs,
         args: &TraceArgs,
         cgroup_dir: Option<&std::path::Path>,
         mut scrapes: Option<tokio::sync::mpsc::Receiver<serve::Scrape>>,
@@ -248,7 +242,7 @@ mod platform {
         // function, where the AsyncFd is dropped.
         let ring = unsafe { AsyncFd::register(crate::commands::RingFd(session.ring_fd())) }
             .map_err(|e| anyhow::anyhow!("polling the ring buffer: {}", e.into_parts().1))?;
-        let mut tick = tokio::time::interval(Duration::from_millis(global.interval_ms));
+        let mut tick = tokio::time::interval(Duration::from_millis(args.session.interval_ms));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tick.tick().await;
         let deadline = args

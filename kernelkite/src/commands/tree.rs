@@ -5,15 +5,15 @@ use std::process::ExitCode;
 use anyhow::Result;
 
 use crate::analysis::analyze;
-use crate::cli::{GlobalArgs, TreeArgs};
+use crate::cli::TreeArgs;
 use crate::commands::replay::load_input;
 use crate::report::tree::{tree_json, tree_text};
 use crate::report::{json_text, write_stdout};
 
-pub fn execute(global: &GlobalArgs, args: &TreeArgs) -> Result<ExitCode> {
+pub fn execute(args: &TreeArgs) -> Result<ExitCode> {
     let bundle = load_input(&args.bundle)?;
     let analysis = analyze(&bundle);
-    if global.json {
+    if args.json {
         write_stdout(&json_text(&tree_json(&analysis)))?;
     } else {
         write_stdout(&tree_text(&analysis))?;

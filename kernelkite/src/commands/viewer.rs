@@ -5,12 +5,12 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 
-use crate::cli::{GlobalArgs, ViewerArgs};
+use crate::cli::ViewerArgs;
 use crate::commands::replay::load_input;
 use crate::output::write_file;
 use crate::report::{viewer, write_stdout};
 
-pub fn execute(_global: &GlobalArgs, args: &ViewerArgs) -> Result<ExitCode> {
+pub fn execute(args: &ViewerArgs) -> Result<ExitCode> {
     let bundle = load_input(&args.bundle)?;
     let bytes = viewer::render(&bundle);
     match &args.output {

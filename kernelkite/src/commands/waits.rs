@@ -7,13 +7,13 @@ use anyhow::Result;
 
 use crate::analysis::analyze;
 use crate::analysis::waits::thread_waits;
-use crate::cli::{GlobalArgs, WaitsArgs};
+use crate::cli::WaitsArgs;
 use crate::commands::replay::load_input;
 use crate::model::Backend;
 use crate::report::waits::{waits_json, waits_text};
 use crate::report::{json_text, write_stdout};
 
-pub fn execute(global: &GlobalArgs, args: &WaitsArgs) -> Result<ExitCode> {
+pub fn execute(args: &WaitsArgs) -> Result<ExitCode> {
     let bundle = load_input(&args.bundle)?;
     let analysis = analyze(&bundle);
     let Some(threads) = thread_waits(&bundle, &analysis) else {
@@ -31,7 +31,7 @@ pub fn execute(global: &GlobalArgs, args: &WaitsArgs) -> Result<ExitCode> {
         );
         return Ok(ExitCode::from(2));
     };
-    if global.json {
+    if args.json {
         write_stdout(&json_text(&waits_json(&threads)))?;
     } else {
         write_stdout(&waits_text(&threads))?;
