@@ -17,7 +17,8 @@ use assert_cmd::Command;
 use kernelkite::model::{load_bundle, Backend, Bundle};
 
 /// kernelkite pinned to the /proc sampler (these tests are about it; as root `auto`
-/// would pick eBPF, which tests/ebpf_run.rs covers).
+/// would pick eBPF, which tests/ebpf_run.rs covers), for `run`: the reports have no
+/// --backend and take `cli_support::kk()`.
 fn kk() -> Command {
     let mut c = cli_support::kk();
     c.args(PROC);
@@ -770,7 +771,7 @@ fn own_failures_have_statuses_apart_from_the_commands() {
     }
     // Other commands keep 2 for their errors.
     assert_eq!(
-        status(kk().args(["summary", "/nonexistent/b.json"])),
+        status(cli_support::kk().args(["summary", "/nonexistent/b.json"])),
         Some(2)
     );
 }
@@ -1162,7 +1163,8 @@ fn a_symlink_at_the_recording_path_is_refused_not_followed() {
     );
     assert_users_regular_file(&kkr);
     assert_users_regular_file(&home.join("out.json"));
-    kk().arg("replay")
+    cli_support::kk()
+        .arg("replay")
         .arg(&kkr)
         .arg(home.join("replayed.json"))
         .assert()
@@ -1241,7 +1243,7 @@ fn proc_frames_carry_host_wide_steal() {
     assert!(ticks.len() >= 2, "{ticks:?}");
     assert!(ticks.windows(2).all(|w| w[0] <= w[1]), "{ticks:?}");
     assert!(before <= ticks[0] && *ticks.last().unwrap() <= after);
-    let summary = kk()
+    let summary = cli_support::kk()
         .args(["summary", "--json"])
         .arg(&bundle_path)
         .output()
@@ -1253,7 +1255,11 @@ fn proc_frames_carry_host_wide_steal() {
         doc["host_steal"]["steal_ns"].as_u64(),
         Some((ticks.last().unwrap() - ticks[0]) * 1_000_000_000 / hz)
     );
-    let text = kk().arg("summary").arg(&bundle_path).output().unwrap();
+    let text = cli_support::kk()
+        .arg("summary")
+        .arg(&bundle_path)
+        .output()
+        .unwrap();
     let text = String::from_utf8(text.stdout).unwrap();
     assert!(text.contains("steal (host-wide)"), "{text}");
 }

@@ -42,7 +42,7 @@ impl Sandbox {
         self.dir.path().join(name)
     }
 
-    /// `kernelkite --backend proc <args>`, as `nobody` when we are root (as a developer
+    /// `kernelkite <args>` (`--backend proc` first for `run`), as `nobody` when we are root (as a developer
     /// would run it: without privileges), else as ourselves.
     fn kk(&self, args: &[&str]) -> Command {
         let mut c = if is_root() {
@@ -53,7 +53,11 @@ impl Sandbox {
         } else {
             Command::new(&self.kk)
         };
-        c.args(["--backend", "proc"]).args(args);
+        // --backend is an option of `run` only (the reports refuse it).
+        if args.first() == Some(&"run") {
+            c.args(["--backend", "proc"]);
+        }
+        c.args(args);
         c.current_dir(self.dir.path()).env("HOME", self.dir.path());
         c
     }
