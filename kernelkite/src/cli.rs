@@ -5,6 +5,8 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+use crate::format::classes_word;
+
 /// `kernelkite --version`: the version, the commit it was built from, and whether the
 /// BPF object it embeds was built from the BPF sources it was built with (build.rs).
 pub const LONG_VERSION: &str = concat!(
@@ -14,8 +16,6 @@ pub const LONG_VERSION: &str = concat!(
     "\nBPF object: ",
     env!("KK_BUILD_BPF"),
 );
-
-use crate::format::classes_word;
 
 /// The latency classes' names, comma separated, in id order.
 pub fn class_names() -> String {
@@ -50,7 +50,7 @@ pub struct Cli {
 
 /// The options that were once global to every subcommand: `kernelkite --json summary B` and
 /// `kernelkite --backend proc run B -- CMD` still parse, for the subcommands that have the
-/// option (see [`hoist_leading_options`]). Value-taking ones first.
+/// option (see [`hoist_leading_options`]): each name, and whether it takes a value.
 pub const LEADING_OPTIONS: [(&str, bool); 5] = [
     ("--backend", true),
     ("--interval-ms", true),
@@ -861,4 +861,70 @@ pub struct CompletionsArgs {
     /// The shell to print completions for.
     #[arg(value_enum)]
     pub shell: clap_complete::Shell,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hoisted(line: &[&str]) -> Vec<String> {
+        let args = line.iter().map(std::ffi::OsString::from).collect();
+        hoist_leading_options(args)
+            .into_iter()
+            .map(|a| a.into_string().unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn leading_options_move_after_the_subcommand_name_and_nothing_else_does() {
+        assert_eq!(
+            hoisted(&[
+                "kk",
+                "--backend",
+                "proc",
+                "--label=x",
+                "--json",
+                "run",
+                "B",
+                "--",
+                "--json"
+            ]),
+            [
+                "kk",
+                "run",
+                "--backend",
+                "proc",
+                "--label=x",
+                "--json",
+                "B",
+                "--",
+                "--json"
+            ]
+        );
+        // Nothing before the subcommand, or not one of them, or no subcommand: as given.
+        for line in [
+            &["kk", "summary", "--json", "B"][..],
+            &["kk", "--version"],
+            &["kk", "--json", "--version", "summary"],
+            &["kk", "--label"],
+            &["kk", "--json"],
+        ] {
+            assert_eq!(hoisted(line), line);
+        }
+    }
+
+    #[test]
+    fn a_leading_option_the_subcommand_lacks_is_refused_by_name() {
+        let e = try_parse_from(["kk", "--label", "x", "summary", "B"]).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("--label is not an option of summary"),
+            "{e}"
+        );
+        let cli = try_parse_from(["kk", "--json", "--network", "trace", "--pid", "1"]).unwrap();
+        match cli.command {
+            Command::Trace(t) => assert!(t.json && t.session.network && t.pids == [1]),
+            _ => unreachable!(),
+        }
+    }
 }
