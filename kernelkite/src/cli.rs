@@ -303,7 +303,7 @@ pub enum Command {
     ///
     /// One class: on_cpu in a hot palette, off-CPU classes in a blue one. Without
     /// --class, one graph of every class with the class as the root frame. Frame width
-    /// is time in nanoseconds. The file is written atomically.
+    /// is time in nanoseconds. A file is renamed into place when complete.
     Flamegraph(FlamegraphArgs),
     /// Say which backend would be used here, and why.
     Doctor(DoctorArgs),
@@ -389,7 +389,8 @@ pub struct BenchFloorArgs {
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// Where to write the bundle (atomically; also when interrupted).
+    /// Where to write the bundle (also when interrupted): a new file renamed into place,
+    /// `-` for standard output, a device or FIFO written in place (docs/SECURITY.md).
     pub bundle: PathBuf,
     /// The command to profile, after `--`.
     #[arg(last = true, required = true, num_args = 1..)]
@@ -547,7 +548,8 @@ pub struct TraceArgs {
     /// Stop after this many seconds (default: until Ctrl-C or every target exits).
     #[arg(long)]
     pub duration: Option<f64>,
-    /// Write the bundle here.
+    /// Write the bundle here (`-`: standard output, and the text goes to standard error;
+    /// a device or FIFO is written in place, docs/SECURITY.md).
     #[arg(short = 'o', long = "output")]
     pub output: Option<PathBuf>,
     /// Break the latency classes down per thread.
@@ -776,7 +778,8 @@ pub struct TreeArgs {
 pub struct ViewerArgs {
     #[arg(help = BUNDLE_HELP)]
     pub bundle: PathBuf,
-    /// Output file (default: standard output).
+    /// Output file (default, or `-`: standard output; a device or FIFO is written in
+    /// place).
     pub output: Option<PathBuf>,
 }
 
@@ -787,7 +790,8 @@ pub struct ExportArgs {
     /// Output format.
     #[arg(long, value_enum)]
     pub format: crate::export::Format,
-    /// Output file, written atomically (default: standard output).
+    /// Output file, renamed into place when complete (default, or `-`: standard output;
+    /// a device or FIFO is written in place).
     #[arg(short = 'o', long = "output")]
     pub output: Option<PathBuf>,
     /// Unix time in nanoseconds of the session start, for OTLP timestamps. Bundles hold
@@ -801,7 +805,7 @@ pub struct ExportArgs {
 pub struct ReportArgs {
     #[arg(help = BUNDLE_HELP)]
     pub bundle: PathBuf,
-    /// Output HTML file.
+    /// Output HTML file (`-`: standard output; a device or FIFO is written in place).
     #[arg(short = 'o', long = "output", required = true)]
     pub output: PathBuf,
 }
@@ -838,7 +842,8 @@ pub struct FlamegraphArgs {
     /// Only this latency class (default: every class, each under its own root frame).
     #[arg(long, value_parser = parse_class)]
     pub class: Option<kernelkite_common::LatencyClass>,
-    /// Output file (SVG; with --folded, the folded text, else standard output).
+    /// Output file (SVG; with --folded, the folded text, else standard output; `-`:
+    /// standard output; a device or FIFO is written in place).
     #[arg(short = 'o', long = "output", required_unless_present = "folded")]
     pub output: Option<PathBuf>,
     /// Write folded-stack lines (`class;root;...;leaf ns`) instead of an SVG.
