@@ -37,6 +37,7 @@ fn build_session(backend: Backend) -> Bundle {
         exit_code: Some(0),
         signal: None,
         untraced_cpu_ns: None,
+        max_rss_upper_bound: false,
         rusage: Some(Rusage {
             user_us: 9_100_000,
             system_us: 1_300_000,

@@ -211,6 +211,10 @@ pub enum CpuSource {
 pub enum RssSource {
     /// `ru_maxrss` of the reaped tree.
     Rusage,
+    /// `ru_maxrss` of the command's process, which no more than held kernelkite's copy
+    /// of itself before the exec (`launched.max_rss_upper_bound`): the program's own
+    /// largest process is at most this.
+    RusageUpperBound,
     /// Largest rss sample of a single process.
     Samples,
 }

@@ -186,6 +186,17 @@ pub(super) fn cpu_totals(
         None => (sampled_cpu_seconds, CpuSource::Samples, None),
     };
     let (max_single_rss_bytes, max_single_rss_source) = match rusage {
+        Some(r)
+            if bundle
+                .launched
+                .as_ref()
+                .is_some_and(|l| l.max_rss_upper_bound) =>
+        {
+            (
+                r.max_rss_kib.saturating_mul(1024),
+                RssSource::RusageUpperBound,
+            )
+        }
         Some(r) => (r.max_rss_kib.saturating_mul(1024), RssSource::Rusage),
         None => (max_sample_rss, RssSource::Samples),
     };

@@ -106,6 +106,7 @@ fn launched_command_sets_session_start_and_rusage_is_exact() {
         exit_code: Some(0),
         signal: None,
         untraced_cpu_ns: None,
+        max_rss_upper_bound: false,
         rusage: Some(Rusage {
             user_us: 150_000,
             system_us: 50_000,
@@ -564,6 +565,7 @@ pub(crate) fn arbitrary_bundles() -> Vec<Bundle> {
                 exit_code: None,
                 signal: None,
                 untraced_cpu_ns: None,
+                max_rss_upper_bound: false,
                 rusage: Some(Rusage::default()),
             });
         }
@@ -612,6 +614,7 @@ fn reaped_children_io_is_not_counted_twice() {
         exit_code: Some(0),
         signal: None,
         untraced_cpu_ns: None,
+        max_rss_upper_bound: false,
         rusage: None,
     });
     let a = analyze(&b);

@@ -71,9 +71,7 @@ mod linux {
     use crate::cli::{BackendChoice, RunArgs};
     use crate::collect::RecordedFold;
     use crate::commands::recording_file::RecordingFile;
-    use crate::model::{
-        self, Backend, Bundle, Frame, HostConstants, LaunchedCommand, OnCpuSource, Rusage,
-    };
+    use crate::model::{self, Backend, Bundle, Frame, HostConstants, LaunchedCommand, OnCpuSource};
     use crate::recording::{
         ClockAnchor, Record, RecordRef, RecordSink, SessionStart, SharedRecording,
     };
@@ -82,7 +80,8 @@ mod linux {
     use crate::source::exit_stops::{Stop, READ_AGAIN_RSS_BYTES};
     use crate::source::host::current_host;
     use crate::source::launch::{
-        find_program, raise_open_file_limit, signal_child, ChildEvent, CommandUsers, Exit, Launcher,
+        find_program, raise_open_file_limit, signal_child, ChildEvent, CommandUsers, Exit,
+        Launcher, ReapedRusage, StartGate,
     };
     use crate::source::procfs::{
         IdentityReader, Sampler, SamplerOptions, Schedule, Scope, PROC_ROOT,
@@ -123,15 +122,64 @@ mod linux {
         users: CommandUsers,
         recording_file: Option<&RecordingFile>,
     ) -> Result<(Bundle, Option<Exit>)> {
-        // eBPF when it may (the probes are loaded before the command starts, so a
-        // failure can still fall back), else /proc; never a silent downgrade.
-        let probes = match args.backend {
+        match args.backend {
             BackendChoice::Proc if args.stacks.stacks => {
                 bail!("--stacks needs the eBPF backend (not --backend proc)")
             }
             BackendChoice::Proc if args.critical_path => {
                 bail!("--critical-path needs the eBPF backend (not --backend proc)")
             }
+            _ => {}
+        }
+        let mut launcher =
+            Launcher::prepare(users).context("cannot prepare to launch the command")?;
+        // The command's process is forked first, held at its gate until it is watched:
+        // it starts as a copy of kernelkite, and the kernel keeps that copy's resident
+        // set in the command's ru_maxrss across the exec. Forked now, before the probes
+        // are loaded (their object and BTF take 8 MiB of kernelkite's heap), the copy is
+        // smaller than nearly any program's own peak.
+        find_program(&args.command[0]).map_err(|e| super::not_started(&args.command[0], e))?;
+        let (pid, gate) = launcher
+            .spawn_gated(&args.command)
+            .map_err(|e| super::not_started(&args.command[0], e))?;
+        raise_open_file_limit();
+        let recording = recording_file.map(|r| &r.recording);
+        match choose_backend(args) {
+            Ok(Some(mut ebpf)) => {
+                if let Some(r) = recording_file {
+                    ebpf.record_to(r.sink());
+                }
+                record_ebpf(&mut launcher, pid, gate, ebpf, args)
+            }
+            Ok(None) => {
+                let options = SamplerOptions {
+                    threads: true,
+                    network: args.session.network,
+                };
+                let sampler = match Sampler::new(Path::new(PROC_ROOT), options) {
+                    Ok(sampler) => sampler,
+                    Err(e) => {
+                        abandon(&mut launcher, gate);
+                        return Err(anyhow::Error::new(e).context("cannot sample /proc"));
+                    }
+                };
+                let host = current_host(OnCpuSource::Schedstat);
+                let run = record(&mut launcher, pid, gate, sampler, args, host, recording)?;
+                let mut bundle = run.kept.finish();
+                bundle.launched = Some(launched_command(args, run.pid, run.exit, run.rusage));
+                Ok((bundle, run.exit))
+            }
+            Err(e) => {
+                abandon(&mut launcher, gate);
+                Err(e)
+            }
+        }
+    }
+
+    /// The eBPF session when it may be used (loaded, not attached), else `None` for the
+    /// /proc sampler; never a silent downgrade.
+    fn choose_backend(args: &RunArgs) -> Result<Option<ebpf::Session>> {
+        Ok(match args.backend {
             BackendChoice::Proc => None,
             BackendChoice::Ebpf => Some(load_probes(args).context("eBPF is not available")?),
             BackendChoice::Auto => match load_probes(args) {
@@ -151,33 +199,16 @@ mod linux {
                     None
                 }
             },
-        };
-        let host = current_host(OnCpuSource::Schedstat);
-        let mut launcher =
-            Launcher::prepare(users).context("cannot prepare to launch the command")?;
+        })
+    }
 
-        let recording = recording_file.map(|r| &r.recording);
-        let (bundle, exit) = match probes {
-            Some(mut ebpf) => {
-                if let Some(r) = recording_file {
-                    ebpf.record_to(r.sink());
-                }
-                record_ebpf(&mut launcher, ebpf, args)?
-            }
-            None => {
-                let options = SamplerOptions {
-                    threads: true,
-                    network: args.session.network,
-                };
-                let sampler =
-                    Sampler::new(Path::new(PROC_ROOT), options).context("cannot sample /proc")?;
-                let run = record(&mut launcher, sampler, args, host, recording)?;
-                let mut bundle = run.kept.finish();
-                bundle.launched = Some(launched_command(args, run.pid, run.exit, run.rusage));
-                (bundle, run.exit)
-            }
-        };
-        Ok((bundle, exit))
+    /// The command never runs: the dropped gate makes its process exit (std's spawn
+    /// reaps it); reap anything else.
+    fn abandon(launcher: &mut Launcher, gate: StartGate) {
+        drop(gate);
+        while launcher.reap().unwrap_or(false) {
+            launcher.wait_until(Instant::now() + Duration::from_millis(50));
+        }
     }
 
     /// Say so once the command runs as root without anybody having asked for it.
@@ -191,7 +222,7 @@ mod linux {
     struct SampledRun {
         pid: i32,
         exit: Option<Exit>,
-        rusage: Rusage,
+        rusage: ReapedRusage,
         /// The frames, folded as a recording of them is replayed.
         kept: RecordedFold,
     }
@@ -200,6 +231,8 @@ mod linux {
     /// and been reaped.
     fn record(
         launcher: &mut Launcher,
+        pid: i32,
+        gate: StartGate,
         mut sampler: Sampler,
         args: &RunArgs,
         host: HostConstants,
@@ -207,11 +240,6 @@ mod linux {
     ) -> Result<SampledRun> {
         let clock = ClockAnchor::read();
         let start = Instant::now();
-        find_program(&args.command[0]).map_err(|e| super::not_started(&args.command[0], e))?;
-        let (pid, gate) = launcher
-            .spawn_gated(&args.command)
-            .map_err(|e| super::not_started(&args.command[0], e))?;
-        raise_open_file_limit();
         // Whether to read a thread again once it is gone: a large process's teardown.
         let page_bytes = host.page_size_bytes.max(1);
         let start_record = SessionStart {
@@ -443,25 +471,18 @@ mod linux {
     /// counters every interval until the whole tree has exited and been reaped.
     fn record_ebpf(
         launcher: &mut Launcher,
+        pid: i32,
+        gate: StartGate,
         mut session: ebpf::Session,
         args: &RunArgs,
     ) -> Result<(Bundle, Option<Exit>)> {
-        find_program(&args.command[0]).map_err(|e| super::not_started(&args.command[0], e))?;
-        let (pid, gate) = launcher
-            .spawn_gated(&args.command)
-            .map_err(|e| super::not_started(&args.command[0], e))?;
-        raise_open_file_limit();
         // Once the child waits at the gate, its CPU so far is kernelkite's start-up in
         // it; read before the attach, so none of it is also traced.
         let untraced_cpu_ns = waits_at_gate(pid).then(|| schedstat_cpu_ns(pid)).flatten();
         match session.attach_to_gated(pid) {
             Ok(()) => {}
             Err(e) => {
-                // The command never runs: the dropped gate makes it exit.
-                drop(gate);
-                while launcher.reap().unwrap_or(false) {
-                    launcher.wait_until(Instant::now() + Duration::from_millis(50));
-                }
+                abandon(launcher, gate);
                 return Err(e).context("cannot trace the command");
             }
         };
@@ -548,7 +569,7 @@ mod linux {
         args: &RunArgs,
         pid: i32,
         exit: Option<Exit>,
-        rusage: Rusage,
+        rusage: ReapedRusage,
     ) -> LaunchedCommand {
         LaunchedCommand {
             argv: args.command.clone(),
@@ -561,22 +582,28 @@ mod linux {
                 Some(Exit::Signal(s)) => Some(s),
                 _ => None,
             },
-            rusage: Some(rusage),
+            rusage: Some(rusage.tree),
             untraced_cpu_ns: None,
+            max_rss_upper_bound: rusage.max_rss_upper_bound,
         }
     }
 
     /// Tell the user where the bundle went, with the headline numbers.
     fn report_written(path: &Path, bundle: &Bundle) {
         let a = crate::analysis::analyze(bundle);
+        let at_most = match a.max_single_rss_source {
+            crate::analysis::RssSource::RusageUpperBound => "at most ",
+            _ => "",
+        };
         crate::note!(
-            "kernelkite: wrote {} ({} backend, {}, {} processes, CPU {}, peak RSS {}); details: kernelkite summary {}",
+            "kernelkite: wrote {} ({} backend, {}, {} processes, CPU {}, peak RSS {}, largest process {at_most}{}); details: kernelkite summary {}",
             crate::output::display_name(path),
             a.backend,
             crate::report::fmt_ms(a.duration_ms.round()),
             a.distinct_pids,
             crate::report::fmt_secs(a.cpu_seconds),
             crate::report::fmt_bytes(a.peak_rss_bytes),
+            crate::report::fmt_bytes(a.max_single_rss_bytes),
             path.display()
         );
     }

@@ -974,14 +974,24 @@ pub struct LaunchedCommand {
     /// The rusage `wait4` returned for the command and for every descendant kernelkite
     /// reaped as their subreaper, summed (max RSS: the largest): exact CPU of the whole
     /// tree, however short-lived. Not `getrusage(RUSAGE_CHILDREN)`, which survives exec
-    /// and would add what the process that exec'd kernelkite had reaped before.
+    /// and would add what the process that exec'd kernelkite had reaped before. What
+    /// the command's process used before its exec (kernelkite's copy of itself at the
+    /// start gate: CPU, faults, switches, as its `getrusage` said right before the exec)
+    /// is taken out; its max RSS cannot be (see `max_rss_upper_bound`).
     pub rusage: Option<Rusage>,
     /// eBPF: CPU the command's process had used when tracing began
     /// (`/proc/<pid>/schedstat` field 1 while it waited at the start gate): kernelkite's
-    /// own start-up in the child (fork, re-exec), in `rusage` but outside the session, so
-    /// the traced on_cpu matches `rusage` minus this.
+    /// own start-up in the child (fork, the wait at the gate), outside the session. Not
+    /// in `rusage` either (in bundles written before issue 41 it was, and on_cpu matched `rusage` minus
+    /// this); on_cpu exceeds `rusage` by the child's last steps from the gate to its exec.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub untraced_cpu_ns: Option<u64>,
+    /// `rusage.max_rss_kib` is only an upper bound of the program's own peak: it is the
+    /// command process's `ru_maxrss`, which the kernel keeps across the exec from
+    /// kernelkite's copy of itself before it (the fork of the start gate), and it was no
+    /// larger than that copy's. Absent: the figure is the program's own.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub max_rss_upper_bound: bool,
 }
 
 /// The fields of `struct rusage` kernelkite uses.

@@ -669,6 +669,8 @@ fn launched(t: &mut Take<'_>) -> FieldResult<LaunchedCommand> {
         } else {
             None
         },
+        // A trailing byte (version 8 on), absent from files written before it.
+        max_rss_upper_bound: t.remaining() > 0 && t.bool("max_rss_upper_bound")?,
     })
 }
 

@@ -396,6 +396,8 @@ fn launched(p: &mut Put<'_>, l: &LaunchedCommand) {
         }
     });
     p.opt(l.untraced_cpu_ns, |p, v| p.u64(v));
+    // A trailing byte: readers before it ignore it, and read its absence as 0.
+    p.u8(l.max_rss_upper_bound as u8);
 }
 
 /// One chunk (header and payload) holding `raw` records.

@@ -38,7 +38,7 @@
 //! | 4 | slow syscall | t_ns u64, pid i32, tid i32, nr u32, name str, duration_ns u64, ret i64, user_stack opt<u32> |
 //! | 5 | histograms | t_ns u64, vec<(pid i32, nr u32, name str, count u64, total_ns u64, max_ns u64, buckets vec<(index u32, count u64)>, version 3 on: before_start u8)>: every histogram, cumulative; the last one wins |
 //! | 6 | events lost | t_ns u64, count u64 (cumulative; the last one wins); version 3 on: by cause vec<(cause str, count u64)> |
-//! | 7 | launched | argv vec<str>, pid i32, exit_code opt<i32>, signal opt<i32>, rusage opt<(user_us, system_us, max_rss_kib, minor_faults, major_faults, voluntary_switches, involuntary_switches: u64)>, untraced_cpu_ns opt<u64> (version 2 on) |
+//! | 7 | launched | argv vec<str>, pid i32, exit_code opt<i32>, signal opt<i32>, rusage opt<(user_us, system_us, max_rss_kib, minor_faults, major_faults, voluntary_switches, involuntary_switches: u64)>, untraced_cpu_ns opt<u64> (version 2 on), max_rss_upper_bound u8 (a trailing byte, version 8 on; absent: 0) |
 //! | 10 | in progress | version 3 on: t_ns u64, vec<(pid i32, tid i32, nr u32, name str, t_ns u64, elapsed_ns u64, before_start u8, user_stack opt<u32>)>: the syscalls still running at a snapshot; the last one wins |
 //! | 11 | wakers | the bundle's waker profile: vec<(pid i32, tid i32, class str, kind str, source opt<str>, source_id opt<u32>, waker_pid opt<i32>, waker_tid opt<i32>, waker_comm opt<str>, total_ns u64, count u64)>, lost u64; written when the session ends |
 //! | 13 | command line | version 6 on: t_ns u64, pid i32, argv vec<str>: a process's command line, when kernelkite learnt it (an exec's, or read from /proc) |

@@ -145,6 +145,7 @@ pub(crate) fn session_records() -> Vec<Record> {
             exit_code: Some(0),
             signal: None,
             untraced_cpu_ns: Some(1_234_567),
+            max_rss_upper_bound: true,
             rusage: Some(Rusage {
                 user_us: 10,
                 ..Rusage::default()

@@ -310,13 +310,17 @@ pub fn summary_text_with(a: &Analysis, idle: Option<&IdleSplit>) -> String {
             fmt_ms(ns_to_ms(a.peak_rss_t_ns))
         ),
     );
-    let rss_note = match a.max_single_rss_source {
-        RssSource::Rusage => "(ru_maxrss, exact)",
-        RssSource::Samples => "(largest sample)",
+    let (at_most, rss_note) = match a.max_single_rss_source {
+        RssSource::Rusage => ("", "(ru_maxrss, exact)"),
+        RssSource::RusageUpperBound => (
+            "at most ",
+            "(ru_maxrss, an upper bound: no more than kernelkite's copy of itself held before the exec, which the kernel keeps in it)",
+        ),
+        RssSource::Samples => ("", "(largest sample)"),
     };
     row(
         "largest process",
-        format!("{}  {rss_note}", fmt_bytes(a.max_single_rss_bytes)),
+        format!("{at_most}{}  {rss_note}", fmt_bytes(a.max_single_rss_bytes)),
     );
     let io_note = if a.processes_without_io > 0 {
         format!(
@@ -865,6 +869,7 @@ mod tests {
             exit_code: Some(0),
             signal: None,
             untraced_cpu_ns: None,
+            max_rss_upper_bound: false,
             rusage: None,
         });
         let text = summary_text(&crate::analysis::analyze(&b));

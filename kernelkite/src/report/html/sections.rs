@@ -151,6 +151,7 @@ pub(super) fn totals(h: &mut String, bundle: &Bundle, a: &Analysis) {
     card(h, "CPU time", &fmt_secs_compact(a.cpu_seconds), &cpu_sub);
     let single = match a.max_single_rss_source {
         RssSource::Rusage => "largest process (ru_maxrss)",
+        RssSource::RusageUpperBound => "largest process (ru_maxrss, at most)",
         RssSource::Samples => "largest process sample",
     };
     card(

@@ -447,7 +447,15 @@ impl Session {
         }
         // Before the first frame: a thread gone already is never shown as a live row.
         self.retire_exited_before_attach();
-        let first = self.snapshot_frame(false)?;
+        let mut first = self.snapshot_frame(false)?;
+        if gated {
+            // Before its exec the gated process is kernelkite's copy of itself: its
+            // resident set is kernelkite's memory, and the command has none of its own
+            // yet (`run -- true` showed kernelkite's 9 MiB as the tree's peak).
+            for p in first.processes.iter_mut().filter(|p| p.pid == pids[0]) {
+                p.rss_pages = 0;
+            }
+        }
         self.keep_frame(first);
         Ok(())
     }
