@@ -211,8 +211,8 @@ pub enum CpuSource {
 pub enum RssSource {
     /// `ru_maxrss` of the reaped tree.
     Rusage,
-    /// `ru_maxrss` of the command's process, which no more than held kernelkite's copy
-    /// of itself before the exec (`launched.max_rss_upper_bound`): the program's own
+    /// `ru_maxrss` of the command's process, no larger than what kernelkite's copy of
+    /// itself held before the exec (`launched.max_rss_upper_bound`): the program's own
     /// largest process is at most this.
     RusageUpperBound,
     /// Largest rss sample of a single process.
