@@ -691,45 +691,12 @@ impl Launcher {
     /// switches are taken out here, as its gated child measured them right before the
     /// exec.
     pub fn reaped_rusage(&self) -> ReapedRusage {
-        let mut tree = self.reaped;
-        let Some(pre) = self.pre_exec.get().copied() else {
-            return ReapedRusage {
-                tree,
-                max_rss_upper_bound: false,
-            };
-        };
-        tree.user_us = tree.user_us.saturating_sub(pre.user_us);
-        tree.system_us = tree.system_us.saturating_sub(pre.system_us);
-        tree.minor_faults = tree.minor_faults.saturating_sub(pre.minor_faults);
-        tree.major_faults = tree.major_faults.saturating_sub(pre.major_faults);
-        tree.voluntary_switches = tree
-            .voluntary_switches
-            .saturating_sub(pre.voluntary_switches);
-        tree.involuntary_switches = tree
-            .involuntary_switches
-            .saturating_sub(pre.involuntary_switches);
-        // The kernel keeps the copy's high-water mark across the exec (exec_mmap's
-        // setmax_mm_hiwater_rss), so the command's ru_maxrss is the larger of the copy's
-        // and the program's own: no larger than the copy's, it only bounds the
-        // program's, unless another process of the tree was as large. The kernel's
-        // figure for the copy exceeds what the child read right before its exec by up
-        // to 832 KiB (measured, with a C fork-exec too: the rss counters' per-CPU parts
-        // are folded in between), hence the margin: within it, the figure is called a
-        // bound, which it then may be.
-        let command_max = self.command_rusage.map_or(0, |r| r.max_rss_kib);
-        let max_rss_upper_bound = self.command_rusage.is_some()
-            && command_max <= pre.max_rss_kib.saturating_add(PRE_EXEC_RSS_MARGIN_KIB)
-            && self.others_max_rss_kib < command_max;
-        ReapedRusage {
-            tree,
-            max_rss_upper_bound,
-        }
-    }
-
-    /// What kernelkite's copy of itself in the gated child had used when it exec'd the
-    /// command (`None` before that, or without a gated start).
-    pub fn pre_exec_rusage(&self) -> Option<Rusage> {
-        self.pre_exec.get().copied()
+        program_rusage(
+            self.reaped,
+            self.command_rusage,
+            self.others_max_rss_kib,
+            self.pre_exec.get().copied(),
+        )
     }
 
     /// Sleep until `deadline`, or less when a child changed state or a signal arrived.
@@ -1272,6 +1239,49 @@ impl PreparedExec {
     }
 }
 
+/// [`Launcher::reaped_rusage`]: the tree's summed rusage `reaped`, of which `command`
+/// is the command's own process's and `others_max_rss_kib` the largest `ru_maxrss` of
+/// the rest, less `pre`, what the command's process had used before its exec.
+fn program_rusage(
+    reaped: Rusage,
+    command: Option<Rusage>,
+    others_max_rss_kib: u64,
+    pre: Option<Rusage>,
+) -> ReapedRusage {
+    let mut tree = reaped;
+    let Some(pre) = pre else {
+        return ReapedRusage {
+            tree,
+            max_rss_upper_bound: false,
+        };
+    };
+    tree.user_us = tree.user_us.saturating_sub(pre.user_us);
+    tree.system_us = tree.system_us.saturating_sub(pre.system_us);
+    tree.minor_faults = tree.minor_faults.saturating_sub(pre.minor_faults);
+    tree.major_faults = tree.major_faults.saturating_sub(pre.major_faults);
+    tree.voluntary_switches = tree
+        .voluntary_switches
+        .saturating_sub(pre.voluntary_switches);
+    tree.involuntary_switches = tree
+        .involuntary_switches
+        .saturating_sub(pre.involuntary_switches);
+    // The kernel keeps the copy's high-water mark across the exec (exec_mmap's
+    // setmax_mm_hiwater_rss), so the command's ru_maxrss is the larger of the copy's
+    // and the program's own: no larger than the copy's, it only bounds the program's,
+    // unless another process of the tree was as large. The kernel's figure for the copy
+    // exceeds what the child read right before its exec by up to 832 KiB (measured, with
+    // a C fork-exec too), hence the margin: within it, the figure is called a bound,
+    // which it then may be.
+    let command_max = command.map_or(0, |r| r.max_rss_kib);
+    let max_rss_upper_bound = command.is_some()
+        && command_max <= pre.max_rss_kib.saturating_add(PRE_EXEC_RSS_MARGIN_KIB)
+        && others_max_rss_kib < command_max;
+    ReapedRusage {
+        tree,
+        max_rss_upper_bound,
+    }
+}
+
 /// How far above the gated child's own pre-exec `ru_maxrss` the kernel's figure for it
 /// may be (see [`Launcher::reaped_rusage`]): 2 MiB, over twice the gap measured.
 const PRE_EXEC_RSS_MARGIN_KIB: u64 = 2048;
@@ -1467,6 +1477,82 @@ mod tests {
             Exit::from_wait_status(libc::SIGTERM),
             Exit::Signal(libc::SIGTERM)
         );
+    }
+
+    fn usage(cpu_us: u64, max_rss_kib: u64, minor_faults: u64) -> Rusage {
+        Rusage {
+            user_us: cpu_us,
+            system_us: cpu_us / 2,
+            max_rss_kib,
+            minor_faults,
+            major_faults: 1,
+            voluntary_switches: 3,
+            involuntary_switches: 2,
+        }
+    }
+
+    #[test]
+    fn the_copy_before_the_exec_is_taken_out_of_the_programs_rusage() {
+        // `run -- true` as measured: the child read 3,488 KiB and 40 faults right before
+        // its exec, wait4 said 4,140 KiB and 101 faults.
+        let pre = usage(395, 3_488, 40);
+        let command = usage(1_516, 4_140, 101);
+        let r = program_rusage(command, Some(command), 0, Some(pre));
+        assert_eq!(r.tree.user_us, 1_516 - 395);
+        assert_eq!(r.tree.system_us, 758 - 197);
+        assert_eq!(r.tree.minor_faults, 61);
+        assert_eq!(r.tree.major_faults, 0);
+        assert_eq!(r.tree.voluntary_switches, 0);
+        assert_eq!(
+            r.tree.max_rss_kib, 4_140,
+            "a bound is still the kernel's figure"
+        );
+        assert!(r.max_rss_upper_bound, "{r:?}");
+    }
+
+    #[test]
+    fn a_program_larger_than_the_copy_has_an_exact_max_rss() {
+        let pre = usage(300, 3_500, 40);
+        let command = usage(200_000, 64_600, 22_000);
+        let r = program_rusage(command, Some(command), 0, Some(pre));
+        assert!(!r.max_rss_upper_bound);
+        assert_eq!(r.tree.max_rss_kib, 64_600);
+        // Just past the margin is exact; at it, a bound.
+        let at = usage(1_000, 3_500 + PRE_EXEC_RSS_MARGIN_KIB, 50);
+        assert!(program_rusage(at, Some(at), 0, Some(pre)).max_rss_upper_bound);
+        let past = usage(1_000, 3_500 + PRE_EXEC_RSS_MARGIN_KIB + 4, 50);
+        assert!(!program_rusage(past, Some(past), 0, Some(pre)).max_rss_upper_bound);
+    }
+
+    #[test]
+    fn another_process_as_large_makes_the_tree_max_rss_exact() {
+        let pre = usage(300, 3_500, 40);
+        let command = usage(1_000, 4_000, 60);
+        let orphan = usage(5_000, 4_000, 900);
+        let mut tree = command;
+        tree.add_reaped(&orphan);
+        let r = program_rusage(tree, Some(command), orphan.max_rss_kib, Some(pre));
+        assert!(
+            !r.max_rss_upper_bound,
+            "the orphan's own 4,000 KiB is exact"
+        );
+        let smaller = usage(5_000, 3_000, 900);
+        let r = program_rusage(tree, Some(command), smaller.max_rss_kib, Some(pre));
+        assert!(r.max_rss_upper_bound);
+    }
+
+    #[test]
+    fn without_the_childs_report_nothing_is_taken_out() {
+        let command = usage(1_000, 4_000, 60);
+        let r = program_rusage(command, Some(command), 0, None);
+        assert_eq!(r.tree, command);
+        assert!(!r.max_rss_upper_bound);
+    }
+
+    #[test]
+    fn the_childs_usage_record_round_trips() {
+        let u = usage(u64::MAX - 1, 12_345, 7);
+        assert_eq!(decode_usage(&encode_usage(&u)), u);
     }
 
     #[test]
