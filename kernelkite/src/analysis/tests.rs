@@ -182,7 +182,8 @@ fn proc_estimate_splits_the_remainder_by_votes_and_adds_up() {
     assert_eq!(t.classes.lock_wait, 80_000_000);
     assert_eq!(t.classes.unknown_wait, 40_000_000);
     assert_eq!(t.classes.syscall_blocked, 0);
-    assert_eq!(t.classes.total_ns(), t.wall_ns);
+    // The frames span 0..400 ms, and the thread lived through all of them.
+    assert_eq!(t.classes.total_ns(), 400_000_000);
     assert_eq!(a.latency_classes, t.classes);
     assert!(!a.latency_classes_exact);
     assert!(a.class_is_exact(LatencyClass::OnCpu));
@@ -238,8 +239,11 @@ fn new_thread_window_starts_at_the_previous_frame() {
     assert_eq!(t11.classes.io_wait, 145_000_000);
     let t10 = a.threads.iter().find(|t| t.tid == 10).unwrap();
     assert_eq!(t10.classes.syscall_blocked, 200_000_000);
+    // Both lived the frames' whole 0..200 ms: 10 from the first frame on, 11 from the
+    // frame before the one it first appeared in.
+    assert_eq!(a.threads.len(), 2);
     for t in &a.threads {
-        assert_eq!(t.classes.total_ns(), t.wall_ns);
+        assert_eq!(t.classes.total_ns(), 200_000_000, "thread {}", t.tid);
     }
 }
 
@@ -576,10 +580,43 @@ pub(crate) fn arbitrary_bundles() -> Vec<Bundle> {
 
 #[test]
 fn analysis_never_panics_on_arbitrary_bundles() {
-    for b in arbitrary_bundles() {
-        let a = analyze(&b);
+    for (i, b) in arbitrary_bundles().iter().enumerate() {
+        let a = analyze(b);
         for t in &a.threads {
-            assert_eq!(t.classes.total_ns(), t.wall_ns);
+            let what = format!("bundle {i}, thread {}/{}", t.pid, t.tid);
+            // Every row is a thread of the input: in a frame, or in an exit record.
+            let this_process = |p: &ProcessSample| {
+                p.pid == t.pid && p.start_time_ticks == t.process_start_time_ticks
+            };
+            let frame_ts: Vec<u64> = (b.frames.iter())
+                .filter(|f| {
+                    (f.processes.iter())
+                        .any(|p| this_process(p) && p.threads.iter().any(|th| th.tid == t.tid))
+                })
+                .map(|f| f.t_ns)
+                .collect();
+            let exited = (b.lifecycle.iter())
+                .any(|e| e.kind == LifecycleKind::Exit && e.pid == t.pid && e.tid == t.tid);
+            assert!(!frame_ts.is_empty() || exited, "{what}: not in the bundle");
+            // The classes, added here without saturation, are the wall time (or it
+            // saturated).
+            let sum: u128 = t.classes.to_array().iter().map(|&c| u128::from(c)).sum();
+            assert_eq!(
+                u128::from(t.wall_ns),
+                sum.min(u128::from(u64::MAX)),
+                "{what}"
+            );
+            if !t.exact && t.samples > 0 {
+                // An estimate covers the whole window, which reaches the last frame
+                // that showed the thread.
+                let span = t.window_end_ns - t.window_start_ns;
+                assert!(t.wall_ns >= span, "{what}: {} < window {span}", t.wall_ns);
+                let last = *frame_ts.last().unwrap();
+                assert!(
+                    t.window_end_ns >= last,
+                    "{what}: ends before its frame at {last}"
+                );
+            }
         }
         let _ = compare::compare(&a, &a);
     }

@@ -121,9 +121,19 @@ mod snapshot_tests {
     fn summary_ebpf() {
         let a = fixture("api-server-ebpf.json");
         assert!(a.latency_classes_exact);
-        for t in &a.threads {
-            assert_eq!(t.classes.total_ns(), t.wall_ns, "thread {}", t.tid);
-        }
+        // The fixture's own durations: 6000 and 6001 run through its frames (0..1500 ms),
+        // 6100 from its fork at 600 ms to its exit at 700 ms.
+        let walls: Vec<(i32, u64)> = (a.threads.iter())
+            .map(|t| (t.tid, t.classes.total_ns()))
+            .collect();
+        assert_eq!(
+            walls,
+            [
+                (6000, 1_500_000_000),
+                (6001, 1_500_000_000),
+                (6100, 100_000_000)
+            ]
+        );
         insta::assert_snapshot!("summary_ebpf_text", super::summary::summary_text(&a));
         insta::assert_json_snapshot!("summary_ebpf_json", super::summary::summary_json(&a));
         insta::assert_snapshot!("tree_ebpf_text", super::tree::tree_text(&a));
@@ -233,9 +243,24 @@ mod snapshot_tests {
         assert_eq!(super::fmt_bytes(b.peak_rss_bytes), "943.00 MiB");
         assert_eq!(super::fmt_bytes(b.read_bytes), "3.34 MiB");
         assert_eq!(super::fmt_bytes(b.write_bytes), "2.57 MiB");
-        for t in &b.threads {
-            assert_eq!(t.classes.total_ns(), t.wall_ns, "thread {}", t.tid);
-        }
+        // Each thread's life in the fixture, which its on_cpu + runqueue never exceed:
+        // from its process's start (start_time_ticks past the root's 100000, at 100 Hz:
+        // 5010 at 20 ms, 5011 at 30 ms, 5020 at 900 ms) to its last frame (every 250 ms;
+        // cargo's frames span the session).
+        let walls: Vec<(i32, u64)> = (b.threads.iter())
+            .map(|t| (t.tid, t.classes.total_ns() / 1_000_000))
+            .collect();
+        assert_eq!(
+            walls,
+            [
+                (5000, 1500),
+                (5010, 1250 - 20),
+                (5013, 750 - 20),
+                (5011, 750 - 30),
+                (5014, 750 - 30),
+                (5020, 1250 - 900)
+            ]
+        );
         let cmp = compare(&b, &fixture("cargo-build-after.json"));
         let pct = |m: &str| format!("{:.1}", cmp.delta(m).unwrap().pct.unwrap());
         assert_eq!(pct("duration_ms"), "-33.3");
