@@ -7,6 +7,8 @@
 #[path = "support/cli.rs"]
 mod cli_support;
 use cli_support::kk_path;
+#[path = "support/skip.rs"]
+mod skip;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -295,13 +297,10 @@ fn rusage_leaves_out_what_the_exec_ing_parent_had_reaped() {
 fn rusage_matches_usr_bin_time() {
     let time = Path::new("/usr/bin/time");
     if !time.exists() {
-        if std::env::var_os("CI").is_some() {
-            panic!(
-                "/usr/bin/time is missing: install the `time` package (CI needs it for this test)"
-            );
-        }
-        eprintln!("skipped rusage_matches_usr_bin_time: /usr/bin/time is not installed");
-        return;
+        return skip::required(
+            "rusage_matches_usr_bin_time",
+            "/usr/bin/time is not installed (the `time` package)",
+        );
     }
     let dir = tempfile::tempdir().unwrap();
     let bundle_path = dir.path().join("many.json");
@@ -827,9 +826,7 @@ fn network_counters_when_asked() {
 
 #[test]
 fn under_sudo_the_command_runs_as_the_invoking_user() {
-    // SAFETY: geteuid cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped under_sudo_the_command_runs_as_the_invoking_user: needs root");
+    if !skip::root_or_required("under_sudo_the_command_runs_as_the_invoking_user") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -1084,8 +1081,10 @@ fn assert_users_regular_file(path: &Path) {
 #[test]
 fn the_command_cannot_redirect_the_bundle_to_a_root_file() {
     let Some((_dir, home, victim)) = users_dir_and_root_only_file() else {
-        eprintln!("skipped the_command_cannot_redirect_the_bundle_to_a_root_file: needs root");
-        return;
+        return skip::required(
+            "the_command_cannot_redirect_the_bundle_to_a_root_file",
+            "needs root",
+        );
     };
     let plant = format!("ln -s {} .out.json.tmp-$PPID", victim.display());
     let out = kk_under_sudo_by_nobody()
@@ -1110,8 +1109,10 @@ fn the_command_cannot_redirect_the_bundle_to_a_root_file() {
 #[test]
 fn a_symlink_at_the_recording_path_is_refused_not_followed() {
     let Some((_dir, home, victim)) = users_dir_and_root_only_file() else {
-        eprintln!("skipped a_symlink_at_the_recording_path_is_refused_not_followed: needs root");
-        return;
+        return skip::required(
+            "a_symlink_at_the_recording_path_is_refused_not_followed",
+            "needs root",
+        );
     };
     let kkr = home.join("out.kkr");
     std::os::unix::fs::symlink(&victim, &kkr).unwrap();
@@ -1271,8 +1272,8 @@ fn proc_frames_carry_host_wide_steal() {
 fn every_process_carries_its_cgroup() {
     let own = std::fs::read_to_string("/proc/self/cgroup").unwrap();
     let Some(cgroup) = own.lines().find_map(|l| l.strip_prefix("0::")) else {
-        eprintln!("skipped: no cgroup v2 here");
-        return;
+        // CI's machine has cgroup v2 (/sys/fs/cgroup/unified).
+        return skip::required("every_process_carries_its_cgroup", "no cgroup v2 here");
     };
     let dir = tempfile::tempdir().unwrap();
     let bundle_path = dir.path().join("cg.json");

@@ -51,11 +51,10 @@ fn wait_blocked(pid: i32) -> i64 {
 }
 
 /// [`ebpf_ready`], and BTF tracepoints (`--stacks` needs them; under
-/// `KERNELKITE_HOOKS=classic` the test is skipped, saying so).
+/// `KERNELKITE_HOOKS=classic` it checks that `--stacks` is refused instead).
 fn stacks_ready(test: &str) -> Option<std::sync::MutexGuard<'static, ()>> {
     let serial = ebpf_ready(test)?;
-    if classic_hooks() {
-        eprintln!("skipped {test}: --stacks needs BTF tracepoints");
+    if stacks_refused_under_classic("trace") {
         return None;
     }
     Some(serial)

@@ -26,5 +26,9 @@ pub mod output;
 pub mod recording;
 pub mod report;
 pub mod source;
+/// The tests' skips (tests/support/skip.rs): a failure under CI, or reported to it.
+#[cfg(test)]
+#[path = "../../tests/support/skip.rs"]
+pub(crate) mod test_skip;
 #[cfg(target_os = "linux")]
 pub mod top;

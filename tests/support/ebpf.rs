@@ -19,6 +19,9 @@ use std::time::{Duration, Instant};
 use kernelkite::analysis::{analyze, Analysis};
 use kernelkite::model::{load_bundle, Bundle};
 
+#[path = "skip.rs"]
+pub mod skip;
+
 /// Real-kernel tests run one at a time: concurrent traces would share the CPUs (and
 /// the leak check counts every loaded program).
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -37,11 +40,8 @@ pub fn ebpf_ready(test: &str) -> Option<std::sync::MutexGuard<'static, ()>> {
     };
     match reason {
         None => Some(SERIAL.lock().unwrap_or_else(|e| e.into_inner())),
-        Some(r) if std::env::var_os("CI").is_some() => {
-            panic!("{test}: real-kernel eBPF test cannot run under CI: {r}")
-        }
         Some(r) => {
-            eprintln!("skipped {test}: {r}");
+            skip::required(test, &format!("real-kernel eBPF test: {r}"));
             None
         }
     }
@@ -186,6 +186,53 @@ pub fn assert_hook_kind(stderr: &[String]) {
 /// Whether this test run forces classic tracepoints (`KERNELKITE_HOOKS=classic`).
 pub fn classic_hooks() -> bool {
     std::env::var("KERNELKITE_HOOKS").as_deref() == Ok("classic")
+}
+
+/// For a test of `--stacks`, which needs BTF tracepoints: in the classic-hook pass (a
+/// kernel without BTF) what there is to check is that `kernelkite SUBCOMMAND --stacks`
+/// refuses with the one line that says why, rather than trace without stacks. `true`
+/// when that was checked (the test then ends); `false` outside the classic pass.
+pub fn stacks_refused_under_classic(subcommand: &str) -> bool {
+    if !classic_hooks() {
+        return false;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = Command::new(kernelkite_bin());
+    cmd.arg(subcommand);
+    if subcommand == "agent" {
+        cmd.args(["--listen", "127.0.0.1:0"]);
+    } else {
+        cmd.arg("-o").arg(dir.path().join("refused.json"));
+    }
+    let mut child = cmd
+        .args(["--pid", &std::process::id().to_string(), "--stacks"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn kernelkite");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "{subcommand} --stacks on classic tracepoints still runs after 30 s: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "{subcommand} --stacks on classic tracepoints succeeded: {stderr}"
+    );
+    let why = "--stacks needs BTF-enabled tracepoints";
+    let lines: Vec<&str> = stderr.lines().filter(|l| l.contains(why)).collect();
+    assert_eq!(lines.len(), 1, "{subcommand} --stacks, classic: {stderr}");
+    true
 }
 
 /// Host-wide ns that clock-based on_cpu can hold beyond the kernel's accounted runtime:
@@ -479,7 +526,7 @@ pub fn bpf_ids_held_by(pid: u32) -> Vec<(String, u32)> {
 
 /// Every program, link and map in `ids` (from [`bpf_ids_held_by`] of a process that has
 /// exited) is gone from the kernel within 5 s (`bpftool ... show id N` fails). Without
-/// bpftool the check is skipped, except under CI.
+/// bpftool the check is skipped, except under CI (`skip::required`).
 pub fn assert_bpf_ids_gone(ids: &[(String, u32)]) {
     for (kind, id) in ids {
         let what = match kind.as_str() {
@@ -500,12 +547,8 @@ pub fn assert_bpf_ids_gone(ids: &[(String, u32)]) {
                 }
                 Ok(_) => std::thread::sleep(Duration::from_millis(100)),
                 Err(e) => {
-                    assert!(
-                        std::env::var_os("CI").is_none(),
-                        "bpftool is needed under CI: {e}"
-                    );
-                    eprintln!("bpftool missing: leak check skipped");
-                    return;
+                    let why = format!("the leak check needs bpftool: {e}");
+                    return skip::required("assert_bpf_ids_gone", &why);
                 }
             }
         }

@@ -15,7 +15,9 @@
 //! 3. `cargo clippy --workspace --all-targets -- -D warnings`;
 //! 4. the eBPF object check and the BPF crate's fmt and clippy (`cargo xtask build-ebpf --check`);
 //! 5. `cargo test --workspace --no-fail-fast` with `CI=true` (real-kernel tests fail instead of
-//!    skipping when they cannot run), then the `test result:` lines again as a summary;
+//!    skipping when they cannot run), then the `test result:` lines again as a summary,
+//!    with every test that skipped for want of what a CI machine may lack (tests/support/skip.rs
+//!    appends `test: reason` to the file `KK_SKIP_LOG` names), counted and listed;
 //! 6. the real-kernel eBPF tests again with `KERNELKITE_HOOKS=classic` (the
 //!    classic-tracepoint fallback of kernels without BTF);
 //! 7. `cargo xtask samples --check`;
@@ -63,6 +65,8 @@ pub fn run(args: &[String]) -> Result<()> {
     let root = crate::workspace_root();
     std::env::set_current_dir(&root).with_context(|| format!("cd {}", root.display()))?;
 
+    // The skips the test steps reported, for the closing summary.
+    let skips: std::cell::RefCell<Vec<String>> = std::cell::RefCell::new(Vec::new());
     type Step<'a> = (&'a str, Box<dyn Fn() -> Result<()> + 'a>);
     let steps: Vec<Step> = vec![
         (
@@ -102,11 +106,11 @@ pub fn run(args: &[String]) -> Result<()> {
         ),
         (
             "cargo test --workspace --no-fail-fast (CI=true)",
-            Box::new(|| test_workspace(&root)),
+            Box::new(|| test_workspace(&root, &skips)),
         ),
         (
             "eBPF tests on classic tracepoints (KERNELKITE_HOOKS=classic)",
-            Box::new(|| test_classic_hooks(&root)),
+            Box::new(|| test_classic_hooks(&root, &skips)),
         ),
         (
             "cargo xtask samples --check",
@@ -140,6 +144,7 @@ pub fn run(args: &[String]) -> Result<()> {
         let t = Instant::now();
         if let Err(e) = step() {
             print_timings(&timings);
+            print_skips(&skips.borrow());
             eprintln!("\nci FAILED at step {}/{total} ({name}): {e:#}", i + 1);
             // Exit here rather than return the error: main would print it again, with a
             // backtrace when RUST_BACKTRACE is set.
@@ -148,6 +153,7 @@ pub fn run(args: &[String]) -> Result<()> {
         timings.push((name, t.elapsed()));
     }
     print_timings(&timings);
+    print_skips(&skips.borrow());
     let skipped = if from > 1 {
         format!(
             " (steps 1-{} skipped with --from {from}: not a full CI run)",
@@ -162,6 +168,14 @@ pub fn run(args: &[String]) -> Result<()> {
         t_all.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+/// The tests that reported a skip (`test: reason`), or that none did.
+fn print_skips(skips: &[String]) {
+    println!("\n==> tests skipped: {}", skips.len());
+    for s in skips {
+        println!("  {s}");
+    }
 }
 
 fn print_timings(timings: &[(&str, Duration)]) {
@@ -226,16 +240,17 @@ fn ebpf_check() -> Result<()> {
 
 /// `cargo test --workspace` with `CI=true`, echoing the runner's output as it comes and
 /// repeating every `test result:` line, and the failures, at the end.
-fn test_workspace(root: &Path) -> Result<()> {
-    run_tests(root, &["--workspace"], &[])
+fn test_workspace(root: &Path, skips: &std::cell::RefCell<Vec<String>>) -> Result<()> {
+    run_tests(root, "workspace", &["--workspace"], &[], skips)
 }
 
 /// The real-kernel eBPF tests once more with the programs attached as classic
 /// tracepoints, as on a kernel without BTF (`--stacks` needs BTF, so its tests are not
 /// in this pass).
-fn test_classic_hooks(root: &Path) -> Result<()> {
+fn test_classic_hooks(root: &Path, skips: &std::cell::RefCell<Vec<String>>) -> Result<()> {
     run_tests(
         root,
+        "classic",
         &[
             "-p",
             "kernelkite",
@@ -253,16 +268,29 @@ fn test_classic_hooks(root: &Path) -> Result<()> {
             "ebpf_agent",
         ],
         &[("KERNELKITE_HOOKS", "classic")],
+        skips,
     )
 }
 
-/// `cargo test <which> --no-fail-fast` with `CI=true` and `env`.
-fn run_tests(root: &Path, which: &[&str], env: &[(&str, &str)]) -> Result<()> {
+/// `cargo test <which> --no-fail-fast` with `CI=true` and `env`; the skips the tests
+/// reported (`pass: test: reason`) are added to `skips`.
+fn run_tests(
+    root: &Path,
+    pass: &str,
+    which: &[&str],
+    env: &[(&str, &str)],
+    skips: &std::cell::RefCell<Vec<String>>,
+) -> Result<()> {
     // Binaries first, so tests that run kernelkite or kk-workload find them.
     cargo(&["build", "--workspace", "--bins"])?;
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map_or_else(|| root.join("target"), std::path::PathBuf::from);
     let workload = target.join("debug").join("kk-workload");
+    // Where tests/support/skip.rs appends the skips: empty at the start of the pass.
+    let skip_log = target.join(format!("ci-skips-{pass}.log"));
+    std::fs::create_dir_all(&target).with_context(|| format!("mkdir {}", target.display()))?;
+    std::fs::write(&skip_log, "")
+        .with_context(|| format!("cannot write {}", skip_log.display()))?;
 
     let mut cmd = Command::new(cargo_bin());
     cmd.arg("test")
@@ -270,6 +298,7 @@ fn run_tests(root: &Path, which: &[&str], env: &[(&str, &str)]) -> Result<()> {
         .arg("--no-fail-fast")
         .env("CI", "true")
         .env("KK_WORKLOAD", &workload)
+        .env("KK_SKIP_LOG", &skip_log)
         .envs(env.iter().copied())
         .stdout(Stdio::piped());
     let line = show(&cmd);
@@ -305,6 +334,14 @@ fn run_tests(root: &Path, which: &[&str], env: &[(&str, &str)]) -> Result<()> {
     for f in &failures {
         println!("  {f}");
     }
+    let reported = reported_skips(&skip_log)?;
+    println!("  skipped: {}", reported.len());
+    for s in &reported {
+        println!("    {s}");
+    }
+    skips
+        .borrow_mut()
+        .extend(reported.iter().map(|s| format!("{pass}: {s}")));
     if !status.success() {
         bail!("{line} failed ({status})");
     }
@@ -312,6 +349,16 @@ fn run_tests(root: &Path, which: &[&str], env: &[(&str, &str)]) -> Result<()> {
         println!("  note: {ignored} tests are #[ignore]d");
     }
     Ok(())
+}
+
+/// The `test: reason` lines tests/support/skip.rs appended to `log` (one per skip).
+fn reported_skips(log: &Path) -> Result<Vec<String>> {
+    let text =
+        std::fs::read_to_string(log).with_context(|| format!("cannot read {}", log.display()))?;
+    Ok((text.lines())
+        .filter(|l| !l.trim().is_empty())
+        .map(str::to_string)
+        .collect())
 }
 
 /// In "test result: ok. 12 passed; 0 failed; ...", the number before `what`.
@@ -560,7 +607,23 @@ fn ensure_python_packages() -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::count_before;
+    use super::{count_before, reported_skips};
+
+    #[test]
+    fn reads_the_skips_the_tests_reported() {
+        let dir = std::env::temp_dir().join(format!("kk-ci-skips-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let log = dir.join("skips.log");
+        std::fs::write(&log, "").unwrap();
+        assert!(reported_skips(&log).unwrap().is_empty());
+        std::fs::write(&log, "a_test: /x is a tmpfs\n\nother: nosuid mount\n").unwrap();
+        assert_eq!(
+            reported_skips(&log).unwrap(),
+            ["a_test: /x is a tmpfs", "other: nosuid mount"]
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(reported_skips(&log).is_err(), "a missing log is an error");
+    }
 
     #[test]
     fn parses_test_result_lines() {

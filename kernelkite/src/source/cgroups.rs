@@ -886,20 +886,20 @@ mod tests {
 
     #[test]
     fn root_real_cgroup_of_a_sleep() {
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
-            eprintln!("skipped: root_real_cgroup_of_a_sleep needs root");
+        const TEST: &str = "root_real_cgroup_of_a_sleep";
+        if !crate::test_skip::root_or_required(TEST) {
             return;
         }
-        let Ok(mount) = v2_mount() else {
-            eprintln!("skipped: no cgroup v2 mount");
-            return;
+        // CI runs as root on a host with cgroup v2 (/sys/fs/cgroup/unified).
+        let mount = match v2_mount() {
+            Ok(mount) => mount,
+            Err(e) => return crate::test_skip::required(TEST, &e.to_string()),
         };
         let name = format!("kk-test-{}", std::process::id());
         let dir = mount.join(&name);
         if let Err(e) = fs::create_dir(&dir) {
-            eprintln!("skipped: cannot make {}: {e}", dir.display());
-            return;
+            let why = format!("cannot make {}: {e}", dir.display());
+            return crate::test_skip::required(TEST, &why);
         }
         let mut guard = Cleanup {
             child: None,

@@ -800,8 +800,7 @@ mod tests {
     /// of the file for the rest of the session.
     #[test]
     fn a_zombies_mapped_file_is_missing() {
-        if unsafe { libc::geteuid() } != 0 {
-            eprintln!("skipped: map_files needs root");
+        if !crate::test_skip::root_or_required("a_zombies_mapped_file_is_missing") {
             return;
         }
         let mut child = std::process::Command::new("sleep")
@@ -961,8 +960,7 @@ mod tests {
     /// so perf's owner rule alone would let it through) is refused to `nobody`.
     #[test]
     fn reads_use_the_targets_credentials() {
-        if unsafe { libc::geteuid() } != 0 {
-            eprintln!("skipped: needs root to drop to another user's credentials");
+        if !crate::test_skip::root_or_required("reads_use_the_targets_credentials") {
             return;
         }
         let dir = tempfile::tempdir().unwrap();

@@ -192,8 +192,11 @@ mod tests {
     fn reads_this_kernels_layout_when_btf_is_present() {
         let path = Path::new("/sys/kernel/btf/vmlinux");
         if !path.exists() {
-            eprintln!("skipped: no kernel BTF at {}", path.display());
-            return;
+            let why = format!("no kernel BTF at {}", path.display());
+            return crate::test_skip::required(
+                "reads_this_kernels_layout_when_btf_is_present",
+                &why,
+            );
         }
         let layout = read_layout(path).expect("layout");
         // pid and tgid are adjacent pid_t fields in every kernel since 2.6.
