@@ -148,15 +148,30 @@ fn class_rates_of_a_process_add_up_to_its_threads() {
     let Some(_guard) = ebpf_ready("class_rates_of_a_process_add_up_to_its_threads") else {
         return;
     };
-    let mut work = GatedWorkload::spawn(&["futex_stress", "--threads", "4", "--seconds", "8"]);
+    // Longer than any attach and both readings take (it is killed after them): the
+    // readings are checked to fall inside its life, not hoped to.
+    let mut work = GatedWorkload::spawn(&["futex_stress", "--threads", "4", "--seconds", "120"]);
     work.go();
-    std::thread::sleep(Duration::from_millis(300));
     let pid = work.pid;
+    // All five threads exist (the main thread then sits in pthread_join).
+    poll_until("the workload's five threads", || threads_of(pid) == 5);
     let agent = Agent::start(&["--pid", &pid.to_string(), "--interval", "0.5"]);
-    std::thread::sleep(Duration::from_secs(2));
-    let (a, ta) = class_sum(&agent, pid);
-    std::thread::sleep(Duration::from_secs(3));
-    let (b, tb) = class_sum(&agent, pid);
+    let mut first = (0.0, 0.0);
+    poll_until("the workload's first class series", || {
+        first = class_sum(&agent, pid);
+        first.0 > 0.0
+    });
+    let (a, ta) = first;
+    let mut second = (0.0, 0.0);
+    poll_until("snapshots 3 s after the first", || {
+        second = class_sum(&agent, pid);
+        second.1 - ta >= 3.0
+    });
+    let (b, tb) = second;
+    assert!(
+        work.child.try_wait().unwrap().is_none(),
+        "the workload ended before the second reading"
+    );
     let threads = (b - a) / (tb - ta);
     assert!(
         (4.8..=5.005).contains(&threads),
@@ -164,9 +179,23 @@ fn class_rates_of_a_process_add_up_to_its_threads() {
         b - a,
         tb - ta
     );
-    work.finish();
+    drop(work);
     let log = agent.stop();
     assert!(log.iter().any(|l| l.contains("msg=stopped")), "{log:#?}");
+}
+
+/// Poll `done` every 50 ms until it holds; a failure naming `what` after 60 s.
+fn poll_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !done() {
+        assert!(Instant::now() < deadline, "60 s without {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The number of threads of `pid` (0 once it is gone).
+fn threads_of(pid: i32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task")).map_or(0, |d| d.count())
 }
 
 /// A free port on loopback (bound and released: Prometheus binds it next).
@@ -521,15 +550,30 @@ fn otlp_push_reaches_a_real_receiver_and_a_down_one_costs_a_bounded_queue() {
     ]);
     work.go();
     work.finish();
-    // Past the exit: the last snapshots, and a push of them.
-    std::thread::sleep(Duration::from_millis(3500));
-    let text = agent.metrics();
+    // Past the exit: the last snapshots, and a push of them. Its lock_wait stops
+    // growing then, and the pushes catch up with /metrics.
     let labels = [("pid", pid.to_string()), ("class", "lock_wait".to_string())];
     let labels: Vec<(&str, &str)> = labels.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let ours = value(&text, CLASSES, &labels).expect("the workload's series");
+    let pushed_lock_wait = |request: &serde_json::Value| {
+        (request["resources"].as_array()?.iter())
+            .find(|r| r["attributes"]["process.pid"].as_i64() == Some(pid.into()))?["metrics"]
+            .as_array()?
+            .iter()
+            .find(|m| m["name"] == "kernelkite.latency_class.time")?["data_points"]
+            .as_array()?
+            .iter()
+            .find(|p| p["attributes"]["kernelkite.latency_class"] == "lock_wait")?["as_double"]
+            .as_f64()
+    };
+    let (mut ours, mut requests) = (None, Vec::new());
+    poll_until("a push of the workload's final lock_wait", || {
+        ours = value(&agent.metrics(), CLASSES, &labels);
+        requests = receiver.requests();
+        let pushed = requests.last().and_then(pushed_lock_wait);
+        matches!((ours, pushed), (Some(o), Some(p)) if requests.len() >= 2 && p == o)
+    });
+    let ours = ours.unwrap();
     assert!(ours > 0.5, "lock_wait {ours}");
-    let requests = receiver.requests();
-    assert!(requests.len() >= 2, "{} requests", requests.len());
     let last = requests.last().unwrap();
     assert_eq!(last["status"], 200);
     let resources = last["resources"].as_array().unwrap();
@@ -564,14 +608,18 @@ fn otlp_push_reaches_a_real_receiver_and_a_down_one_costs_a_bounded_queue() {
     );
     // The collector goes away: the queue stays at 3 requests, the rest are dropped.
     receiver.stop();
-    std::thread::sleep(Duration::from_secs(7));
-    let text = agent.metrics();
-    let counter = |name: &str| {
+    let counter = |text: &str, name: &str| {
         (text.lines())
             .find_map(|l| l.strip_prefix(&format!("{name} ")))
             .map(|v| v.parse::<f64>().unwrap())
             .unwrap_or_else(|| panic!("no {name}"))
     };
+    let mut text = String::new();
+    poll_until("a dropped push", || {
+        text = agent.metrics();
+        counter(&text, "kernelkite_agent_otlp_dropped_requests_total") >= 1.0
+    });
+    let counter = |name: &str| counter(&text, name);
     assert!(counter("kernelkite_agent_otlp_queued_requests") <= 3.0);
     assert!(counter("kernelkite_agent_otlp_dropped_requests_total") >= 1.0);
     assert!(counter("kernelkite_agent_otlp_failed_attempts_total") >= 1.0);

@@ -48,7 +48,8 @@ fn serve_exposes_live_metrics_that_promtool_accepts() {
         eprintln!("skipped: promtool is missing");
         return;
     }
-    let mut workload = GatedWorkload::spawn(&["futex_stress", "--threads", "4", "--seconds", "3"]);
+    // Long enough for both scrapes on a loaded machine; checked to be alive after them.
+    let mut workload = GatedWorkload::spawn(&["futex_stress", "--threads", "4", "--seconds", "8"]);
     let port = free_port();
     let addr = format!("127.0.0.1:{port}");
     let trace = RunningTrace::start(&[workload.pid], &["--serve", &addr]);
@@ -91,14 +92,31 @@ fn serve_exposes_live_metrics_that_promtool_accepts() {
     // threads, less the few ms its four contenders were not yet made after attach.
     // (Live series never go down: an open interval a frame counted in one class and
     // that closed in another stays in both, by at most a few hundred µs per thread.)
-    std::thread::sleep(Duration::from_secs(1));
-    let later = scrape(port).unwrap();
-    let series_value = |prefix: &str| -> Vec<f64> {
-        (later.lines())
+    let series_value = |text: &str, prefix: &str| -> Vec<f64> {
+        (text.lines())
             .filter(|l| l.starts_with(prefix))
             .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
             .collect()
     };
+    let session_of = |text: &str| series_value(text, "kernelkite_session_duration_seconds ")[0];
+    let first_session = session_of(body);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let later = loop {
+        let r = scrape(port).unwrap();
+        if session_of(&r) >= first_session + 1.0 {
+            break r;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the session did not advance 1 s: {r}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(
+        workload.child.try_wait().unwrap().is_none(),
+        "the workload ended before the second scrape"
+    );
+    let series_value = |prefix: &str| series_value(&later, prefix);
     let class_prefix = format!(
         "kernelkite_process_latency_class_seconds_total{{pid=\"{}\",",
         workload.pid
@@ -473,8 +491,16 @@ fn serve_shows_a_process_stuck_in_one_call_while_it_is_stuck() {
     };
     let mut sleeper = Command::new("sleep").arg("30").spawn().unwrap();
     let pid = sleeper.id() as i32;
-    // Let it block before the trace attaches.
-    std::thread::sleep(Duration::from_millis(200));
+    // It blocks before the trace attaches: exec'd, and asleep.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+        if stat.contains("(sleep) S ") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "sleep never slept: {stat}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let port = free_port();
     let addr = format!("127.0.0.1:{port}");
     let trace = RunningTrace::start(&[pid], &["--serve", &addr]);
@@ -493,11 +519,26 @@ fn serve_shows_a_process_stuck_in_one_call_while_it_is_stuck() {
     let longest = format!(
         "kernelkite_syscall_in_progress_longest_seconds{{pid=\"{pid}\",comm=\"sleep\",syscall=\"clock_nanosleep\""
     );
-    // Two scrapes at least a second apart, both while it sleeps.
-    std::thread::sleep(Duration::from_millis(500));
-    let first = scrape(port).unwrap();
-    std::thread::sleep(Duration::from_millis(1200));
-    let second = scrape(port).unwrap();
+    // Two scrapes at least a second apart (in the snapshots' own time), both while it
+    // sleeps: the first once the call shows with over 0.3 s of it.
+    let session = |body: &str| value(body, "kernelkite_session_duration_seconds ");
+    let scrape_when = |done: &dyn Fn(&str) -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let body = scrape(port).unwrap();
+            if done(&body) {
+                return body;
+            }
+            assert!(Instant::now() < deadline, "30 s of scrapes: {body}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    let first = scrape_when(&|b| value(b, &calls) == 1.0 && value(b, &blocked) > 0.3);
+    let second = scrape_when(&|b| session(b) >= session(&first) + 1.2);
+    assert!(
+        sleeper.try_wait().unwrap().is_none(),
+        "sleep 30 ended before the second scrape"
+    );
     let _ = sleeper.kill();
     let _ = sleeper.wait();
     let _ = trace.finish();
