@@ -1476,7 +1476,9 @@ fn a_live_process_traced_mid_life_matches_schedstat_per_thread() {
 
 /// The overhead benchmark's reference programs (`kernelkite bench-floor`, hidden) load
 /// and attach on this kernel: the empty, bit, clock, scheduler and waker floors each
-/// name the programs they attached, and detach when their stdin closes.
+/// name the programs they attached and hold one loaded program per name, and detach
+/// when their stdin closes: every program, link and map they held is gone from the
+/// kernel after.
 #[test]
 fn the_benchmark_floors_load_attach_and_detach() {
     let Some(_serial) = ebpf_ready("the_benchmark_floors_load_attach_and_detach") else {
@@ -1521,6 +1523,9 @@ fn the_benchmark_floors_load_attach_and_detach() {
             &mut line,
         )
         .unwrap();
+        // Attached now (the line says so): what it holds, read before it lets go.
+        let held = bpf_ids_held_by(child.id());
+        let progs = held.iter().filter(|(kind, _)| kind == "prog_id").count();
         drop(child.stdin.take());
         let out = child.wait_with_output().unwrap();
         assert!(
@@ -1531,5 +1536,7 @@ fn the_benchmark_floors_load_attach_and_detach() {
         for program in programs {
             assert!(line.contains(program), "bench-floor {args:?}: {line}");
         }
+        assert_eq!(progs, programs.len(), "bench-floor {args:?} held {held:?}");
+        assert_bpf_ids_gone(&held);
     }
 }
