@@ -1,8 +1,9 @@
 //! Issue 22's acceptance on real programs: a process stuck in one call, an idle server
 //! and a busy one are each explained by name: which syscall, which stack, or why there
 //! is none. The programs are Debian's own (coreutils `sleep` and `cat`, util-linux
-//! `flock`, `redis-server` under `redis-benchmark`), stripped, reaching the kernel
-//! through glibc; each is traced with `trace --pid` as an operator would.
+//! `flock`, `redis-server` under `redis-benchmark`, nginx under `ab`, PostgreSQL under
+//! `pgbench`), stripped, reaching the kernel through glibc; each is traced with
+//! `trace --pid` as an operator would.
 
 #[path = "support/ebpf.rs"]
 mod support;
@@ -738,6 +739,25 @@ struct BpftraceCount {
 
 impl BpftraceCount {
     fn start(pids: &[i32]) -> Option<BpftraceCount> {
+        let filter = (pids.iter())
+            .map(|p| format!("pid == {p}"))
+            .collect::<Vec<_>>()
+            .join(" || ");
+        BpftraceCount::run(&format!(
+            "tracepoint:raw_syscalls:sys_enter /{filter}/ {{ @[args->id] = count(); }}"
+        ))
+    }
+
+    /// Counting, per process, the syscalls of `parent`'s children (`curtask`'s parent:
+    /// BTF), by (pid, number); read with [`BpftraceCount::finish_by_pid`].
+    fn start_children(parent: i32) -> Option<BpftraceCount> {
+        BpftraceCount::run(&format!(
+            "tracepoint:raw_syscalls:sys_enter /curtask->real_parent->tgid == {parent}/ \
+             {{ @[pid, args->id] = count(); }}"
+        ))
+    }
+
+    fn run(program: &str) -> Option<BpftraceCount> {
         use std::io::BufRead;
         if Command::new("bpftrace").arg("--version").output().is_err() {
             assert!(
@@ -753,14 +773,8 @@ impl BpftraceCount {
                 .args(["-t", "tracefs", "nodev", "/sys/kernel/tracing"])
                 .status();
         }
-        let filter = (pids.iter())
-            .map(|p| format!("pid == {p}"))
-            .collect::<Vec<_>>()
-            .join(" || ");
-        let program =
-            format!("tracepoint:raw_syscalls:sys_enter /{filter}/ {{ @[args->id] = count(); }}");
         let mut child = Command::new("bpftrace")
-            .args(["-e", &program])
+            .args(["-e", program])
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
@@ -783,19 +797,36 @@ impl BpftraceCount {
     }
 
     /// Stop it (SIGINT) and read its counts: syscall number → calls entered.
-    fn finish(mut self) -> std::collections::BTreeMap<i64, u64> {
+    fn finish(self) -> std::collections::BTreeMap<i64, u64> {
+        (self.finish_keys().into_iter())
+            .map(|(key, n)| (key.trim().parse().unwrap(), n))
+            .collect()
+    }
+
+    /// [`BpftraceCount::finish`] of a count by (pid, syscall number).
+    fn finish_by_pid(self) -> std::collections::BTreeMap<(i32, i64), u64> {
+        (self.finish_keys().into_iter())
+            .map(|(key, n)| {
+                let (pid, nr) = key.split_once(", ").unwrap();
+                ((pid.parse().unwrap(), nr.parse().unwrap()), n)
+            })
+            .collect()
+    }
+
+    /// Stop it (SIGINT) and read its map: key text → count.
+    fn finish_keys(mut self) -> Vec<(String, u64)> {
         // SAFETY: our child's pid.
         unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
         let _ = self.child.wait();
-        let mut counts = std::collections::BTreeMap::new();
+        let mut counts = Vec::new();
         while let Ok(line) = self.lines.recv_timeout(Duration::from_secs(5)) {
-            // "@[232]: 32175"
+            // "@[232]: 32175", "@[4242, 232]: 17"
             let parsed = line
                 .strip_prefix("@[")
                 .and_then(|l| l.split_once("]: "))
-                .and_then(|(nr, n)| Some((nr.parse().ok()?, n.trim().parse().ok()?)));
-            if let Some((nr, n)) = parsed {
-                counts.insert(nr, n);
+                .and_then(|(key, n)| Some((key.to_string(), n.trim().parse().ok()?)));
+            if let Some(entry) = parsed {
+                counts.push(entry);
             }
         }
         counts
@@ -962,4 +993,294 @@ fn a_slow_file_read_does_not_leave_a_process_without_unwind_information() {
         (deep_ns + lost_ns) as f64 >= 0.9 * all_ns as f64,
         "{deep_ns} of {all_ns} ns of lock_wait unwound to the threads' start ({lost_ns} in lost copies): {text}"
     );
+}
+
+/// Debian's PostgreSQL 15, a throwaway cluster in a temporary directory run by the
+/// `postgres` user (initdb refuses root), listening on a Unix socket only.
+struct Postgres {
+    postmaster: Child,
+    /// The socket's directory (`-h`) and port (the socket's name).
+    dir: tempfile::TempDir,
+    port: u16,
+}
+
+const PG_BIN: &str = "/usr/lib/postgresql/15/bin";
+
+impl Postgres {
+    fn start(test: &str) -> Option<Postgres> {
+        use std::os::unix::process::CommandExt;
+        if !Path::new(PG_BIN).join("postgres").exists() {
+            skip::required(
+                test,
+                "PostgreSQL 15 is not installed (apt-get install postgresql-15)",
+            );
+            return None;
+        }
+        let (uid, gid) = user_ids("postgres");
+        let dir = tempfile::tempdir().unwrap();
+        std::os::unix::fs::chown(dir.path(), Some(uid), Some(gid)).unwrap();
+        let pg = |tool: &str| {
+            let mut c = Command::new(Path::new(PG_BIN).join(tool));
+            c.uid(uid)
+                .gid(gid)
+                .env("HOME", dir.path())
+                .env_remove("PGDATA");
+            c
+        };
+        let data = dir.path().join("data");
+        let out = pg("initdb")
+            .args(["-A", "trust", "-U", "postgres", "--no-sync", "-D"])
+            .arg(&data)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "initdb: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // Any port: only the socket's name has it. The background processes' timers
+        // set long, so they keep still beside the load (autovacuum off).
+        let port = 40_000 + (std::process::id() % 20_000) as u16;
+        let postmaster = pg("postgres")
+            .arg("-D")
+            .arg(&data)
+            .arg("-k")
+            .arg(dir.path())
+            .args(["-p", &port.to_string()])
+            .args(["-c", "listen_addresses="])
+            .args(["-c", "autovacuum=off"])
+            .args(["-c", "synchronous_commit=off"])
+            .args(["-c", "bgwriter_delay=10s"])
+            .args(["-c", "wal_writer_delay=10s"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let server = Postgres {
+            postmaster,
+            dir,
+            port,
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !server.client("pg_isready").status().unwrap().success() {
+            assert!(Instant::now() < deadline, "postgres did not start");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Some(server)
+    }
+
+    fn pid(&self) -> i32 {
+        self.postmaster.id() as i32
+    }
+
+    /// A client tool (`psql`, `pgbench`, `pg_isready`) pointed at the cluster.
+    fn client(&self, tool: &str) -> Command {
+        let mut c = Command::new(Path::new(PG_BIN).join(tool));
+        c.arg("-h")
+            .arg(self.dir.path())
+            .args(["-p", &self.port.to_string(), "-U", "postgres"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        c
+    }
+
+    /// Each of `pids` with its process title (`postgres: walwriter`, ...).
+    fn titles(pids: &std::collections::BTreeSet<i32>) -> Vec<(i32, String)> {
+        (pids.iter())
+            .map(|p| {
+                let title = std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
+                (
+                    *p,
+                    String::from_utf8_lossy(&title)
+                        .trim_end_matches('\0')
+                        .to_string(),
+                )
+            })
+            .collect()
+    }
+
+    /// The postmaster's children now (its background processes, and backends).
+    fn children(&self) -> std::collections::BTreeSet<i32> {
+        std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", self.pid()))
+            .unwrap_or_default()
+            .split_whitespace()
+            .filter_map(|p| p.parse().ok())
+            .collect()
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        // SIGQUIT: immediate shutdown; the postmaster stops its children.
+        // SAFETY: our child's pid.
+        unsafe { libc::kill(self.pid(), libc::SIGQUIT) };
+        let _ = self.postmaster.wait();
+    }
+}
+
+/// The uid and gid of `user` (from `id`).
+fn user_ids(user: &str) -> (u32, u32) {
+    let id = |flag: &str| {
+        let out = Command::new("id").args([flag, user]).output().unwrap();
+        assert!(out.status.success(), "no user {user}");
+        String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+    };
+    (id("-u"), id("-g"))
+}
+
+/// PostgreSQL under pgbench (200 transactions from each of 4 clients), traced with
+/// `trace --pid POSTMASTER --follow` beside bpftrace counting every syscall the
+/// postmaster's children enter, per process. Each backend pgbench's connections got
+/// (forked and gone inside the trace) has, call for call, bpftrace's counts; they are
+/// the 4 clients' backends at least; their sends answer at least one per statement
+/// pgbench reports (7 per transaction of its default script); and their class time is
+/// their lifetime from fork to exit.
+#[test]
+fn postgres_under_pgbench_is_counted_as_bpftrace_counts() {
+    const TEST: &str = "postgres_under_pgbench_is_counted_as_bpftrace_counts";
+    let Some(_serial) = ebpf_ready(TEST) else {
+        return;
+    };
+    let Some(pg) = Postgres::start(TEST) else {
+        return;
+    };
+    let init = pg
+        .client("pgbench")
+        .args(["-i", "-q", "postgres"])
+        .output()
+        .unwrap();
+    assert!(
+        init.status.success(),
+        "pgbench -i: {}",
+        String::from_utf8_lossy(&init.stderr)
+    );
+    // Its backend gone: the postmaster's children are its background processes (a
+    // backend's title names its client, `[local]`; an exiting one has none left).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let background = loop {
+        let children = pg.children();
+        let titles = Postgres::titles(&children);
+        if (titles.iter()).all(|(_, t)| t.starts_with("postgres: ") && !t.contains("[local]")) {
+            break children;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "pgbench -i's backend stays: {titles:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let postmaster = pg.pid();
+    let Some(bpftrace) = BpftraceCount::start_children(postmaster) else {
+        return;
+    };
+    let trace = RunningTrace::start(&[postmaster], &["--follow"]);
+    let run = pg
+        .client("pgbench")
+        .args(["-n", "-c", "4", "-t", "200", "postgres"])
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&run.stdout).into_owned();
+    assert!(
+        run.status.success(),
+        "pgbench: {}{report}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert!(
+        report.contains("number of transactions actually processed: 800/800"),
+        "{report}"
+    );
+    // Every backend has exited before either tracer stops.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while pg.children() != background {
+        assert!(
+            Instant::now() < deadline,
+            "backends still running: {:?}, background {:?}",
+            Postgres::titles(&pg.children()),
+            Postgres::titles(&background)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // SAFETY: the trace's pid.
+    unsafe { libc::kill(trace.child.id() as i32, libc::SIGINT) };
+    let t = trace.finish();
+    let counted = bpftrace.finish_by_pid();
+    t.assert_no_events_lost();
+
+    // The backends: forked from the postmaster inside the trace, and exited in it.
+    let forked: std::collections::BTreeMap<i32, u64> = (t.bundle.lifecycle.iter())
+        .filter(|e| e.kind == kernelkite::model::LifecycleKind::Fork && e.ppid == postmaster)
+        .map(|e| (e.pid, e.t_ns))
+        .collect();
+    let exited: std::collections::BTreeMap<i32, u64> = (t.bundle.lifecycle.iter())
+        .filter(|e| e.kind == kernelkite::model::LifecycleKind::Exit && e.pid == e.tid)
+        .map(|e| (e.pid, e.t_ns))
+        .collect();
+    let backends: Vec<i32> = (forked.keys())
+        .filter(|p| exited.contains_key(p) && !background.contains(p))
+        .copied()
+        .collect();
+    assert!(
+        backends.len() >= 4,
+        "backends {backends:?}: {:?}",
+        t.bundle.lifecycle
+    );
+    let bpftrace_backends: Vec<i32> = (counted.keys())
+        .map(|(pid, _)| *pid)
+        .filter(|p| !background.contains(p))
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    assert_eq!(
+        backends, bpftrace_backends,
+        "backends, kernelkite's and bpftrace's"
+    );
+
+    // Call for call, per backend.
+    let mut ours = std::collections::BTreeMap::<(i32, i64), u64>::new();
+    for s in t
+        .bundle
+        .syscalls
+        .iter()
+        .filter(|s| backends.contains(&s.pid))
+    {
+        *ours.entry((s.pid, i64::from(s.nr))).or_default() += s.count;
+    }
+    let mut theirs: std::collections::BTreeMap<(i32, i64), u64> = (counted.iter())
+        .filter(|((pid, _), _)| backends.contains(pid))
+        .map(|(k, v)| (*k, *v))
+        .collect();
+    // exit_group never returns, so it is no row of the syscall table: each backend's
+    // one call is its exit record (which every backend has).
+    let exit_group = kernelkite::analysis::syscall_number(std::env::consts::ARCH, "exit_group")
+        .expect("exit_group's number");
+    for pid in &backends {
+        let calls = theirs.remove(&(*pid, i64::from(exit_group)));
+        assert_eq!(calls, Some(1), "backend {pid}'s exit_group calls");
+    }
+    assert_eq!(ours, theirs, "kernelkite's counts vs bpftrace's");
+
+    // pgbench's own figure: 800 transactions of 7 statements, each answered.
+    let sendto = kernelkite::analysis::syscall_number(std::env::consts::ARCH, "sendto")
+        .expect("sendto's number");
+    let sends: u64 = (ours.iter())
+        .filter(|((_, nr), _)| *nr == i64::from(sendto))
+        .map(|(_, n)| n)
+        .sum();
+    assert!(sends >= 800 * 7, "{sends} sendto calls for 5600 statements");
+
+    // Each backend's classes add up to its life, fork to exit, as the lifecycle says.
+    for pid in &backends {
+        let life = exited[pid] - forked[pid];
+        let rows: Vec<_> = t
+            .analysis
+            .threads
+            .iter()
+            .filter(|th| th.pid == *pid)
+            .collect();
+        let classes: u64 = rows.iter().map(|th| th.classes.total_ns()).sum();
+        assert!(
+            classes.abs_diff(life) <= life / 100 + 1_000_000,
+            "backend {pid}: classes {classes} ns, fork to exit {life} ns"
+        );
+    }
 }

@@ -7,6 +7,7 @@
 //!    time, tmux, strace, bpftool, nodejs (a real perf map), gcc and binutils (the --stacks C workload), g++
 //!    (libFuzzer), redis-server and redis-tools (a real server), golang-go, nginx,
 //!    apache2-utils and bpftrace (real runtimes and servers, another tracer), make (a real build),
+//!    postgresql (a real database under pgbench), gdb (a debugger under exit accounting),
 //!    prometheus (promtool), man-db, python3-pip and llvm-22-dev;
 //!    `pip install opentelemetry-proto protobuf kubernetes-validate`; `rustup component add rust-src`; bpf-linker
 //!    (`cargo install`, built against LLVM 22) when the eBPF crate is present;
@@ -452,6 +453,16 @@ const NEEDS: &[Need] = &[
         what: "bpftrace (another tracer's syscall counts beside kernelkite's, tests/ebpf_explained.rs)",
         present: &["bpftrace"],
         packages: &[&["bpftrace"]],
+    },
+    Need {
+        what: "gdb (a debugger under exit accounting, tests/run_exit_accounting.rs)",
+        present: &["gdb"],
+        packages: &[&["gdb"]],
+    },
+    Need {
+        what: "PostgreSQL 15 and pgbench (a real database under load, tests/ebpf_explained.rs)",
+        present: &["/usr/lib/postgresql/15/bin/postgres"],
+        packages: &[&["postgresql-15"], &["postgresql"]],
     },
     Need {
         what: "make (a real two-stage build, tests/ebpf_critical_path.rs)",
