@@ -9,6 +9,9 @@
 //! Without a tool a test prints why and passes, except under CI (`CI` set), where that
 //! is a failure (`cargo xtask ci` installs systemd, promtool and kubernetes-validate).
 
+#[path = "support/skip.rs"]
+mod skip;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -59,15 +62,16 @@ fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-/// `Some(())` when `tool` can run; otherwise prints why and returns `None` (panics in CI).
+/// `Some(())` when `tool` can run; otherwise prints why and returns `None` (a failure
+/// under CI: `skip::required`).
 fn tool_ready(test: &str, ok: bool, what: &str) -> Option<()> {
     if ok {
         return Some(());
     }
-    if std::env::var_os("CI").is_some() {
-        panic!("{test}: {what} is missing under CI (cargo xtask ci installs it)");
-    }
-    eprintln!("skipped {test}: {what} is missing");
+    skip::required(
+        test,
+        &format!("{what} is missing (cargo xtask ci installs it)"),
+    );
     None
 }
 

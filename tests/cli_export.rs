@@ -10,6 +10,8 @@
 #[path = "support/cli.rs"]
 mod cli_support;
 use cli_support::kk;
+#[path = "support/skip.rs"]
+mod skip;
 
 use std::path::{Path, PathBuf};
 use std::process::Command as StdCommand;
@@ -45,15 +47,16 @@ fn export(bundle: &Path, format: &str, out: &Path) {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 }
 
-/// `Some(())` when `tool` can run; otherwise prints why and returns `None` (panics in CI).
+/// `Some(())` when `tool` can run; otherwise prints why and returns `None` (a failure
+/// under CI: `skip::required`).
 fn tool_ready(test: &str, ok: bool, what: &str) -> Option<()> {
     if ok {
         return Some(());
     }
-    if std::env::var_os("CI").is_some() {
-        panic!("{test}: {what} is missing under CI (cargo xtask ci installs it)");
-    }
-    eprintln!("skipped {test}: {what} is missing");
+    skip::required(
+        test,
+        &format!("{what} is missing (cargo xtask ci installs it)"),
+    );
     None
 }
 

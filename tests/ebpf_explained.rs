@@ -219,11 +219,8 @@ fn a_process_stuck_before_tracing_began_is_explained_by_its_call_and_stack() {
 /// serves; `None` (the test skipped, said why) when it is not installed.
 fn start_redis(dir: &Path) -> Option<(Killed, std::path::PathBuf)> {
     if !Path::new("/usr/bin/redis-server").exists() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "redis-server is not installed (apt-get install redis-server)"
-        );
-        eprintln!("skipped: redis-server is not installed");
+        let why = "redis-server is not installed (apt-get install redis-server)";
+        skip::required("start_redis", why);
         return None;
     }
     let socket = dir.join("redis.sock");
@@ -486,12 +483,10 @@ fn a_go_programs_idle_ms_are_idle_and_their_stacks_end_at_the_g0_boundary() {
         return;
     };
     if Command::new("go").arg("version").output().is_err() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "go is not installed (apt-get install golang-go)"
+        return skip::required(
+            "a_go_programs_idle_ms_are_idle_and_their_stacks_end_at_the_g0_boundary",
+            "go is not installed (apt-get install golang-go)",
         );
-        eprintln!("skipped: go is not installed");
-        return;
     }
     let dir = tempfile::tempdir().unwrap();
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/workloads/go/idlems.go");
@@ -630,11 +625,10 @@ struct Nginx {
 impl Nginx {
     fn start() -> Option<Nginx> {
         if !Path::new("/usr/sbin/nginx").exists() {
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "nginx is not installed (apt-get install nginx)"
+            skip::required(
+                "Nginx::start",
+                "nginx is not installed (apt-get install nginx)",
             );
-            eprintln!("skipped: nginx is not installed");
             return None;
         }
         let dir = tempfile::tempdir().unwrap();
@@ -760,11 +754,8 @@ impl BpftraceCount {
     fn run(program: &str) -> Option<BpftraceCount> {
         use std::io::BufRead;
         if Command::new("bpftrace").arg("--version").output().is_err() {
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "bpftrace is not installed (apt-get install bpftrace)"
-            );
-            eprintln!("skipped: bpftrace is not installed");
+            let why = "bpftrace is not installed (apt-get install bpftrace)";
+            skip::required("BpftraceCount::start", why);
             return None;
         }
         // bpftrace reads tracepoint formats from tracefs, which may not be mounted.

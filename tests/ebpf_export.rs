@@ -41,12 +41,10 @@ fn serve_exposes_live_metrics_that_promtool_accepts() {
         .output()
         .is_ok_and(|o| o.status.success());
     if !promtool {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "promtool is missing under CI"
+        return support::skip::required(
+            "serve_exposes_live_metrics_that_promtool_accepts",
+            "promtool is missing (Debian's prometheus)",
         );
-        eprintln!("skipped: promtool is missing");
-        return;
     }
     // Long enough for both scrapes on a loaded machine; checked to be alive after them.
     let mut workload = GatedWorkload::spawn(&["futex_stress", "--threads", "4", "--seconds", "8"]);

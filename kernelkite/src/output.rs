@@ -910,8 +910,7 @@ mod tests {
     #[test]
     fn who_can_change_a_directory() {
         if !is_root() {
-            eprintln!("skipped who_can_change_a_directory: needs root");
-            return;
+            return crate::test_skip::required("who_can_change_a_directory", "needs root");
         }
         // A root-owned 0700 directory in /tmp (sticky): only root can change it.
         let dir = tempfile::tempdir().unwrap();
@@ -937,8 +936,8 @@ mod tests {
     #[test]
     fn for_the_invoking_user_a_directory_they_control_is_written_as_them() {
         if !is_root() {
-            eprintln!("skipped: needs root");
-            return;
+            let test = "for_the_invoking_user_a_directory_they_control_is_written_as_them";
+            return crate::test_skip::required(test, "needs root");
         }
         let (_v, victim) = victim();
         let dir = tempfile::tempdir().unwrap();
