@@ -636,6 +636,63 @@ mod tests {
         assert!(reported_skips(&log).is_err(), "a missing log is an error");
     }
 
+    /// Lines of `text` that print a skip with no CI check just before: a test that
+    /// would pass under CI without checking anything (docs/TESTING.md, "Skips").
+    fn silent_skips(text: &str) -> Vec<usize> {
+        let lines: Vec<&str> = text.lines().collect();
+        (0..lines.len())
+            .filter(|&i| (lines[i].to_ascii_lowercase()).contains("eprintln!(\"skip"))
+            .filter(|&i| {
+                !lines[i.saturating_sub(8)..i]
+                    .iter()
+                    .any(|l| l.contains("var_os(\"CI\")"))
+            })
+            .map(|i| i + 1)
+            .collect()
+    }
+
+    #[test]
+    fn a_skip_is_a_failure_under_ci_or_reported() {
+        let silent =
+            "    if !ok {\n        eprintln!(\"skipped: no tool\");\n        return;\n    }\n";
+        assert_eq!(silent_skips(silent), [2]);
+        let checked = "    if std::env::var_os(\"CI\").is_some() {\n        panic!(\"no tool\");\n    }\n    eprintln!(\"SKIP: no tool\");\n";
+        assert!(silent_skips(checked).is_empty());
+
+        let root = crate::workspace_root();
+        let mut files = Vec::new();
+        let mut dirs = vec![root.join("tests"), root.join("kernelkite/src")];
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(&dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    dirs.push(path);
+                } else if path.extension().is_some_and(|e| e == "rs") {
+                    files.push(path);
+                }
+            }
+        }
+        assert!(files.len() > 50, "{} files", files.len());
+        let mut found = Vec::new();
+        for f in files {
+            // The helper itself prints the skips it fails or reports.
+            if f.ends_with("tests/support/skip.rs") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&f).unwrap();
+            for line in silent_skips(&text) {
+                found.push(format!(
+                    "{}:{line}",
+                    f.strip_prefix(&root).unwrap().display()
+                ));
+            }
+        }
+        assert!(
+            found.is_empty(),
+            "skips printed with no CI check (use tests/support/skip.rs): {found:?}"
+        );
+    }
+
     #[test]
     fn parses_test_result_lines() {
         let l = "test result: ok. 12 passed; 1 failed; 3 ignored; 0 measured; 0 filtered out";
