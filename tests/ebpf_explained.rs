@@ -1012,8 +1012,10 @@ impl Postgres {
         std::os::unix::fs::chown(dir.path(), Some(uid), Some(gid)).unwrap();
         let pg = |tool: &str| {
             let mut c = Command::new(Path::new(PG_BIN).join(tool));
+            // In its own directory: the tests' (the checkout's) may be closed to it.
             c.uid(uid)
                 .gid(gid)
+                .current_dir(dir.path())
                 .env("HOME", dir.path())
                 .env_remove("PGDATA");
             c
