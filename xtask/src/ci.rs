@@ -246,8 +246,8 @@ fn test_workspace(root: &Path, skips: &std::cell::RefCell<Vec<String>>) -> Resul
 }
 
 /// The real-kernel eBPF tests once more with the programs attached as classic
-/// tracepoints, as on a kernel without BTF (`--stacks` needs BTF, so its tests are not
-/// in this pass).
+/// tracepoints, as on a kernel without BTF (`--stacks` needs BTF: there its tests check
+/// that it is refused).
 fn test_classic_hooks(root: &Path, skips: &std::cell::RefCell<Vec<String>>) -> Result<()> {
     run_tests(
         root,
