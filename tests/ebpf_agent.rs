@@ -129,14 +129,18 @@ const CLASSES: &str = "kernelkite_process_latency_class_seconds_total";
 fn class_sum(agent: &Agent, pid: i32) -> (f64, f64) {
     let text = agent.metrics();
     let sum = value(&text, CLASSES, &[("pid", &pid.to_string())]).unwrap_or(0.0);
-    let t = value(&text, "kernelkite_session_duration_seconds", &[])
+    (sum, session_seconds(&text))
+}
+
+/// The snapshot time an exposition is as of (`kernelkite_session_duration_seconds`).
+fn session_seconds(text: &str) -> f64 {
+    value(text, "kernelkite_session_duration_seconds", &[])
         .or_else(|| {
             (text.lines())
                 .find_map(|l| l.strip_prefix("kernelkite_session_duration_seconds "))
                 .map(|v| v.parse().unwrap())
         })
-        .unwrap();
-    (sum, t)
+        .unwrap()
 }
 
 /// A five-thread process (four contending threads and a main thread blocked in
@@ -251,11 +255,29 @@ fn a_prometheus_server_stores_what_the_agent_serves() {
     let mut work = work;
     work.go();
     work.finish();
-    // The agent's figure, once its last snapshot has the exit.
-    std::thread::sleep(Duration::from_secs(2));
+    // The agent's figure, once its last snapshot has the exit: the series no longer
+    // moves over a whole snapshot interval (0.5 s of the snapshots' own time).
     let labels = [("pid", pid.as_str()), ("class", "lock_wait")];
-    let text = agent.metrics();
-    let ours = value(&text, CLASSES, &labels).expect("the workload's series");
+    let (mut text, mut seen) = (String::new(), None::<(f64, f64)>);
+    poll_until("the workload's series to settle after its exit", || {
+        text = agent.metrics();
+        let Some(now) = value(&text, CLASSES, &labels) else {
+            return false;
+        };
+        let at = session_seconds(&text);
+        match seen {
+            Some((before, then)) if at - then >= 0.5 => {
+                seen = Some((now, at));
+                before == now
+            }
+            Some(_) => false,
+            None => {
+                seen = Some((now, at));
+                false
+            }
+        }
+    });
+    let ours = seen.unwrap().0;
     // promtool's linter accepts the exposition as it is.
     let mut check = Command::new("promtool")
         .args(["check", "metrics"])
