@@ -605,11 +605,11 @@ fn run_beside_usr_bin_time(
 }
 
 /// `run -- true` (issue 41: eBPF said `peak RSS 9.05 MiB`, `largest process 9.30 MiB
-/// (ru_maxrss, exact)` where /usr/bin/time says 0.99 MiB). The /proc backend reads the
-/// program's own peak at its exit stop (VmHWM): its tree peak is within 20% of
-/// /usr/bin/time's. `true` is smaller than kernelkite's copy of itself before the exec,
-/// whose resident set the kernel keeps in the command's ru_maxrss: the largest process
-/// must then be reported as a bound on both backends.
+/// (ru_maxrss, exact)` where /usr/bin/time says 0.99 MiB). `true` is smaller than
+/// kernelkite's copy of itself before the exec, whose resident set the kernel keeps in the
+/// command's ru_maxrss; as root, taskstats' `hiwater_rss` of the command's own address
+/// space replaces it. On both backends the largest process and the tree's peak are then
+/// exact, not bounds, and within 20% of /usr/bin/time's maximum resident set size.
 #[test]
 fn run_true_reports_the_programs_memory_not_kernelkites() {
     let Some(_serial) = ebpf_ready("run_true_reports_the_programs_memory_not_kernelkites") else {
@@ -619,21 +619,21 @@ fn run_true_reports_the_programs_memory_not_kernelkites() {
     let Some(time_kib) = time_max_rss_kib(&command) else {
         return;
     };
+    let time_bytes = time_kib as f64 * 1024.0;
     for (name, a, bound) in run_beside_usr_bin_time(&command, time_kib) {
-        let time_bytes = time_kib as f64 * 1024.0;
-        if name == "proc" {
-            let peak = a.peak_rss_bytes as f64;
+        assert!(
+            !bound,
+            "{name}: root has taskstats: the figure is true's own"
+        );
+        for (what, bytes) in [
+            ("largest process", a.max_single_rss_bytes),
+            ("peak RSS (tree)", a.peak_rss_bytes),
+        ] {
             assert!(
-                (peak / time_bytes - 1.0).abs() <= 0.2,
-                "proc: peak RSS (tree) {peak} B against /usr/bin/time's {time_bytes} B"
+                (bytes as f64 / time_bytes - 1.0).abs() <= 0.2,
+                "{name}: {what} {bytes} B against /usr/bin/time's {time_bytes} B"
             );
         }
-        // Either the figure is true's own (within 20%, checked above) or it says it
-        // is a bound; a figure of kernelkite's size called exact fails here.
-        assert!(
-            bound || (a.max_single_rss_bytes as f64) <= 1.2 * time_bytes,
-            "{name}"
-        );
     }
 }
 

@@ -91,7 +91,8 @@ pub struct Analysis {
     /// Processes whose row holds the final counters read as they exited (exit
     /// accounting, [`ProcessRow::exact_at_exit`]).
     pub processes_exact_at_exit: u64,
-    /// Peak over frames of Σ rss_pages × page_size of the processes in that frame.
+    /// Peak over frames of Σ rss_pages × page_size of the processes in that frame, or
+    /// the largest process's exact peak ([`RssSource::Rusage`]) where that is more.
     pub peak_rss_bytes: u64,
     /// `t_ns` of the frame where [`Analysis::peak_rss_bytes`] was reached.
     pub peak_rss_t_ns: u64,
@@ -203,6 +204,16 @@ pub enum CpuSource {
     /// The eBPF backend's on_cpu intervals (switch-in to switch-out) of every traced
     /// thread: exact, including processes that lived between two snapshots.
     EbpfOnCpu,
+}
+
+impl Analysis {
+    /// Whether [`Analysis::peak_rss_bytes`] is the largest process's exact peak, not a
+    /// frame's sum (no frame held more: a process no frame caught alive).
+    pub fn peak_rss_is_largest_process(&self) -> bool {
+        self.max_single_rss_source == RssSource::Rusage
+            && self.peak_rss_bytes > 0
+            && self.peak_rss_bytes == self.max_single_rss_bytes
+    }
 }
 
 /// Source of [`Analysis::max_single_rss_bytes`].
@@ -511,7 +522,13 @@ pub fn analyze(bundle: &Bundle) -> Analysis {
         sampled_cpu_seconds: cpu.sampled_cpu_seconds,
         cpu_coverage: cpu.cpu_coverage,
         processes_exact_at_exit: processes.iter().filter(|p| p.exact_at_exit).count() as u64,
-        peak_rss_bytes: acc.peak_rss_bytes,
+        // The tree's peak is at least its largest process's exact peak (rusage, or
+        // taskstats for the command): frames that never caught that process alive sum
+        // to less (`run -- true` between two snapshots: 0 B).
+        peak_rss_bytes: match cpu.max_single_rss_source {
+            RssSource::Rusage => acc.peak_rss_bytes.max(cpu.max_single_rss_bytes),
+            _ => acc.peak_rss_bytes,
+        },
         peak_rss_t_ns: acc.peak_rss_t_ns,
         max_single_rss_bytes: cpu.max_single_rss_bytes,
         max_single_rss_source: cpu.max_single_rss_source,

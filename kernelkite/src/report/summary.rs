@@ -304,11 +304,18 @@ pub fn summary_text_with(a: &Analysis, idle: Option<&IdleSplit>) -> String {
     }
     row(
         "peak RSS (tree)",
-        format!(
-            "{}  (largest sum over one frame, at {})",
-            fmt_bytes(a.peak_rss_bytes),
-            fmt_ms(ns_to_ms(a.peak_rss_t_ns))
-        ),
+        if a.peak_rss_is_largest_process() {
+            format!(
+                "{}  (the largest process's exact peak: no frame's sum was larger)",
+                fmt_bytes(a.peak_rss_bytes)
+            )
+        } else {
+            format!(
+                "{}  (largest sum over one frame, at {})",
+                fmt_bytes(a.peak_rss_bytes),
+                fmt_ms(ns_to_ms(a.peak_rss_t_ns))
+            )
+        },
     );
     let (at_most, rss_note) = match a.max_single_rss_source {
         RssSource::Rusage => ("", "(ru_maxrss, exact)"),

@@ -446,6 +446,9 @@ pub struct Launcher {
     pre_exec: std::sync::Arc<std::sync::OnceLock<Rusage>>,
     /// The tracer's state while exit accounting is on.
     stops: Option<ExitStops>,
+    /// The kernel's taskstats exit messages (as root): the command's own peak RSS, which
+    /// its `ru_maxrss` cannot say (see [`Launcher::reaped_rusage`]).
+    exit_watch: Option<super::taskstats::ExitWatch>,
 }
 
 impl Launcher {
@@ -506,6 +509,9 @@ impl Launcher {
             command_rusage: None,
             pre_exec: Default::default(),
             stops: None,
+            // Without CAP_NET_ADMIN (or taskstats) there is none: the figure is then a
+            // bound where it must be.
+            exit_watch: super::taskstats::ExitWatch::register().ok(),
         })
     }
 
@@ -598,6 +604,9 @@ impl Launcher {
 
     fn launched(&mut self, pid: i32) {
         self.pid = Some(pid);
+        if let Some(watch) = &self.exit_watch {
+            watch.watch(pid);
+        }
         COMMAND_PID.store(pid, Ordering::SeqCst);
         // A signal that came in before the command existed is for it.
         let pending = PENDING_SIGNAL.swap(0, Ordering::SeqCst);
@@ -690,13 +699,25 @@ impl Launcher {
     /// before the exec), and `wait4` counts that copy in it: its CPU, faults and
     /// switches are taken out here, as its gated child measured them right before the
     /// exec.
+    ///
+    /// Its max RSS cannot be taken out that way: the kernel keeps the copy's high-water
+    /// mark in the command's `ru_maxrss`. Where taskstats reported the command's exit,
+    /// its `hiwater_rss` (the peak of the program's own address space) stands in for it.
     pub fn reaped_rusage(&self) -> ReapedRusage {
-        program_rusage(
+        let mut r = program_rusage(
             self.reaped,
             self.command_rusage,
             self.others_max_rss_kib,
             self.pre_exec.get().copied(),
-        )
+        );
+        let own_peak = (self.command_rusage.is_some())
+            .then(|| self.exit_watch.as_ref().and_then(|w| w.peak_kib()))
+            .flatten();
+        if let Some(kib) = own_peak {
+            r.tree.max_rss_kib = kib.max(self.others_max_rss_kib);
+            r.max_rss_upper_bound = false;
+        }
+        r
     }
 
     /// Sleep until `deadline`, or less when a child changed state or a signal arrived.

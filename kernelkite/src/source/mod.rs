@@ -17,4 +17,6 @@ pub mod limits;
 #[cfg(target_os = "linux")]
 pub mod procfs;
 #[cfg(target_os = "linux")]
+pub mod taskstats;
+#[cfg(target_os = "linux")]
 pub mod untrusted;

@@ -158,11 +158,15 @@ pub(super) fn totals(h: &mut String, bundle: &Bundle, a: &Analysis) {
         h,
         "Peak memory (RSS)",
         &fmt_bytes_compact(a.peak_rss_bytes),
-        &format!(
-            "all processes, at {}; {single}: {}",
-            fmt_ns_compact(a.peak_rss_t_ns),
-            fmt_bytes_compact(a.max_single_rss_bytes)
-        ),
+        &if a.peak_rss_is_largest_process() {
+            format!("all processes: no frame's sum was larger than the {single}")
+        } else {
+            format!(
+                "all processes, at {}; {single}: {}",
+                fmt_ns_compact(a.peak_rss_t_ns),
+                fmt_bytes_compact(a.max_single_rss_bytes)
+            )
+        },
     );
     card(
         h,
