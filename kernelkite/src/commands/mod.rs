@@ -12,6 +12,8 @@ pub mod doctor;
 pub mod export;
 pub mod flamegraph;
 #[cfg(target_os = "linux")]
+mod invocation;
+#[cfg(target_os = "linux")]
 mod recording_file;
 pub mod replay;
 pub mod report;

@@ -58,13 +58,14 @@ impl RecordingFile {
             )
         })?;
         crate::note!(
-            "kernelkite: recorded {} ({} records in {} chunks, {} bytes; {} bytes uncompressed); replay: kernelkite replay {} OUT.json",
+            "kernelkite: recorded {} ({} records in {} chunks, {} bytes; {} bytes uncompressed); replay: {} replay {} OUT.json",
             self.path.display(),
             stats.records,
             stats.chunks,
             stats.file_bytes,
             stats.raw_bytes,
-            self.path.display()
+            crate::commands::invocation::self_command(),
+            crate::commands::invocation::shell_quote(&self.path.to_string_lossy())
         );
         Ok(())
     }

@@ -596,7 +596,7 @@ mod linux {
             _ => "",
         };
         crate::note!(
-            "kernelkite: wrote {} ({} backend, {}, {} processes, CPU {}, peak RSS {}, largest process {at_most}{}); details: kernelkite summary {}",
+            "kernelkite: wrote {} ({} backend, {}, {} processes, CPU {}, peak RSS {}, largest process {at_most}{}); details: {} summary {}",
             crate::output::display_name(path),
             a.backend,
             crate::report::fmt_ms(a.duration_ms.round()),
@@ -604,7 +604,8 @@ mod linux {
             crate::report::fmt_secs(a.cpu_seconds),
             crate::report::fmt_bytes(a.peak_rss_bytes),
             crate::report::fmt_bytes(a.max_single_rss_bytes),
-            path.display()
+            crate::commands::invocation::self_command(),
+            crate::commands::invocation::shell_quote(&path.to_string_lossy())
         );
     }
 
