@@ -9,12 +9,24 @@ use crate::cli::{BenchFloorArgs, DoctorArgs};
 pub fn execute(args: &DoctorArgs) -> Result<ExitCode> {
     let report = platform::diagnose();
     let text = if args.json {
-        crate::report::json_text(&report)
+        crate::report::json_text(&json_document(report))
     } else {
         render_text(&report)
     };
     crate::report::write_stdout(&text)?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// `doctor --json`: the diagnosis with the `schema_version` and `kind` every `--json`
+/// document starts with (docs/JSON.md).
+fn json_document(report: serde_json::Value) -> serde_json::Value {
+    let mut doc = serde_json::Map::new();
+    doc.insert("schema_version".into(), 1.into());
+    doc.insert("kind".into(), "doctor".into());
+    if let serde_json::Value::Object(fields) = report {
+        doc.extend(fields);
+    }
+    serde_json::Value::Object(doc)
 }
 
 /// `kernelkite bench-floor` (hidden): attach the empty syscall programs the overhead
