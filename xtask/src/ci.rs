@@ -21,7 +21,8 @@
 //!    appends `test: reason` to the file `KK_SKIP_LOG` names), counted and listed;
 //! 6. the real-kernel eBPF tests again with `KERNELKITE_HOOKS=classic` (the
 //!    classic-tracepoint fallback of kernels without BTF);
-//! 7. `cargo xtask samples --check`;
+//! 7. `cargo xtask samples --check`, then `cargo xtask readme --check` (README.md's
+//!    examples run and compared, numbers masked);
 //! 8. a short pass of every fuzz target, 10 s each (`cargo xtask fuzz --seconds 10`);
 //! 9. the Debian package: built with `cargo deb`, installed with `dpkg -i`, its
 //!    `kernelkite --version`, `doctor` and `man kernelkite` run, and purged again with
@@ -37,7 +38,8 @@ use anyhow::{bail, Context, Result};
 const USAGE: &str = "usage: cargo xtask ci [--no-install] [--from N]
   Runs, failing fast: dependency install, cargo fmt --check, clippy -D warnings,
   the eBPF object check with its fmt and clippy, cargo test --workspace (CI=true), the eBPF tests again on
-  classic tracepoints (KERNELKITE_HOOKS=classic), cargo xtask samples --check,
+  classic tracepoints (KERNELKITE_HOOKS=classic), cargo xtask samples --check and
+  readme --check,
   a 10 s pass of every fuzz target (cargo xtask fuzz --seconds 10), and the Debian
   package round trip (cargo xtask package --check).
   --no-install (or KK_CI_NO_INSTALL=1): do not install system packages or tools.
@@ -114,10 +116,12 @@ pub fn run(args: &[String]) -> Result<()> {
             Box::new(|| test_classic_hooks(&root, &skips)),
         ),
         (
-            "cargo xtask samples --check",
+            "cargo xtask samples --check, cargo xtask readme --check",
             Box::new(|| {
                 crate::samples::run(&["--check".into()])
-                    .context("samples are out of date: run `cargo xtask samples`")
+                    .context("samples are out of date: run `cargo xtask samples`")?;
+                crate::readme::run(&["--check".into()])
+                    .context("README.md's examples drifted: run `cargo xtask readme`")
             }),
         ),
         (

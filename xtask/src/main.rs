@@ -5,6 +5,7 @@ mod build_ebpf;
 mod ci;
 mod fuzz;
 mod package;
+mod readme;
 mod samples;
 mod soak;
 mod stress_ci;
@@ -21,13 +22,14 @@ fn main() -> Result<()> {
         "ci" => ci::run(&rest),
         "build-ebpf" => build_ebpf::run(&rest),
         "samples" => samples::run(&rest),
+        "readme" => readme::run(&rest),
         "bench" => bench::run(&rest),
         "fuzz" => fuzz::run(&rest),
         "soak" => soak::run(&rest),
         "package" => package::run(&rest),
         "stress-ci" => stress_ci::run(&rest),
         _ => bail!(
-            "usage: cargo xtask <ci|build-ebpf|samples|bench|fuzz|soak|package|stress-ci> [args]"
+            "usage: cargo xtask <ci|build-ebpf|samples|readme|bench|fuzz|soak|package|stress-ci> [args]"
         ),
     }
 }
