@@ -4,7 +4,7 @@
 //! Steps:
 //! 1. install what the later steps need, when missing (skipped with `KK_CI_NO_INSTALL=1`
 //!    or `--no-install`): `apt-get update` once, then `apt-get install -y` of chromium,
-//!    time, tmux, strace, bpftool, nodejs (a real perf map), gcc and binutils (the --stacks C workload), g++
+//!    time, tmux, curl, strace, bpftool, nodejs (a real perf map), gcc and binutils (the --stacks C workload), g++
 //!    (libFuzzer), redis-server and redis-tools (a real server), golang-go, nginx,
 //!    apache2-utils and bpftrace (real runtimes and servers, another tracer), make (a real build),
 //!    postgresql (a real database under pgbench), gdb (a debugger under exit accounting),
@@ -407,6 +407,11 @@ const NEEDS: &[Need] = &[
         what: "tmux (top's real-terminal tests)",
         present: &["tmux"],
         packages: &[&["tmux"]],
+    },
+    Need {
+        what: "curl (README examples: a /metrics scrape)",
+        present: &["curl"],
+        packages: &[&["curl"]],
     },
     Need {
         what: "node (a genuine JIT perf map, --stacks)",

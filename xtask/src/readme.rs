@@ -70,7 +70,7 @@ pub fn run(args: &[String]) -> Result<()> {
             std::os::unix::fs::symlink(bin_dir.join(program), scratch.join(dir).join(program))?;
         }
     }
-    let is_root = unsafe_free_euid() == 0;
+    let is_root = effective_uid() == 0;
     let ci = std::env::var("CI").is_ok_and(|v| v == "true");
     let mut drifted = Vec::new();
     let mut replacements: Vec<(usize, usize, Vec<String>)> = Vec::new();
@@ -138,7 +138,7 @@ pub fn run(args: &[String]) -> Result<()> {
     Ok(())
 }
 
-fn unsafe_free_euid() -> u32 {
+fn effective_uid() -> u32 {
     // /proc/self/status: "Uid: real effective saved fs".
     fs::read_to_string("/proc/self/status")
         .ok()
