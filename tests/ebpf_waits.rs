@@ -331,6 +331,49 @@ fn sleep_and_poll_timeouts_are_woken_by_a_timer() {
     assert!(timer_ns as f64 >= 0.8 * all_ns as f64, "{t:#}");
 }
 
+/// A condvar wait nobody signals ends by its own timeout: lock_wait whose waker is a
+/// timer, and `waits` says the wait timed out, never that anything released it (issue
+/// 37: a timeout read "a timer released it").
+#[test]
+fn a_condvar_wait_that_times_out_is_said_to_time_out() {
+    let Some(_serial) = ebpf_ready("a_condvar_wait_that_times_out_is_said_to_time_out") else {
+        return;
+    };
+    let w = workload();
+    let (out, bundle, _dir) = kk_run(&[&w, "condvar_timeouts", "--count", "20", "--ms", "10"]);
+    let result: Value = serde_json::from_slice(out.stdout.trim_ascii()).unwrap();
+    assert_eq!(result["timed_out"], 20, "{result}");
+    let waits = kk_json("waits", &bundle);
+    let t = (threads(&waits).iter())
+        .max_by_key(|t| woken(t, "lock_wait", |_| true).0)
+        .unwrap();
+    let (timer_ns, timer_count) = woken(t, "lock_wait", |w| {
+        w["kind"] == "interrupt" && w["source"] == "timer"
+    });
+    let (all_ns, _) = woken(t, "lock_wait", |_| true);
+    // 20 waits of 10 ms: the kernel's recursion guard can skip a wakeup's hook now and
+    // then (a busy machine); most are there.
+    assert!(timer_count >= 18, "{t:#}");
+    assert!(timer_ns as f64 >= 0.9 * all_ns as f64, "{t:#}");
+    let text = Command::new(kernelkite_bin())
+        .arg("waits")
+        .arg(&bundle)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    let tid = t["tid"].as_i64().unwrap();
+    let sentence = text
+        .lines()
+        .skip_while(|l| !l.contains(&format!("tid {tid}")))
+        .find(|l| l.contains("in lock_wait"))
+        .unwrap_or_else(|| panic!("no lock_wait sentence for tid {tid}:\n{text}"));
+    assert!(
+        sentence.contains("a timer ended it: the wait timed out"),
+        "{sentence}\n{text}"
+    );
+    assert!(!text.contains("released"), "{text}");
+}
+
 #[test]
 fn a_bundle_without_wakeup_data_exits_2_saying_why() {
     let sample = Path::new(env!("CARGO_MANIFEST_DIR"))

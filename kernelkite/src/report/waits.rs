@@ -16,7 +16,8 @@ pub const TOP_WAKERS: usize = 5;
 /// The sleep class as the sentence says it.
 fn class_phrase(class: &str) -> &str {
     match class {
-        "lock_wait" => "for the lock",
+        // Not "for the lock": a condvar or a parked runtime thread waits in a futex too.
+        "lock_wait" => "in lock_wait",
         "io_wait" => "for I/O",
         "syscall_blocked" => "in blocking syscalls",
         "unknown_wait" => "outside syscalls",
@@ -45,10 +46,15 @@ fn waker_name(w: &WokenBy) -> String {
     }
 }
 
-/// What the waker did, in the class's terms.
-fn verb(class: &str) -> &'static str {
+/// What the waker did, in the class's terms: a timer ended the wait by its own timeout
+/// (it "timed out"; no one released or signalled anything); a thread's futex wake may
+/// be a lock's release or a condvar's signal, which the wakeup cannot tell apart.
+fn verb(class: &str, waker: &WokenBy) -> &'static str {
+    if waker.kind == "interrupt" && waker.source.as_deref() == Some("timer") {
+        return "ended it: the wait timed out";
+    }
     match class {
-        "lock_wait" => "released it",
+        "lock_wait" => "woke it (a release or a signal)",
         "io_wait" => "completed it",
         _ => "woke it",
     }
@@ -135,7 +141,7 @@ fn thread_text(t: &ThreadWaits) -> String {
             fmt_ns(total as f64),
             class_phrase(class),
             waker_name(top),
-            verb(class),
+            verb(class, top),
             fmt_share(share)
         ));
         for w in wakers.iter().skip(1).take(TOP_WAKERS - 1) {

@@ -44,6 +44,7 @@ const WORKLOADS: &[(&str, &str, Runner)] = &[
     ("produce", "wakers: write C lines to stdout, one every G ms (`produce | consume`) [--count C] [--gap-ms G]", waits::run_produce),
     ("consume", "wakers: read stdin to EOF", waits::run_consume),
     ("timeouts", "wakers: N × (sleep M ms, poll timeout M ms) [--count N] [--ms M]", waits::run_timeouts),
+    ("condvar_timeouts", "wakers: N × a condvar wait that times out after M ms [--count N] [--ms M]", waits::run_condvar_timeouts),
     ("burn", "a short CPU burn, the child of exec_storm --self-exec [--iterations K]", exec::run_burn),
 ];
 

@@ -5,6 +5,8 @@
 //! - produce / consume: the two ends of a shell pipeline, `produce | consume`: the
 //!   consumer blocks in read(2) until the producer writes;
 //! - timeouts: sleeps and poll(2) timeouts on a pipe nobody writes, each ended by a timer.
+//! - condvar_timeouts: waits on a condition variable nobody signals (std's Condvar,
+//!   std, futex-based), each ended by its own timeout.
 
 use std::io::{Read, Write};
 use std::sync::{Arc, Condvar, Mutex};
@@ -135,6 +137,34 @@ pub fn run_timeouts(args: &mut Args) -> Result<(), crate::Fail> {
     Report::new("timeouts")
         .u64("count", count)
         .u64("poll_timeouts", timed_out)
+        .u64("elapsed_ns", crate::elapsed_ns(t0))
+        .print();
+    Ok(())
+}
+
+pub fn run_condvar_timeouts(args: &mut Args) -> Result<(), crate::Fail> {
+    let count = args.u64("count", 20)?;
+    let ms = args.u64("ms", 5)?;
+    let start = crate::gate(args)?;
+    let pair = (std::sync::Mutex::new(false), std::sync::Condvar::new());
+    start.wait()?;
+    let t0 = Instant::now();
+    let mut timed_out = 0u64;
+    let mut guard = pair.0.lock().map_err(|_| crate::os_err("lock"))?;
+    for _ in 0..count {
+        let (g, result) = pair
+            .1
+            .wait_timeout(guard, Duration::from_millis(ms))
+            .map_err(|_| crate::os_err("wait"))?;
+        guard = g;
+        if result.timed_out() {
+            timed_out += 1;
+        }
+    }
+    drop(guard);
+    Report::new("condvar_timeouts")
+        .u64("count", count)
+        .u64("timed_out", timed_out)
         .u64("elapsed_ns", crate::elapsed_ns(t0))
         .print();
     Ok(())
