@@ -166,7 +166,9 @@ mod linux {
                 let host = current_host(OnCpuSource::Schedstat);
                 let run = record(&mut launcher, pid, gate, sampler, args, host, recording)?;
                 let mut bundle = run.kept.finish();
-                bundle.launched = Some(launched_command(args, run.pid, run.exit, run.rusage));
+                let mut rusage = run.rusage;
+                launcher.adopt_exit_peaks(&mut rusage, &tree_pids(&bundle));
+                bundle.launched = Some(launched_command(args, run.pid, run.exit, rusage));
                 Ok((bundle, run.exit))
             }
             Err(e) => {
@@ -527,15 +529,22 @@ mod linux {
             std::thread::sleep(Duration::from_millis(1));
         }
         // Everything is reaped: the reaped processes' rusage covers the whole tree exactly.
-        let rusage = launcher.reaped_rusage();
+        let mut rusage = launcher.reaped_rusage();
         let exit = launcher.exit();
         session.detach();
         crate::commands::note_lost_events(&session);
         let mut bundle = session.finish()?;
+        launcher.adopt_exit_peaks(&mut rusage, &tree_pids(&bundle));
         let mut launched = launched_command(args, pid, exit, rusage);
         launched.untraced_cpu_ns = untraced_cpu_ns;
         bundle.launched = Some(launched);
         Ok((bundle, exit))
+    }
+
+    /// Every process of the tree the bundle holds (rows and lifecycle-only processes).
+    fn tree_pids(bundle: &Bundle) -> Vec<u32> {
+        let a = crate::analysis::analyze(bundle);
+        a.processes.iter().map(|p| p.pid as u32).collect()
     }
 
     /// Wait (up to 5 s) until the gated child blocks in the gate's one-byte read(2), as

@@ -605,7 +605,7 @@ impl Launcher {
     fn launched(&mut self, pid: i32) {
         self.pid = Some(pid);
         if let Some(watch) = &self.exit_watch {
-            watch.watch(pid);
+            watch.watch();
         }
         COMMAND_PID.store(pid, Ordering::SeqCst);
         // A signal that came in before the command existed is for it.
@@ -699,25 +699,30 @@ impl Launcher {
     /// before the exec), and `wait4` counts that copy in it: its CPU, faults and
     /// switches are taken out here, as its gated child measured them right before the
     /// exec.
-    ///
-    /// Its max RSS cannot be taken out that way: the kernel keeps the copy's high-water
-    /// mark in the command's `ru_maxrss`. Where taskstats reported the command's exit,
-    /// its `hiwater_rss` (the peak of the program's own address space) stands in for it.
     pub fn reaped_rusage(&self) -> ReapedRusage {
-        let mut r = program_rusage(
+        program_rusage(
             self.reaped,
             self.command_rusage,
             self.others_max_rss_kib,
             self.pre_exec.get().copied(),
-        );
-        let own_peak = (self.command_rusage.is_some())
-            .then(|| self.exit_watch.as_ref().and_then(|w| w.peak_kib()))
-            .flatten();
-        if let Some(kib) = own_peak {
-            r.tree.max_rss_kib = kib.max(self.others_max_rss_kib);
-            r.max_rss_upper_bound = false;
+        )
+    }
+
+    /// Make `rusage`'s max RSS exact where it is only a bound (the kernel keeps the
+    /// copy's high-water mark in the command's `ru_maxrss`, and in that of every
+    /// ancestor that reaped it): the largest of the tree's processes (`pids`, every one
+    /// exited) as taskstats gave each process's own address space's peak, and the
+    /// `ru_maxrss` of those kernelkite reaped other than the command. Left a bound
+    /// without taskstats, or when an exit of the tree's did not arrive.
+    pub fn adopt_exit_peaks(&self, rusage: &mut ReapedRusage, pids: &[u32]) {
+        if !rusage.max_rss_upper_bound {
+            return;
         }
-        r
+        let watch = self.exit_watch.as_ref();
+        if let Some(kib) = watch.and_then(|w| w.largest_peak_kib(pids.iter().copied())) {
+            rusage.tree.max_rss_kib = kib.max(self.others_max_rss_kib);
+            rusage.max_rss_upper_bound = false;
+        }
     }
 
     /// Sleep until `deadline`, or less when a child changed state or a signal arrived.

@@ -6,13 +6,13 @@
 //! high-water mark in `signal->maxrss`). taskstats' `hiwater_rss` is read from the
 //! exiting task's own mm (`xacct_add_tsk`, before `exit_mm`): after the exec, that is the
 //! program's alone. A listener registered for every CPU gets one message per exiting task
-//! of the machine; this one keeps only the threads of the process it is told to watch.
+//! of the machine; this one keeps each process's largest, from the command's start on.
 //! Registering needs CAP_NET_ADMIN; without it (or without CONFIG_TASKSTATS) there is no
 //! listener and `run` says the figure is a bound, as before.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 const NETLINK_GENERIC: libc::c_int = 16;
@@ -34,8 +34,6 @@ const TASKSTATS_TYPE_AGGR_PID: u16 = 4;
 /// at its end, each version keeping every earlier field where it was).
 const STATS_HIWATER_RSS_KIB: usize = 200;
 const STATS_AC_TGID: usize = 368;
-/// No process watched yet.
-const NOBODY: i32 = 0;
 
 /// A registered taskstats listener, read on a thread of its own until dropped.
 pub struct ExitWatch {
@@ -44,14 +42,19 @@ pub struct ExitWatch {
 }
 
 struct Shared {
-    /// The process whose threads' exits are kept.
-    tgid: AtomicI32,
-    /// The largest `hiwater_rss` (KiB) of its threads' exits so far; 0: none seen.
-    hiwater_kib: AtomicU64,
-    /// Messages the socket dropped (ENOBUFS): one of ours may be among them.
+    /// From the first watched process on, every exit is kept: the tree's processes are
+    /// known only at the end (a descendant reaped by its own parent is never ours).
+    watching: AtomicBool,
+    /// The largest `hiwater_rss` (KiB) of each process's exits so far.
+    peaks_kib: std::sync::Mutex<std::collections::HashMap<u32, u64>>,
+    /// Messages the socket dropped (ENOBUFS), or processes past the map's bound: a
+    /// peak of ours may be among them.
     overruns: AtomicU64,
     stop: AtomicBool,
 }
+
+/// Processes whose peaks are kept: past it, the figures are not known to be whole.
+const PEAKS_KEPT: usize = 1 << 16;
 
 impl ExitWatch {
     /// Register for every CPU's task exits. Fails without CAP_NET_ADMIN or taskstats.
@@ -62,8 +65,8 @@ impl ExitWatch {
         let family = socket.family_id("TASKSTATS")?;
         socket.send_cpumask(family, TASKSTATS_CMD_ATTR_REGISTER_CPUMASK, &cpus)?;
         let shared = Arc::new(Shared {
-            tgid: AtomicI32::new(NOBODY),
-            hiwater_kib: AtomicU64::new(0),
+            watching: AtomicBool::new(false),
+            peaks_kib: Default::default(),
             overruns: AtomicU64::new(0),
             stop: AtomicBool::new(false),
         });
@@ -83,19 +86,32 @@ impl ExitWatch {
         })
     }
 
-    /// Keep the exits of process `tgid`'s threads from now on.
-    pub fn watch(&self, tgid: i32) {
-        self.shared.tgid.store(tgid, Ordering::Relaxed);
+    /// Keep exits from now on (the command's process exists, held at its gate).
+    pub fn watch(&self) {
+        self.shared.watching.store(true, Ordering::Relaxed);
     }
 
-    /// The watched process's peak RSS in KiB as its own address space held it, once its
-    /// threads exited. Call after it was reaped: the kernel queues the message before
-    /// the task becomes a zombie, and this stops the listener once it has read what is
-    /// queued. None when no exit of it arrived, or the socket dropped any message.
-    pub fn peak_kib(&self) -> Option<u64> {
+    /// The largest peak RSS in KiB, each as its process's own address space held it, of
+    /// the processes `pids` once they all exited. Call after they were reaped: the
+    /// kernel queues the message before a task becomes a zombie, and this stops the
+    /// listener once it has read what is queued. None when an exit of one of them did
+    /// not arrive, or the socket dropped any message.
+    pub fn largest_peak_kib(&self, pids: impl IntoIterator<Item = u32>) -> Option<u64> {
         self.finish();
-        let kib = self.shared.hiwater_kib.load(Ordering::Relaxed);
-        (kib > 0 && self.shared.overruns.load(Ordering::Relaxed) == 0).then_some(kib)
+        if self.shared.overruns.load(Ordering::Relaxed) > 0 {
+            return None;
+        }
+        let peaks = self
+            .shared
+            .peaks_kib
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let mut largest = None;
+        for pid in pids {
+            let kib = *peaks.get(&pid)?;
+            largest = Some(largest.map_or(kib, |l: u64| l.max(kib)));
+        }
+        largest
     }
 
     fn finish(&self) {
@@ -110,7 +126,7 @@ impl ExitWatch {
 impl std::fmt::Debug for ExitWatch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ExitWatch")
-            .field("tgid", &self.shared.tgid.load(Ordering::Relaxed))
+            .field("watching", &self.shared.watching.load(Ordering::Relaxed))
             .finish_non_exhaustive()
     }
 }
@@ -279,16 +295,20 @@ impl Socket {
                     return;
                 }
             };
-            let tgid = shared.tgid.load(Ordering::Relaxed);
-            if tgid == NOBODY {
+            if !shared.watching.load(Ordering::Relaxed) {
                 continue;
             }
+            let mut peaks = shared.peaks_kib.lock().unwrap_or_else(|e| e.into_inner());
             for exit in exits(&buf[..n], family) {
-                if exit.tgid.unwrap_or(exit.tid) == tgid as u32 {
-                    shared
-                        .hiwater_kib
-                        .fetch_max(exit.hiwater_kib, Ordering::Relaxed);
+                // A kernel without ac_tgid names threads only: a thread's own id then
+                // stands for its process (right for single-threaded processes).
+                let tgid = exit.tgid.unwrap_or(exit.tid);
+                if peaks.len() >= PEAKS_KEPT && !peaks.contains_key(&tgid) {
+                    shared.overruns.fetch_add(1, Ordering::Relaxed);
+                    continue;
                 }
+                let peak = peaks.entry(tgid).or_insert(0);
+                *peak = (*peak).max(exit.hiwater_kib);
             }
         }
     }
@@ -496,10 +516,10 @@ mod tests {
             .stdin(std::process::Stdio::piped())
             .spawn()
             .unwrap();
-        watch.watch(child.id() as i32);
+        watch.watch();
         std::io::Write::write_all(child.stdin.as_mut().unwrap(), b"go\n").unwrap();
         child.wait().unwrap();
-        let kib = watch.peak_kib().expect("the exit of true was reported");
+        let kib = (watch.largest_peak_kib([child.id()])).expect("the exit of true was reported");
         assert!(kib > 100 && kib < 8 << 10, "true's peak {kib} KiB");
     }
 }
