@@ -667,6 +667,64 @@ fn run_of_a_shell_and_its_larger_child_reports_the_childs_memory() {
     }
 }
 
+/// Without privileges there is no taskstats: the /proc backend's exit accounting reads
+/// each process's own peak (VmHWM, after any exec) at its exit stop instead. `run --
+/// true` and `sh -c dd` as nobody are exact and within 20% of /usr/bin/time's.
+#[test]
+fn without_privileges_run_reports_the_programs_memory_from_exit_stops() {
+    let Some(_serial) =
+        ebpf_ready("without_privileges_run_reports_the_programs_memory_from_exit_stops")
+    else {
+        return;
+    };
+    use std::os::unix::process::CommandExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    let exe = dir.path().join("kernelkite");
+    std::fs::copy(kernelkite_bin(), &exe).unwrap();
+    for command in [
+        strings(&["true"]),
+        strings(&[
+            "sh",
+            "-c",
+            "dd if=/dev/zero of=/dev/null bs=4M count=2 2>/dev/null",
+        ]),
+    ] {
+        let Some(time_kib) = time_max_rss_kib(&command) else {
+            return;
+        };
+        let bundle_path = dir.path().join("nobody.json");
+        let out = Command::new(&exe)
+            .uid(65534)
+            .gid(65534)
+            .arg("run")
+            .arg(&bundle_path)
+            .arg("--")
+            .args(&command)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{stderr}");
+        let bundle = load_bundle(&bundle_path).unwrap();
+        assert_eq!(bundle.backend, Backend::Proc);
+        assert!(
+            !bundle.launched.as_ref().unwrap().max_rss_upper_bound,
+            "{command:?}: {stderr}"
+        );
+        let single = analyze(&bundle).max_single_rss_bytes as f64;
+        let time_bytes = time_kib as f64 * 1024.0;
+        assert!(
+            (single / time_bytes - 1.0).abs() <= 0.2,
+            "{command:?}: largest process {single} B against /usr/bin/time's {time_bytes} B"
+        );
+        std::fs::remove_file(&bundle_path).unwrap();
+    }
+}
+
 /// `run` of a program that allocates 50 MiB: on both backends the largest process is
 /// exact (larger than kernelkite's copy of itself, so not a bound) and within 20% of
 /// /usr/bin/time's maximum resident set size; its minor faults, less the child's

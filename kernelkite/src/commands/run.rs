@@ -168,6 +168,7 @@ mod linux {
                 let mut bundle = run.kept.finish();
                 let mut rusage = run.rusage;
                 launcher.adopt_exit_peaks(&mut rusage, &tree_pids(&bundle));
+                adopt_exit_stop_peaks(&mut rusage, &bundle);
                 bundle.launched = Some(launched_command(args, run.pid, run.exit, rusage));
                 Ok((bundle, run.exit))
             }
@@ -539,6 +540,23 @@ mod linux {
         launched.untraced_cpu_ns = untraced_cpu_ns;
         bundle.launched = Some(launched);
         Ok((bundle, exit))
+    }
+
+    /// Without taskstats (not root), exit accounting has each process's own peak too:
+    /// its VmHWM read at its exit stop, after any exec. Where every process of the tree
+    /// has one, the largest is the figure where `ru_maxrss` was only a bound.
+    fn adopt_exit_stop_peaks(rusage: &mut ReapedRusage, bundle: &Bundle) {
+        if !rusage.max_rss_upper_bound {
+            return;
+        }
+        let a = crate::analysis::analyze(bundle);
+        let peaks: Option<Vec<u64>> = (a.processes.iter())
+            .map(|p| p.exact_at_exit.then_some(p.peak_rss_bytes).flatten())
+            .collect();
+        if let Some(largest) = peaks.and_then(|p| p.into_iter().max()) {
+            rusage.tree.max_rss_kib = largest / 1024;
+            rusage.max_rss_upper_bound = false;
+        }
     }
 
     /// Every process of the tree the bundle holds (rows and lifecycle-only processes).
