@@ -34,7 +34,17 @@ pub fn short_command(argv: &[String]) -> String {
     let name = program.rsplit('/').next().unwrap_or(program);
     let mut out = name.to_string();
     let args = &argv[1..];
-    if let Some(i) = args.iter().position(|a| a == "--crate-name") {
+    if is_process_title(program) {
+        // The program wrote its own title over its arguments (setproctitle): nginx's
+        // "nginx: master process /usr/sbin/nginx", postgres's "postgres: walwriter". It
+        // is its name as `ps` shows it, paths and all (its last path's file name read
+        // "nginx -g daemon on;", or "ngx" once cut).
+        let parts: Vec<&str> = (argv.iter())
+            .map(|a| a.trim())
+            .filter(|a| !a.is_empty())
+            .collect();
+        out = parts.join(" ");
+    } else if let Some(i) = args.iter().position(|a| a == "--crate-name") {
         if let Some(krate) = args.get(i + 1) {
             out.push_str(" --crate-name ");
             out.push_str(krate);
@@ -65,9 +75,40 @@ pub fn short_command(argv: &[String]) -> String {
     out.replace(['\n', '\r', '\t'], " ")
 }
 
+/// Whether `argv[0]` is a title a program set for itself rather than the program it
+/// ran: a word followed by a colon and a space (`nginx: worker process`, `postgres:
+/// checkpointer`, `sshd: root@pts/0`), which no path-like program name starts with.
+fn is_process_title(program: &str) -> bool {
+    program
+        .split_once(": ")
+        .is_some_and(|(head, _)| !head.is_empty() && !head.contains('/') && !head.contains(' '))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// nginx's and postgres's titles, as /proc/PID/cmdline holds them (one argument,
+    /// padded with empty ones, or split at spaces).
+    #[test]
+    fn process_titles_read_as_ps_shows_them() {
+        let nginx = argv(&[
+            "nginx: master process /usr/sbin/nginx -g daemon on; master_process on;",
+            "",
+            "",
+        ]);
+        assert_eq!(
+            short_command(&nginx),
+            "nginx: master process /usr/sbin/nginx -g daemon on; master_…"
+        );
+        let worker = argv(&["nginx: worker process", ""]);
+        assert_eq!(short_command(&worker), "nginx: worker process");
+        let pg_one = argv(&["postgres: 15/main: checkpointer "]);
+        assert_eq!(short_command(&pg_one), "postgres: 15/main: checkpointer");
+        // A program path with a colon in a directory name is no title.
+        let odd = argv(&["/opt/a: b/bin/tool", "x"]);
+        assert_eq!(short_command(&odd), "tool x");
+    }
 
     fn argv(s: &[&str]) -> Vec<String> {
         s.iter().map(|a| a.to_string()).collect()
