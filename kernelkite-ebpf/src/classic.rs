@@ -118,12 +118,16 @@ pub(crate) fn wakeup_pid(ctx: &TracePointContext) -> u32 {
 
 #[tracepoint]
 pub fn classic_sched_wakeup(ctx: TracePointContext) -> u32 {
-    on_wakeup(wakeup_pid(&ctx), 0) as u32
+    on_wakeup(wakeup_pid(&ctx), 0, core::ptr::null()) as u32
 }
 
 #[tracepoint]
 pub fn classic_sched_wakeup_new(ctx: TracePointContext) -> u32 {
-    crate::sched::on_wakeup_new(field::<i32>(&ctx, &CLASSIC_WAKEUP_PID) as u32, 0) as u32
+    crate::sched::on_wakeup_new(
+        field::<i32>(&ctx, &CLASSIC_WAKEUP_PID) as u32,
+        0,
+        core::ptr::null(),
+    ) as u32
 }
 
 #[tracepoint]

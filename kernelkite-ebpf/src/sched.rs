@@ -273,13 +273,30 @@ pub fn sched_switch_legacy(ctx: BtfTracePointContext) -> i32 {
     on_switch_btf(&ctx, None)
 }
 
-/// A wakeup of thread `tid`; `tgid` 0 when the hook does not know it (its entry does).
+/// A wakeup of thread `tid` (its task_struct `task`, null on classic tracepoints);
+/// `tgid` 0 when the hook does not know it (its entry does).
 #[inline(always)]
-pub fn on_wakeup(tid: u32, tgid: u32) -> i32 {
+pub fn on_wakeup(tid: u32, tgid: u32, task: *const u8) -> i32 {
     if tgid != 0 && !is_target(tgid) {
         return 0;
     }
     if let Some(t) = thread(tid) {
+        // Taken to be on a CPU, but the kernel says it is off every CPU: its switch-out
+        // was not seen (`ThreadState::close_missed_switch_out`). The runtime it moved is
+        // the run; what follows it is the sleep this wakeup ends, in the class its
+        // syscall and io flag give, so the sleep gets its waker like any other.
+        if t.run_state == run_state::ON_CPU && task::off_cpu(task) && t.runtime_ns != NO_RUNTIME {
+            // SAFETY: task is the tracepoint's task_struct.
+            let runtime_ns = unsafe { task::sum_exec_runtime::<true>(task) };
+            if runtime_ns != NO_RUNTIME {
+                let now = clock_ns();
+                let ran = runtime_ns.saturating_sub(t.runtime_ns);
+                let run_end = t.since_ns.saturating_add(ran);
+                t.split_on_cpu(runtime_ns, if run_end < now { run_end } else { now });
+                t.sleep_class = sleep_class(t, task, 0) as u32;
+                t.run_state = run_state::SLEEPING;
+            }
+        }
         // A wakeup of a thread that never left the CPU (it was woken while going to
         // sleep) changes nothing: the switch-out will see it runnable.
         if t.run_state == run_state::SLEEPING || t.run_state == run_state::INITIAL {
@@ -301,7 +318,7 @@ fn on_wakeup_btf(ctx: &BtfTracePointContext) -> i32 {
     let p: *const u8 = ctx.arg(0);
     // SAFETY: p is the tracepoint's task_struct.
     let (tid, tgid) = unsafe { task::ids::<true>(p) };
-    on_wakeup(tid, tgid)
+    on_wakeup(tid, tgid, p)
 }
 
 #[btf_tracepoint(function = "sched_wakeup")]
@@ -314,17 +331,17 @@ pub fn sched_wakeup_new(ctx: BtfTracePointContext) -> i32 {
     let p: *const u8 = ctx.arg(0);
     // SAFETY: p is the tracepoint's task_struct.
     let (tid, tgid) = unsafe { task::ids::<true>(p) };
-    on_wakeup_new(tid, tgid)
+    on_wakeup_new(tid, tgid, p)
 }
 
 /// A new task's first wakeup: `--critical-path` notes who created it, then it is an
 /// ordinary wakeup.
 #[inline(always)]
-pub fn on_wakeup_new(tid: u32, tgid: u32) -> i32 {
+pub fn on_wakeup_new(tid: u32, tgid: u32, task: *const u8) -> i32 {
     if crate::critical_path::on() && (tgid == 0 || is_target(tgid)) {
         if let Some(t) = thread(tid) {
             crate::critical_path::on_new_task(tid, t);
         }
     }
-    on_wakeup(tid, tgid)
+    on_wakeup(tid, tgid, task)
 }

@@ -38,6 +38,9 @@ static TASK_COMM_OFFSET: u32 = 0;
 /// `task->se.sum_exec_runtime` (0: not set, classic tracepoints).
 #[unsafe(no_mangle)]
 static TASK_SUM_EXEC_RUNTIME_OFFSET: u32 = 0;
+/// `task->on_cpu` (0: not set, or a kernel without the field).
+#[unsafe(no_mangle)]
+static TASK_ON_CPU_OFFSET: u32 = 0;
 
 #[inline(always)]
 fn global(v: &'static u32) -> u32 {
@@ -142,6 +145,15 @@ pub unsafe fn state<const BTF: bool>(task: *const u8) -> u32 {
 #[inline(always)]
 pub unsafe fn exit_code<const BTF: bool>(task: *const u8) -> u32 {
     unsafe { read_at::<i32, BTF>(task, global(&TASK_EXIT_CODE_OFFSET)) as u32 }
+}
+
+/// Whether `task` (a BTF pointer, or null) is known to be off every CPU: its `on_cpu`
+/// is 0. False when that cannot be read.
+#[inline(always)]
+pub fn off_cpu(task: *const u8) -> bool {
+    let offset = global(&TASK_ON_CPU_OFFSET);
+    // SAFETY: a BTF task pointer; the offset is the kernel's own for `int on_cpu`.
+    !task.is_null() && offset != 0 && unsafe { load::<i32>(task, offset) } == 0
 }
 
 /// Whether `in_iowait` can be read (its offset was found in the kernel's BTF).

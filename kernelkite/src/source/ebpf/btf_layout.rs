@@ -38,6 +38,9 @@ pub struct KernelLayout {
     pub task_sum_exec_runtime_offset: u32,
     /// `task_struct.comm`: the waker's name, loaded directly at sched_waking.
     pub task_comm_offset: u32,
+    /// `task_struct.on_cpu` (SMP kernels), 0 when the kernel has none: whether a task a
+    /// wakeup finds is still on a CPU.
+    pub task_on_cpu_offset: u32,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -106,6 +109,8 @@ pub fn read_layout(path: &Path) -> Result<KernelLayout, LayoutError> {
         task_sum_exec_runtime_offset: byte("task_struct", "se")?
             + byte("sched_entity", "sum_exec_runtime")?,
         task_comm_offset: byte("task_struct", "comm")?,
+        task_on_cpu_offset: member_bit_offset(&btf, "task_struct", "on_cpu")?
+            .map_or(0, |(bits, _)| bits / 8),
     })
 }
 

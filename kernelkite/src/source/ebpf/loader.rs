@@ -483,6 +483,7 @@ fn load_programs(
         .override_global("TASK_EXIT_CODE_OFFSET", &layout.task_exit_code_offset, true)
         .override_global("TASK_IN_IOWAIT_BYTE", &iowait_byte, true)
         .override_global("TASK_IN_IOWAIT_MASK", &iowait_mask, true)
+        .override_global("TASK_ON_CPU_OFFSET", &layout.task_on_cpu_offset, true)
         .override_global("PT_REGS_ARG1_OFFSET", &layout.pt_regs_arg1_offset, true)
         .override_global("EXIT_HAS_GROUP_DEAD", &exit_has_group_dead, true)
         .override_global("TASK_SIGNAL_OFFSET", &layout.task_signal_offset, true)
