@@ -151,6 +151,20 @@ fn backend_proc_is_honoured_and_recorded() {
     assert_eq!(load_bundle(&bundle_path).unwrap().backend, Backend::Proc);
 }
 
+/// A directory anyone may write, with a copy of kernelkite that the unprivileged user
+/// can run wherever the build is.
+fn dir_with_kernelkite_for_nobody() -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    let exe = dir.path().join("kernelkite");
+    std::fs::copy(kernelkite_bin(), &exe).unwrap();
+    (dir, exe)
+}
+
 #[test]
 fn without_privileges_run_falls_back_to_proc_with_one_line() {
     let Some(_serial) = ebpf_ready("without_privileges_run_falls_back_to_proc_with_one_line")
@@ -158,16 +172,8 @@ fn without_privileges_run_falls_back_to_proc_with_one_line() {
         return;
     };
     use std::os::unix::process::CommandExt;
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(
-        dir.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o777),
-    )
-    .unwrap();
+    let (dir, exe) = dir_with_kernelkite_for_nobody();
     let bundle_path = dir.path().join("nobody.json");
-    // A copy of kernelkite that the unprivileged user can run wherever the build is.
-    let exe = dir.path().join("kernelkite");
-    std::fs::copy(kernelkite_bin(), &exe).unwrap();
     let out = Command::new(&exe)
         .uid(65534)
         .gid(65534)
@@ -678,14 +684,7 @@ fn without_privileges_run_reports_the_programs_memory_from_exit_stops() {
         return;
     };
     use std::os::unix::process::CommandExt;
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(
-        dir.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o777),
-    )
-    .unwrap();
-    let exe = dir.path().join("kernelkite");
-    std::fs::copy(kernelkite_bin(), &exe).unwrap();
+    let (dir, exe) = dir_with_kernelkite_for_nobody();
     for command in [
         strings(&["true"]),
         strings(&[
