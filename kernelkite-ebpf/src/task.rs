@@ -41,6 +41,15 @@ static TASK_SUM_EXEC_RUNTIME_OFFSET: u32 = 0;
 /// `task->on_cpu` (0: not set, or a kernel without the field).
 #[unsafe(no_mangle)]
 static TASK_ON_CPU_OFFSET: u32 = 0;
+/// `task->flags`, and the syscall number's slot in `struct pt_regs` (`orig_ax`,
+/// `syscallno`); 0: not set, and no softirq is taken for a task's own.
+#[unsafe(no_mangle)]
+static TASK_FLAGS_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+static PT_REGS_SYSCALL_NR_OFFSET: u32 = 0;
+
+/// `PF_KTHREAD` in `task->flags` (include/linux/sched.h).
+const PF_KTHREAD: u32 = 0x0020_0000;
 
 #[inline(always)]
 fn global(v: &'static u32) -> u32 {
@@ -154,6 +163,29 @@ pub fn off_cpu(task: *const u8) -> bool {
     let offset = global(&TASK_ON_CPU_OFFSET);
     // SAFETY: a BTF task pointer; the offset is the kernel's own for `int on_cpu`.
     !task.is_null() && offset != 0 && unsafe { load::<i32>(task, offset) } == 0
+}
+
+/// Whether `current` (a BTF pointer to the running task, or null) is a user task inside
+/// a syscall: not a kernel thread (ksoftirqd runs softirqs for everyone), and its user
+/// registers' syscall number is a syscall's (-1 outside one).
+#[inline(always)]
+pub fn in_own_syscall(current: *const u8) -> bool {
+    let (flags_offset, nr_offset) = (
+        global(&TASK_FLAGS_OFFSET),
+        global(&PT_REGS_SYSCALL_NR_OFFSET),
+    );
+    if current.is_null() || flags_offset == 0 || nr_offset == 0 {
+        return false;
+    }
+    // SAFETY: a BTF task pointer; the offset is the kernel's own for `flags`.
+    if unsafe { load::<u32>(current, flags_offset) } & PF_KTHREAD != 0 {
+        return false;
+    }
+    // SAFETY: the helper takes a BTF task pointer and returns a BTF pt_regs pointer.
+    let regs =
+        unsafe { aya_ebpf::helpers::generated::bpf_task_pt_regs(current as *mut _) } as *const u8;
+    // SAFETY: a BTF pt_regs pointer (null-checked), the kernel's own offset.
+    !regs.is_null() && unsafe { load::<i64>(regs, nr_offset) } >= 0
 }
 
 /// Whether `in_iowait` can be read (its offset was found in the kernel's BTF).

@@ -21,7 +21,7 @@ use aya_ebpf::programs::{BtfTracePointContext, TracePointContext};
 use kernelkite_common::bpf::{run_state, ThreadState};
 use kernelkite_common::wake::{
     waker_kind, waker_slots, IrqContext, WakerKey, WakerSlot, WakerTime, HRTIMER_SOFTIRQ,
-    TIMER_SOFTIRQ, WAKERS_MAX_ENTRIES,
+    IRQ_TAIL_NS, TIMER_SOFTIRQ, WAKERS_MAX_ENTRIES,
 };
 
 use crate::maps::{is_target, split_pid_tgid, swap_holder, thread};
@@ -116,6 +116,12 @@ fn current_waker(current: *const u8) -> (u32, u32, u32, u32) {
             let vec = c.softirq - 1;
             if vec == TIMER_SOFTIRQ || vec == HRTIMER_SOFTIRQ {
                 return (waker_kind::TIMER, 0, 0, 0);
+            }
+            // Not an interrupt's: the current task raised and ran it itself, inside a
+            // syscall (a loopback send's local_bh_enable). The wakeup is its doing.
+            if c.softirq_of_irq == 0 && task::in_own_syscall(current) {
+                let (tgid, tid) = task::current_ids_of(current);
+                return (waker_kind::THREAD, vec + 1, tgid, tid);
             }
             return (waker_kind::SOFTIRQ, vec, 0, 0);
         }
@@ -344,18 +350,41 @@ pub fn irq_handler_entry(ctx: BtfTracePointContext) -> i32 {
 
 #[btf_tracepoint(function = "irq_handler_exit")]
 pub fn irq_handler_exit(_ctx: BtfTracePointContext) -> i32 {
-    set(|c| c.hardirq = 0)
+    set(on_irq_exit)
 }
 
 #[btf_tracepoint(function = "softirq_entry")]
 pub fn softirq_entry(ctx: BtfTracePointContext) -> i32 {
     let vec = ctx.arg::<u64>(0) as u32;
-    set(|c| c.softirq = vec.wrapping_add(1))
+    set(|c| on_softirq_entry(c, vec))
 }
 
 #[btf_tracepoint(function = "softirq_exit")]
 pub fn softirq_exit(_ctx: BtfTracePointContext) -> i32 {
-    set(|c| c.softirq = 0)
+    set(on_softirq_exit)
+}
+
+/// A device interrupt's handler returned: softirqs that start right after run at its
+/// exit (`IRQ_TAIL_NS`).
+#[inline(always)]
+fn on_irq_exit(c: &mut IrqContext) {
+    c.hardirq = 0;
+    // SAFETY: helper call without preconditions.
+    c.irq_exit_ns = unsafe { aya_ebpf::helpers::bpf_ktime_get_ns() };
+}
+
+#[inline(always)]
+fn on_softirq_entry(c: &mut IrqContext, vec: u32) {
+    c.softirq = vec.wrapping_add(1);
+    // SAFETY: helper call without preconditions.
+    let now = unsafe { aya_ebpf::helpers::bpf_ktime_get_ns() };
+    c.softirq_of_irq = u32::from(now.wrapping_sub(c.irq_exit_ns) <= IRQ_TAIL_NS);
+}
+
+#[inline(always)]
+fn on_softirq_exit(c: &mut IrqContext) {
+    c.softirq = 0;
+    c.softirq_of_irq = 0;
 }
 
 #[btf_tracepoint(function = "hrtimer_expire_entry")]
@@ -383,18 +412,18 @@ pub fn classic_irq_handler_entry(ctx: TracePointContext) -> u32 {
 
 #[tracepoint]
 pub fn classic_irq_handler_exit(_ctx: TracePointContext) -> u32 {
-    set(|c| c.hardirq = 0) as u32
+    set(on_irq_exit) as u32
 }
 
 #[tracepoint]
 pub fn classic_softirq_entry(ctx: TracePointContext) -> u32 {
     let vec = classic_field(&ctx, &CLASSIC_SOFTIRQ_VEC);
-    set(|c| c.softirq = vec.wrapping_add(1)) as u32
+    set(|c| on_softirq_entry(c, vec)) as u32
 }
 
 #[tracepoint]
 pub fn classic_softirq_exit(_ctx: TracePointContext) -> u32 {
-    set(|c| c.softirq = 0) as u32
+    set(on_softirq_exit) as u32
 }
 
 #[tracepoint]

@@ -110,15 +110,23 @@ pub fn woken_by(s: &WakerSample) -> WokenBy {
     }
 }
 
-/// A waker in a few words, as every view names it: `cargo (4242)`, `timer`,
-/// `softirq:block`, `not woken (process exited)`.
+/// A waker in a few words, as every view names it: `cargo (4242)`, `redis-benchmark
+/// (4242, its own softirq:net_rx)` (a local send), `timer`, `softirq:block`, `not woken
+/// (process exited)`.
 pub fn waker_label(w: &WokenBy) -> String {
     match w.kind.as_str() {
-        "thread" => format!(
-            "{} ({})",
-            w.comm.as_deref().unwrap_or("?"),
-            w.tid.unwrap_or(0)
-        ),
+        "thread" => match w.source.as_deref() {
+            Some(s) => format!(
+                "{} ({}, its own {s})",
+                w.comm.as_deref().unwrap_or("?"),
+                w.tid.unwrap_or(0)
+            ),
+            None => format!(
+                "{} ({})",
+                w.comm.as_deref().unwrap_or("?"),
+                w.tid.unwrap_or(0)
+            ),
+        },
         "interrupt" => match w.source.as_deref() {
             Some("timer") => "timer".to_string(),
             Some("unknown") | None => "interrupt".to_string(),

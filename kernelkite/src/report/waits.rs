@@ -29,10 +29,15 @@ fn class_phrase(class: &str) -> &str {
 fn waker_name(w: &WokenBy) -> String {
     match w.kind.as_str() {
         "thread" => format!(
-            "{} (pid {}, tid {})",
+            "{} (pid {}, tid {}){}",
             w.comm.as_deref().unwrap_or("?"),
             w.pid.unwrap_or(0),
-            w.tid.unwrap_or(0)
+            w.tid.unwrap_or(0),
+            // Its own softirq, run inside its syscall: a local (loopback) send.
+            w.source
+                .as_deref()
+                .map(|s| format!(" through its own {s} (a local send)"))
+                .unwrap_or_default()
         ),
         "interrupt" => match w.source.as_deref() {
             Some("timer") => "a timer".to_string(),

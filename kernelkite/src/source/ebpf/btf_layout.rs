@@ -41,6 +41,10 @@ pub struct KernelLayout {
     /// `task_struct.on_cpu` (SMP kernels), 0 when the kernel has none: whether a task a
     /// wakeup finds is still on a CPU.
     pub task_on_cpu_offset: u32,
+    /// `task_struct.flags` and the syscall number in `pt_regs` (`orig_ax`, `syscallno`;
+    /// 0 where unknown): whether a softirq ran inside its task's own syscall.
+    pub task_flags_offset: u32,
+    pub pt_regs_syscall_nr_offset: u32,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -111,6 +115,12 @@ pub fn read_layout(path: &Path) -> Result<KernelLayout, LayoutError> {
         task_comm_offset: byte("task_struct", "comm")?,
         task_on_cpu_offset: member_bit_offset(&btf, "task_struct", "on_cpu")?
             .map_or(0, |(bits, _)| bits / 8),
+        task_flags_offset: byte("task_struct", "flags")?,
+        pt_regs_syscall_nr_offset: match std::env::consts::ARCH {
+            "x86_64" => byte("pt_regs", "orig_ax")?,
+            "aarch64" => byte("pt_regs", "syscallno")?,
+            _ => 0,
+        },
     })
 }
 

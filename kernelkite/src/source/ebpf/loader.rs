@@ -484,6 +484,12 @@ fn load_programs(
         .override_global("TASK_IN_IOWAIT_BYTE", &iowait_byte, true)
         .override_global("TASK_IN_IOWAIT_MASK", &iowait_mask, true)
         .override_global("TASK_ON_CPU_OFFSET", &layout.task_on_cpu_offset, true)
+        .override_global("TASK_FLAGS_OFFSET", &layout.task_flags_offset, true)
+        .override_global(
+            "PT_REGS_SYSCALL_NR_OFFSET",
+            &layout.pt_regs_syscall_nr_offset,
+            true,
+        )
         .override_global("PT_REGS_ARG1_OFFSET", &layout.pt_regs_arg1_offset, true)
         .override_global("EXIT_HAS_GROUP_DEAD", &exit_has_group_dead, true)
         .override_global("TASK_SIGNAL_OFFSET", &layout.task_signal_offset, true)

@@ -317,17 +317,24 @@ fn open_sleep(state: &ThreadState, now: u64) -> Option<(LatencyClass, u64)> {
 
 fn sample(k: &WakerKey, v: &WakerTime) -> Option<WakerSample> {
     let class = LatencyClass::from_id(k.class)?;
+    let softirq_name = |vec: u32| -> String {
+        let name = SOFTIRQ_NAMES
+            .get(vec as usize)
+            .copied()
+            .unwrap_or("softirq");
+        format!("softirq:{name}")
+    };
     let (kind, source, source_id) = match k.kind {
+        // A softirq the thread ran itself, inside its own syscall (a local send).
+        waker_kind::THREAD if k.source != 0 => (
+            "thread",
+            Some(softirq_name(k.source - 1)),
+            Some(k.source - 1),
+        ),
         waker_kind::THREAD => ("thread", None, None),
         waker_kind::TIMER => ("interrupt", Some("timer".to_string()), None),
         waker_kind::HARDIRQ => ("interrupt", Some("hardirq".to_string()), Some(k.source)),
-        waker_kind::SOFTIRQ => {
-            let name = SOFTIRQ_NAMES
-                .get(k.source as usize)
-                .copied()
-                .unwrap_or("softirq");
-            ("interrupt", Some(format!("softirq:{name}")), Some(k.source))
-        }
+        waker_kind::SOFTIRQ => ("interrupt", Some(softirq_name(k.source)), Some(k.source)),
         // Woken to die with its process: no wakeup by work ended the sleep.
         waker_kind::GROUP_EXIT => ("not_woken", Some("group_exit".to_string()), None),
         _ => ("interrupt", Some("unknown".to_string()), None),
@@ -388,6 +395,17 @@ mod tests {
         assert_eq!(
             (s.kind.as_str(), s.source.as_deref(), s.waker_pid),
             ("interrupt", Some("softirq:net_rx"), None)
+        );
+        // The client's own send ran the softirq that woke it: the client is the waker.
+        let own = WakerKey {
+            kind: waker_kind::THREAD,
+            source: 3 + 1,
+            ..key
+        };
+        let s = sample(&own, &WakerTime::default()).unwrap();
+        assert_eq!(
+            (s.kind.as_str(), s.source.as_deref(), s.waker_tid),
+            ("thread", Some("softirq:net_rx"), Some(12))
         );
         // Woken to die with its process: not woken, and no waker thread.
         let exit = WakerKey {
