@@ -167,8 +167,7 @@ mod linux {
                 let run = record(&mut launcher, pid, gate, sampler, args, host, recording)?;
                 let mut bundle = run.kept.finish();
                 let mut rusage = run.rusage;
-                launcher.adopt_exit_peaks(&mut rusage, &tree_pids(&bundle));
-                adopt_exit_stop_peaks(&mut rusage, &bundle);
+                make_max_rss_exact(&launcher, &mut rusage, &bundle);
                 bundle.launched = Some(launched_command(args, run.pid, run.exit, rusage));
                 Ok((bundle, run.exit))
             }
@@ -535,21 +534,29 @@ mod linux {
         session.detach();
         crate::commands::note_lost_events(&session);
         let mut bundle = session.finish()?;
-        launcher.adopt_exit_peaks(&mut rusage, &tree_pids(&bundle));
+        make_max_rss_exact(launcher, &mut rusage, &bundle);
         let mut launched = launched_command(args, pid, exit, rusage);
         launched.untraced_cpu_ns = untraced_cpu_ns;
         bundle.launched = Some(launched);
         Ok((bundle, exit))
     }
 
-    /// Without taskstats (not root), exit accounting has each process's own peak too:
-    /// its VmHWM read at its exit stop, after any exec. Where every process of the tree
-    /// has one, the largest is the figure where `ru_maxrss` was only a bound.
-    fn adopt_exit_stop_peaks(rusage: &mut ReapedRusage, bundle: &Bundle) {
+    /// Where the command's `ru_maxrss` is only a bound (it holds kernelkite's pre-exec
+    /// copy), make the largest process's figure exact from each process's own peak:
+    /// taskstats' (as root, [`Launcher::adopt_exit_peaks`]), else exit accounting's
+    /// VmHWM read at each exit stop, after any exec, where every process of the tree
+    /// (the bundle's rows and lifecycle-only processes) has one. The bundle is analysed
+    /// only then.
+    fn make_max_rss_exact(launcher: &Launcher, rusage: &mut ReapedRusage, bundle: &Bundle) {
         if !rusage.max_rss_upper_bound {
             return;
         }
         let a = crate::analysis::analyze(bundle);
+        let pids: Vec<u32> = a.processes.iter().map(|p| p.pid as u32).collect();
+        launcher.adopt_exit_peaks(rusage, &pids);
+        if !rusage.max_rss_upper_bound {
+            return;
+        }
         let peaks: Option<Vec<u64>> = (a.processes.iter())
             .map(|p| p.exact_at_exit.then_some(p.peak_rss_bytes).flatten())
             .collect();
@@ -557,12 +564,6 @@ mod linux {
             rusage.tree.max_rss_kib = largest / 1024;
             rusage.max_rss_upper_bound = false;
         }
-    }
-
-    /// Every process of the tree the bundle holds (rows and lifecycle-only processes).
-    fn tree_pids(bundle: &Bundle) -> Vec<u32> {
-        let a = crate::analysis::analyze(bundle);
-        a.processes.iter().map(|p| p.pid as u32).collect()
     }
 
     /// Wait (up to 5 s) until the gated child blocks in the gate's one-byte read(2), as
