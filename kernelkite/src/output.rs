@@ -277,14 +277,34 @@ impl Destination {
     }
 }
 
-/// Write all of `bytes` to standard output or error. A reader that went away (a closed
-/// pipe, `| head`) is not an error: what it read was whole up to there.
+/// Write all of `bytes` to standard output or error, through std's handle (in order
+/// with everything else printed there). A reader that went away (a closed pipe, `|
+/// head`) is not an error: what it read was whole up to there.
 fn write_stream(stream: Stream, bytes: &[u8]) -> io::Result<()> {
-    let mut file = stream.dup()?;
-    match file.write_all(bytes).and_then(|()| file.flush()) {
+    let written = match stream {
+        Stream::Stdout => {
+            let mut out = io::stdout().lock();
+            out.write_all(bytes).and_then(|()| out.flush())
+        }
+        Stream::Stderr => {
+            let mut err = io::stderr().lock();
+            err.write_all(bytes).and_then(|()| err.flush())
+        }
+    };
+    match written {
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
         other => other,
     }
+}
+
+/// [`write_stream`] to standard output: every command's printed text and bytes.
+pub fn write_stdout(bytes: &[u8]) -> io::Result<()> {
+    write_stream(Stream::Stdout, bytes)
+}
+
+/// [`write_stream`] to standard error.
+pub fn write_stderr(bytes: &[u8]) -> io::Result<()> {
+    write_stream(Stream::Stderr, bytes)
 }
 
 /// Open an existing device node, FIFO or socket at `path` for writing, in place: the

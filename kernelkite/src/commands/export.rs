@@ -23,17 +23,8 @@ pub fn execute(args: &ExportArgs) -> Result<ExitCode> {
         Some(path) => {
             write_file(path, &bytes).with_context(|| format!("cannot write {}", path.display()))?
         }
-        None => write_stdout_bytes(&bytes).context("cannot write to standard output")?,
+        // Bytes (protobuf is not text); a closed pipe is not an error.
+        None => crate::output::write_stdout(&bytes).context("cannot write to standard output")?,
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// Bytes (protobuf is not text) to standard output; a closed pipe is not an error.
-fn write_stdout_bytes(bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    let mut out = std::io::stdout().lock();
-    match out.write_all(bytes).and_then(|_| out.flush()) {
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        other => other,
-    }
 }

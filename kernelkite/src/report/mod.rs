@@ -23,22 +23,12 @@ pub use crate::format::{
 /// Write a rendered document to standard output. A closed pipe (`kernelkite summary x
 /// | head`) is not an error: the reader has what it wanted.
 pub fn write_stdout(text: &str) -> std::io::Result<()> {
-    use std::io::Write;
-    let mut out = std::io::stdout().lock();
-    match out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        other => other,
-    }
+    crate::output::write_stdout(text.as_bytes())
 }
 
 /// `text` to standard error, as [`write_stdout`] writes standard output.
 pub fn write_stderr(text: &str) -> std::io::Result<()> {
-    use std::io::Write;
-    let mut err = std::io::stderr().lock();
-    match err.write_all(text.as_bytes()).and_then(|_| err.flush()) {
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        other => other,
-    }
+    crate::output::write_stderr(text.as_bytes())
 }
 
 /// Pretty JSON with a trailing newline, as every `--json` command prints it.
